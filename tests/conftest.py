@@ -1,0 +1,35 @@
+"""Shared fixtures: offline Ultralytics, synthetic datasets in a session cache, the shared real datasets."""
+
+import os
+
+os.environ["YOLO_OFFLINE"] = "1"  # nothing downloads: no weights, fonts, AMP-check models or datasets
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+SHARED_DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def synthetic_cache(tmp_path_factory):
+    """A per-session cache for the built-in synthetic datasets, also seen by the CLI in subprocesses."""
+    root = tmp_path_factory.mktemp("synthetic-cache")
+    os.environ["YOLO_CKPT_CACHE"] = str(root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def synthetic(synthetic_cache):
+    """``synthetic(task)`` -> the built-in synthetic dataset of ``task`` (generated once per session)."""
+    from yolo_ckpt.synthetic import synthetic_dataset
+
+    return lambda task="detect": str(synthetic_dataset(task))
+
+
+@pytest.fixture(scope="session")
+def shared_datasets():
+    """The real datasets in ../shared/datasets (read-only in CI); skip when the folder is absent."""
+    if not SHARED_DATASETS.is_dir():
+        pytest.skip(f"{SHARED_DATASETS} is absent: the real-data tests need the shared datasets beside the checkout")
+    return SHARED_DATASETS

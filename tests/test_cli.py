@@ -1,0 +1,131 @@
+"""The ``yolo-ckpt`` command: parsing as ``yolo`` does, clear errors, and end-to-end runs on real and built-in data."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from yolo_ckpt.cli import main, parse_train_args
+from yolo_ckpt.report import REPORT_NAME
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args, timeout=900, env=None):
+    """Run ``yolo-ckpt`` in a subprocess, as a user would (``python -m`` also works from a source checkout)."""
+    return subprocess.run(
+        [sys.executable, "-m", "yolo_ckpt.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        cwd=ROOT,
+    )
+
+
+def test_parse_like_yolo(tmp_path):
+    cfg = tmp_path / "policy.yaml"
+    cfg.write_text("recompute: 0-4,SPPF\nimgsz: 1536\n")
+    assert parse_train_args(["imgsz=1536", "recompute=none", "segment", "plots", "batch", "=", "4"]) == {
+        "imgsz": 1536,
+        "recompute": None,  # Ultralytics' smart_value("none")
+        "task": "segment",
+        "plots": True,
+        "batch": 4,
+    }
+    assert parse_train_args(["recompute=6"])["recompute"] == 6
+    assert parse_train_args(["recompute=0,1,2"])["recompute"] == (0, 1, 2)
+    assert parse_train_args([f"cfg={cfg}", "imgsz=640"]) == {"recompute": "0-4,SPPF", "imgsz": 640}
+
+
+def test_unknown_key_suggests(tmp_path, capsys):
+    assert main(["train", "recompte=all", f"project={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert "'recompte' is not a valid YOLO argument" in err and "recompute" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "arg, message",
+    [
+        ("recompute=C3k3", "did you mean 'C3k2'?"),
+        ("recompute=30", "layer index 30 is out of range"),
+        ("recompute=Detect", "final task head"),
+        ("task=depth", "supported tasks"),
+    ],
+)
+def test_bad_values_exit_2_before_run_dir(arg, message, tmp_path, capsys):
+    assert main(["train", arg, f"project={tmp_path}", "name=bad"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("yolo-ckpt: error:") and message in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_help_lists_commands_and_keys(capsys):
+    assert main(["help"]) == 0
+    out = capsys.readouterr().out
+    assert "train" in out and "recompute: backbone" in out and "yolo11n.yaml" in out
+    assert main(["bogus"]) == 2
+
+
+def test_console_script_and_dependencies_declared():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["scripts"]["yolo-ckpt"] == "yolo_ckpt.cli:main"
+    deps = " ".join(project["dependencies"])
+    assert "cloudpickle>=3.1.1" in deps and "ultralytics>=8.4.190,<8.5" in deps  # failure mode 23
+
+
+def test_builtin_default_offline(tmp_path):
+    """No data=, no model=: yolo11n.yaml on the built-in synthetic dataset, with every network call refused (20)."""
+    script = textwrap.dedent(f"""
+        import socket, sys
+        def refuse(*args, **kwargs):
+            raise OSError("network disabled by the test")
+        socket.socket.connect = socket.socket.connect_ex = refuse
+        socket.create_connection = refuse
+        from yolo_ckpt.cli import main
+        sys.exit(main(["train", "imgsz=96", "epochs=1", "batch=2", "plots=False", "project={tmp_path}", "name=default"]))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((tmp_path / "default" / REPORT_NAME).read_text())
+    assert report["model"] == "yolo11n.yaml" and "synthetic-v1-seed0-detect" in report["data"]
+    assert report["recompute"] == "backbone" and len(report["recomputed_layers"]) == 11
+    assert report["train_peak_allocated_bytes"] > 0 and report["imgsz"] == 96
+
+
+def test_aerial_cars_at_1536(shared_datasets, tmp_path):
+    """The main job on real drone images: yolo-ckpt train data=aerial-cars imgsz=1536, 1 epoch on a small fraction."""
+    src = shared_datasets / "aerial-cars"
+    for split in ("images", "labels"):  # a 2-image val split: validation of dense 1536 px images dominates CPU time
+        (tmp_path / split / "val").mkdir(parents=True)
+        for f in sorted((src / split / "val").iterdir())[:2]:
+            shutil.copy(f, tmp_path / split / "val")
+    data = yaml.safe_load((src / "data.yaml").read_text())
+    data.update(path=str(tmp_path), train=str(src / "images" / "train"), val="images/val")
+    (tmp_path / "data.yaml").write_text(yaml.safe_dump(data))
+
+    out = cli(
+        "train",
+        f"data={tmp_path / 'data.yaml'}",
+        "imgsz=1536",
+        "epochs=1",
+        "batch=2",
+        "fraction=0.05",
+        "plots=False",
+        f"project={tmp_path}",
+        "name=aerial",
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((tmp_path / "aerial" / REPORT_NAME).read_text())
+    assert report["imgsz"] == 1536 and report["recompute"] == "backbone"
+    assert report["train_peak_allocated_bytes"] > 100 * 2**20  # activations of 2 images at 1536 px
+    assert set(report["metrics"]) >= {"box_mAP50", "box_mAP50-95"}
+    assert (tmp_path / "aerial" / "weights" / "best.pt").exists()

@@ -1,0 +1,243 @@
+"""Checkpoint*Trainer against stock Ultralytics training: same seed, same data, bit-identical state.
+
+Also: recomputation is counted (an engine that does nothing fails), bad input fails before any folder is
+written, saved files load without yolo_ckpt, the DDP file round trip and resume keep the policy.
+"""
+
+import json
+import logging
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from ultralytics import YOLO
+from ultralytics.utils import LOGGER
+
+from yolo_ckpt import CheckpointDetectionTrainer, checkpointed_layers, count_recomputations, trainer_for
+from yolo_ckpt.report import REPORT_NAME
+
+TRAIN = dict(epochs=1, batch=2, nbs=2, imgsz=64, workers=0, device="cpu", plots=False, exist_ok=True, seed=0)
+
+
+def train(model, data, project, name, trainer=None, callbacks=(), **kw):
+    """Train ``model`` (a YAML or .pt) and return ``(trainer, recompute counter)``."""
+    m = YOLO(model)
+    for event, fn in callbacks:
+        m.add_callback(event, fn)
+    with count_recomputations() as counter:
+        m.train(data=data, trainer=trainer, project=str(project), name=name, **{**TRAIN, **kw})
+    return m.trainer, counter
+
+
+def assert_state_equal(a: torch.nn.Module, b: torch.nn.Module):
+    sa, sb = a.state_dict(), b.state_dict()
+    assert list(sa) == list(sb)
+    different = [k for k in sa if not torch.equal(sa[k], sb[k])]
+    assert not different, f"{len(different)} tensors differ, e.g. {different[:5]}"
+
+
+@pytest.mark.parametrize(
+    "model, task",
+    [
+        ("yolo11n.yaml", "detect"),
+        ("yolov8n.yaml", "detect"),
+        ("yolo12n.yaml", "detect"),
+        ("yolo26n.yaml", "detect"),
+        ("yolo11n-seg.yaml", "segment"),
+        ("yolo11n-obb.yaml", "obb"),
+        ("yolo11n-pose.yaml", "pose"),
+        ("yolo11n-cls.yaml", "classify"),
+    ],
+)
+def test_same_training_result_as_stock(model, task, synthetic, tmp_path):
+    """recompute=all gives the weights, BN buffers and EMA of stock training, bit for bit (failure modes 1, 2)."""
+    data = synthetic(task)
+    stock, none_counter = train(model, data, tmp_path, "stock")
+    ckpt, counter = train(model, data, tmp_path, "ckpt", trainer=trainer_for(task), recompute="all")
+
+    steps = ckpt.ema.updates  # one EMA update per optimizer step
+    assert steps >= 3 and stock.ema.updates == steps
+    layers = len(ckpt.policy.indices)
+    assert layers >= 8 and none_counter.total == 0
+    # every recomputed layer once per training step, plus once in the report's CPU memory probe
+    assert counter.total == (steps + 1) * layers
+    assert checkpointed_layers(ckpt.model) == list(ckpt.policy.indices)
+    bn = next(m for m in ckpt.model.modules() if isinstance(m, torch.nn.BatchNorm2d))
+    assert bn.num_batches_tracked.item() == steps  # forward passes, with batch == nbs
+    assert_state_equal(stock.model, ckpt.model)
+    assert_state_equal(stock.ema.ema, ckpt.ema.ema)
+
+
+def test_policy_logged_and_seen_by_ema_and_autobatch_copy(synthetic, tmp_path):
+    """Applied in setup_model: EMA's deepcopy and AutoBatch's deepcopy probe are patched too (failure modes 14, 15)."""
+    import copy
+
+    seen = {}
+
+    def on_pretrain_routine_end(trainer):
+        seen["model"] = checkpointed_layers(trainer.model)
+        seen["ema"] = checkpointed_layers(trainer.ema.ema)
+        seen["probe"] = checkpointed_layers(copy.deepcopy(trainer.model))  # what check_train_batch_size profiles
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())
+    LOGGER.addHandler(handler)
+    try:
+        trainer, _ = train(
+            "yolo11n.yaml",
+            synthetic(),
+            tmp_path,
+            "seen",
+            trainer=CheckpointDetectionTrainer,
+            recompute="backbone",
+            callbacks=[("on_pretrain_routine_end", on_pretrain_routine_end)],
+        )
+    finally:
+        LOGGER.removeHandler(handler)
+    expected = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    assert seen == {"model": expected, "ema": expected, "probe": expected}
+    logged = [r for r in records if "activation checkpointing recompute=backbone" in r]
+    assert logged and "0:Conv" in logged[0] and "9:SPPF" in logged[0] and "10:C2PSA" in logged[0]
+
+
+def test_frozen_layers_are_skipped(synthetic, tmp_path):
+    trainer, counter = train(
+        "yolo11n.yaml", synthetic(), tmp_path, "frozen", trainer=CheckpointDetectionTrainer, recompute="all", freeze=3
+    )
+    assert trainer.policy.indices[:2] == (3, 4)
+    assert counter.per_layer[0] == 0 and counter.per_layer[3] > 0
+
+
+BAD = [
+    ("C3k3", r"did you mean 'C3k2'\?"),
+    ("bogus", "unknown layer name or section 'bogus'"),
+    ("99", "layer index 99 is out of range"),
+    ("23", "final task head"),
+    ("20-23", "final task head"),
+    ("Detect", "final task head"),
+    ("none,backbone", "combines 'none'"),
+    ("4-2", "is empty"),
+    (True, "not a valid value"),
+]
+
+
+@pytest.mark.parametrize("spec, message", BAD)
+def test_bad_recompute_fails_before_run_dir(spec, message, synthetic, tmp_path):
+    with pytest.raises(ValueError, match=message) as e:
+        YOLO("yolo11n.yaml").train(
+            data=synthetic(), trainer=CheckpointDetectionTrainer, recompute=spec, project=str(tmp_path), name="bad"
+        )
+    assert "valid choices: none, backbone, neck, all" in str(e.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_neck_on_classify_model(synthetic, tmp_path):
+    with pytest.raises(ValueError, match="this model has no neck"):
+        YOLO("yolo11n-cls.yaml").train(
+            data=synthetic("classify"), trainer=trainer_for("classify"), recompute="neck", project=str(tmp_path)
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("task", ["semantic", "depth", "rtdetr", "world", "yoloe"])
+def test_unsupported_tasks(task):
+    with pytest.raises(ValueError, match=r"supported tasks: \['detect', 'segment', 'obb', 'pose', 'classify'\]"):
+        trainer_for(task)
+
+
+@pytest.fixture(scope="module")
+def trained(synthetic, tmp_path_factory):
+    """A finished yolo-ckpt detection run (recompute=all)."""
+    project = tmp_path_factory.mktemp("trained")
+    trainer, _ = train("yolo11n.yaml", synthetic(), project, "run", trainer=CheckpointDetectionTrainer, recompute="all")
+    return trainer
+
+
+def test_saved_files_are_stock(trained, synthetic, tmp_path):
+    """best.pt/last.pt load, validate and export in a process where yolo_ckpt cannot be imported (16)."""
+    for f in (trained.best, trained.last):
+        assert f.exists() and b"yolo_ckpt" not in f.read_bytes() and b"Recomputed" not in f.read_bytes()
+    script = textwrap.dedent(f"""
+        import importlib.util, sys
+        sys.modules["yolo_ckpt"] = None  # any import of yolo_ckpt now raises ImportError
+        from ultralytics import YOLO
+        m = YOLO({str(trained.best)!r})
+        kinds = {{type(x).__module__.split(".")[0] for x in m.model.modules()}}
+        assert kinds <= {{"ultralytics", "torch"}}, kinds
+        metrics = m.val(data={synthetic()!r}, imgsz=64, batch=2, device="cpu", plots=False, project={str(tmp_path)!r})
+        print("MAP", metrics.box.map)
+        print("TORCHSCRIPT", m.export(format="torchscript", imgsz=64))
+        if importlib.util.find_spec("onnx"):
+            print("ONNX", m.export(format="onnx", imgsz=64))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "MAP " in out.stdout and ".torchscript" in out.stdout
+
+
+def test_run_report(trained):
+    report = json.loads((trained.save_dir / REPORT_NAME).read_text())
+    assert report["schema_version"] == 1
+    assert report["recompute"] == "all"
+    assert [r["index"] for r in report["recomputed_layers"]] == list(trained.policy.indices)
+    assert report["recomputed_layers"][2] == {"index": 2, "type": "C3k2"}
+    assert (report["device"], report["imgsz"], report["batch"], report["amp"]) == ("cpu", 64, 2, False)
+    assert report["memory_source"] == "cpu_probe_live_tensors"
+    assert report["train_peak_allocated_bytes"] > report["val_peak_allocated_bytes"] > 0
+    assert report["train_steps_timed"] == trained.ema.updates - 3 and report["train_step_time_median_s"] > 0
+    assert set(report["metrics"]) >= {"box_mAP50", "box_mAP50-95"}
+    assert report["metrics"]["box_mAP50-95"] == report["ultralytics_metrics"]["metrics/mAP50-95(B)"]
+
+
+def test_ddp_file_round_trip(synthetic, tmp_path):
+    """The DDP launcher's file (cloudpickled trainer class, args, model, callbacks) rebuilds the policy (22, 23)."""
+    from ultralytics.utils.dist import ddp_cleanup, generate_ddp_file
+
+    from yolo_ckpt import apply_checkpointing
+
+    overrides = dict(model="yolo11n.yaml", data=synthetic(), recompute="0-4,SPPF", project=str(tmp_path), name="ddp")
+    trainer = CheckpointDetectionTrainer(overrides={**TRAIN, **overrides})
+    trainer.model = trainer.get_model(cfg="yolo11n.yaml", verbose=False)
+    apply_checkpointing(trainer.model, "0-4,SPPF")  # the pickled model must come out stock, and be re-patched
+    file = generate_ddp_file(trainer)
+    try:
+        out = subprocess.run([sys.executable, file], capture_output=True, text=True, timeout=300)
+    finally:
+        ddp_cleanup(trainer, file)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((trainer.save_dir / REPORT_NAME).read_text())
+    assert report["recompute"] == "0-4,SPPF"
+    assert [r["index"] for r in report["recomputed_layers"]] == [0, 1, 2, 3, 4, 9]
+
+
+def test_resume_restores_and_may_change_policy(synthetic, tmp_path):
+    """An interrupted run resumed with yolo-ckpt equals the same stock resume, with its policy restored (24)."""
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(trainer):
+        if trainer.epoch == 0:
+            raise Interrupted("simulated interruption after the first epoch's checkpoint")
+
+    final = {}
+    for name, trainer_cls, extra in (("stock", None, {}), ("ckpt", CheckpointDetectionTrainer, {"recompute": "0-2"})):
+        with pytest.raises(Interrupted):
+            train("yolo11n.yaml", synthetic(), tmp_path, name, trainer=trainer_cls, epochs=2, callbacks=[("on_model_save", interrupt)], **extra)
+        last = tmp_path / name / "weights" / "last.pt"
+        m = YOLO(last)
+        with count_recomputations() as counter:
+            m.train(resume=True, trainer=trainer_cls)
+        final[name] = m.trainer
+        assert m.trainer.start_epoch == 1 and m.trainer.epoch == 1
+    resumed = final["ckpt"]
+    assert resumed.args.recompute == "0-2" and resumed.policy.indices == (0, 1, 2)
+    assert counter.per_layer[0] > 0
+    assert_state_equal(final["stock"].model, resumed.model)
+    assert_state_equal(final["stock"].ema.ema, resumed.ema.ema)
+
+    changed = CheckpointDetectionTrainer(overrides={"resume": str(tmp_path / "ckpt" / "weights" / "last.pt"), "recompute": "all"})
+    assert changed.args.recompute == "all"

@@ -1,0 +1,103 @@
+"""The run report ``ckpt_report.json``: policy, settings, peak memory, step time and final metrics of a run.
+
+Key names carry their units (``_bytes``, ``_s``). The memory and benchmark tools read this file; bump
+``SCHEMA_VERSION`` when a key changes meaning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import statistics
+
+import torch
+import ultralytics
+
+REPORT_NAME = "ckpt_report.json"
+SCHEMA_VERSION = 1
+WARMUP_STEPS = 3  # steps left out of the median step time: first-call allocations, lazy init
+_SUFFIX = {"(B)": "box", "(M)": "mask", "(P)": "pose"}
+
+
+@contextlib.contextmanager
+def cuda_peak(trainer, section: str):
+    """Count the CUDA allocator's peak inside the block as ``section`` ("val") and the peak before it as "train"."""
+    if trainer.device.type != "cuda":
+        yield
+        return
+    _bank_cuda_peak(trainer, "train")
+    try:
+        yield
+    finally:
+        _bank_cuda_peak(trainer, section)
+
+
+def _bank_cuda_peak(trainer, section: str) -> None:
+    peaks = trainer.ckpt_stats[f"{section}_peak"]
+    peaks["allocated"] = max(peaks.get("allocated", 0), torch.cuda.max_memory_allocated(trainer.device))
+    peaks["reserved"] = max(peaks.get("reserved", 0), torch.cuda.max_memory_reserved(trainer.device))
+    torch.cuda.reset_peak_memory_stats(trainer.device)
+
+
+def task_metrics(metrics: dict) -> dict:
+    """Ultralytics' metric names -> ``box_mAP50``, ``box_mAP50-95``, ``mask_mAP50-95``, ``pose_...``, ``top1_accuracy``."""
+    out = {}
+    for key, value in (metrics or {}).items():
+        if not key.startswith("metrics/"):
+            continue
+        name = key[len("metrics/") :]
+        for suffix, kind in _SUFFIX.items():
+            if name.endswith(suffix):
+                out[f"{kind}_{name[: -len(suffix)]}"] = float(value)
+                break
+        else:
+            out[{"accuracy_top1": "top1_accuracy", "accuracy_top5": "top5_accuracy"}.get(name, name)] = float(value)
+    return out
+
+
+def build_run_report(trainer) -> dict:
+    """The report of a finished run of a Checkpoint*Trainer (see the module docstring for the keys)."""
+    from . import __version__
+
+    args = trainer.args
+    stats = trainer.ckpt_stats
+    steps = stats["step_s"][WARMUP_STEPS:]
+    if trainer.device.type == "cuda":
+        _bank_cuda_peak(trainer, "train")
+        source = "cuda_allocator"
+        train, val = stats["train_peak"], stats["val_peak"]
+    else:
+        source = "cpu_probe_live_tensors"
+        t, v = trainer.memory_probes() if stats["probe_batch"] is not None else (None, None)
+        train, val = {"allocated": t}, {"allocated": v}
+    policy = trainer.policy
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "versions": {"yolo_ckpt": __version__, "ultralytics": ultralytics.__version__, "torch": torch.__version__},
+        "task": args.task,
+        "model": str(args.model),
+        "data": str(args.data),
+        "recompute": args.recompute,
+        "recomputed_layers": policy.layers() if policy else [],
+        "device": str(trainer.device),
+        "imgsz": args.imgsz,
+        "batch": trainer.batch_size,
+        "amp": bool(trainer.amp),
+        "epochs": trainer.epoch + 1,
+        "memory_source": source,
+        "train_peak_allocated_bytes": train.get("allocated"),
+        "train_peak_reserved_bytes": train.get("reserved"),
+        "val_peak_allocated_bytes": val.get("allocated"),
+        "val_peak_reserved_bytes": val.get("reserved"),
+        "train_step_time_median_s": statistics.median(steps) if steps else None,
+        "train_steps_timed": len(steps),
+        "metrics": task_metrics(trainer.metrics),
+        "ultralytics_metrics": {k: float(v) for k, v in (trainer.metrics or {}).items()},
+    }
+
+
+def write_run_report(trainer) -> dict:
+    """Write :func:`build_run_report` to ``<save_dir>/ckpt_report.json`` and return it."""
+    data = build_run_report(trainer)
+    (trainer.save_dir / REPORT_NAME).write_text(json.dumps(data, indent=2))
+    return data
