@@ -7,8 +7,10 @@ activations) counted by yolo_ckpt.memory.LiveTensorTracker. Time: the median ove
 lower bound of the overhead: forward FLOPs of the recomputed layers / FLOPs of a whole step without recompute
 (torch.utils.flop_counter).
 
+Policies are ``recompute[:recompute_mode]``, e.g. ``all:selective``; several are separated by ``+``.
+
     python benchmarks/step_benchmark.py model=yolo11n.yaml imgsz=1536 batch=1 objects=20 pairs=7 \
-        policies=backbone,all out=benchmarks/results/step-yolo11n-1536
+        policies=backbone+all+all:selective out=benchmarks/results/step-yolo11n-1536
 """
 
 from __future__ import annotations
@@ -83,22 +85,25 @@ def main(argv: list[str]) -> dict:
     opts = dict(a.split("=", 1) for a in argv)
     model_cfg = opts.get("model", "yolo11n.yaml")
     imgsz, bs, objects = int(opts.get("imgsz", 1536)), int(opts.get("batch", 1)), int(opts.get("objects", 20))
-    pairs, policies = int(opts.get("pairs", 7)), opts.get("policies", "backbone,all").split(",")
+    pairs, policies = int(opts.get("pairs", 7)), opts.get("policies", "backbone+all").split("+")
     torch.manual_seed(0)
     model = DetectionModel(model_cfg, verbose=False).train()
     model.args = DEFAULT_CFG
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-6, momentum=0.9)
     batch = detect_batch(bs, imgsz, objects)
 
+    def use(policy: str):
+        recompute, _, mode = policy.partition(":")
+        return apply_checkpointing(model, recompute, mode=mode or "full")
+
     rows = {}
     for policy in ["none", *policies]:
-        chosen = apply_checkpointing(model, policy)
-        rows[policy] = {"layers": list(chosen.indices), "peak_bytes": peak_bytes(model, optimizer, batch)}
+        rows[policy] = {"layers": list(use(policy).indices), "peak_bytes": peak_bytes(model, optimizer, batch)}
     times = {p: [] for p in rows}
     for _ in range(pairs):
         for policy in policies:
             for p in (policy, "none"):  # interleaved: each policy next to its baseline
-                apply_checkpointing(model, p)
+                use(p)
                 t = time.perf_counter()
                 step(model, optimizer, batch)
                 times[p].append(time.perf_counter() - t)

@@ -33,3 +33,15 @@ def shared_datasets():
     if not SHARED_DATASETS.is_dir():
         pytest.skip(f"{SHARED_DATASETS} is absent: the real-data tests need the shared datasets beside the checkout")
     return SHARED_DATASETS
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op thread for many small ops on the shared 2-core machine (two spinning threads are slower there).
+    Bit-equality comparisons are always between runs under the same setting."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

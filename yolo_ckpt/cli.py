@@ -76,7 +76,7 @@ def prepare_train(args: list[str]):
     """
     from ultralytics import YOLO
 
-    from .policy import layout_of, resolve
+    from .policy import check_mode, layout_of, resolve
     from .trainer import trainer_for
 
     overrides = parse_train_args(args)
@@ -85,6 +85,7 @@ def prepare_train(args: list[str]):
         trainer_for(task)  # unsupported task: fail before building anything
     model = YOLO(overrides.pop("model", None) or f"yolo11n{MODEL_SUFFIX.get(task or 'detect', '')}.yaml", task=task)
     trainer = trainer_for(model.task)
+    check_mode(overrides.get("recompute_mode", DEFAULTS["recompute_mode"]))
     if "recompute" in overrides and not overrides.get("resume"):
         resolve(overrides["recompute"], layout_of(model.model.yaml))
     if overrides.get("data") is None and not overrides.get("resume"):

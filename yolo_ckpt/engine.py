@@ -29,12 +29,29 @@ from collections import Counter
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from .policy import ModelLayout, RecomputePolicy, resolve
 
 _ACTIVE_COUNTERS: list[RecomputeCounter] = []
-_RECOMPUTED_CLASSES: dict[type, type] = {}
+_RECOMPUTED_CLASSES: dict[tuple[type, str], type] = {}
+aten = torch.ops.aten
+# What recompute_mode="selective" keeps: the outputs of convolutions, matrix products and attention, which are
+# expensive to recompute; BatchNorm, activations, elementwise ops and cat/split are recomputed (Chen et al. 2016,
+# section 4.2). Kept as data, as in torchtitan's activation_checkpoint.py op save-list.
+SELECTIVE_SAVE_OPS = frozenset(
+    {
+        aten.convolution.default,
+        aten.mm.default,
+        aten.addmm.default,
+        aten.bmm.default,
+        aten.baddbmm.default,
+        aten._scaled_dot_product_flash_attention.default,
+        aten._scaled_dot_product_flash_attention_for_cpu.default,
+        aten._scaled_dot_product_efficient_attention.default,
+        aten._scaled_dot_product_cudnn_attention.default,
+    }
+)
 
 
 class RecomputeCounter:
@@ -69,7 +86,7 @@ def count_recomputations():
 
 @contextlib.contextmanager
 def _recompute_context(layer: nn.Module):
-    """Entered by ``torch.utils.checkpoint`` around the backward recomputation of ``layer``."""
+    """Entered by ``torch.utils.checkpoint`` around the backward recomputation of ``layer`` (eager mode)."""
     # The forward pass already updated the BatchNorm running statistics: put them back after the recompute.
     # (Turning track_running_stats off instead changes what batch_norm saves for backward, which checkpoint rejects.)
     stats = [b for m in layer.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) for b in m.buffers()]
@@ -84,32 +101,62 @@ def _recompute_context(layer: nn.Module):
                 b.copy_(v)
 
 
-def _contexts(layer: nn.Module):
+def _selective_policy(ctx, op, *args, **kwargs) -> CheckpointPolicy:
+    """Keep the outputs of the expensive ops, recompute the rest (BatchNorm, activations, elementwise, cat/split)."""
+    return CheckpointPolicy.MUST_SAVE if op in SELECTIVE_SAVE_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+@contextlib.contextmanager
+def _entered(*managers):
+    with contextlib.ExitStack() as stack:
+        for m in managers:
+            stack.enter_context(m)
+        yield
+
+
+def _eager_contexts(layer: nn.Module, mode: str):
+    if mode == "selective":
+        forward, recompute = create_selective_checkpoint_contexts(_selective_policy)
+        return forward, _entered(_recompute_context(layer), recompute)  # BN snapshot outside the SAC mode
     return contextlib.nullcontext(), _recompute_context(layer)
 
 
 class RecomputedLayer(nn.Module):
     """Mixin placed before a layer's own class: its forward runs under activation checkpointing when training.
 
-    Not instantiated directly: :func:`apply_checkpointing` swaps a layer's class for ``Recomputed<Class>``.
+    Not instantiated directly: :func:`apply_checkpointing` swaps a layer's class for ``Recomputed<Class>``
+    (``recompute_mode="full"``) or ``SelectiveRecomputed<Class>`` (``"selective"``).
     """
+
+    recompute_mode = "full"
 
     def forward(self, *args, **kwargs):
         """The stock forward, checkpointed while training with grad enabled and a trainable parameter."""
         stock_forward = super().forward
-        if self.training and torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()):
-            return checkpoint(
-                stock_forward, *args, use_reentrant=False, context_fn=functools.partial(_contexts, self), **kwargs
-            )
-        return stock_forward(*args, **kwargs)
+        if not (self.training and torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())):
+            return stock_forward(*args, **kwargs)
+        if torch.compiler.is_compiling():
+            # Dynamo takes only a context_fn made in the traced code that returns two dispatch modes. No BatchNorm
+            # guard is needed there: AOT autograd applies buffer mutations once, after the forward graph.
+            options = {}
+            if self.recompute_mode == "selective":
+                options["context_fn"] = functools.partial(create_selective_checkpoint_contexts, _selective_policy)
+        else:
+            options = {"context_fn": functools.partial(_eager_contexts, self, self.recompute_mode)}
+        return checkpoint(stock_forward, *args, use_reentrant=False, **options, **kwargs)
 
     def __reduce_ex__(self, protocol):
-        # Pickle as the stock class: last.pt/best.pt and DDP files must load without yolo_ckpt.
+        # Pickle as the stock class: last.pt/best.pt and DDP files must load without yolo_ckpt. Copies (copy.copy,
+        # deepcopy for EMA and AutoBatch's probe) keep the patched class.
         # copyreg._reconstructor is what pickle itself uses for protocols 0-1; __newobj__ would insist on type(self).
         return copyreg._reconstructor, (_stock_class(type(self)), object, None), self.__getstate__()
 
+    def __copy__(self):
+        new = type(self).__new__(type(self))
+        new.__setstate__(dict(self.__getstate__()))
+        return new
+
     def __deepcopy__(self, memo):
-        # deepcopy (EMA, AutoBatch's probe) keeps the patched class; only pickling goes stock.
         new = type(self).__new__(type(self))
         memo[id(self)] = new
         new.__setstate__(copy.deepcopy(self.__getstate__(), memo))
@@ -120,12 +167,12 @@ def _stock_class(cls: type) -> type:
     return cls.__dict__["_stock_class"] if issubclass(cls, RecomputedLayer) else cls
 
 
-def _recomputed_class(stock: type) -> type:
-    if stock not in _RECOMPUTED_CLASSES:
-        _RECOMPUTED_CLASSES[stock] = type(
-            f"Recomputed{stock.__name__}", (RecomputedLayer, stock), {"__module__": __name__, "_stock_class": stock}
-        )
-    return _RECOMPUTED_CLASSES[stock]
+def _recomputed_class(stock: type, mode: str) -> type:
+    if (stock, mode) not in _RECOMPUTED_CLASSES:
+        name = f"{'Selective' if mode == 'selective' else ''}Recomputed{stock.__name__}"
+        attrs = {"__module__": __name__, "_stock_class": stock, "recompute_mode": mode}
+        _RECOMPUTED_CLASSES[stock, mode] = type(name, (RecomputedLayer, stock), attrs)
+    return _RECOMPUTED_CLASSES[stock, mode]
 
 
 def _layers(model: nn.Module) -> nn.Sequential:
@@ -137,7 +184,7 @@ def _layers(model: nn.Module) -> nn.Sequential:
 
 
 def checkpointed_layers(model: nn.Module) -> list[int]:
-    """Indices of the layers of ``model.model`` that currently run under activation checkpointing."""
+    """Indices of the layers of ``model.model`` under activation checkpointing (``layer.recompute_mode`` says how)."""
     return [i for i, m in enumerate(_layers(model).model) if isinstance(m, RecomputedLayer)]
 
 
@@ -148,7 +195,7 @@ def remove_checkpointing(model: nn.Module) -> None:
             m.__class__ = _stock_class(type(m))
 
 
-def apply_checkpointing(model: nn.Module, recompute="backbone", frozen=()) -> RecomputePolicy:
+def apply_checkpointing(model: nn.Module, recompute="backbone", frozen=(), mode: str = "full") -> RecomputePolicy:
     """Recompute the layers selected by ``recompute=`` in backward instead of keeping their activations.
 
     Works on a bare Ultralytics ``BaseModel`` (detect, segment, obb, pose, classify), no trainer needed.
@@ -158,19 +205,23 @@ def apply_checkpointing(model: nn.Module, recompute="backbone", frozen=()) -> Re
         model: an Ultralytics ``BaseModel`` (optionally wrapped in DDP or ``torch.compile``).
         recompute: a ``recompute=`` value, see :mod:`yolo_ckpt.policy`.
         frozen: indices of layers frozen with ``freeze=``, left alone.
+        mode: ``"full"`` recomputes the whole layer; ``"selective"`` keeps the outputs of its convolutions, matrix
+            products and attention (:data:`SELECTIVE_SAVE_OPS`) and recomputes the rest, with PyTorch's selective
+            activation checkpointing (``create_selective_checkpoint_contexts``): less memory saved, at much less
+            recompute time.
 
     Returns:
         The resolved :class:`~yolo_ckpt.policy.RecomputePolicy` (parameter-free and frozen layers dropped).
 
     Raises:
-        ValueError: for an invalid ``recompute=`` value (see :func:`yolo_ckpt.policy.resolve`); the model is then
-            left unchanged.
+        ValueError: for an invalid ``recompute=`` value (see :func:`yolo_ckpt.policy.resolve`) or ``mode``; the
+            model is then left unchanged.
         TypeError: if ``model`` is not an Ultralytics ``BaseModel``.
     """
     inner = _layers(model)
-    policy = resolve(recompute, ModelLayout.from_model(inner), frozen)
+    policy = resolve(recompute, ModelLayout.from_model(inner), frozen, mode)
     remove_checkpointing(inner)
     for i in policy.indices:
         layer = inner.model[i]
-        layer.__class__ = _recomputed_class(type(layer))
+        layer.__class__ = _recomputed_class(type(layer), mode)
     return policy

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SECTIONS = ("backbone", "neck", "all")
+MODES = ("full", "selective")  # recompute_mode=: whole layers, or only their cheap ops (yolo_ckpt.engine)
 CHOICES = "valid choices: none, backbone, neck, all, layer indices and ranges ('0-4,6'), module names ('C3k2,SPPF'), joined by commas"
 
 
@@ -90,11 +91,13 @@ class RecomputePolicy:
         spec: the ``recompute=`` value as the user gave it, as a string (``"backbone"``, ``"0-4,6"``).
         indices: sorted indices of the layers to recompute.
         types: the type name of each layer in ``indices``.
+        mode: ``"full"`` or ``"selective"`` recomputation (``recompute_mode=``).
     """
 
     spec: str
     indices: tuple[int, ...]
     types: tuple[str, ...]
+    mode: str = "full"
 
     def layers(self) -> list[dict]:
         """``[{"index": i, "type": "C3k2"}, ...]``, as written into run reports."""
@@ -102,7 +105,7 @@ class RecomputePolicy:
 
     def __str__(self) -> str:
         body = ", ".join(f"{i}:{t}" for i, t in zip(self.indices, self.types)) or "no layers"
-        return f"recompute={self.spec} -> {len(self.indices)} layers [{body}]"
+        return f"recompute={self.spec} recompute_mode={self.mode} -> {len(self.indices)} layers [{body}]"
 
 
 def spec_string(spec) -> str:
@@ -139,7 +142,13 @@ def check_spec(spec) -> None:
             raise ValueError(f"recompute={spec_string(spec)!r}: range '{t}' is empty (start > end), write '{hi}-{lo}'; {CHOICES}")
 
 
-def resolve(spec, layout: ModelLayout, frozen=()) -> RecomputePolicy:
+def check_mode(mode) -> None:
+    """Raise ``ValueError`` naming the valid modes unless ``mode`` is a ``recompute_mode=`` value."""
+    if mode not in MODES:
+        raise ValueError(f"recompute_mode={mode!r} is not valid; valid modes: {', '.join(MODES)}")
+
+
+def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> RecomputePolicy:
     """Resolve a ``recompute=`` value against a model's layout.
 
     Args:
@@ -147,15 +156,18 @@ def resolve(spec, layout: ModelLayout, frozen=()) -> RecomputePolicy:
             ints or names, or ``None``/``False`` (no recomputation).
         layout: the model's :class:`ModelLayout`.
         frozen: indices of frozen layers (``freeze=``), dropped from the result.
+        mode: the ``recompute_mode=`` carried by the result.
 
     Returns:
         The :class:`RecomputePolicy`; parameter-free and frozen layers are dropped.
 
     Raises:
         ValueError: naming the bad value, the model's sections and the valid choices, for an unknown name (with
-            close matches), an index out of range, the final head, or ``neck`` on a model without one.
+            close matches), an index out of range, the final head, or ``neck`` on a model without one; or
+            naming the valid modes for a bad ``mode``.
     """
     check_spec(spec)
+    check_mode(mode)
     text = spec_string(spec)
     head = layout.head
     chosen: set[int] = set()
@@ -187,13 +199,13 @@ def resolve(spec, layout: ModelLayout, frozen=()) -> RecomputePolicy:
                 f"{layout.describe()}"
             )
         if not matches:
-            vocabulary = ["none", *SECTIONS, *sorted(set(layout.types[:head]))]
-            close = difflib.get_close_matches(token, vocabulary, n=3, cutoff=0.5)
+            vocabulary = {v.lower(): v for v in ["none", *SECTIONS, *sorted(set(layout.types[:head]))]}
+            close = [vocabulary[c] for c in difflib.get_close_matches(key, vocabulary, n=3, cutoff=0.5)]
             hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
             raise ValueError(f"recompute={text!r}: unknown layer name or section '{token}'{hint}; {layout.describe()}")
         chosen.update(matches - {head})
-    indices = tuple(sorted(chosen - layout.param_free - set(frozen)))
-    return RecomputePolicy(spec=text, indices=indices, types=tuple(layout.types[i] for i in indices))
+    indices = tuple(sorted(chosen - layout.param_free - set(frozen or ())))
+    return RecomputePolicy(spec=text, indices=indices, types=tuple(layout.types[i] for i in indices), mode=mode)
 
 
 def layout_of(model_arg) -> ModelLayout:

@@ -78,6 +78,7 @@ def build_run_report(trainer) -> dict:
         "model": str(args.model),
         "data": str(args.data),
         "recompute": args.recompute,
+        "recompute_mode": args.recompute_mode,
         "recomputed_layers": policy.layers() if policy else [],
         "device": str(trainer.device),
         "imgsz": args.imgsz,

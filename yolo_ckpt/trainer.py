@@ -28,7 +28,7 @@ from ultralytics.utils.torch_utils import unwrap_model
 
 from . import report
 from .engine import apply_checkpointing
-from .policy import check_spec, layout_of, resolve
+from .policy import check_mode, check_spec, layout_of, resolve
 
 DEFAULTS_PATH = Path(__file__).parent / "cfg" / "default.yaml"
 DEFAULTS: dict = YAML.load(DEFAULTS_PATH)
@@ -65,10 +65,12 @@ class CheckpointTrainerMixin:
         """Take yolo-ckpt's keys out of ``overrides``/``cfg``, validate them, then build the Ultralytics trainer.
 
         Raises:
-            ValueError: for an invalid ``recompute=`` value, before any file or folder is written.
+            ValueError: for an invalid ``recompute=`` or ``recompute_mode=`` value, before any file or folder is
+                written.
         """
         overrides = dict(overrides or {})
         given = {k: overrides.pop(k) for k in DEFAULTS if k in overrides}
+        check_mode(given.get("recompute_mode", DEFAULTS["recompute_mode"]))
         if "recompute" in given:
             check_spec(given["recompute"])
             if not overrides.get("resume") and overrides.get("model"):
@@ -87,7 +89,9 @@ class CheckpointTrainerMixin:
     def setup_model(self):
         """Build or load the model as Ultralytics does, then apply the recompute policy and log it."""
         ckpt = super().setup_model()
-        self.policy = apply_checkpointing(self.model, self.args.recompute, frozen=frozen_layers(self.args.freeze))
+        self.policy = apply_checkpointing(
+            self.model, self.args.recompute, frozen=frozen_layers(self.args.freeze), mode=self.args.recompute_mode
+        )
         if RANK in {-1, 0}:
             LOGGER.info(f"{PREFIX}activation checkpointing {self.policy}")
         return ckpt

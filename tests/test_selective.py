@@ -1,0 +1,154 @@
+"""recompute_mode=selective, mixed precision and torch.compile: same results as without recomputation."""
+
+import copy
+
+import pytest
+import torch
+from ultralytics import YOLO
+from ultralytics.nn.tasks import DetectionModel
+from ultralytics.utils import DEFAULT_CFG
+
+from yolo_ckpt import apply_checkpointing, count_recomputations, trainer_for
+from yolo_ckpt.engine import SELECTIVE_SAVE_OPS
+from yolo_ckpt.memory import LiveTensorTracker
+
+TRAIN = dict(epochs=1, batch=2, nbs=2, imgsz=64, workers=0, device="cpu", plots=False, exist_ok=True, seed=0)
+
+
+def build(cfg="yolo11n.yaml"):
+    torch.manual_seed(0)
+    model = DetectionModel(cfg, verbose=False).train()
+    model.args = DEFAULT_CFG
+    return model
+
+
+def detect_batch(imgsz=64, batch=2, objects=5):
+    g = torch.Generator().manual_seed(0)
+    n = batch * objects
+    return {
+        "img": torch.rand(batch, 3, imgsz, imgsz, generator=g),
+        "batch_idx": torch.arange(batch).repeat_interleave(objects).float(),
+        "cls": torch.zeros(n, 1),
+        "bboxes": torch.cat([torch.rand(n, 2, generator=g) * 0.6 + 0.2, torch.full((n, 2), 0.1)], 1),
+    }
+
+
+def assert_state_equal(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    assert list(sa) == list(sb)
+    different = [k for k in sa if not torch.equal(sa[k], sb[k])]
+    assert not different, f"{len(different)} tensors differ, e.g. {different[:5]}"
+
+
+@pytest.mark.parametrize("model, task", [("yolo11n.yaml", "detect"), ("yolo11n-seg.yaml", "segment")])
+def test_selective_training_equals_stock(model, task, synthetic, tmp_path):
+    """Weights, BN buffers and EMA after >= 3 optimizer steps equal stock training, recomputation counted."""
+    stock = YOLO(model)
+    stock.train(data=synthetic(task), project=str(tmp_path), name="stock", **TRAIN)
+    ckpt = YOLO(model)
+    with count_recomputations() as counter:
+        ckpt.train(
+            data=synthetic(task),
+            trainer=trainer_for(task),
+            recompute="all",
+            recompute_mode="selective",
+            project=str(tmp_path),
+            name="selective",
+            **TRAIN,
+        )
+    steps, layers = ckpt.trainer.ema.updates, len(ckpt.trainer.policy.indices)
+    assert steps >= 3 and ckpt.trainer.policy.mode == "selective"
+    assert type(ckpt.trainer.model.model[2]).__name__ == "SelectiveRecomputedC3k2"
+    assert counter.total == (steps + 1) * layers  # +1: the run report's CPU memory probe
+    bn = ckpt.trainer.model.model[0].bn
+    assert bn.num_batches_tracked.item() == steps
+    assert_state_equal(stock.trainer.model, ckpt.trainer.model)
+    assert_state_equal(stock.trainer.ema.ema, ckpt.trainer.ema.ema)
+
+
+def test_selective_keeps_expensive_outputs_and_saves_less():
+    """Selective saves less than none and more than full (it keeps the convolution outputs)."""
+    batch = detect_batch(imgsz=256)
+    peaks = {}
+    for mode in ("none", "full", "selective"):
+        model = build()
+        if mode != "none":
+            apply_checkpointing(model, "all", mode=mode)
+        with LiveTensorTracker() as tracker:
+            tracker.track(list(model.parameters()), batch)
+            loss, _ = model.loss(batch)
+            loss.sum().backward()
+        peaks[mode] = tracker.peak_bytes
+    assert peaks["full"] < peaks["selective"] < 0.85 * peaks["none"]
+    assert torch.ops.aten.convolution.default in SELECTIVE_SAVE_OPS
+    assert torch.ops.aten.native_batch_norm.default not in SELECTIVE_SAVE_OPS
+
+
+@pytest.mark.parametrize("mode", ["full", "selective"])
+def test_bf16_autocast_gradients_equal(mode):
+    """Recomputation runs under the forward's autocast state: bf16 gradients equal those without it (6)."""
+    batch = detect_batch()
+    ref, ckpt = build(), build()
+    apply_checkpointing(ckpt, "all", mode=mode)
+    with count_recomputations() as counter:
+        for model in (ref, ckpt):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss, _ = model.loss(batch)
+            loss.sum().backward()
+    assert counter.total == 17
+    grads = [(a.grad, b.grad) for a, b in zip(ref.parameters(), ckpt.parameters()) if a.grad is not None]
+    assert grads and all(torch.equal(a, b) for a, b in grads)
+    assert_state_equal(ref, ckpt)
+
+
+def test_bad_mode_fails_before_run_dir(synthetic, tmp_path):
+    with pytest.raises(ValueError, match="recompute_mode='partial' is not valid; valid modes: full, selective"):
+        YOLO("yolo11n.yaml").train(
+            data=synthetic(), trainer=trainer_for("detect"), recompute_mode="partial", project=str(tmp_path)
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
+def saved_for_backward_bytes(fn) -> int:
+    """Bytes of the distinct storages autograd saves for backward while ``fn`` runs."""
+    seen = {}
+
+    def pack(t):
+        seen[t.untyped_storage()._cdata] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(seen.values())
+
+
+def test_compile_aot_eager_two_steps():
+    """Compiled (aot_eager) training with recompute=backbone, both modes: no graph break, BN updated once per
+    forward, weights and BN buffers equal to the compiled run without recomputation (tolerance 0), and the memory
+    saved for backward still drops (10)."""
+    import torch._dynamo
+
+    batch = detect_batch()
+    states, saved = {}, {}
+    for mode in ("none", "full", "selective"):
+        torch._dynamo.reset()
+        model = build()
+        if mode != "none":
+            apply_checkpointing(model, "backbone", mode=mode)
+            explanation = torch._dynamo.explain(copy.deepcopy(model))(batch["img"])
+            assert explanation.graph_break_count == 0, explanation.break_reasons
+            torch._dynamo.reset()
+        compiled = torch.compile(model, backend="aot_eager")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        for _ in range(2):
+            optimizer.zero_grad()
+            loss, _ = model.loss(batch, compiled(batch["img"]))
+            loss.sum().backward()
+            optimizer.step()
+        assert model.model[0].bn.num_batches_tracked.item() == 2
+        states[mode] = copy.deepcopy(model.state_dict())
+        saved[mode] = saved_for_backward_bytes(lambda: compiled(batch["img"]))
+    for mode in ("full", "selective"):
+        assert all(torch.equal(states["none"][k], states[mode][k]) for k in states["none"])
+        assert saved[mode] < 0.9 * saved["none"]
+    assert saved["full"] < saved["selective"]
