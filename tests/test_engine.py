@@ -4,6 +4,7 @@ Models are built from YAML (no download); small images (64 px) except for the me
 """
 
 import copy
+import os
 import io
 import subprocess
 import sys
