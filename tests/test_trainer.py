@@ -211,6 +211,7 @@ def test_ddp_file_round_trip(synthetic, tmp_path):
     report = json.loads((trainer.save_dir / REPORT_NAME).read_text())
     assert report["recompute"] == "0-4,SPPF"
     assert [r["index"] for r in report["recomputed_layers"]] == [0, 1, 2, 3, 4, 9]
+    assert report["train_steps_timed"] == 4 - 3  # 8 images, batch 2: callbacks registered once in the worker
 
 
 def test_resume_restores_and_may_change_policy(synthetic, tmp_path):
@@ -241,3 +242,15 @@ def test_resume_restores_and_may_change_policy(synthetic, tmp_path):
 
     changed = CheckpointDetectionTrainer(overrides={"resume": str(tmp_path / "ckpt" / "weights" / "last.pt"), "recompute": "all"})
     assert changed.args.recompute == "all"
+    args_yaml = (tmp_path / "ckpt" / "args.yaml").read_text()
+    with pytest.raises(ValueError, match=r"did you mean 'C3k2'\?"):  # checked against the resumed model, before any write
+        CheckpointDetectionTrainer(overrides={"resume": str(tmp_path / "ckpt" / "weights" / "last.pt"), "recompute": "C3k3"})
+    assert (tmp_path / "ckpt" / "args.yaml").read_text() == args_yaml
+
+
+@pytest.mark.parametrize("freeze, frozen", [(3, [0, 1, 2]), ([0, 2, "3.cv1"], [0, 2]), ((0, 1, 2), []), (False, [])])
+def test_frozen_layers_read_like_ultralytics(freeze, frozen):
+    """Only an int or a list freezes layers in BaseTrainer._setup_train (the CLI's freeze=0,1,2 is a tuple: none)."""
+    from yolo_ckpt.trainer import frozen_layers
+
+    assert frozen_layers(freeze) == frozen

@@ -72,7 +72,9 @@ def prepare_train(args: list[str]):
 
     Raises:
         SyntaxError: for unknown keys. ValueError: for an invalid ``recompute=`` value or an unsupported task.
-            Both before any run directory is created.
+        AssertionError: for a key without a value (Ultralytics' parser). FileNotFoundError: for a missing
+        ``cfg=`` file or model. NotImplementedError: for a model Ultralytics' YOLO class cannot train (RT-DETR).
+        All before any run directory is created.
     """
     from ultralytics import YOLO
 
@@ -86,7 +88,7 @@ def prepare_train(args: list[str]):
     model = YOLO(overrides.pop("model", None) or f"yolo11n{MODEL_SUFFIX.get(task or 'detect', '')}.yaml", task=task)
     trainer = trainer_for(model.task)
     check_mode(overrides.get("recompute_mode", DEFAULTS["recompute_mode"]))
-    if "recompute" in overrides and not overrides.get("resume"):
+    if "recompute" in overrides:
         resolve(overrides["recompute"], layout_of(model.model.yaml))
     if overrides.get("data") is None and not overrides.get("resume"):
         from .synthetic import synthetic_dataset
@@ -99,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``yolo-ckpt`` console script; returns the exit status (2 for bad input)."""
     args = sys.argv[1:] if argv is None else list(argv)
     command = args[0].lstrip("-") if args else "help"
-    if command in {"help", "h"}:
+    if command in {"help", "h"} or {"help", "-h", "--help"} & set(args[1:]):
         print(help_text())
         return 0
     if command != "train":
@@ -107,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         model, trainer, overrides = prepare_train(args[1:])
-    except (SyntaxError, ValueError) as e:
+    except (SyntaxError, ValueError, AssertionError, FileNotFoundError, NotImplementedError) as e:
         print(f"yolo-ckpt: error: {e}", file=sys.stderr)
         return 2
     model.train(trainer=trainer, **overrides)

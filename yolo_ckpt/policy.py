@@ -75,7 +75,7 @@ class ModelLayout:
         def span(r: range) -> str:
             return f"layers {r.start}-{r.stop - 1}" if len(r) else "no layers"
 
-        names = sorted({t for i, t in enumerate(self.types) if i != self.head})
+        names = sorted({t for i, t in enumerate(self.types) if i != self.head and i not in self.param_free})
         return (
             f"this model has backbone ({span(self.section('backbone'))}), neck ({span(self.section('neck'))}) "
             f"and the final head (layer {self.head}, {self.types[self.head]}, never recomputed); "
@@ -117,29 +117,30 @@ def spec_string(spec) -> str:
     return str(spec)
 
 
-def _tokens(spec) -> list[str]:
+def _tokens(spec, choices: str = CHOICES) -> list[str]:
     """Split a spec into stripped tokens; raise ``ValueError`` for types no parser makes."""
     if spec is True or not (spec is None or spec is False or isinstance(spec, (str, int, list, tuple))):
-        raise ValueError(f"recompute={spec!r} is not a valid value; {CHOICES}")
+        raise ValueError(f"recompute={spec!r} is not a valid value; {choices}")
     return [t.strip() for t in spec_string(spec).split(",") if t.strip()]
 
 
-def check_spec(spec) -> None:
-    """Check the form of a ``recompute=`` value without a model (a trainer does this before any file is written).
+def check_spec(spec, choices: str = CHOICES) -> None:
+    """Check the form of a ``recompute=`` value without a model; ``choices`` ends each error message (the valid
+    choices, or the model's sections and choices when :func:`resolve` calls it).
 
     Raises:
         ValueError: for a value of the wrong type, an empty value, ``none`` combined with other tokens, or a
             malformed range such as ``4-2``.
     """
-    tokens = _tokens(spec)
+    tokens = _tokens(spec, choices)
     if not tokens:
-        raise ValueError(f"recompute={spec!r} is empty; {CHOICES}")
+        raise ValueError(f"recompute={spec!r} is empty; {choices}")
     if "none" in (t.lower() for t in tokens) and len(tokens) > 1:
-        raise ValueError(f"recompute={spec_string(spec)!r} combines 'none' with other layers; {CHOICES}")
+        raise ValueError(f"recompute={spec_string(spec)!r} combines 'none' with other layers; {choices}")
     for t in tokens:
         lo, sep, hi = t.partition("-")
         if sep and lo.isdigit() and hi.isdigit() and int(lo) > int(hi):
-            raise ValueError(f"recompute={spec_string(spec)!r}: range '{t}' is empty (start > end), write '{hi}-{lo}'; {CHOICES}")
+            raise ValueError(f"recompute={spec_string(spec)!r}: range '{t}' is empty (start > end), write '{hi}-{lo}'; {choices}")
 
 
 def check_mode(mode) -> None:
@@ -166,7 +167,7 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
             close matches), an index out of range, the final head, or ``neck`` on a model without one; or
             naming the valid modes for a bad ``mode``.
     """
-    check_spec(spec)
+    check_spec(spec, layout.describe())
     check_mode(mode)
     text = spec_string(spec)
     head = layout.head
@@ -200,7 +201,7 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
             )
         if not matches:
             vocabulary = {v.lower(): v for v in ["none", *SECTIONS, *sorted(set(layout.types[:head]))]}
-            close = [vocabulary[c] for c in difflib.get_close_matches(key, vocabulary, n=3, cutoff=0.5)]
+            close = [vocabulary[c] for c in difflib.get_close_matches(key, vocabulary, n=3, cutoff=0.6)]
             hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
             raise ValueError(f"recompute={text!r}: unknown layer name or section '{token}'{hint}; {layout.describe()}")
         chosen.update(matches - {head})

@@ -36,12 +36,21 @@ PREFIX = colorstr("yolo-ckpt: ")
 
 
 def frozen_layers(freeze) -> list[int]:
-    """Layer indices that Ultralytics' ``freeze=`` freezes: an int ``n`` -> ``0..n-1``, a list -> its ints."""
-    if isinstance(freeze, bool) or freeze is None:
-        return []
-    if isinstance(freeze, int):
+    """Layer indices that Ultralytics' ``freeze=`` freezes, as ``BaseTrainer._setup_train`` reads it: an int ``n``
+    -> ``0..n-1``, a list -> its integer entries, anything else (a tuple included) -> none."""
+    if isinstance(freeze, list):
+        return [int(x) for x in freeze if str(x).isdigit()]
+    if isinstance(freeze, int) and not isinstance(freeze, bool):
         return list(range(freeze))
-    return [int(x) for x in freeze if str(x).isdigit()]
+    return []
+
+
+def _model_source(overrides: dict):
+    """The checkpoint or YAML the trainer will build its model from: the resumed ``last.pt``, else ``model=``."""
+    resume = overrides.get("resume")
+    if isinstance(resume, (str, Path)) and Path(resume).is_file():
+        return resume
+    return overrides.get("model")
 
 
 def _on_train_batch_start(trainer) -> None:
@@ -58,6 +67,13 @@ def _on_train_end(trainer) -> None:
     report.write_run_report(trainer)
 
 
+CALLBACKS = {
+    "on_train_batch_start": _on_train_batch_start,
+    "on_train_batch_end": _on_train_batch_end,
+    "on_train_end": _on_train_end,
+}
+
+
 class CheckpointTrainerMixin:
     """Adds activation checkpointing and the run report to an Ultralytics task trainer (place it first)."""
 
@@ -72,9 +88,11 @@ class CheckpointTrainerMixin:
         given = {k: overrides.pop(k) for k in DEFAULTS if k in overrides}
         check_mode(given.get("recompute_mode", DEFAULTS["recompute_mode"]))
         if "recompute" in given:
-            check_spec(given["recompute"])
-            if not overrides.get("resume") and overrides.get("model"):
-                resolve(given["recompute"], layout_of(overrides["model"]))  # the model's own errors, before mkdir
+            source = _model_source(overrides)
+            if source:  # the model's own errors (sections, names, indices), before any file is written
+                resolve(given["recompute"], layout_of(source))
+            else:
+                check_spec(given["recompute"])
         super().__init__(cfg, overrides, _callbacks)
         for k, default in DEFAULTS.items():  # given > restored by resume (train_args) > default
             setattr(self.args, k, given.get(k, getattr(self.args, k, default)))
@@ -82,9 +100,9 @@ class CheckpointTrainerMixin:
             YAML.save(self.save_dir / "args.yaml", vars(self.args))  # again, now with yolo-ckpt's keys
         self.policy = None
         self.ckpt_stats = {"step_s": [], "probe_batch": None, "train_peak": {}, "val_peak": {}}
-        self.add_callback("on_train_batch_start", _on_train_batch_start)
-        self.add_callback("on_train_batch_end", _on_train_batch_end)
-        self.add_callback("on_train_end", _on_train_end)
+        for event, callback in CALLBACKS.items():  # the DDP worker gets them back in _callbacks already
+            if callback not in self.callbacks[event]:
+                self.add_callback(event, callback)
 
     def setup_model(self):
         """Build or load the model as Ultralytics does, then apply the recompute policy and log it."""
@@ -94,6 +112,8 @@ class CheckpointTrainerMixin:
         )
         if RANK in {-1, 0}:
             LOGGER.info(f"{PREFIX}activation checkpointing {self.policy}")
+            if not self.policy.indices and self.policy.spec != "none":
+                LOGGER.warning(f"{PREFIX}recompute={self.policy.spec} selects no layer with trainable parameters")
         return ckpt
 
     def preprocess_batch(self, batch):
