@@ -1,4 +1,4 @@
-"""The ``yolo-ckpt`` command: ``yolo-ckpt train key=value ...`` and ``yolo-ckpt help``.
+"""The ``yolo-ckpt`` command: ``train``, ``profile``, ``plan`` and ``help``, with ``yolo``'s ``key=value`` syntax.
 
 ``train`` takes every ``yolo train`` argument with the same syntax and defaults (parsed with Ultralytics' own
 helpers from ``ultralytics.cfg``), plus yolo-ckpt's keys (``yolo_ckpt/cfg/default.yaml``). Two offline-safe
@@ -15,7 +15,13 @@ from ultralytics.utils import DEFAULT_CFG_DICT, YAML
 
 from .trainer import DEFAULTS, DEFAULTS_PATH
 
-COMMANDS = {"train": "train a model with activation checkpointing", "help": "show this help"}
+COMMANDS = {
+    "train": "train a model with activation checkpointing",
+    "profile": "per-layer memory and FLOPs table and estimated peak of a training step: none against recompute=",
+    "plan": "largest imgsz and batch that fit memory_budget= for none, backbone, all and auto",
+    "help": "show this help",
+}
+ESTIMATE_KEYS = {"objects": 20}  # profile/plan: objects per image the loss is estimated for (trainers count the data)
 MODEL_SUFFIX = {"detect": "", "segment": "-seg", "obb": "-obb", "pose": "-pose", "classify": "-cls"}
 
 
@@ -28,22 +34,30 @@ def help_text() -> str:
     return (
         "usage: yolo-ckpt COMMAND [TASK] key=value ...\n\n"
         f"commands:\n{commands}\n\n"
-        "example:\n  yolo-ckpt train data=path/to/data.yaml model=yolo11s.yaml imgsz=1536 recompute=backbone\n\n"
+        "examples:\n  yolo-ckpt train data=path/to/data.yaml model=yolo11s.yaml imgsz=1536 recompute=backbone\n"
+        "  yolo-ckpt profile model=yolo11s.yaml imgsz=1536 batch=8 recompute=all\n"
+        "  yolo-ckpt plan model=yolo11s.yaml memory_budget=16GB imgsz=1536 batch=8 format=json\n\n"
         "train takes every 'yolo train' argument (see 'yolo cfg'), with the same syntax and defaults, except:\n"
         "  data   default: the built-in synthetic dataset of the task (1600 px aerial-like scenes)\n"
         "  model  default: yolo11n.yaml (yolo11n-seg.yaml, ...) built from scratch, nothing is downloaded\n\n"
         f"yolo-ckpt's keys (defaults from {DEFAULTS_PATH.name}):\n{keys}\n"
+        f"  objects: {ESTIMATE_KEYS['objects']} # profile and plan: objects per image for the loss estimate\n"
+        "  format: text # profile and plan: text or json\n"
     )
 
 
-def parse_train_args(args: list[str]) -> dict:
+def parse_train_args(args: list[str], extra: dict | None = None) -> dict:
     """``["data=x.yaml", "imgsz=1536", "segment", "cfg=my.yaml"]`` -> overrides dict, the way ``yolo`` parses them.
+
+    Args:
+        args: the words after the command.
+        extra: further valid keys and their defaults (profile and plan take ``objects=``).
 
     Raises:
         SyntaxError: for an unknown key (with Ultralytics' suggestions of similar keys) or a bare word that is
             neither a task nor a boolean key.
     """
-    valid = {**DEFAULT_CFG_DICT, **DEFAULTS}
+    valid = {**DEFAULT_CFG_DICT, **DEFAULTS, **(extra or {})}
     overrides: dict = {}
     for a in merge_equals_args(args):
         a = a.removeprefix("--").rstrip(",")
@@ -78,7 +92,7 @@ def prepare_train(args: list[str]):
     """
     from ultralytics import YOLO
 
-    from .policy import check_mode, layout_of, resolve
+    from .policy import check_mode, layout_of, resolve, spec_string
     from .trainer import trainer_for
 
     overrides = parse_train_args(args)
@@ -88,13 +102,145 @@ def prepare_train(args: list[str]):
     model = YOLO(overrides.pop("model", None) or f"yolo11n{MODEL_SUFFIX.get(task or 'detect', '')}.yaml", task=task)
     trainer = trainer_for(model.task)
     check_mode(overrides.get("recompute_mode", DEFAULTS["recompute_mode"]))
-    if "recompute" in overrides:
+    if spec_string(overrides.get("recompute", "")).strip().lower() != "auto" and "recompute" in overrides:
         resolve(overrides["recompute"], layout_of(model.model.yaml))
     if overrides.get("data") is None and not overrides.get("resume"):
         from .synthetic import synthetic_dataset
 
         overrides["data"] = str(synthetic_dataset(model.task))
     return model, trainer, overrides
+
+
+def _estimate_setup(args: list[str]):
+    """Parse profile/plan arguments; build the (detection) model from model= without downloading."""
+    from ultralytics import YOLO
+
+    from .policy import check_mode
+
+    opts = {"model": "yolo11n.yaml", "imgsz": 640, "batch": 8, "format": "text", **ESTIMATE_KEYS, **parse_train_args(args, ESTIMATE_KEYS)}
+    check_mode(opts.get("recompute_mode", DEFAULTS["recompute_mode"]))
+    if opts["format"] not in {"text", "json"}:
+        raise ValueError(f"format={opts['format']!r} is not valid here; valid: text, json")
+    yolo = YOLO(opts["model"])
+    if yolo.task != "detect":
+        raise ValueError(f"profile and plan estimate detection models; model={opts['model']} is a {yolo.task} model")
+    model = yolo.model.train()
+    model.args = yolo.overrides | {k: v for k, v in DEFAULT_CFG_DICT.items() if k not in yolo.overrides}
+    from ultralytics.utils import IterableSimpleNamespace
+
+    model.args = IterableSimpleNamespace(**model.args)
+    return model, opts
+
+
+def profile_table(profile, policy) -> "pandas.DataFrame":
+    """Per-layer rows of a ``recompute=none`` :class:`~yolo_ckpt.memory.StepProfile` (MiB, GFLOPs), the layers of
+    ``policy`` marked, and a total row: the saved-for-backward column adds up to the total."""
+    import pandas as pd
+
+    rows = [
+        {
+            "layer": r.index,
+            "type": r.type,
+            "output_MiB": r.output_bytes / 2**20,
+            "saved_MiB": r.saved_bytes / 2**20,
+            "freed_if_recomputed_MiB": r.freeable_bytes / 2**20,
+            "forward_GFLOPs": r.forward_flops / 1e9,
+            "recompute": policy.mode if r.index in policy.indices else "",
+        }
+        for r in profile.layers
+    ]
+    table = pd.DataFrame(rows)
+    total = table.drop(columns=["layer", "type", "recompute"]).sum()
+    return pd.concat([table, pd.DataFrame([{"layer": "total", "type": "", **total, "recompute": ""}])], ignore_index=True)
+
+
+def profile(args: list[str]) -> dict:
+    """``yolo-ckpt profile``: estimate one training step for none and for ``recompute=`` (default: backbone)."""
+    import json
+
+    from ultralytics.utils import TQDM
+
+    from .estimate import calibrate_loss, estimate_step
+    from .policy import ModelLayout, resolve
+
+    model, opts = _estimate_setup(args)
+    spec, mode = opts.get("recompute", DEFAULTS["recompute"]), opts.get("recompute_mode", DEFAULTS["recompute_mode"])
+    policy = resolve(spec, ModelLayout.from_model(model), mode=mode)
+    amp = bool(opts.get("amp", False)) and opts.get("amp") != "fp32"
+    steps = TQDM(total=3, desc="yolo-ckpt profile: calibrating the loss, estimating none, estimating the policy")
+    loss_model = calibrate_loss(model)
+    steps.update()
+    results = {}
+    for name, recompute in (("none", "none"), ("policy", spec)):
+        results[name] = estimate_step(model, opts["imgsz"], opts["batch"], opts["objects"], recompute, mode, amp=amp, loss_model=loss_model)
+        steps.update()
+    steps.close()
+    table = profile_table(results["none"], policy)
+    summary = {
+        "model": opts["model"], "imgsz": opts["imgsz"], "batch": opts["batch"], "objects": opts["objects"], "amp": amp,
+        "recompute": policy.spec, "recompute_mode": mode, "recomputed_layers": policy.layers(),
+        "estimated_peak_bytes": {"none": results["none"].peak_bytes, "policy": results["policy"].peak_bytes},
+        "phase_peak_bytes": {k: r.phase_peak_bytes for k, r in results.items()},
+        "loss_bytes": results["none"].loss_bytes, "static_bytes": results["none"].static_bytes,
+        "layers": table.to_dict("records"),
+    }
+    if opts["format"] == "json":
+        print(json.dumps(summary, indent=2))
+    else:
+        print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+        none, pol = results["none"], results["policy"]
+        print(f"\nparameters, buffers, optimizer state and the batch: {none.static_bytes / 2**20:.1f} MiB")
+        print(f"loss/assigner ({opts['objects']} objects per image): {none.loss_bytes / 2**20:.1f} MiB at its peak")
+        print(f"estimated peak, recompute=none: {none.peak_bytes / 2**20:.1f} MiB")
+        print(f"estimated peak, {policy}: {pol.peak_bytes / 2**20:.1f} MiB ({pol.peak_bytes / none.peak_bytes:.2f}x)")
+    return summary
+
+
+def plan(args: list[str]) -> list[dict]:
+    """``yolo-ckpt plan``: for none, backbone, all and auto, the largest imgsz (at ``batch=``) and batch (at
+    ``imgsz=``) that fit ``memory_budget=``, and each policy's recompute cost at ``imgsz`` and ``batch``."""
+    import json
+
+    import pandas as pd
+    from ultralytics.utils import TQDM
+
+    from .planner import MemoryModel, parse_budget
+    from .policy import ModelLayout, resolve
+
+    model, opts = _estimate_setup(args)
+    if opts.get("memory_budget") is None:
+        raise ValueError("plan needs memory_budget= (bytes with a unit, e.g. memory_budget=16GB)")
+    budget = parse_budget(opts["memory_budget"], None)
+    imgsz, batch = opts["imgsz"], opts["batch"]
+    amp = bool(opts.get("amp", False)) and opts.get("amp") != "fp32"
+    stride = int(max(model.stride))
+    layout = ModelLayout.from_model(model)
+    with TQDM(total=2, desc="yolo-ckpt plan: estimating the model, planning auto") as steps:
+        memory = MemoryModel(model, imgsz, batch, opts["objects"], amp=amp)
+        steps.update()
+        try:
+            auto = memory.plan(budget, batch, imgsz).indices
+        except ValueError:
+            auto = None  # even 'all' does not fit at this imgsz and batch
+        steps.update()
+    rows = []
+    for name in ("none", "backbone", "all", "auto"):
+        indices = resolve(name, layout).indices if name != "auto" else (auto if auto is not None else memory.candidates)
+        flops = sum(memory.flops[i] for i in indices) * batch / memory.base.batch
+        rows.append({
+            "recompute": name if name != "auto" else f"auto ({','.join(map(str, indices)) or 'none'})",
+            f"max_imgsz_at_batch_{batch}": memory.largest_imgsz(indices, budget, batch, stride),
+            f"max_batch_at_imgsz_{imgsz}": memory.largest_batch(indices, budget, imgsz),
+            "fits": memory.peak(indices, batch, imgsz) <= budget if name != "auto" else auto is not None,
+            "recompute_GFLOPs": flops / 1e9,
+            "recompute_pct_of_step": 100 * flops / (memory.step_flops * batch / memory.base.batch),
+        })
+    if opts["format"] == "json":
+        print(json.dumps({"model": opts["model"], "memory_budget_bytes": budget, "imgsz": imgsz, "batch": batch, "policies": rows}, indent=2))
+    else:
+        print(f"{opts['model']}, memory_budget={budget / 2**30:.2f} GiB, {opts['objects']} objects per image")
+        print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,11 +250,15 @@ def main(argv: list[str] | None = None) -> int:
     if command in {"help", "h"} or {"help", "-h", "--help"} & set(args[1:]):
         print(help_text())
         return 0
-    if command != "train":
+    if command not in COMMANDS:
         print(f"yolo-ckpt: unknown command '{args[0]}'; commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     try:
-        model, trainer, overrides = prepare_train(args[1:])
+        if command == "train":
+            model, trainer, overrides = prepare_train(args[1:])
+        else:
+            {"profile": profile, "plan": plan}[command](args[1:])
+            return 0
     except (SyntaxError, ValueError, AssertionError, FileNotFoundError, NotImplementedError) as e:
         print(f"yolo-ckpt: error: {e}", file=sys.stderr)
         return 2

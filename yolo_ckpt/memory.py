@@ -114,6 +114,8 @@ class LayerRow:
         saved_bytes: bytes of the tensors autograd saves for backward during the layer's forward, counted at the
             first layer that saves each storage (so the rows add up to the step's total). A recomputed layer saves
             none: its input is kept by the checkpoint instead.
+        freeable_bytes: the part of ``saved_bytes`` that recomputing the layer frees: all but its inputs, which
+            the checkpoint keeps (an input saved here is often the previous layer's output, alive anyway).
         forward_flops: FLOPs of the layer's forward pass (``torch.utils.flop_counter``), the cost of recomputing it.
         recompute: ``"full"``, ``"selective"`` or ``None``.
     """
@@ -122,6 +124,7 @@ class LayerRow:
     type: str
     output_bytes: int
     saved_bytes: int
+    freeable_bytes: int
     forward_flops: int
     recompute: str | None
 
@@ -185,8 +188,9 @@ class _LayerAccounting:
     """Forward hooks on each layer that attribute output and saved-for-backward bytes to it."""
 
     def __init__(self, model):
-        self.rows = {i: [0, 0] for i in range(len(model.model))}  # index -> [output bytes, saved bytes]
+        self.rows = {i: [0, 0, 0] for i in range(len(model.model))}  # index -> [output, saved, freeable] bytes
         self._seen: set[int] = set()
+        self._inputs: set[int] = set()
         self._stack: list = []
         self._handles = []
         for i, layer in enumerate(model.model):
@@ -195,6 +199,7 @@ class _LayerAccounting:
 
     def _pre(self, i):
         def hook(module, args):
+            self._inputs = {t.untyped_storage()._cdata for t in tree_leaves(args) if isinstance(t, torch.Tensor)}
             ctx = torch.autograd.graph.saved_tensors_hooks(self._pack(i), lambda t: t)
             ctx.__enter__()
             self._stack.append(ctx)
@@ -215,6 +220,8 @@ class _LayerAccounting:
             if key not in self._seen:
                 self._seen.add(key)
                 self.rows[i][1] += t.untyped_storage().nbytes()
+                if key not in self._inputs:
+                    self.rows[i][2] += t.untyped_storage().nbytes()
             return t
 
         return pack

@@ -23,7 +23,7 @@ from pathlib import Path
 
 SECTIONS = ("backbone", "neck", "all")
 MODES = ("full", "selective")  # recompute_mode=: whole layers, or only their cheap ops (yolo_ckpt.engine)
-CHOICES = "valid choices: none, backbone, neck, all, layer indices and ranges ('0-4,6'), module names ('C3k2,SPPF'), joined by commas"
+CHOICES = "valid choices: none, backbone, neck, all, layer indices and ranges ('0-4,6'), module names ('C3k2,SPPF'), joined by commas, or auto (with memory_budget=)"
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,8 @@ def check_spec(spec, choices: str = CHOICES) -> None:
             malformed range such as ``4-2``.
     """
     tokens = _tokens(spec, choices)
+    if [t.lower() for t in tokens] == ["auto"]:
+        return
     if not tokens:
         raise ValueError(f"recompute={spec!r} is empty; {choices}")
     if "none" in (t.lower() for t in tokens) and len(tokens) > 1:
@@ -170,6 +172,9 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
     check_spec(spec, layout.describe())
     check_mode(mode)
     text = spec_string(spec)
+    if text.strip().lower() == "auto":
+        raise ValueError("recompute=auto is decided by the planner for a memory budget: give memory_budget= to a "
+                         "Checkpoint*Trainer, or use yolo_ckpt.planner.MemoryModel.plan() on a bare model")
     head = layout.head
     chosen: set[int] = set()
     for token in _tokens(spec):

@@ -93,6 +93,15 @@ def build_run_report(trainer) -> dict:
         "val_peak_reserved_bytes": val.get("reserved"),
         "train_step_time_median_s": statistics.median(steps) if steps else None,
         "train_steps_timed": len(steps),
+        "plan": None if trainer.plan is None else {
+            "recompute": trainer.plan.recompute,
+            "budget_bytes": trainer.plan.budget_bytes,
+            "estimated_peak_bytes": trainer.plan.estimated_peak_bytes,
+            "batch": trainer.plan.batch,
+            "imgsz": trainer.plan.imgsz,
+            "recompute_flops": trainer.plan.recompute_flops,
+            "recompute_cost_fraction": trainer.plan.recompute_cost,
+        },
         "metrics": task_metrics(trainer.metrics),
         "ultralytics_metrics": {k: float(v) for k, v in (trainer.metrics or {}).items()},
     }

@@ -14,6 +14,7 @@ back), while the saved model holds only stock Ultralytics classes.
 
 from __future__ import annotations
 
+import copy
 import time
 from pathlib import Path
 
@@ -24,11 +25,13 @@ from ultralytics.models.yolo.obb import OBBTrainer
 from ultralytics.models.yolo.pose import PoseTrainer
 from ultralytics.models.yolo.segment import SegmentationTrainer
 from ultralytics.utils import DEFAULT_CFG, LOGGER, RANK, YAML, IterableSimpleNamespace, colorstr
+from ultralytics.utils.patches import override_configs
 from ultralytics.utils.torch_utils import unwrap_model
 
 from . import report
 from .engine import apply_checkpointing
-from .policy import check_mode, check_spec, layout_of, resolve
+from .planner import MemoryModel, Plan, parse_budget
+from .policy import check_mode, check_spec, layout_of, resolve, spec_string
 
 DEFAULTS_PATH = Path(__file__).parent / "cfg" / "default.yaml"
 DEFAULTS: dict = YAML.load(DEFAULTS_PATH)
@@ -87,9 +90,10 @@ class CheckpointTrainerMixin:
         overrides = dict(overrides or {})
         given = {k: overrides.pop(k) for k in DEFAULTS if k in overrides}
         check_mode(given.get("recompute_mode", DEFAULTS["recompute_mode"]))
+        self._check_planning(given, overrides)
         if "recompute" in given:
             source = _model_source(overrides)
-            if source:  # the model's own errors (sections, names, indices), before any file is written
+            if source and spec_string(given["recompute"]).strip().lower() != "auto":  # the model's own errors
                 resolve(given["recompute"], layout_of(source))
             else:
                 check_spec(given["recompute"])
@@ -98,17 +102,83 @@ class CheckpointTrainerMixin:
             setattr(self.args, k, given.get(k, getattr(self.args, k, default)))
         if RANK in {-1, 0}:
             YAML.save(self.save_dir / "args.yaml", vars(self.args))  # again, now with yolo-ckpt's keys
-        self.policy = None
+        self.policy = self.plan = None
         self.ckpt_stats = {"step_s": [], "probe_batch": None, "train_peak": {}, "val_peak": {}}
         for event, callback in CALLBACKS.items():  # the DDP worker gets them back in _callbacks already
             if callback not in self.callbacks[event]:
                 self.add_callback(event, callback)
 
+    def _check_planning(self, given: dict, overrides: dict) -> None:
+        """recompute=auto and batch=-1 need a budget on the CPU and a detection model; check before any write."""
+        auto = spec_string(given.get("recompute", "")).strip().lower() == "auto"
+        autobatch = float(overrides.get("batch", DEFAULT_CFG.batch)) < 1
+        cpu = str(overrides.get("device", "")).lower() == "cpu" or not torch.cuda.is_available()
+        if given.get("memory_budget") is not None:
+            parse_budget(given["memory_budget"], None if cpu else 1)  # the form only: the device is not set up yet
+        what = "recompute=auto" if auto else "batch=-1" if autobatch else None
+        if what and cpu and given.get("memory_budget") is None:
+            raise ValueError(f"{what} on the CPU needs memory_budget= (bytes with a unit, e.g. memory_budget=8GB)")
+        if what and isinstance(self, (SegmentationTrainer, OBBTrainer, PoseTrainer, ClassificationTrainer)):
+            raise ValueError(f"{what} plans memory for detection models; for this task give a named policy and a batch")
+
+    def _budget(self) -> int:
+        """memory_budget= in bytes; on CUDA by default batch=-1's fraction (AutoBatch's 0.6) of the memory available."""
+        available = None
+        if self.device.type == "cuda":  # as AutoBatch counts it: free memory plus what this process has reserved
+            available = torch.cuda.mem_get_info(self.device)[0] + torch.cuda.memory_reserved(self.device)
+        if self.args.memory_budget is not None:
+            return parse_budget(self.args.memory_budget, available)
+        return int((self.args.batch if 0 < self.args.batch < 1 else 0.6) * available)
+
+    def _memory_model(self, batch: int):
+        """The planner's memory model of this run's model at its imgsz, with the dataset's most objects per image
+        (x4 for mosaic, as Ultralytics' AutoBatch counts them)."""
+        with override_configs(self.args, overrides={"cache": False}) as self.args:
+            dataset = self.build_dataset(self.data["train"], mode="train", batch=16)
+        objects = max(len(label["cls"]) for label in dataset.labels) * 4
+        model = copy.deepcopy(unwrap_model(self.model)).cpu()
+        model.args = self.args  # the loss's hyperparameters (set_model_attributes has not run yet in setup_model)
+        amp = self.device.type == "cuda" and self.args.amp not in {False, "fp32"}
+        return MemoryModel(model, self.args.imgsz, batch, objects=max(objects, 1), amp=amp)
+
+    def _plan_recompute(self) -> str:
+        """recompute=auto: the cheapest layer set that fits the budget at this run's batch and imgsz."""
+        if self.args.batch < 1:
+            LOGGER.info(f"{PREFIX}recompute=auto with batch=-1: recompute every layer, then take the largest batch")
+            return "all"
+        self.plan = self._memory_model(self.args.batch).plan(self._budget(), self.args.batch, self.args.imgsz)
+        LOGGER.info(
+            f"{PREFIX}plan for memory_budget={self.plan.budget_bytes / 2**30:.2f} GiB: recompute={self.plan.recompute}, "
+            f"estimated peak {self.plan.estimated_peak_bytes / 2**30:.2f} GiB at batch={self.plan.batch} "
+            f"imgsz={self.plan.imgsz}, recompute cost {self.plan.recompute_cost:.1%} of a step's FLOPs"
+        )
+        return self.plan.recompute
+
+    def auto_batch(self):
+        """batch=-1 (or a fraction): the largest batch whose estimated peak, with the policy applied, fits the
+        budget; on any device (Ultralytics' AutoBatch profiles CUDA only, and the unpatched model's needs).
+
+        Raises:
+            ValueError: when not even batch 1 fits, saying the need.
+        """
+        budget, imgsz = self._budget(), self.args.imgsz
+        memory = self._memory_model(2)
+        batch = memory.largest_batch(self.policy.indices, budget, imgsz)
+        if batch < 1:
+            need = memory.peak(self.policy.indices, 1, imgsz)
+            raise ValueError(f"memory_budget={budget / 2**30:.2f} GiB is below batch=1's estimated need of {need / 2**30:.2f} GiB at imgsz={imgsz} with {self.policy}")
+        LOGGER.info(f"{PREFIX}batch={batch}: the largest that fits memory_budget={budget / 2**30:.2f} GiB at imgsz={imgsz} ({self.policy.spec})")
+        self.plan = self.plan or Plan(self.policy.spec, self.policy.indices, memory.peak(self.policy.indices, batch, imgsz), budget, sum(memory.flops[i] for i in self.policy.indices), memory.step_flops, batch, imgsz)
+        return batch
+
     def setup_model(self):
         """Build or load the model as Ultralytics does, then apply the recompute policy and log it."""
         ckpt = super().setup_model()
+        recompute = self.args.recompute
+        if spec_string(recompute).strip().lower() == "auto":
+            recompute = self._plan_recompute()
         self.policy = apply_checkpointing(
-            self.model, self.args.recompute, frozen=frozen_layers(self.args.freeze), mode=self.args.recompute_mode
+            self.model, recompute, frozen=frozen_layers(self.args.freeze), mode=self.args.recompute_mode
         )
         if RANK in {-1, 0}:
             LOGGER.info(f"{PREFIX}activation checkpointing {self.policy}")
