@@ -109,6 +109,10 @@ class MemoryModel:
         self.flops = {i: rows[i].forward_flops for i in self.candidates}
         self.step_flops = 3 * sum(r.forward_flops for r in rows)  # backward costs about twice the forward
 
+    def flops_of(self, recompute) -> int:
+        """Forward FLOPs recomputed per step by a ``recompute=`` value (at the base batch and imgsz)."""
+        return sum(self.flops[i] for i in resolve(recompute, self.layout).indices)
+
     def _scale(self, batch: int, imgsz: int) -> float:
         return batch * imgsz**2 / (self.base.batch * self.base.imgsz**2)
 
