@@ -15,36 +15,19 @@ Policies are ``recompute[:recompute_mode]``, e.g. ``all:selective``; several are
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 from ultralytics.nn.tasks import DetectionModel
 from ultralytics.utils import DEFAULT_CFG
 
-import yolo_ckpt
+from results_io import provenance, publish
+
 from yolo_ckpt import apply_checkpointing
-from yolo_ckpt.memory import LiveTensorTracker
-
-
-def detect_batch(batch: int, imgsz: int, objects: int, seed: int = 0) -> dict:
-    """A fixed detection batch: (batch, 3, imgsz, imgsz) images in [0, 1] and ``objects`` boxes per image."""
-    g = torch.Generator().manual_seed(seed)
-    n = batch * objects
-    xy = torch.rand(n, 2, generator=g) * 0.8 + 0.1
-    wh = torch.rand(n, 2, generator=g) * 0.04 + 0.01  # small objects: 1-5 % of the image side
-    return {
-        "img": torch.rand(batch, 3, imgsz, imgsz, generator=g),
-        "batch_idx": torch.arange(batch).repeat_interleave(objects).float(),
-        "cls": torch.zeros(n, 1),
-        "bboxes": torch.cat([xy, wh], 1),
-    }
+from yolo_ckpt.memory import LiveTensorTracker, detect_batch
 
 
 def step(model, optimizer, batch) -> None:
@@ -123,14 +106,7 @@ def main(argv: list[str]) -> dict:
         "objects_per_image": objects,
         "pairs": pairs,
         "step_flops": step_flops,
-        "machine": {
-            "cpu": platform.processor() or platform.machine(),
-            "cores": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "gpu": None,
-        },
-        "versions": {"yolo_ckpt": yolo_ckpt.__version__, "torch": torch.__version__},
-        "command": "python benchmarks/step_benchmark.py " + " ".join(argv),
+        **provenance(argv),
         "policies": rows,
     }
     lines = [
@@ -144,12 +120,7 @@ def main(argv: list[str]) -> dict:
             f"| {p} | {len(r['layers'])} | {r['peak_bytes'] / 2**20:.0f} | {r['peak_ratio']:.2f}x | "
             f"{r['step_time_median_s']:.2f} | {r['time_ratio']:.2f}x | {r['flop_lower_bound_ratio']:.2f}x |"
         )
-    print("\n".join(lines))
-    if "out" in opts:
-        out = Path(opts["out"])
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "result.json").write_text(json.dumps(result, indent=2))
-        (out / "result.md").write_text("\n".join(lines) + "\n")
+    publish(result, lines, opts.get("out"))
     return result
 
 

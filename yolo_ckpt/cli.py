@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from ultralytics.cfg import TASKS, check_dict_alignment, merge_equals_args, parse_key_value_pair
-from ultralytics.utils import DEFAULT_CFG_DICT, YAML
+from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT, YAML
 
 from .trainer import DEFAULTS, DEFAULTS_PATH
 
@@ -92,7 +92,7 @@ def prepare_train(args: list[str]):
     """
     from ultralytics import YOLO
 
-    from .policy import check_mode, layout_of, resolve, spec_string
+    from .policy import check_mode, is_auto, layout_of, resolve
     from .trainer import trainer_for
 
     overrides = parse_train_args(args)
@@ -102,7 +102,7 @@ def prepare_train(args: list[str]):
     model = YOLO(overrides.pop("model", None) or f"yolo11n{MODEL_SUFFIX.get(task or 'detect', '')}.yaml", task=task)
     trainer = trainer_for(model.task)
     check_mode(overrides.get("recompute_mode", DEFAULTS["recompute_mode"]))
-    if spec_string(overrides.get("recompute", "")).strip().lower() != "auto" and "recompute" in overrides:
+    if "recompute" in overrides and not is_auto(overrides["recompute"]):
         resolve(overrides["recompute"], layout_of(model.model.yaml))
     if overrides.get("data") is None and not overrides.get("resume"):
         from .synthetic import synthetic_dataset
@@ -117,7 +117,9 @@ def _estimate_setup(args: list[str]):
 
     from .policy import check_mode
 
-    opts = {"model": "yolo11n.yaml", "imgsz": 640, "batch": 8, "format": "text", **ESTIMATE_KEYS, **parse_train_args(args, ESTIMATE_KEYS)}
+    defaults = {"model": "yolo11n.yaml", "imgsz": 640, "batch": 8, "amp": False, "format": "text", **ESTIMATE_KEYS}
+    opts = {**defaults, **parse_train_args(args, ESTIMATE_KEYS)}
+    opts["amp"] = opts["amp"] not in {False, None, "fp32"}  # estimate with 2-byte activations
     check_mode(opts.get("recompute_mode", DEFAULTS["recompute_mode"]))
     if opts["format"] not in {"text", "json"}:
         raise ValueError(f"format={opts['format']!r} is not valid here; valid: text, json")
@@ -125,10 +127,7 @@ def _estimate_setup(args: list[str]):
     if yolo.task != "detect":
         raise ValueError(f"profile and plan estimate detection models; model={opts['model']} is a {yolo.task} model")
     model = yolo.model.train()
-    model.args = yolo.overrides | {k: v for k, v in DEFAULT_CFG_DICT.items() if k not in yolo.overrides}
-    from ultralytics.utils import IterableSimpleNamespace
-
-    model.args = IterableSimpleNamespace(**model.args)
+    model.args = DEFAULT_CFG  # the loss's hyperparameters: their values do not change its memory
     return model, opts
 
 
@@ -166,18 +165,17 @@ def profile(args: list[str]) -> dict:
     model, opts = _estimate_setup(args)
     spec, mode = opts.get("recompute", DEFAULTS["recompute"]), opts.get("recompute_mode", DEFAULTS["recompute_mode"])
     policy = resolve(spec, ModelLayout.from_model(model), mode=mode)
-    amp = bool(opts.get("amp", False)) and opts.get("amp") != "fp32"
     steps = TQDM(total=3, desc="yolo-ckpt profile: calibrating the loss, estimating none, estimating the policy")
     loss_model = calibrate_loss(model)
     steps.update()
     results = {}
     for name, recompute in (("none", "none"), ("policy", spec)):
-        results[name] = estimate_step(model, opts["imgsz"], opts["batch"], opts["objects"], recompute, mode, amp=amp, loss_model=loss_model)
+        results[name] = estimate_step(model, opts["imgsz"], opts["batch"], opts["objects"], recompute, mode, amp=opts["amp"], loss_model=loss_model)
         steps.update()
     steps.close()
     table = profile_table(results["none"], policy)
     summary = {
-        "model": opts["model"], "imgsz": opts["imgsz"], "batch": opts["batch"], "objects": opts["objects"], "amp": amp,
+        "model": opts["model"], "imgsz": opts["imgsz"], "batch": opts["batch"], "objects": opts["objects"], "amp": opts["amp"],
         "recompute": policy.spec, "recompute_mode": mode, "recomputed_layers": policy.layers(),
         "estimated_peak_bytes": {"none": results["none"].peak_bytes, "policy": results["policy"].peak_bytes},
         "phase_peak_bytes": {k: r.phase_peak_bytes for k, r in results.items()},
@@ -212,11 +210,10 @@ def plan(args: list[str]) -> list[dict]:
         raise ValueError("plan needs memory_budget= (bytes with a unit, e.g. memory_budget=16GB)")
     budget = parse_budget(opts["memory_budget"], None)
     imgsz, batch = opts["imgsz"], opts["batch"]
-    amp = bool(opts.get("amp", False)) and opts.get("amp") != "fp32"
     stride = int(max(model.stride))
     layout = ModelLayout.from_model(model)
     with TQDM(total=2, desc="yolo-ckpt plan: estimating the model, planning auto") as steps:
-        memory = MemoryModel(model, imgsz, batch, opts["objects"], amp=amp)
+        memory = MemoryModel(model, imgsz, batch, opts["objects"], amp=opts["amp"])
         steps.update()
         try:
             auto = memory.plan(budget, batch, imgsz).indices

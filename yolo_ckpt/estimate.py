@@ -118,7 +118,7 @@ def estimate_step(
     with FakeCopyMode(fake_mode):
         fake = copy.deepcopy(model).train()
     policy = apply_checkpointing(fake, recompute, mode=mode)
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp)
+    autocast = functools.partial(torch.autocast, "cpu", dtype=torch.bfloat16, enabled=amp)
     with fake_mode:
         images = torch.empty(batch, 3, imgsz, imgsz)
         per_layer_flops = layer_flops(fake, images) if flops else [0] * len(fake.model)
@@ -138,8 +138,7 @@ def estimate_step(
                 return sum((t.float() * t.float()).sum() for t in tree_leaves(preds) if isinstance(t, torch.Tensor))
 
             fwd_end = [0]
-            with autocast:
-                peaks, _ = _run_step(fake, {"img": images}, opt, stand_in_loss, tracker)
+            peaks, _ = _run_step(fake, {"img": images}, opt, stand_in_loss, tracker, autocast)
         accounting.remove()
     loss_peak = loss_model(batch, anchors(imgsz, model.stride.tolist()), objects)
     phases = {

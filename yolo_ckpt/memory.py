@@ -9,6 +9,7 @@ subtracts them when the storage is freed (a ``weakref.finalize``). The same idea
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import weakref
 from dataclasses import asdict, dataclass, field
@@ -240,14 +241,18 @@ def layer_flops(model, images: torch.Tensor) -> list[int]:
     return [int(sum(counts.get(f"{root}.model.{i}", {}).values())) for i in range(len(model.model))]
 
 
-def _run_step(model, batch, optimizer, loss_fn, tracker):
-    """Forward, loss, backward, optimizer step; returns the per-phase peaks and the bytes alive before the loss."""
+def _run_step(model, batch, optimizer, loss_fn, tracker, autocast=None):
+    """Forward, loss, backward, optimizer step; returns the per-phase peaks and the bytes alive before the loss.
+    ``autocast`` (a context manager) covers the forward and the loss, as in Ultralytics' training step."""
+    autocast = autocast or contextlib.nullcontext
     peaks = {}
     tracker.start_phase()
-    preds = model(batch["img"])
+    with autocast():
+        preds = model(batch["img"])
     peaks["forward"] = tracker.phase_peak_bytes
     before_loss = tracker.start_phase()
-    loss = loss_fn(preds)
+    with autocast():
+        loss = loss_fn(preds)
     peaks["loss"] = tracker.phase_peak_bytes
     tracker.start_phase()
     loss.backward()

@@ -176,9 +176,16 @@ class MemoryModel:
             spec = ",".join(map(str, indices)) or "none"
             check = self.estimate(spec, batch, imgsz)
             if check.peak_bytes <= budget:
-                return Plan(spec, tuple(indices), check.peak_bytes, budget, sum(self.flops[i] for i in indices), self.step_flops, batch, imgsz)
+                return self.as_plan(indices, check.peak_bytes, budget, batch, imgsz)
             rest = sorted(set(self.candidates) - set(indices), key=lambda i: -self.freed[i] / max(self.flops[i], 1))
             indices = tuple(sorted((*indices, rest[0]))) if rest else None
+
+    def as_plan(self, indices, peak_bytes: int, budget: int, batch: int, imgsz: int) -> Plan:
+        """A :class:`Plan` of these layers, with their recompute FLOPs at this batch and imgsz."""
+        k = self._scale(batch, imgsz)
+        spec = ",".join(map(str, sorted(indices))) or "none"
+        flops = int(k * sum(self.flops[i] for i in indices))
+        return Plan(spec, tuple(sorted(indices)), peak_bytes, budget, flops, int(k * self.step_flops), batch, imgsz)
 
     def estimate(self, recompute, batch: int, imgsz: int) -> StepProfile:
         """A fake-pass estimate (no per-layer FLOPs) of ``recompute`` at this batch and imgsz."""

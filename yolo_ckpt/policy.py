@@ -124,6 +124,11 @@ def _tokens(spec, choices: str = CHOICES) -> list[str]:
     return [t.strip() for t in spec_string(spec).split(",") if t.strip()]
 
 
+def is_auto(spec) -> bool:
+    """Whether a ``recompute=`` value is ``auto`` (the planner picks the layers for ``memory_budget=``)."""
+    return spec_string(spec).strip().lower() == "auto"
+
+
 def check_spec(spec, choices: str = CHOICES) -> None:
     """Check the form of a ``recompute=`` value without a model; ``choices`` ends each error message (the valid
     choices, or the model's sections and choices when :func:`resolve` calls it).
@@ -133,7 +138,7 @@ def check_spec(spec, choices: str = CHOICES) -> None:
             malformed range such as ``4-2``.
     """
     tokens = _tokens(spec, choices)
-    if [t.lower() for t in tokens] == ["auto"]:
+    if is_auto(spec):
         return
     if not tokens:
         raise ValueError(f"recompute={spec!r} is empty; {choices}")
@@ -172,7 +177,7 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
     check_spec(spec, layout.describe())
     check_mode(mode)
     text = spec_string(spec)
-    if text.strip().lower() == "auto":
+    if is_auto(spec):
         raise ValueError("recompute=auto is decided by the planner for a memory budget: give memory_budget= to a "
                          "Checkpoint*Trainer, or use yolo_ckpt.planner.MemoryModel.plan() on a bare model")
     head = layout.head

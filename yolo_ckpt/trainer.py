@@ -30,8 +30,8 @@ from ultralytics.utils.torch_utils import unwrap_model
 
 from . import report
 from .engine import apply_checkpointing
-from .planner import MemoryModel, Plan, parse_budget
-from .policy import check_mode, check_spec, layout_of, resolve, spec_string
+from .planner import MemoryModel, parse_budget
+from .policy import check_mode, check_spec, is_auto, layout_of, resolve
 
 DEFAULTS_PATH = Path(__file__).parent / "cfg" / "default.yaml"
 DEFAULTS: dict = YAML.load(DEFAULTS_PATH)
@@ -93,7 +93,7 @@ class CheckpointTrainerMixin:
         self._check_planning(given, overrides)
         if "recompute" in given:
             source = _model_source(overrides)
-            if source and spec_string(given["recompute"]).strip().lower() != "auto":  # the model's own errors
+            if source and not is_auto(given["recompute"]):  # the model's own errors, before any file is written
                 resolve(given["recompute"], layout_of(source))
             else:
                 check_spec(given["recompute"])
@@ -110,7 +110,7 @@ class CheckpointTrainerMixin:
 
     def _check_planning(self, given: dict, overrides: dict) -> None:
         """recompute=auto and batch=-1 need a budget on the CPU and a detection model; check before any write."""
-        auto = spec_string(given.get("recompute", "")).strip().lower() == "auto"
+        auto = is_auto(given.get("recompute", ""))
         autobatch = float(overrides.get("batch", DEFAULT_CFG.batch)) < 1
         cpu = str(overrides.get("device", "")).lower() == "cpu" or not torch.cuda.is_available()
         if given.get("memory_budget") is not None:
@@ -168,14 +168,14 @@ class CheckpointTrainerMixin:
             need = memory.peak(self.policy.indices, 1, imgsz)
             raise ValueError(f"memory_budget={budget / 2**30:.2f} GiB is below batch=1's estimated need of {need / 2**30:.2f} GiB at imgsz={imgsz} with {self.policy}")
         LOGGER.info(f"{PREFIX}batch={batch}: the largest that fits memory_budget={budget / 2**30:.2f} GiB at imgsz={imgsz} ({self.policy.spec})")
-        self.plan = self.plan or Plan(self.policy.spec, self.policy.indices, memory.peak(self.policy.indices, batch, imgsz), budget, sum(memory.flops[i] for i in self.policy.indices), memory.step_flops, batch, imgsz)
+        self.plan = self.plan or memory.as_plan(self.policy.indices, memory.peak(self.policy.indices, batch, imgsz), budget, batch, imgsz)
         return batch
 
     def setup_model(self):
         """Build or load the model as Ultralytics does, then apply the recompute policy and log it."""
         ckpt = super().setup_model()
         recompute = self.args.recompute
-        if spec_string(recompute).strip().lower() == "auto":
+        if is_auto(recompute):
             recompute = self._plan_recompute()
         self.policy = apply_checkpointing(
             self.model, recompute, frozen=frozen_layers(self.args.freeze), mode=self.args.recompute_mode

@@ -1,0 +1,93 @@
+"""How fast and how good the memory model's estimates and plans are (issue: memory model).
+
+For each model at imgsz/batch: the estimated peak for none/backbone/all/auto, the seconds an estimate and a plan
+take on this machine, and the recompute cost of the auto plan against the cheapest named policy that fits the
+same budget (a budget halfway between the 'all' and 'none' estimates). Then the timing target: a plan for
+yolo11x at imgsz 2048 batch 16.
+
+    python benchmarks/memory_model_benchmark.py out=benchmarks/results/memory-model
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+from ultralytics.nn.tasks import DetectionModel
+from ultralytics.utils import DEFAULT_CFG
+
+from results_io import provenance, publish
+
+from yolo_ckpt.estimate import calibrate_loss, estimate_step
+from yolo_ckpt.planner import MemoryModel
+
+
+def build(cfg: str) -> DetectionModel:
+    torch.manual_seed(0)
+    model = DetectionModel(cfg, verbose=False)
+    model.args = DEFAULT_CFG
+    return model
+
+
+def case(cfg: str, imgsz: int, batch: int, objects: int = 20) -> dict:
+    model = build(cfg)
+    t = time.perf_counter()
+    calibrate_loss(model)
+    calibration_s = time.perf_counter() - t
+    t = time.perf_counter()
+    peaks = {p: estimate_step(model, imgsz, batch, objects, p, flops=False).peak_bytes for p in ("none", "backbone", "all")}
+    estimate_s = (time.perf_counter() - t) / 3
+    budget = (peaks["all"] + peaks["none"]) // 2
+    t = time.perf_counter()
+    memory = MemoryModel(model, imgsz, batch, objects)
+    plan = memory.plan(budget, batch, imgsz)
+    plan_s = time.perf_counter() - t
+    named = {p: memory.flops_of(p) for p in ("backbone", "all") if peaks[p] <= budget}
+    best_named = min(named, key=named.get) if named else None
+    return {
+        "model": cfg,
+        "imgsz": imgsz,
+        "batch": batch,
+        "objects_per_image": objects,
+        "estimated_peak_bytes": {**peaks, "auto": plan.estimated_peak_bytes},
+        "budget_bytes": budget,
+        "auto_layers": list(plan.indices),
+        "auto_recompute_gflops": plan.recompute_flops / 1e9,
+        "best_named_fitting": best_named,
+        "best_named_recompute_gflops": named[best_named] / 1e9 if best_named else None,
+        "auto_costs_no_more": best_named is None or plan.recompute_flops <= named[best_named],
+        "loss_calibration_s": calibration_s,
+        "estimate_s": estimate_s,
+        "plan_s": plan_s,
+    }
+
+
+def main(argv: list[str]) -> dict:
+    opts = dict(a.split("=", 1) for a in argv)
+    cases = [case("yolo11n.yaml", 1536, 8), case("yolo11s.yaml", 1536, 8)]
+    model = build("yolo11x.yaml")
+    t = time.perf_counter()
+    MemoryModel(model, 2048, 16).plan(128 * 2**30, 16, 2048)  # all needs about 87 GiB there
+    target = {"model": "yolo11x.yaml", "imgsz": 2048, "batch": 16, "budget": "128GiB", "plan_s": time.perf_counter() - t, "target_s": 30}
+    result = {
+        **provenance(argv),
+        "cases": cases,
+        "plan_timing_target": target,
+    }
+    lines = ["| model | imgsz | batch | none GiB | backbone GiB | all GiB | auto GiB (budget) | auto GFLOPs | best named fitting | estimate s | plan s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in cases:
+        p = {k: v / 2**30 for k, v in c["estimated_peak_bytes"].items()}
+        named = f"{c['best_named_fitting']} ({c['best_named_recompute_gflops']:.1f} GFLOPs)" if c["best_named_fitting"] else "none fits"
+        lines.append(
+            f"| {c['model']} | {c['imgsz']} | {c['batch']} | {p['none']:.2f} | {p['backbone']:.2f} | {p['all']:.2f} | "
+            f"{p['auto']:.2f} ({c['budget_bytes'] / 2**30:.2f}) | {c['auto_recompute_gflops']:.1f} | {named} | "
+            f"{c['estimate_s']:.1f} | {c['plan_s']:.1f} |"
+        )
+    lines.append(f"\nPlan for yolo11x imgsz 2048 batch 16 (budget 128 GiB): {target['plan_s']:.1f} s (target < 30 s)")
+    publish(result, lines, opts.get("out"))
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
