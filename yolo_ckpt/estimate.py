@@ -50,8 +50,10 @@ class LossModel:
         return max(0, int(_features(batch, n_anchors, objects) @ np.array(self.coef)))
 
 
-@functools.lru_cache(maxsize=32)
-def _calibrate(key: str, model) -> LossModel:
+_LOSS_MODELS: dict[str, LossModel] = {}  # per model YAML and class count: the loss depends on nothing else
+
+
+def _calibrate(model) -> LossModel:
     rows, peaks = [], []
     fake_mode = FakeTensorMode()
     with FakeCopyMode(fake_mode):
@@ -83,7 +85,9 @@ def calibrate_loss(model) -> LossModel:
     """Fit the loss formula of a detection ``model`` (its ``nc``, ``reg_max`` and strides) to CPU measurements of
     its real loss at :data:`CALIBRATION_POINTS`; cached per model YAML and class count."""
     key = repr((model.yaml, getattr(model, "nc", None)))
-    return _calibrate(key, model)
+    if key not in _LOSS_MODELS:
+        _LOSS_MODELS[key] = _calibrate(model)
+    return _LOSS_MODELS[key]
 
 
 def estimate_step(
