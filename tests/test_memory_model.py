@@ -49,6 +49,16 @@ def test_estimate_within_2_percent_of_cpu_measurement(model, measured, imgsz, po
     assert real.loss_bytes > 0.04 * real.peak_bytes  # and it is a real share, reported apart
 
 
+def test_estimate_knows_selective_mode_and_sgd(model):
+    """recompute_mode=selective and an SGD optimizer (1 state per parameter) are estimated like they measure."""
+    real = profile_step(model, detect_batch(2, 320, 20), "all", mode="selective", optimizer="SGD")
+    fake = estimate_step(model, 320, 2, 20, "all", mode="selective", optimizer="SGD", flops=False)
+    assert abs(fake.peak_bytes / real.peak_bytes - 1) < 0.02, (fake.peak_bytes, real.peak_bytes)
+    adamw = estimate_step(model, 320, 2, 20, "all", mode="selective", flops=False)
+    params = sum(p.numel() * 4 for p in model.parameters() if p.requires_grad)
+    assert adamw.static_bytes - fake.static_bytes == pytest.approx(params, rel=0.01)
+
+
 def test_per_layer_rows_add_up(model, measured):
     """The saved-for-backward rows add up to what autograd saves in the whole forward (counted independently)."""
     prof = measured[640, "none"]

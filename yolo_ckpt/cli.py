@@ -115,11 +115,13 @@ def _estimate_setup(args: list[str]):
     """Parse profile/plan arguments; build the (detection) model from model= without downloading."""
     from ultralytics import YOLO
 
+    from .memory import optimizer_for
     from .policy import check_mode
 
     defaults = {"model": "yolo11n.yaml", "imgsz": 640, "batch": 8, "amp": False, "format": "text", **ESTIMATE_KEYS}
     opts = {**defaults, **parse_train_args(args, ESTIMATE_KEYS)}
     opts["amp"] = opts["amp"] not in {False, None, "fp32"}  # estimate with 2-byte activations
+    opts["optimizer"] = optimizer_for(opts.get("optimizer", "auto"))  # auto: AdamW, as for runs up to 10k steps
     check_mode(opts.get("recompute_mode", DEFAULTS["recompute_mode"]))
     if opts["format"] not in {"text", "json"}:
         raise ValueError(f"format={opts['format']!r} is not valid here; valid: text, json")
@@ -170,7 +172,7 @@ def profile(args: list[str]) -> dict:
     steps.update()
     results = {}
     for name, recompute in (("none", "none"), ("policy", spec)):
-        results[name] = estimate_step(model, opts["imgsz"], opts["batch"], opts["objects"], recompute, mode, amp=opts["amp"], loss_model=loss_model)
+        results[name] = estimate_step(model, opts["imgsz"], opts["batch"], opts["objects"], recompute, mode, opts["optimizer"], opts["amp"], loss_model)
         steps.update()
     steps.close()
     table = profile_table(results["none"], policy)
@@ -213,7 +215,7 @@ def plan(args: list[str]) -> list[dict]:
     stride = int(max(model.stride))
     layout = ModelLayout.from_model(model)
     with TQDM(total=2, desc="yolo-ckpt plan: estimating the model, planning auto") as steps:
-        memory = MemoryModel(model, imgsz, batch, opts["objects"], amp=opts["amp"])
+        memory = MemoryModel(model, imgsz, batch, opts["objects"], opts["optimizer"], opts["amp"])
         steps.update()
         try:
             auto = memory.plan(budget, batch, imgsz).indices

@@ -3,8 +3,9 @@
 On CUDA the caching allocator keeps the peak (``torch.cuda.max_memory_allocated``). The CPU has no such counter,
 so :class:`LiveTensorTracker` counts it the way the allocator would: it sees every tensor an operator creates
 (a ``TorchDispatchMode``, forward and backward alike), adds its storage's bytes while the storage is alive and
-subtracts them when the storage is freed (a ``weakref.finalize``). The same idea as PyTorch's private
-``torch.distributed._tools.mem_tracker.MemTracker``, without its module bookkeeping.
+subtracts them when the storage is freed (a ``weakref.finalize``). The same idea as PyTorch's
+``torch.distributed._tools.mem_tracker.MemTracker``, which is private API (it may change in any release) and fails
+on parameters that do not require grad, as YOLO's DFL convolution does; hence this small tracker.
 """
 
 from __future__ import annotations
@@ -263,6 +264,16 @@ def _run_step(model, batch, optimizer, loss_fn, tracker, autocast=None):
     optimizer.zero_grad(set_to_none=True)
     peaks["optimizer"] = tracker.phase_peak_bytes
     return peaks, before_loss
+
+
+def optimizer_for(name: str = "auto", iterations: int = 0) -> str:
+    """The optimizer whose state to count for Ultralytics' ``optimizer=``: ``auto`` picks AdamW up to 10000
+    iterations and MuSGD beyond (``BaseTrainer.build_optimizer``); Adam-like ones keep AdamW's 2 states per
+    parameter, SGD-like ones 1."""
+    name = str(name)
+    if name.lower() == "auto":
+        return "MuSGD" if iterations > 10000 else "AdamW"
+    return "SGD" if name.lower() in {"sgd", "musgd", "rmsprop"} else "AdamW"
 
 
 def build_optimizer(model, name: str = "AdamW"):

@@ -15,6 +15,7 @@ back), while the saved model holds only stock Ultralytics classes.
 from __future__ import annotations
 
 import copy
+import math
 import time
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from ultralytics.utils.torch_utils import unwrap_model
 
 from . import report
 from .engine import apply_checkpointing
+from .memory import optimizer_for
 from .planner import MemoryModel, parse_budget
 from .policy import check_mode, check_spec, is_auto, layout_of, resolve
 
@@ -139,7 +141,9 @@ class CheckpointTrainerMixin:
         model = copy.deepcopy(unwrap_model(self.model)).cpu()
         model.args = self.args  # the loss's hyperparameters (set_model_attributes has not run yet in setup_model)
         amp = self.device.type == "cuda" and self.args.amp not in {False, "fp32"}
-        return MemoryModel(model, self.args.imgsz, batch, objects=max(objects, 1), amp=amp)
+        iterations = math.ceil(len(dataset) / max(batch, self.args.nbs)) * self.epochs  # as build_optimizer counts
+        optimizer = optimizer_for(self.args.optimizer, iterations)
+        return MemoryModel(model, self.args.imgsz, batch, objects=max(objects, 1), optimizer=optimizer, amp=amp)
 
     def _plan_recompute(self) -> str:
         """recompute=auto: the cheapest layer set that fits the budget at this run's batch and imgsz."""
