@@ -10,7 +10,7 @@ from ultralytics.utils import DEFAULT_CFG
 
 from yolo_ckpt import apply_checkpointing, count_recomputations, trainer_for
 from yolo_ckpt.engine import SELECTIVE_SAVE_OPS
-from yolo_ckpt.memory import LiveTensorTracker
+from yolo_ckpt.memory import LiveTensorTracker, detect_batch
 
 TRAIN = dict(epochs=1, batch=2, nbs=2, imgsz=64, workers=0, device="cpu", plots=False, exist_ok=True, seed=0)
 
@@ -20,17 +20,6 @@ def build(cfg="yolo11n.yaml"):
     model = DetectionModel(cfg, verbose=False).train()
     model.args = DEFAULT_CFG
     return model
-
-
-def detect_batch(imgsz=64, batch=2, objects=5):
-    g = torch.Generator().manual_seed(0)
-    n = batch * objects
-    return {
-        "img": torch.rand(batch, 3, imgsz, imgsz, generator=g),
-        "batch_idx": torch.arange(batch).repeat_interleave(objects).float(),
-        "cls": torch.zeros(n, 1),
-        "bboxes": torch.cat([torch.rand(n, 2, generator=g) * 0.6 + 0.2, torch.full((n, 2), 0.1)], 1),
-    }
 
 
 def assert_state_equal(a, b):
@@ -68,7 +57,7 @@ def test_selective_training_equals_stock(model, task, synthetic, tmp_path):
 
 def test_selective_keeps_expensive_outputs_and_saves_less():
     """Selective saves less than none and more than full (it keeps the convolution outputs)."""
-    batch = detect_batch(imgsz=256)
+    batch = detect_batch(2, 256, 5)
     peaks = {}
     for mode in ("none", "full", "selective"):
         model = build()
@@ -87,7 +76,7 @@ def test_selective_keeps_expensive_outputs_and_saves_less():
 @pytest.mark.parametrize("mode", ["full", "selective"])
 def test_bf16_autocast_gradients_equal(mode):
     """Recomputation runs under the forward's autocast state: bf16 gradients equal those without it (6)."""
-    batch = detect_batch()
+    batch = detect_batch(2, 64, 5)
     ref, ckpt = build(), build()
     apply_checkpointing(ckpt, "all", mode=mode)
     with count_recomputations() as counter:
@@ -128,7 +117,7 @@ def test_compile_aot_eager_two_steps():
     saved for backward still drops (10)."""
     import torch._dynamo
 
-    batch = detect_batch()
+    batch = detect_batch(2, 64, 5)
     states, saved = {}, {}
     for mode in ("none", "full", "selective"):
         torch._dynamo.reset()
