@@ -129,3 +129,27 @@ def test_aerial_cars_at_1536(shared_datasets, tmp_path):
     assert report["train_peak_allocated_bytes"] > 100 * 2**20  # activations of 2 images at 1536 px
     assert set(report["metrics"]) >= {"box_mAP50", "box_mAP50-95"}
     assert (tmp_path / "aerial" / "weights" / "best.pt").exists()
+
+
+def test_compare_two_runs(synthetic, tmp_path, capsys):
+    """compare: the baseline row has delta 0, the other run its deltas; bad input fails before writing."""
+    from ultralytics import YOLO
+
+    from yolo_ckpt import trainer_for
+
+    kw = dict(data=synthetic(), epochs=1, imgsz=320, batch=2, workers=0, device="cpu", plots=False, val=False, project=str(tmp_path))
+    for name, recompute in (("none", "none"), ("all", "all")):
+        YOLO("yolo11n.yaml").train(trainer=trainer_for("detect"), recompute=recompute, name=name, **kw)
+    out = tmp_path / "cmp"
+    assert main(["compare", str(tmp_path / "none"), str(tmp_path / "all"), f"out={out}"]) == 0
+    import pandas as pd
+
+    table = pd.read_csv(out / "compare.csv")
+    assert list(table["recompute"]) == ["none", "all"]
+    assert table.loc[0, "memory_change_pct"] == 0 and table.loc[0, "time_ratio"] == 1
+    assert table.loc[0, "mAP50-95_change_pts"] == 0
+    assert table.loc[1, "memory_change_pct"] < -30  # recompute=all frees activations
+    assert "| run" in (out / "compare.md").read_text() and "memory_change_pct" in capsys.readouterr().out
+    assert main(["compare", str(tmp_path / "none"), str(tmp_path / "missing"), f"out={tmp_path / 'bad'}"]) == 2
+    assert main(["compare", str(tmp_path / "none")]) == 2
+    assert not (tmp_path / "bad").exists()

@@ -9,6 +9,7 @@ and with no ``model=`` it builds ``yolo11n.yaml`` (``yolo11n-seg.yaml``, ...) in
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from ultralytics.cfg import TASKS, check_dict_alignment, merge_equals_args, parse_key_value_pair
 from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT, YAML
@@ -19,6 +20,7 @@ COMMANDS = {
     "train": "train a model with activation checkpointing",
     "profile": "per-layer memory and FLOPs table and estimated peak of a training step: none against recompute=",
     "plan": "largest imgsz and batch that fit memory_budget= for none, backbone, all and auto",
+    "compare": "delta table of runs against the first: RUN_DIR_A RUN_DIR_B ... [out=DIR]",
     "help": "show this help",
 }
 ESTIMATE_KEYS = {"objects": 20}  # profile/plan: objects per image the loss is estimated for (trainers count the data)
@@ -242,6 +244,30 @@ def plan(args: list[str]) -> list[dict]:
     return rows
 
 
+def compare(args: list[str]):
+    """``yolo-ckpt compare RUN_DIR_A RUN_DIR_B ... [out=DIR]``: print the delta table of the runs' reports against
+    the first and write it as ``compare.csv`` and ``compare.md`` into ``out=`` (default: a new
+    ``<runs_dir>/compare/compare<N>``, so nothing is overwritten)."""
+    from ultralytics.utils import SETTINGS
+    from ultralytics.utils.files import increment_path
+
+    from .report import compare_runs
+
+    dirs = [a for a in args if "=" not in a]
+    options = dict(a.split("=", 1) for a in args if "=" in a)
+    if set(options) - {"out"}:
+        raise SyntaxError(f"compare takes run directories and out=; unknown keys {sorted(set(options) - {'out'})}")
+    table = compare_runs(dirs)
+    markdown = table.to_markdown(index=False, floatfmt=".3g")
+    print(markdown)
+    out = Path(options["out"]) if "out" in options else increment_path(Path(SETTINGS["runs_dir"]) / "compare" / "compare")
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / "compare.csv", index=False)
+    (out / "compare.md").write_text(markdown + "\n")
+    print(f"written to {out}")
+    return table
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``yolo-ckpt`` console script; returns the exit status (2 for bad input)."""
     args = sys.argv[1:] if argv is None else list(argv)
@@ -256,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         if command == "train":
             model, trainer, overrides = prepare_train(args[1:])
         else:
-            {"profile": profile, "plan": plan}[command](args[1:])
+            {"profile": profile, "plan": plan, "compare": compare}[command](args[1:])
             return 0
     except (SyntaxError, ValueError, AssertionError, FileNotFoundError, NotImplementedError) as e:
         print(f"yolo-ckpt: error: {e}", file=sys.stderr)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import statistics
+from pathlib import Path
 
 import torch
 import ultralytics
@@ -112,3 +113,51 @@ def write_run_report(trainer) -> dict:
     data = build_run_report(trainer)
     (trainer.save_dir / REPORT_NAME).write_text(json.dumps(data, indent=2))
     return data
+
+
+def load_report(run_dir) -> dict:
+    """The ``ckpt_report.json`` of a run directory.
+
+    Raises:
+        FileNotFoundError: naming the directory, when it holds no report (not a yolo-ckpt run, or unfinished).
+    """
+    path = Path(run_dir) / REPORT_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir} has no {REPORT_NAME}: give run directories of finished yolo-ckpt runs")
+    return json.loads(path.read_text())
+
+
+def compare_runs(run_dirs) -> "pandas.DataFrame":
+    """Delta table of runs against the first (the baseline): peak memory (MiB, % change), median step time
+    (s, ratio), mAP50 and mAP50-95 (or top-1 accuracy; change in points), epochs.
+
+    Raises:
+        FileNotFoundError: for a directory without a report. ValueError: for fewer than two runs.
+    """
+    import pandas as pd
+
+    if len(run_dirs) < 2:
+        raise ValueError(f"compare needs at least two run directories, got {len(run_dirs)}")
+    reports = [load_report(d) for d in run_dirs]
+    rows = []
+    for run_dir, r in zip(run_dirs, reports):
+        m = r["metrics"]
+        rows.append({
+            "run": str(run_dir),
+            "recompute": r["recompute"],
+            "mode": r.get("recompute_mode", "full"),
+            "imgsz": r["imgsz"],
+            "batch": r["batch"],
+            "epochs": r["epochs"],
+            "train_peak_MiB": (r["train_peak_allocated_bytes"] or float("nan")) / 2**20,
+            "step_time_s": r["train_step_time_median_s"] if r["train_step_time_median_s"] is not None else float("nan"),
+            "mAP50": m.get("box_mAP50", m.get("top1_accuracy", float("nan"))),
+            "mAP50-95": m.get("box_mAP50-95", m.get("top5_accuracy", float("nan"))),
+        })
+    table = pd.DataFrame(rows)
+    base = table.iloc[0]
+    table["memory_change_pct"] = 100 * (table["train_peak_MiB"] / base["train_peak_MiB"] - 1)
+    table["time_ratio"] = table["step_time_s"] / base["step_time_s"]
+    table["mAP50_change_pts"] = 100 * (table["mAP50"] - base["mAP50"])
+    table["mAP50-95_change_pts"] = 100 * (table["mAP50-95"] - base["mAP50-95"])
+    return table
