@@ -227,14 +227,14 @@ def plan(args: list[str]) -> list[dict]:
     rows = []
     for name in ("none", "backbone", "all", "auto"):
         indices = resolve(name, layout).indices if name != "auto" else (auto if auto is not None else memory.candidates)
-        flops = sum(memory.flops[i] for i in indices) * batch / memory.base.batch
+        cost = memory.as_plan(indices, memory.peak(indices, batch, imgsz), budget, batch, imgsz)
         rows.append({
             "recompute": name if name != "auto" else f"auto ({','.join(map(str, indices)) or 'none'})",
             f"max_imgsz_at_batch_{batch}": memory.largest_imgsz(indices, budget, batch, stride),
             f"max_batch_at_imgsz_{imgsz}": memory.largest_batch(indices, budget, imgsz),
-            "fits": memory.peak(indices, batch, imgsz) <= budget if name != "auto" else auto is not None,
-            "recompute_GFLOPs": flops / 1e9,
-            "recompute_pct_of_step": 100 * flops / (memory.step_flops * batch / memory.base.batch),
+            "fits": cost.estimated_peak_bytes <= budget if name != "auto" else auto is not None,
+            "recompute_GFLOPs": cost.recompute_flops / 1e9,
+            "recompute_pct_of_step": 100 * cost.recompute_cost,
         })
     if opts["format"] == "json":
         print(json.dumps({"model": opts["model"], "memory_budget_bytes": budget, "imgsz": imgsz, "batch": batch, "policies": rows}, indent=2))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import weakref
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -103,9 +103,6 @@ def probe_validation_step(model: torch.nn.Module, images: torch.Tensor) -> int:
     return tracker.peak_bytes
 
 
-PHASES = ("forward", "loss", "backward", "optimizer")
-
-
 @dataclass
 class LayerRow:
     """One layer's share of a training step.
@@ -138,12 +135,11 @@ class StepProfile:
     Attributes:
         source: ``"cpu_live_tensors"`` (measured), ``"cuda_allocator"`` (measured) or ``"fake_estimate"``.
         static_bytes: parameters, buffers, optimizer state and the input batch, alive all step long.
-        phase_peak_bytes: the peak inside each of :data:`PHASES`.
+        phase_peak_bytes: the peak inside each phase: ``forward``, ``loss``, ``backward``, ``optimizer``.
         loss_bytes: the loss/assigner's own share: its peak above what was alive before it (grows with anchors,
             i.e. imgsz squared, and with objects per image).
         peak_bytes: the step's peak.
         layers: one :class:`LayerRow` per layer of ``model.model``.
-        step_flops: FLOPs of forward and backward (0 where not counted).
     """
 
     source: str
@@ -157,11 +153,6 @@ class StepProfile:
     loss_bytes: int
     peak_bytes: int
     layers: list = field(default_factory=list)
-    step_flops: int = 0
-
-    def to_dict(self) -> dict:
-        """A JSON-ready dict, the layer rows as a list of dicts."""
-        return asdict(self)
 
 
 def anchors(imgsz: int, strides) -> int:
@@ -169,7 +160,7 @@ def anchors(imgsz: int, strides) -> int:
     return int(sum((imgsz // int(s)) ** 2 for s in strides))
 
 
-def detect_batch(batch: int, imgsz: int, objects: int, seed: int = 0, like=None) -> dict:
+def detect_batch(batch: int, imgsz: int, objects: int, seed: int = 0) -> dict:
     """A fixed detection training batch: (batch, 3, imgsz, imgsz) images in [0, 1], ``objects`` boxes per image.
 
     Boxes are small (1-5 % of the image side), as in aerial scenes, and the same for a given seed.
