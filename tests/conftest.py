@@ -45,3 +45,23 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def saved_for_backward_bytes():
+    """``saved_for_backward_bytes(fn)`` -> bytes of the distinct storages autograd saves for backward while ``fn``
+    runs (a whole-forward count, independent of yolo_ckpt's per-layer accounting)."""
+    import torch
+
+    def count(fn) -> int:
+        seen = {}
+
+        def pack(t):
+            seen[t.untyped_storage()._cdata] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            fn()
+        return sum(seen.values())
+
+    return count

@@ -59,19 +59,14 @@ def test_estimate_knows_selective_mode_and_sgd(model):
     assert adamw.static_bytes - fake.static_bytes == pytest.approx(params, rel=0.01)
 
 
-def test_per_layer_rows_add_up(model, measured):
+def test_per_layer_rows_add_up(model, measured, saved_for_backward_bytes):
     """The saved-for-backward rows add up to what autograd saves in the whole forward (counted independently)."""
     prof = measured[640, "none"]
     probe = DetectionModel("yolo11n.yaml", verbose=False).train()
-    seen = {}
-
-    def pack(t):
-        seen[t.untyped_storage()._cdata] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = probe(detect_batch(2, 640, 20)["img"])
-    assert sum(r.saved_bytes for r in prof.layers) == sum(seen.values())
+    outs = []
+    total = saved_for_backward_bytes(lambda: outs.append(probe(detect_batch(2, 640, 20)["img"])))
+    out = outs[0]
+    assert sum(r.saved_bytes for r in prof.layers) == total
     assert prof.layers[-1].output_bytes == sum(
         t.untyped_storage().nbytes() for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)
     )

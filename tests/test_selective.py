@@ -98,20 +98,7 @@ def test_bad_mode_fails_before_run_dir(synthetic, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def saved_for_backward_bytes(fn) -> int:
-    """Bytes of the distinct storages autograd saves for backward while ``fn`` runs."""
-    seen = {}
-
-    def pack(t):
-        seen[t.untyped_storage()._cdata] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return sum(seen.values())
-
-
-def test_compile_aot_eager_two_steps():
+def test_compile_aot_eager_two_steps(saved_for_backward_bytes):
     """Compiled (aot_eager) training with recompute=backbone, both modes: no graph break, BN updated once per
     forward, weights and BN buffers equal to the compiled run without recomputation (tolerance 0), and the memory
     saved for backward still drops (10)."""
