@@ -5,7 +5,7 @@ take on this machine, and the recompute cost of the auto plan against the cheape
 same budget (a budget halfway between the 'all' and 'none' estimates). Then the timing target: a plan for
 yolo11x at imgsz 2048 batch 16.
 
-    python benchmarks/memory_model_benchmark.py out=benchmarks/results/memory-model
+    python -m yolo_ckpt_bench.memory_model_benchmark out=benchmarks/results/memory-model
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from ultralytics.nn.tasks import DetectionModel
 from ultralytics.utils import DEFAULT_CFG
 
-from results_io import provenance, publish
+from .results_io import provenance, publish
 
 from yolo_ckpt.estimate import calibrate_loss, estimate_step
 from yolo_ckpt.planner import MemoryModel
@@ -71,7 +71,7 @@ def main(argv: list[str]) -> dict:
     MemoryModel(model, 2048, 16).plan(128 * 2**30, 16, 2048)  # all needs about 87 GiB there
     target = {"model": "yolo11x.yaml", "imgsz": 2048, "batch": 16, "budget": "128GiB", "plan_s": time.perf_counter() - t, "target_s": 30}
     result = {
-        **provenance(argv),
+        **provenance(" ".join(["python -m yolo_ckpt_bench.memory_model_benchmark", *argv])),
         "cases": cases,
         "plan_timing_target": target,
     }

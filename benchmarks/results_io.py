@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import sys
 from pathlib import Path
 
 import torch
@@ -13,8 +12,8 @@ import torch
 import yolo_ckpt
 
 
-def provenance(argv: list[str]) -> dict:
-    """The machine (CPU model, cores, GPU if any), package versions and the command that produced a result."""
+def provenance(command: str) -> dict:
+    """The machine (CPU model, cores, GPU if any), package versions and ``command``, the one that produced a result."""
     cpu = platform.processor() or platform.machine()
     if Path("/proc/cpuinfo").exists():
         names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")]
@@ -29,7 +28,7 @@ def provenance(argv: list[str]) -> dict:
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         },
         "versions": {"yolo_ckpt": yolo_ckpt.__version__, "ultralytics": ultralytics.__version__, "torch": torch.__version__},
-        "command": " ".join(["python", *sys.argv[:1], *argv]),
+        "command": command,
     }
 
 

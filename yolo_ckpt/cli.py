@@ -1,4 +1,4 @@
-"""The ``yolo-ckpt`` command: ``train``, ``profile``, ``plan`` and ``help``, with ``yolo``'s ``key=value`` syntax.
+"""The ``yolo-ckpt`` command: ``train``, ``profile``, ``plan``, ``compare``, ``bench`` and ``help``, with ``yolo``'s ``key=value`` syntax.
 
 ``train`` takes every ``yolo train`` argument with the same syntax and defaults (parsed with Ultralytics' own
 helpers from ``ultralytics.cfg``), plus yolo-ckpt's keys (``yolo_ckpt/cfg/default.yaml``). Two offline-safe
@@ -21,6 +21,7 @@ COMMANDS = {
     "profile": "per-layer memory and FLOPs table and estimated peak of a training step: none against recompute=",
     "plan": "largest imgsz and batch that fit memory_budget= for none, backbone, all and auto",
     "compare": "delta table of runs against the first: RUN_DIR_A RUN_DIR_B ... [out=DIR]",
+    "bench": "run a benchmark matrix: matrix=cfg/bench/NAME.yaml [out=DIR] [setting=value] (out: runs/bench/NAME)",
     "help": "show this help",
 }
 ESTIMATE_KEYS = {"objects": 20}  # profile/plan: objects per image the loss is estimated for (trainers count the data)
@@ -38,7 +39,8 @@ def help_text() -> str:
         f"commands:\n{commands}\n\n"
         "examples:\n  yolo-ckpt train data=path/to/data.yaml model=yolo11s.yaml imgsz=1536 recompute=backbone\n"
         "  yolo-ckpt profile model=yolo11s.yaml imgsz=1536 batch=8 recompute=all\n"
-        "  yolo-ckpt plan model=yolo11s.yaml memory_budget=16GB imgsz=1536 batch=8 format=json\n\n"
+        "  yolo-ckpt plan model=yolo11s.yaml memory_budget=16GB imgsz=1536 batch=8 format=json\n"
+        "  yolo-ckpt bench matrix=cfg/bench/cpu-step.yaml out=benchmarks/results/cpu-step\n\n"
         "train takes every 'yolo train' argument (see 'yolo cfg'), with the same syntax and defaults, except:\n"
         "  data   default: the built-in synthetic dataset of the task (1600 px aerial-like scenes)\n"
         "  model  default: yolo11n.yaml (yolo11n-seg.yaml, ...) built from scratch, nothing is downloaded\n\n"
@@ -268,6 +270,20 @@ def compare(args: list[str]):
     return table
 
 
+def bench(args: list[str]):
+    """``yolo-ckpt bench matrix=FILE [out=DIR] [setting=value ...]``: run a benchmark matrix (see
+    ``yolo_ckpt_bench.matrix``); other ``key=value`` pairs replace the matrix's settings (``epochs=10``). Cells
+    already in ``out``'s results.csv with the same settings are skipped."""
+    from yolo_ckpt_bench.matrix import run_matrix
+
+    bare = [a for a in args if "=" not in a]
+    options = dict(parse_key_value_pair(a) for a in args if "=" in a)
+    if bare or "matrix" not in options:
+        raise SyntaxError(f"bench takes matrix=FILE, optionally out=DIR and settings as key=value; got {' '.join(args) or 'nothing'}")
+    matrix, out = str(options.pop("matrix")), options.pop("out", None)
+    return run_matrix(matrix, out, command=" ".join(["yolo-ckpt bench", *args]), overrides=options)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``yolo-ckpt`` console script; returns the exit status (2 for bad input)."""
     args = sys.argv[1:] if argv is None else list(argv)
@@ -282,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         if command == "train":
             model, trainer, overrides = prepare_train(args[1:])
         else:
-            {"profile": profile, "plan": plan, "compare": compare}[command](args[1:])
+            {"profile": profile, "plan": plan, "compare": compare, "bench": bench}[command](args[1:])
             return 0
     except (SyntaxError, ValueError, AssertionError, FileNotFoundError, NotImplementedError) as e:
         print(f"yolo-ckpt: error: {e}", file=sys.stderr)

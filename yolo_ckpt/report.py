@@ -127,9 +127,43 @@ def load_report(run_dir) -> dict:
     return json.loads(path.read_text())
 
 
+PRIMARY_KIND = {"detect": "box", "obb": "box", "segment": "mask", "pose": "pose"}
+
+
+def primary_metrics(task: str, metrics: dict) -> dict:
+    """The headline accuracy of a run as fractions in [0, 1]: ``mAP50`` and ``mAP50-95`` of the task's own output
+    (boxes for detect/obb, masks for segment, keypoints for pose; NaN for classify) and ``top1``/``top5`` accuracy
+    (classify; NaN otherwise). ``metrics``: :func:`task_metrics` names."""
+    nan = float("nan")
+    kind = PRIMARY_KIND.get(task)
+    return {
+        "mAP50": metrics.get(f"{kind}_mAP50", nan),
+        "mAP50-95": metrics.get(f"{kind}_mAP50-95", nan),
+        "top1": metrics.get("top1_accuracy", nan),
+        "top5": metrics.get("top5_accuracy", nan),
+    }
+
+
+def add_deltas(table, base) -> "pandas.DataFrame":
+    """``table`` with delta columns against ``base`` (a frame of the same length: each row's baseline):
+    ``memory_change_pct`` (peak MiB, %), ``time_ratio`` (step time), ``<metric>_change_pts`` (accuracy points,
+    100 x the fraction's change) for mAP50, mAP50-95, top1 and top5. Columns absent from ``table`` are skipped."""
+    table = table.copy()
+    base = base.reset_index(drop=True).set_axis(table.index)
+    if "peak_MiB" in table:
+        table["memory_change_pct"] = 100 * (table["peak_MiB"] / base["peak_MiB"] - 1)
+    if "step_time_s" in table:
+        table["time_ratio"] = table["step_time_s"] / base["step_time_s"]
+    for metric in ("mAP50", "mAP50-95", "top1", "top5"):
+        if metric in table:
+            table[f"{metric}_change_pts"] = 100 * (table[metric] - base[metric])
+    return table
+
+
 def compare_runs(run_dirs) -> "pandas.DataFrame":
-    """Delta table of runs against the first (the baseline): peak memory (MiB, % change), median step time
-    (s, ratio), mAP50 and mAP50-95 (or top-1 accuracy; change in points), epochs.
+    """Delta table of runs against the first (the baseline): training peak memory (MiB, % change), median step
+    time (s, ratio), mAP50 and mAP50-95 of the task's output (boxes, masks or keypoints) or classify's top-1/top-5
+    accuracy (change in points), epochs.
 
     Raises:
         FileNotFoundError: for a directory without a report. ValueError: for fewer than two runs.
@@ -138,26 +172,20 @@ def compare_runs(run_dirs) -> "pandas.DataFrame":
 
     if len(run_dirs) < 2:
         raise ValueError(f"compare needs at least two run directories, got {len(run_dirs)}")
-    reports = [load_report(d) for d in run_dirs]
     rows = []
-    for run_dir, r in zip(run_dirs, reports):
-        m = r["metrics"]
+    for run_dir in run_dirs:
+        r = load_report(run_dir)
         rows.append({
             "run": str(run_dir),
+            "task": r["task"],
             "recompute": r["recompute"],
             "mode": r.get("recompute_mode", "full"),
             "imgsz": r["imgsz"],
             "batch": r["batch"],
             "epochs": r["epochs"],
-            "train_peak_MiB": (r["train_peak_allocated_bytes"] or float("nan")) / 2**20,
+            "peak_MiB": (r["train_peak_allocated_bytes"] or float("nan")) / 2**20,
             "step_time_s": r["train_step_time_median_s"] if r["train_step_time_median_s"] is not None else float("nan"),
-            "mAP50": m.get("box_mAP50", m.get("top1_accuracy", float("nan"))),
-            "mAP50-95": m.get("box_mAP50-95", m.get("top5_accuracy", float("nan"))),
+            **primary_metrics(r["task"], r["metrics"]),
         })
     table = pd.DataFrame(rows)
-    base = table.iloc[0]
-    table["memory_change_pct"] = 100 * (table["train_peak_MiB"] / base["train_peak_MiB"] - 1)
-    table["time_ratio"] = table["step_time_s"] / base["step_time_s"]
-    table["mAP50_change_pts"] = 100 * (table["mAP50"] - base["mAP50"])
-    table["mAP50-95_change_pts"] = 100 * (table["mAP50-95"] - base["mAP50-95"])
-    return table
+    return add_deltas(table, table.iloc[[0] * len(table)])

@@ -1,0 +1,319 @@
+"""``yolo-ckpt bench matrix=cfg/bench/<name>.yaml``: run a benchmark matrix, cell by cell, into ``results.csv``.
+
+A matrix file (YAML) has:
+
+- ``kind``: ``step`` (one measured training step per cell, :mod:`.step_cell`) or ``train`` (a training run per
+  cell through the Checkpoint*Trainers, :mod:`.train_cell`).
+- ``grid``: a list of blocks; each maps cell keys (:data:`CELL_KEYS`) to a value or a list of values, and
+  the cells are the union of the blocks' products. ``settings``: what every cell shares (:data:`SETTINGS`, and for
+  ``train`` any ``yolo train`` argument: epochs, fraction, seed, ...).
+- ``baseline_keys`` (optional): the keys whose values a cell shares with its baseline, the ``recompute=none``
+  (``recompute_mode=full``) cell of its group; default: every key but ``recompute`` and ``recompute_mode``.
+- ``datasets_dir`` (optional, relative to the matrix file): where ``dataset: <name>`` finds
+  ``<name>/data.yaml``; ``dataset: synthetic`` is the built-in synthetic dataset of the task.
+
+The matrix is checked whole (keys, values, models, recompute values, datasets) before any cell runs or any file is
+written. Each finished cell is a row of ``<out>/results.csv`` (written after every cell); a rerun skips the cells
+already there with the same settings (column ``settings``) and retries the failed ones. A cell that raises (out of memory included) is a ``failed`` row with
+its reason, and the matrix goes on. At the end ``results.md`` (deltas against each cell's baseline,
+:mod:`.tables`), PNG plots (:mod:`.plots`) and ``provenance.json`` (machine, versions, command) are written.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import itertools
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import torch
+from ultralytics.cfg import check_dict_alignment
+from ultralytics.utils import DEFAULT_CFG_DICT, LOGGER, SETTINGS as ULTRALYTICS_SETTINGS, TQDM, YAML
+
+from yolo_ckpt.policy import check_mode, is_auto, layout_of, resolve, spec_string
+
+from .results_io import provenance
+
+KINDS = ("step", "train")
+CELL_KEYS = {  # key: default
+    "study": "",  # a free label that groups cells, e.g. "same-settings"
+    "model": "yolo11n.yaml",
+    "task": None,  # default: the model's
+    "dataset": "synthetic",  # train cells only
+    "imgsz": 640,  # an int, or "fit": the largest that fits memory_budget with the cell's policy
+    "batch": 2,  # -1: the largest that fits memory_budget with the cell's policy
+    "amp": False,
+    "recompute": "none",
+    "recompute_mode": "full",
+    "memory_budget": None,  # bytes with a unit; "0.6x" (step cells): 0.6 x the estimated peak of recompute=none
+}
+SETTINGS = {
+    "step": {"objects": 20, "pairs": 5, "device": None, "seed": 0},
+    "train": {"val_images": None, "device": None},  # plus any 'yolo train' argument
+}
+STATUS = ("ok", "failed")
+
+
+@dataclass
+class Matrix:
+    """A checked matrix file. ``cells``: dicts of every :data:`CELL_KEYS` key, in file order."""
+
+    name: str
+    kind: str
+    path: Path
+    settings: dict
+    cells: list[dict]
+    baseline_keys: list[str]
+    datasets_dir: Path | None = None
+    description: str = ""
+    data: dict = field(default_factory=dict)  # dataset value -> data.yaml path
+
+    def baseline_of(self, cell: dict) -> dict | None:
+        """The cell's baseline: the ``recompute=none``, ``recompute_mode=full`` cell sharing its baseline keys."""
+        for other in self.cells:
+            if is_none(other) and all(other[k] == cell[k] for k in self.baseline_keys):
+                return other
+        return None
+
+
+def is_none(cell: dict) -> bool:
+    """Whether a cell is a baseline (no recomputation)."""
+    return spec_string(cell["recompute"]).strip().lower() in {"none", ""} and cell["recompute_mode"] == "full"
+
+
+def cell_id(cell: dict) -> str:
+    """A cell's stable name in ``results.csv``: its keys and values, ``model=yolo11n.yaml,imgsz=640,...``."""
+    return ",".join(f"{k}={spec_string(v) if k == 'recompute' else v}" for k, v in cell.items())
+
+
+def run_name(cell: dict) -> str:
+    """A short, file-safe run directory name for a cell: readable prefix and a hash of its id."""
+    digest = hashlib.sha1(cell_id(cell).encode()).hexdigest()[:8]
+    stem = Path(str(cell["model"])).stem
+    recompute = spec_string(cell["recompute"]).replace(",", "+")[:20]
+    return f"{cell['study'] or 'cell'}-{Path(str(cell['dataset'])).stem}-{stem}-{cell['imgsz']}-{recompute}-{cell['recompute_mode']}-{digest}"
+
+
+def load_matrix(path, overrides: dict | None = None) -> Matrix:
+    """Read and check a matrix file, before anything runs; ``overrides`` replace some of its ``settings``
+    (``yolo-ckpt bench ... epochs=10``).
+
+    Raises:
+        FileNotFoundError: for a missing matrix file, model YAML or dataset. ValueError / SyntaxError: for an
+        unknown kind or key, a bad recompute, recompute_mode, imgsz, batch or memory_budget value, a step cell of a
+        non-detection model, or a cell without a baseline; each names the bad value and the valid choices.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"matrix={path}: no such file (the shipped matrices are in cfg/bench/)")
+    spec = YAML.load(path) or {}
+    top = {"name", "kind", "description", "settings", "grid", "baseline_keys", "datasets_dir"}
+    if set(spec) - top:
+        raise ValueError(f"{path}: unknown top-level keys {sorted(set(spec) - top)}; valid: {sorted(top)}")
+    kind = spec.get("kind")
+    if kind not in KINDS:
+        raise ValueError(f"{path}: kind={kind!r} is not valid; valid kinds: {', '.join(KINDS)}")
+    settings = {**SETTINGS[kind], **(spec.get("settings") or {}), **(overrides or {})}
+    if kind == "train":  # any 'yolo train' argument, with Ultralytics' suggestions for a misspelt one
+        check_dict_alignment({**DEFAULT_CFG_DICT, **SETTINGS[kind]}, settings)
+    elif set(settings) - set(SETTINGS[kind]):
+        raise ValueError(f"{path}: unknown settings {sorted(set(settings) - set(SETTINGS[kind]))} for kind={kind}; valid: {sorted(SETTINGS[kind])}")
+    blocks = spec.get("grid") or []
+    if not isinstance(blocks, list) or not blocks:
+        raise ValueError(f"{path}: grid must be a non-empty list of blocks (key: value or list of values)")
+    cells = []
+    for block in blocks:
+        bad = set(block) - set(CELL_KEYS)
+        if bad:
+            raise ValueError(f"{path}: unknown cell keys {sorted(bad)}; valid: {sorted(CELL_KEYS)}")
+        values = {k: block.get(k, default) for k, default in CELL_KEYS.items()}
+        values = {k: v if isinstance(v, list) else [v] for k, v in values.items()}
+        for combo in itertools.product(*values.values()):
+            cell = dict(zip(values, combo))
+            if cell not in cells:
+                cells.append(cell)
+    datasets_dir = (path.parent / spec["datasets_dir"]).resolve() if spec.get("datasets_dir") else None
+    baseline_keys = spec.get("baseline_keys") or [k for k in CELL_KEYS if k not in {"recompute", "recompute_mode"}]
+    if set(baseline_keys) - set(CELL_KEYS):
+        raise ValueError(f"{path}: baseline_keys {sorted(set(baseline_keys) - set(CELL_KEYS))} are not cell keys; valid: {sorted(CELL_KEYS)}")
+    if kind == "step" and not {"model", "amp"} <= set(baseline_keys):
+        raise ValueError(f"{path}: baseline_keys={baseline_keys}: step cells are measured beside their baseline in one process, so model and amp must be among them")
+    matrix = Matrix(spec.get("name") or path.stem, kind, path, settings, cells, list(baseline_keys), datasets_dir, spec.get("description", ""))
+    for cell in cells:
+        _check_cell(matrix, cell)
+    return matrix
+
+
+def _check_cell(matrix: Matrix, cell: dict) -> None:
+    """Check one cell's values against its model and the matrix kind (see :func:`load_matrix`)."""
+    from yolo_ckpt.planner import parse_budget
+
+    where = f"{matrix.path}: cell {cell_id(cell)}"
+    layout = layout_of(cell["model"])  # FileNotFoundError for a missing model YAML
+    task = cell["task"] or _model_task(cell["model"])
+    cell["task"] = task
+    check_mode(cell["recompute_mode"])
+    if not is_auto(cell["recompute"]):
+        resolve(cell["recompute"], layout)
+    if matrix.kind == "step" and task != "detect":
+        raise ValueError(f"{where}: step cells measure detection models (a detection batch); task={task} needs kind: train")
+    budget = cell["memory_budget"]
+    relative = isinstance(budget, str) and budget.endswith("x")
+    if budget is not None:
+        if relative:
+            if matrix.kind != "step":
+                raise ValueError(f"{where}: memory_budget={budget} (relative to recompute=none) is for step cells; give bytes with a unit, e.g. 2GB")
+            try:
+                float(budget[:-1])
+            except ValueError:
+                raise ValueError(f"{where}: memory_budget={budget!r} is not valid; valid: bytes with a unit (2GB) or a factor of the recompute=none peak (0.6x)") from None
+        else:
+            parse_budget(budget, 1)  # the form; a fraction's device is checked by run_matrix
+    if cell["imgsz"] != "fit" and not (isinstance(cell["imgsz"], int) and cell["imgsz"] > 0):
+        raise ValueError(f"{where}: imgsz={cell['imgsz']!r} is not valid; valid: a positive int or 'fit'")
+    if not (isinstance(cell["batch"], int) and (cell["batch"] > 0 or cell["batch"] == -1)):
+        raise ValueError(f"{where}: batch={cell['batch']!r} is not valid; valid: a positive int or -1")
+    planned = [k for k, v in (("recompute=auto", is_auto(cell["recompute"])), ("batch=-1", cell["batch"] == -1), ("imgsz=fit", cell["imgsz"] == "fit")) if v]
+    if cell["imgsz"] == "fit" and (is_auto(cell["recompute"]) or cell["batch"] == -1):
+        raise ValueError(f"{where}: imgsz=fit needs a named policy and a batch (it is the largest imgsz for them)")
+    if relative and (cell["imgsz"] == "fit" or cell["batch"] == -1):
+        raise ValueError(f"{where}: memory_budget={budget} is relative to recompute=none at the cell's imgsz and batch: give both")
+    if planned and budget is None:
+        raise ValueError(f"{where}: {' and '.join(planned)} need memory_budget= (bytes with a unit, e.g. 4GB)")
+    if planned and task != "detect":
+        raise ValueError(f"{where}: {' and '.join(planned)} plan memory for detection models; task={task} needs a named policy, imgsz and batch")
+    if matrix.kind == "train":
+        matrix.data[cell["dataset"]] = _data_yaml(matrix, cell["dataset"], task)
+    if matrix.baseline_of(cell) is None:
+        keys = ", ".join(f"{k}={cell[k]}" for k in matrix.baseline_keys)
+        raise ValueError(f"{where}: no baseline cell (recompute=none, recompute_mode=full) with {keys}; add one to the grid or change baseline_keys")
+
+
+def _model_task(model: str) -> str:
+    """The task of a model YAML (its head) or checkpoint."""
+    from ultralytics.nn.tasks import guess_model_task, yaml_model_load
+
+    return guess_model_task(yaml_model_load(model) if str(model).endswith((".yaml", ".yml")) else model)
+
+
+def _data_yaml(matrix: Matrix, dataset: str, task: str) -> str:
+    """The data.yaml a ``dataset`` value names (a path, ``synthetic``, or a name in ``datasets_dir``)."""
+    if dataset == "synthetic":
+        return "synthetic"  # generated when the cell runs (it writes files)
+    path = Path(dataset) if str(dataset).endswith((".yaml", ".yml")) else None
+    if path is None and matrix.datasets_dir is not None:
+        path = matrix.datasets_dir / dataset / "data.yaml"
+    if path is None or not path.is_file():
+        names = sorted(p.name for p in matrix.datasets_dir.iterdir() if (p / "data.yaml").is_file()) if matrix.datasets_dir and matrix.datasets_dir.is_dir() else []
+        raise FileNotFoundError(
+            f"{matrix.path}: dataset={dataset!r} not found (looked for {path}); valid: synthetic, a data.yaml path"
+            + (f", or one of {names} in {matrix.datasets_dir}" if names else f" (datasets_dir {matrix.datasets_dir} has no datasets)")
+        )
+    return str(path.resolve())
+
+
+def read_results(out: Path) -> pd.DataFrame:
+    """``<out>/results.csv`` (an empty frame if there is none yet)."""
+    csv = out / "results.csv"
+    return pd.read_csv(csv, keep_default_na=False, na_values=[""]) if csv.is_file() else pd.DataFrame(columns=["cell", "status"])
+
+
+def run_matrix(path, out=None, command: str | None = None, overrides: dict | None = None) -> pd.DataFrame:
+    """Run the cells of a matrix file not yet in ``<out>/results.csv`` with the same settings; write the CSV, the
+    Markdown delta table, the plots and the provenance. Returns the results table (one row per cell, file order).
+
+    Args:
+        path: the matrix file. out: the results folder (default: ``<runs_dir>/bench/<matrix name>``).
+        overrides: settings that replace the file's (:func:`load_matrix`).
+        command: recorded in ``provenance.json`` (default: the ``yolo-ckpt bench`` line).
+
+    Raises:
+        What :func:`load_matrix` raises, and ValueError for a fraction ``memory_budget`` without a CUDA device, all
+        before anything is written.
+    """
+    from . import plots, tables
+
+    matrix = load_matrix(path, overrides)
+    fractions = [c for c in matrix.cells if str(c["memory_budget"]).replace(".", "", 1).isdigit()]
+    if fractions and not torch.cuda.is_available():
+        raise ValueError(f"{path}: memory_budget={fractions[0]['memory_budget']} is a fraction of CUDA memory and this machine has no CUDA device; give bytes with a unit, e.g. 8GB")
+    out = Path(out) if out else Path(ULTRALYTICS_SETTINGS["runs_dir"]) / "bench" / matrix.name
+    out.mkdir(parents=True, exist_ok=True)
+    done = read_results(out)
+    settings = json.dumps(matrix.settings, sort_keys=True, default=str)
+    finished = set(done.loc[(done["status"] == "ok") & (done.get("settings") == settings), "cell"]) if len(done) else set()
+    todo = [c for c in matrix.cells if cell_id(c) not in finished]
+    LOGGER.info(f"yolo-ckpt bench {matrix.name}: {len(matrix.cells)} cells, {len(matrix.cells) - len(todo)} already in {out / 'results.csv'}")
+    rows = {r["cell"]: r for r in done.to_dict("records")}
+    with TQDM(total=len(todo), desc=f"bench {matrix.name}") as bar:
+        for group in _groups(matrix, todo):
+            bar.set_description(f"bench {matrix.name}: {run_name(group[-1])}")
+            for cell, row in zip(group, _run_group(matrix, group, out)):
+                if cell in todo:
+                    rows[cell_id(cell)] = {"cell": cell_id(cell), **cell, **row, "settings": settings}
+                    _write_csv(matrix, rows, out)
+                    bar.update()
+    shutil.copyfile(matrix.path, out / "matrix.yaml")
+    record = {"matrix": matrix.name, "kind": matrix.kind, **provenance(command or f"yolo-ckpt bench matrix={path} out={out}")}
+    (out / "provenance.json").write_text(json.dumps(record, indent=2))
+    results = read_results(out)
+    table = tables.delta_table(matrix, results)
+    (out / "results.md").write_text(tables.markdown(matrix, table, record))
+    plots.write_plots(matrix, table, out)
+    return results
+
+
+def _groups(matrix: Matrix, todo: list[dict]) -> list[list[dict]]:
+    """The cells to run together. Step cells: each baseline with the cells to do of its group, baseline first (it
+    is measured again beside them, even when finished: time ratios are only taken within one process).
+    Train cells: one by one."""
+    if matrix.kind == "train":
+        return [[c] for c in todo]
+    groups: dict = {}
+    for cell in todo:
+        base = matrix.baseline_of(cell)
+        groups.setdefault(cell_id(base), [base])
+        if cell is not base:
+            groups[cell_id(base)].append(cell)
+    return list(groups.values())
+
+
+def _run_group(matrix: Matrix, cells: list[dict], out: Path) -> list[dict]:
+    """Rows of a group of cells; an exception (out of memory included) fails the cells it hit, not the matrix."""
+    from . import step_cell, train_cell
+
+    try:
+        if matrix.kind == "step":
+            rows = step_cell.measure(cells, matrix.settings)
+        else:
+            rows = [train_cell.run(cells[0], matrix.settings, matrix.data.get(cells[0]["dataset"]), out / "runs")]
+    except Exception as e:  # noqa: BLE001 - recorded, and the matrix goes on
+        LOGGER.warning(f"yolo-ckpt bench: {run_name(cells[0])} failed: {type(e).__name__}: {e}")
+        rows = [failed(e) for _ in cells]
+    finally:
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return rows
+
+
+def failed(error: BaseException) -> dict:
+    """The row of a cell that raised: status ``failed`` and the reason (``OutOfMemoryError: ...``)."""
+    reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    return {"status": "failed", "reason": reason[:300]}
+
+
+def _write_csv(matrix: Matrix, rows: dict, out: Path) -> None:
+    """Rewrite results.csv: the matrix's cells in file order, then rows of cells no longer in the matrix."""
+    order = [cell_id(c) for c in matrix.cells]
+    ordered = [rows[k] for k in order if k in rows] + [r for k, r in rows.items() if k not in order]
+    table = pd.DataFrame(ordered)
+    first = ["cell", "status", "reason", *CELL_KEYS]
+    table = table[[c for c in first if c in table] + [c for c in table if c not in first]]
+    tmp = out / "results.csv.tmp"
+    table.to_csv(tmp, index=False)
+    tmp.replace(out / "results.csv")  # a crash mid-write never leaves a half file

@@ -1,0 +1,162 @@
+"""``step`` cells: peak memory and step time of one real training step per policy, against ``recompute=none`` in
+the same process.
+
+A step is forward, loss with targets (a fixed number of objects per image on a fixed synthetic batch,
+:func:`yolo_ckpt.memory.detect_batch`), backward and an AdamW step (the optimizer ``optimizer=auto`` picks for
+short runs; its state exists, as in every step after the first). Peak memory is what the CUDA allocator's
+``max_memory_allocated`` counts: parameters, gradients, optimizer state and activations; on CUDA it is that
+counter, elsewhere the live tensor storages (:class:`yolo_ckpt.memory.LiveTensorTracker`). Step time is the median
+over interleaved pairs (cell, baseline): a noisy shared machine slows both alike, and the ratio is what is
+reported. Beside it the FLOP lower bound of the overhead: 1 + forward FLOPs of the recomputed layers / FLOPs of a
+whole step without recompute (``torch.utils.flop_counter``). The recomputations of one step are counted
+(:func:`yolo_ckpt.count_recomputations`): a policy that recomputed nothing would show 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+from ultralytics.nn.tasks import DetectionModel
+from ultralytics.utils import DEFAULT_CFG
+
+from yolo_ckpt import apply_checkpointing, count_recomputations
+from yolo_ckpt.memory import LiveTensorTracker, build_optimizer, detect_batch, layer_flops
+
+from .planning import memory_model, needs_memory_model, settle
+
+
+def measure(cells: list[dict], settings: dict) -> list[dict]:
+    """Rows of a group of step cells; ``cells[0]`` is their ``recompute=none`` baseline.
+
+    Args:
+        cells: matrix cells (:data:`yolo_ckpt_bench.matrix.CELL_KEYS`) of one model.
+        settings: ``objects`` per image, ``pairs`` of timed steps, ``device`` (default: CUDA if present), ``seed``.
+
+    Returns:
+        Per cell: status, imgsz and batch used, recompute (the layers, for auto), layers recomputed, recomputations
+        per step, peak bytes and MiB, median step time (s), time ratio against the baseline of this process, FLOP
+        lower bound, and the step's FLOPs. A cell that raises gets a ``failed`` row; the others go on.
+
+    Raises:
+        Whatever the baseline cell raises (without it there is no ratio): the whole group fails.
+    """
+    from .matrix import failed
+
+    device = torch.device(settings["device"] or ("cuda" if torch.cuda.is_available() else "cpu"))
+    torch.manual_seed(settings["seed"])
+    model = DetectionModel(cells[0]["model"], verbose=False).train()
+    model.args = DEFAULT_CFG  # the loss's hyperparameters: their values do not change its memory or time
+    memory = memory_model(model, settings["objects"]) if any(needs_memory_model(c) for c in cells) else None
+    model.to(device)
+    optimizer = build_optimizer(model, "AdamW")
+    free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
+    runs, rows = [], []
+    for cell in cells:
+        try:
+            plan = settle(cell, memory, free)
+            batch = {k: v.to(device) for k, v in detect_batch(plan["batch"], plan["imgsz"], settings["objects"], settings["seed"]).items()}
+            policy = apply_checkpointing(model, plan["recompute"], mode=cell["recompute_mode"])
+            autocast = _autocast(cell["amp"], device)
+            with count_recomputations() as counter:
+                peak = _peak_bytes(model, optimizer, batch, autocast)
+            runs.append((cell, plan, batch, policy, autocast, peak, counter.total))
+            rows.append(None)
+        except Exception as e:
+            if cell is cells[0]:
+                raise  # no baseline, no ratios: the whole group fails with this reason
+            rows.append(failed(e))
+    times = _interleaved_times(runs, model, optimizer, settings["pairs"])
+    flops = {}
+    for (cell, plan, batch, policy, _, peak, recomputations), seconds in zip(runs, times):
+        key = (plan["imgsz"], plan["batch"])
+        if key not in flops:
+            flops[key] = _step_flops(model, batch)
+        step_flops, per_layer = flops[key]
+        rows[cells.index(cell)] = {
+            "status": "ok",
+            "imgsz_used": plan["imgsz"],
+            "batch_used": plan["batch"],
+            "budget_MiB": plan["budget_bytes"] / 2**20 if plan["budget_bytes"] else float("nan"),
+            "recomputed": policy.spec if cell["recompute"] != policy.spec else "",
+            "layers": len(policy.indices),
+            "recomputations_per_step": recomputations,
+            "peak_bytes": peak,
+            "peak_MiB": peak / 2**20,
+            "step_time_s": statistics.median(seconds),
+            "time_ratio": statistics.median(seconds) / statistics.median(times[0]),
+            "flop_bound": 1 + sum(per_layer[i] for i in policy.indices) / step_flops,
+            "step_GFLOPs": step_flops / 1e9,
+            "device": str(device),
+        }
+    return rows
+
+
+def _step(model, optimizer, batch, autocast) -> None:
+    """One training step: forward and loss (under autocast for amp), backward, optimizer step."""
+    optimizer.zero_grad(set_to_none=True)
+    with autocast():
+        loss, _ = model.loss(batch)
+    loss.sum().backward()
+    optimizer.step()
+
+
+def _peak_bytes(model, optimizer, batch, autocast) -> int:
+    """Peak bytes of one step, parameters, gradients and optimizer state included (first step: creates the state)."""
+    if not optimizer.state:
+        _step(model, optimizer, batch, autocast)
+    optimizer.zero_grad(set_to_none=True)
+    if batch["img"].device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        _step(model, optimizer, batch, autocast)
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated()
+    with LiveTensorTracker() as tracker:
+        state = [t for s in optimizer.state.values() for t in s.values()]
+        tracker.track(list(model.parameters()), list(model.buffers()), state, batch)
+        _step(model, optimizer, batch, autocast)
+    return tracker.peak_bytes
+
+
+def _autocast(amp, device: torch.device):
+    """The forward's autocast for ``amp=`` (as Ultralytics trains: fp16 on CUDA; bf16 on the CPU) or a no-op."""
+    if amp in {False, None, "fp32"}:
+        return contextlib.nullcontext
+    return lambda: torch.autocast(device.type, dtype=torch.float16 if device.type == "cuda" else torch.bfloat16)
+
+
+def _interleaved_times(runs, model, optimizer, pairs: int) -> list[list[float]]:
+    """Seconds of ``pairs`` steps per run, each step of a cell next to one of the baseline (``runs[0]``)."""
+    times = [[] for _ in runs]
+
+    def timed(k: int) -> None:
+        cell, plan, batch, _, autocast, _, _ = runs[k]
+        apply_checkpointing(model, plan["recompute"], mode=cell["recompute_mode"])
+        sync = torch.cuda.synchronize if batch["img"].device.type == "cuda" else (lambda: None)
+        sync()
+        t = time.perf_counter()
+        _step(model, optimizer, batch, autocast)
+        sync()
+        times[k].append(time.perf_counter() - t)
+
+    for _ in range(pairs):
+        for k in range(1, len(runs)):
+            timed(k)
+            timed(0)
+        if len(runs) == 1:
+            timed(0)
+    return times
+
+
+def _step_flops(model, batch) -> tuple[int, list[int]]:
+    """(FLOPs of one step without recompute, forward FLOPs per layer) at this batch."""
+    apply_checkpointing(model, "none")
+    with FlopCounterMode(display=False) as counter:
+        loss, _ = model.loss(batch)
+        loss.sum().backward()
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops(), layer_flops(model, batch["img"])

@@ -1,0 +1,113 @@
+"""A matrix's results against each cell's baseline: the delta table (pandas) and its Markdown (``results.md``)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from yolo_ckpt.planner import parse_budget
+from yolo_ckpt.report import add_deltas
+
+COLUMNS = {  # Markdown columns per kind: results column -> header
+    "step": {
+        "model": "model", "imgsz_used": "imgsz", "batch_used": "batch", "amp": "amp", "policy": "recompute",
+        "layers": "layers", "recomputations_per_step": "recomputed per step", "peak_MiB": "peak MiB",
+        "memory_change_pct": "memory", "step_time_s": "step s", "time_ratio": "time vs none",
+        "flop_bound": "FLOP bound", "status": "status",
+    },
+    "train": {
+        "study": "study", "dataset": "dataset", "model": "model", "imgsz_used": "imgsz", "batch_used": "batch",
+        "policy": "recompute", "epochs_run": "epochs", "peak_MiB": "peak MiB", "memory_change_pct": "memory",
+        "fits_budget": "fits budget", "step_time_s": "step s", "time_ratio": "time vs base",
+        "mAP50": "mAP50", "mAP50-95": "mAP50-95", "mAP50-95_change_pts": "mAP50-95 pts",
+        "top1": "top-1", "same_weights": "same weights", "status": "status",
+    },
+}
+
+
+def policy_label(row) -> str:
+    """``backbone``, ``all:selective``; for auto the planned layers too: ``auto (0-4,9)``."""
+    label = str(row["recompute"]) + (f":{row['recompute_mode']}" if row["recompute_mode"] != "full" else "")
+    recomputed = row.get("recomputed")
+    if str(row["recompute"]) == "auto" and isinstance(recomputed, str) and recomputed:
+        label += f" ({recomputed})"
+    return label
+
+
+def delta_table(matrix, results: pd.DataFrame) -> pd.DataFrame:
+    """The matrix's cells (grouped by baseline, then file order) with their results and deltas against their baseline row:
+    ``memory_change_pct``, ``time_ratio`` (step cells: measured in one process, interleaved), accuracy points,
+    ``same_weights`` (train: SHA-256 of the final weights equal to the baseline's) and ``fits_budget``
+    (peak <= ``memory_budget``, where one is given in bytes)."""
+    from .matrix import cell_id
+
+    by_id = {r["cell"]: r for r in results.to_dict("records")}
+    rows, bases = [], []
+    group = {id(c): matrix.cells.index(matrix.baseline_of(c)) for c in matrix.cells}
+    for cell in sorted(matrix.cells, key=lambda c: group[id(c)]):  # each baseline with its cells, file order
+        row = by_id.get(cell_id(cell))
+        base = by_id.get(cell_id(matrix.baseline_of(cell)))
+        if row is None:
+            continue
+        rows.append(row)
+        bases.append(base if base is not None and base.get("status") == "ok" else {k: float("nan") for k in row})
+    if not rows:
+        return pd.DataFrame()
+    table, base = pd.DataFrame(rows), pd.DataFrame(bases).reindex(columns=pd.DataFrame(rows).columns)
+    for column in ("peak_MiB", "step_time_s", "mAP50", "mAP50-95", "top1", "top5"):
+        for frame in (table, base):
+            if column in frame:
+                frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    measured = table.get("time_ratio")
+    table = add_deltas(table, base)
+    if matrix.kind == "step" and measured is not None:
+        table["time_ratio"] = pd.to_numeric(measured, errors="coerce")
+    table["policy"] = table.apply(policy_label, axis=1)
+    if "weights_sha256" in table:
+        table["same_weights"] = [
+            ("yes" if a == b else "no") if isinstance(a, str) and isinstance(b, str) else "" for a, b in zip(table["weights_sha256"], base["weights_sha256"])
+        ]
+    table["fits_budget"] = [_fits(b, p) for b, p in zip(table["memory_budget"], table.get("peak_MiB", [float("nan")] * len(table)))]
+    return table
+
+
+def _fits(budget, peak_mib) -> str:
+    if not isinstance(budget, str) or budget.endswith("x") or pd.isna(peak_mib):
+        return ""
+    return "yes" if peak_mib * 2**20 <= parse_budget(budget, None) else "no"
+
+
+def _cell(value, column: str) -> str:
+    if isinstance(value, float):
+        if pd.isna(value):
+            return ""
+        if column == "memory_change_pct" or column.endswith("_pts"):
+            return f"{value:+.1f}" + ("%" if column == "memory_change_pct" else "")
+        if column in {"time_ratio", "flop_bound"}:
+            return f"{value:.2f}x"
+        if column in {"mAP50", "mAP50-95", "top1"}:
+            return f"{value:.3f}"
+        return f"{value:.2f}" if column == "step_time_s" else f"{value:.0f}"
+    return str(value)
+
+
+def markdown(matrix, table: pd.DataFrame, record: dict) -> str:
+    """``results.md``: what was run, the delta table, failed cells with their reasons, machine and command."""
+    columns = {k: v for k, v in COLUMNS[matrix.kind].items() if k in table}
+    lines = [f"# {matrix.name}", "", matrix.description.strip(), ""] if matrix.description else [f"# {matrix.name}", ""]
+    lines += ["| " + " | ".join(columns.values()) + " |", "|" + "---|" * len(columns)]
+    for _, row in table.iterrows():
+        lines.append("| " + " | ".join(_cell(row[c], c) for c in columns) + " |")
+    if "reason" in table:
+        failed = table[table["status"] == "failed"]
+        lines += ["", "Failed cells:"] + [f"- `{r['cell']}`: {r['reason']}" for _, r in failed.iterrows()] if len(failed) else []
+    settings = ", ".join(f"{k}={v}" for k, v in matrix.settings.items() if v is not None)
+    m = record["machine"]
+    lines += [
+        "",
+        f"Settings: {settings}. Memory: {'peak bytes a CUDA allocator would count (live tensors on the CPU)' if matrix.kind == 'step' else 'the run report (CUDA allocator peak; CPU: live-tensor probe of one step)'}.",
+        f"Machine: {m['cpu']}, {m['cores']} cores, GPU: {m['gpu'] or 'none'}. Versions: "
+        + ", ".join(f"{k} {v}" for k, v in record["versions"].items())
+        + f". Command: `{record['command']}`",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,144 @@
+"""``train`` cells: one real training run through the Checkpoint*Trainers, read back from its run report.
+
+The run takes the cell's model, data, imgsz, batch, amp and policy plus the matrix's ``settings`` (any ``yolo
+train`` argument: epochs, fraction, seed, nbs, ...). ``val_images: N`` validates on the first N validation images
+(sorted by name): validating dense high-resolution images dominates CPU time. Peak memory, step time and accuracy
+come from ``ckpt_report.json`` (:mod:`yolo_ckpt.report`); the final weights are hashed so that runs with and
+without recomputation can be shown identical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import torch
+
+from ultralytics.data.utils import IMG_FORMATS, img2label_paths
+from ultralytics.utils import YAML
+
+from .planning import memory_model, settle
+
+
+def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
+    """Train one cell into ``project/<run name>`` and return its row.
+
+    Returns:
+        status, the run directory, imgsz and batch used, recompute (the layers planned, for auto), layers,
+        recomputations (layer forwards recomputed in backward over the whole run: 0 proves a baseline), epochs,
+        training and validation peak memory (MiB) and their source, median step time (s), mAP50 and mAP50-95 of the
+        task's output or top-1/top-5 (fractions), and ``weights_sha256`` of the final model and EMA state.
+
+    Raises:
+        Whatever the training raises (the matrix records it as a failed cell).
+    """
+    from ultralytics import YOLO
+
+    from yolo_ckpt import count_recomputations, trainer_for
+    from yolo_ckpt.report import load_report, primary_metrics
+
+    from .matrix import SETTINGS, run_name
+
+    if data == "synthetic":
+        from yolo_ckpt.synthetic import synthetic_dataset
+
+        data = str(synthetic_dataset(cell["task"]))
+    if settings["val_images"]:
+        data = str(val_subset(data, int(settings["val_images"]), project.parent / "data"))
+    yolo = YOLO(cell["model"], task=cell["task"])
+    imgsz = cell["imgsz"]
+    if imgsz == "fit":  # the trainers plan recompute=auto and batch=-1 themselves
+        objects = 4 * max_objects(data)  # as the trainers count them: mosaic puts up to 4 images in one
+        imgsz = settle(cell, memory_model(yolo.model, objects))["imgsz"]
+    overrides = {k: v for k, v in settings.items() if k not in SETTINGS["train"]}
+    if settings["device"] is not None:
+        overrides["device"] = settings["device"]
+    with count_recomputations() as counter:
+        yolo.train(
+            trainer=trainer_for(yolo.task),
+            data=data,
+            imgsz=imgsz,
+            batch=cell["batch"],
+            amp=cell["amp"],
+            recompute=cell["recompute"],
+            recompute_mode=cell["recompute_mode"],
+            memory_budget=cell["memory_budget"],
+            project=str(project),
+            name=run_name(cell),
+            **overrides,
+        )
+    trainer = yolo.trainer
+    report = load_report(trainer.save_dir)
+    peak, val_peak = report["train_peak_allocated_bytes"], report["val_peak_allocated_bytes"]
+    return {
+        "status": "ok",
+        "run_dir": str(trainer.save_dir),
+        "imgsz_used": report["imgsz"],
+        "batch_used": report["batch"],
+        "recomputed": report["recompute"],
+        "layers": len(report["recomputed_layers"]),
+        "recomputations": counter.total,
+        "epochs_run": report["epochs"],
+        "peak_MiB": peak / 2**20 if peak is not None else float("nan"),
+        "val_peak_MiB": val_peak / 2**20 if val_peak is not None else float("nan"),
+        "memory_source": report["memory_source"],
+        "step_time_s": report["train_step_time_median_s"],
+        **primary_metrics(report["task"], report["metrics"]),
+        "weights_sha256": weights_sha256(trainer),
+        "device": report["device"],
+    }
+
+
+def weights_sha256(trainer) -> str:
+    """SHA-256 of the final in-memory weights and buffers of the model and of its EMA (full precision, state_dict
+    order): equal hashes mean bit-identical training results (``last.pt`` stores the EMA in half precision)."""
+    from ultralytics.utils.torch_utils import unwrap_model
+
+    digest = hashlib.sha256()
+    for module in (unwrap_model(trainer.model), trainer.ema.ema):
+        for name, tensor in module.state_dict().items():
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _dataset_root(data: str) -> tuple[dict, Path]:
+    """A data.yaml's content and its root (``path:``, relative to the yaml's folder; the folder when absent)."""
+    spec = YAML.load(data)
+    folder = Path(data).resolve().parent
+    root = (folder / spec["path"]).resolve() if spec.get("path") else folder
+    return spec, root
+
+
+def _images(root: Path, split) -> list[Path]:
+    """The image files of a split (a folder, a list file, or a list of them), sorted."""
+    files = []
+    for entry in split if isinstance(split, list) else [split]:
+        p = (root / entry).resolve()
+        if p.is_dir():
+            files += [f for f in p.rglob("*") if f.suffix[1:].lower() in IMG_FORMATS]
+        elif p.is_file():
+            files += [(p.parent / line.strip()).resolve() for line in p.read_text().splitlines() if line.strip()]
+    return sorted(files)
+
+
+def val_subset(data: str, n: int, folder: Path) -> Path:
+    """A copy of ``data`` (in ``folder``) whose val split is its first ``n`` validation images (a list file);
+    the dataset itself is not touched."""
+    spec, root = _dataset_root(data)
+    images = _images(root, spec["val"])[:n]
+    if not images:
+        raise FileNotFoundError(f"{data}: no validation images found for val_images={n}")
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = f"{Path(data).resolve().parent.name}-val{n}"
+    (folder / f"{stem}.txt").write_text("".join(f"{p}\n" for p in images))
+    out = folder / f"{stem}.yaml"
+    YAML.save(out, {**spec, "path": str(root), "val": str((folder / f"{stem}.txt").resolve())})
+    return out
+
+
+def max_objects(data: str) -> int:
+    """The most labelled objects in one training image of ``data`` (lines of its label files), at least 1."""
+    spec, root = _dataset_root(data)
+    counts = [len(Path(f).read_text().splitlines()) for f in img2label_paths([str(p) for p in _images(root, spec["train"])]) if Path(f).is_file()]
+    return max(counts, default=0) or 1

@@ -1,0 +1,129 @@
+"""``yolo-ckpt bench``: step and train matrices at tiny settings, baseline deltas, rerun skipping, failed cells,
+and the checks a matrix file gets before anything runs."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from yolo_ckpt.cli import main
+from yolo_ckpt_bench import matrix as bench
+from yolo_ckpt_bench import step_cell, train_cell
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_matrix(folder: Path, spec: dict, name: str = "m.yaml") -> Path:
+    path = folder / name
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+STEP = {"kind": "step", "settings": {"objects": 2, "pairs": 1}, "grid": [{"model": "yolo11n.yaml", "imgsz": 128, "batch": 1, "recompute": ["none", "all"]}]}
+
+
+def test_step_matrix(tmp_path, monkeypatch, one_thread):
+    out = tmp_path / "out"
+    assert main(["bench", f"matrix={write_matrix(tmp_path, STEP)}", f"out={out}"]) == 0
+    results = pd.read_csv(out / "results.csv")
+    for column in ("cell", "status", "model", "imgsz", "batch", "recompute", "recompute_mode", "peak_MiB", "step_time_s", "time_ratio", "flop_bound", "layers", "recomputations_per_step"):
+        assert column in results, column
+    none, full = results.to_dict("records")
+    assert none["status"] == full["status"] == "ok"
+    assert none["time_ratio"] == 1 and none["flop_bound"] == 1 and none["recomputations_per_step"] == 0
+    assert full["layers"] == 17 and full["recomputations_per_step"] == 17  # every layer but Detect, once per step
+    assert full["peak_MiB"] < none["peak_MiB"] and 1.1 < full["flop_bound"] < 1.4
+    md = (out / "results.md").read_text()
+    assert "| yolo11n.yaml | 128 | 1 | False | none | 0 | 0 |" in md and "+0.0%" in md and "Machine:" in md
+    assert (out / "memory_vs_time.png").stat().st_size > 1000 and (out / "matrix.yaml").is_file()
+
+    # a rerun skips the finished cells: nothing is measured again
+    monkeypatch.setattr(step_cell, "measure", lambda *a: pytest.fail("a finished cell ran again"))
+    assert main(["bench", f"matrix={write_matrix(tmp_path, STEP)}", f"out={out}"]) == 0
+    assert pd.read_csv(out / "results.csv").equals(results)
+
+
+def test_failed_cell_is_recorded_and_the_rest_run(tmp_path, one_thread):
+    spec = {**STEP, "grid": [{**STEP["grid"][0], "recompute": ["none", "auto", "backbone"], "memory_budget": "0.3x"}]}
+    results = bench.run_matrix(write_matrix(tmp_path, spec), tmp_path / "out")
+    status = dict(zip(results["recompute"], results["status"]))
+    assert status == {"none": "ok", "auto": "failed", "backbone": "ok"}
+    reason = results.loc[results["recompute"] == "auto", "reason"].item()
+    assert "ValueError" in reason and "below the smallest plan's need" in reason  # 0.3x of none: even 'all' cannot fit
+    assert "Failed cells:" in (tmp_path / "out" / "results.md").read_text()
+
+
+def test_train_matrix_same_weights(tmp_path, synthetic, one_thread):
+    spec = {
+        "kind": "train",
+        "settings": {"epochs": 1, "nbs": 2, "seed": 0, "workers": 0, "device": "cpu", "plots": False, "val_images": 2, "fraction": 0.5},
+        "grid": [{"model": "yolo11n.yaml", "dataset": synthetic("detect"), "imgsz": 64, "batch": 2, "recompute": ["none", "all"]}],
+    }
+    out = tmp_path / "out"
+    assert main(["bench", f"matrix={write_matrix(tmp_path, spec)}", f"out={out}"]) == 0
+    results = pd.read_csv(out / "results.csv")
+    for column in ("weights_sha256", "mAP50", "mAP50-95", "peak_MiB", "step_time_s", "run_dir", "recomputations", "epochs_run"):
+        assert column in results, column
+    none, full = results.to_dict("records")
+    assert none["status"] == full["status"] == "ok"
+    assert full["recomputations"] > 0 and none["recomputations"] == 0  # the policy ran, and the baseline did not
+    assert none["weights_sha256"] == full["weights_sha256"]  # recomputation is exact on the CPU
+    assert full["mAP50-95"] == none["mAP50-95"] and full["peak_MiB"] < none["peak_MiB"]
+    table = bench.load_matrix(write_matrix(tmp_path, spec))
+    md = (out / "results.md").read_text()
+    assert md.count("| yes |") == 2 and "+0.0" in md, md  # same weights as the baseline; mAP50-95 delta 0 points
+    assert (out / "map_vs_imgsz.png").is_file() and len(table.cells) == 2
+    # the validation subset is a list file of 2 images; the dataset itself is untouched
+    assert len((out / "data" / f"{Path(synthetic('detect')).parent.name}-val2.txt").read_text().splitlines()) == 2
+    # compare on the two runs gives the same deltas
+    assert main(["compare", none["run_dir"], full["run_dir"], f"out={tmp_path / 'cmp'}"]) == 0
+    compared = pd.read_csv(tmp_path / "cmp" / "compare.csv")
+    assert compared["memory_change_pct"].iloc[1] == pytest.approx(100 * (full["peak_MiB"] / none["peak_MiB"] - 1))
+
+
+def test_val_subset_and_objects(tmp_path, shared_datasets):
+    data = str(shared_datasets / "aerial-cars" / "data.yaml")
+    subset = train_cell.val_subset(data, 3, tmp_path)
+    spec = yaml.safe_load(subset.read_text())
+    listed = Path(spec["val"]).read_text().splitlines()
+    assert len(listed) == 3 and all(Path(p).is_file() and "/images/val/" in p for p in listed)
+    assert spec["train"] == "images/train" and Path(spec["path"]) == (shared_datasets / "aerial-cars").resolve()
+    assert train_cell.max_objects(data) == 33  # the most boxes in one aerial-cars training image
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"kind": "steps"}, "kind='steps' is not valid; valid kinds: step, train"),
+        ({"grid": [{"model": "yolo11n.yaml", "recompte": "all"}]}, "unknown cell keys ['recompte']"),
+        ({"grid": [{"model": "yolo11n.yaml", "recompute": ["none", "C3k3"]}]}, "did you mean 'C3k2'?"),
+        ({"grid": [{"model": "yolo11n.yaml", "recompute": "all"}]}, "no baseline cell"),
+        ({"grid": [{"model": "yolo11n.yaml", "recompute": ["none", "auto"]}]}, "recompute=auto need memory_budget="),
+        ({"grid": [{"model": "yolo11n-seg.yaml", "recompute": "none"}]}, "step cells measure detection models"),
+        ({"grid": [{"model": "yolo11n.yaml", "imgsz": "big", "recompute": "none"}]}, "imgsz='big' is not valid"),
+        ({"settings": {"pair": 3}}, "unknown settings ['pair']"),
+        ({"kind": "train", "settings": {}, "grid": [{"dataset": "nowhere", "recompute": "none"}]}, "dataset='nowhere' not found"),
+        ({"kind": "train", "settings": {"epoch": 3}}, "'epoch' is not a valid YOLO argument"),
+        ({"grid": [{"model": "yolo11n.yaml", "imgsz": "fit", "recompute": ["none", "auto"], "memory_budget": "1GB"}]}, "imgsz=fit needs a named policy"),
+        ({"grid": [{"model": "missing.yaml", "recompute": "none"}]}, "missing.yaml"),
+    ],
+)
+def test_bad_matrix_fails_before_anything_runs(tmp_path, capsys, change, message):
+    out = tmp_path / "out"
+    assert main(["bench", f"matrix={write_matrix(tmp_path, {**STEP, **change})}", f"out={out}"]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_bench_arguments(tmp_path, capsys):
+    assert main(["bench", "cfg/bench/cpu-step.yaml"]) == 2  # a bare word: matrix= is required
+    assert "bench takes matrix=FILE" in capsys.readouterr().err
+    assert main(["bench", f"matrix={tmp_path / 'none.yaml'}"]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "cfg" / "bench").glob("*.yaml")))
+def test_shipped_matrices_are_valid(name, shared_datasets):
+    m = bench.load_matrix(ROOT / "cfg" / "bench" / name)
+    assert m.cells and all(m.baseline_of(c) is not None for c in m.cells)
