@@ -63,7 +63,7 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
             recompute=cell["recompute"],
             recompute_mode=cell["recompute_mode"],
             memory_budget=cell["memory_budget"],
-            project=str(project),
+            project=str(project.resolve()),  # Ultralytics puts a relative project under its runs_dir
             name=run_name(cell),
             **overrides,
         )

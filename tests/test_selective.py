@@ -12,6 +12,8 @@ from yolo_ckpt import apply_checkpointing, count_recomputations, trainer_for
 from yolo_ckpt.engine import SELECTIVE_SAVE_OPS
 from yolo_ckpt.memory import LiveTensorTracker, detect_batch
 
+from helpers import assert_state_equal
+
 TRAIN = dict(epochs=1, batch=2, nbs=2, imgsz=64, workers=0, device="cpu", plots=False, exist_ok=True, seed=0)
 
 
@@ -20,13 +22,6 @@ def build(cfg="yolo11n.yaml"):
     model = DetectionModel(cfg, verbose=False).train()
     model.args = DEFAULT_CFG
     return model
-
-
-def assert_state_equal(a, b):
-    sa, sb = a.state_dict(), b.state_dict()
-    assert list(sa) == list(sb)
-    different = [k for k in sa if not torch.equal(sa[k], sb[k])]
-    assert not different, f"{len(different)} tensors differ, e.g. {different[:5]}"
 
 
 @pytest.mark.parametrize("model, task", [("yolo11n.yaml", "detect"), ("yolo11n-seg.yaml", "segment")])

@@ -18,6 +18,8 @@ from ultralytics.utils import LOGGER
 from yolo_ckpt import CheckpointDetectionTrainer, checkpointed_layers, count_recomputations, trainer_for
 from yolo_ckpt.report import REPORT_NAME
 
+from helpers import assert_state_equal
+
 TRAIN = dict(epochs=1, batch=2, nbs=2, imgsz=64, workers=0, device="cpu", plots=False, exist_ok=True, seed=0)
 
 
@@ -29,13 +31,6 @@ def train(model, data, project, name, trainer=None, callbacks=(), **kw):
     with count_recomputations() as counter:
         m.train(data=data, trainer=trainer, project=str(project), name=name, **{**TRAIN, **kw})
     return m.trainer, counter
-
-
-def assert_state_equal(a: torch.nn.Module, b: torch.nn.Module):
-    sa, sb = a.state_dict(), b.state_dict()
-    assert list(sa) == list(sb)
-    different = [k for k in sa if not torch.equal(sa[k], sb[k])]
-    assert not different, f"{len(different)} tensors differ, e.g. {different[:5]}"
 
 
 @pytest.mark.parametrize(
@@ -68,6 +63,15 @@ def test_same_training_result_as_stock(model, task, synthetic, tmp_path):
     assert bn.num_batches_tracked.item() == steps  # forward passes, with batch == nbs
     assert_state_equal(stock.model, ckpt.model)
     assert_state_equal(stock.ema.ema, ckpt.ema.ema)
+
+
+def test_auto_plan_trains_as_stock(synthetic, tmp_path):
+    """recompute=auto plans (building the dataset, which draws from Python's RNG) and then trains exactly as stock."""
+    stock, _ = train("yolo11n.yaml", synthetic(), tmp_path, "stock", imgsz=160)
+    auto, counter = train("yolo11n.yaml", synthetic(), tmp_path, "auto", trainer=CheckpointDetectionTrainer, imgsz=160, recompute="auto", memory_budget="60MB")
+    assert auto.plan is not None and auto.policy.indices and counter.total == (auto.ema.updates + 1) * len(auto.policy.indices)
+    assert_state_equal(stock.model, auto.model)
+    assert_state_equal(stock.ema.ema, auto.ema.ema)
 
 
 def test_policy_logged_and_seen_by_ema_and_autobatch_copy(synthetic, tmp_path):

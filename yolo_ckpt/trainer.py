@@ -14,11 +14,14 @@ back), while the saved model holds only stock Ultralytics classes.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
+import random
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from ultralytics.models.yolo.classify import ClassificationTrainer
 from ultralytics.models.yolo.detect import DetectionTrainer
@@ -56,6 +59,20 @@ def _model_source(overrides: dict):
     if isinstance(resume, (str, Path)) and Path(resume).is_file():
         return resume
     return overrides.get("model")
+
+
+@contextlib.contextmanager
+def rng_preserved():
+    """Put Python's, NumPy's and torch's (CPU) global random states back on exit. Planning builds the training
+    dataset to count its objects, which draws from ``random``; training must then draw the same numbers (the same
+    augmentations) as it would without planning, or recompute=auto would not train exactly as stock."""
+    state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        try:
+            yield
+        finally:
+            random.setstate(state[0])
+            np.random.set_state(state[1])
 
 
 def _on_train_batch_start(trainer) -> None:
@@ -135,7 +152,7 @@ class CheckpointTrainerMixin:
     def _memory_model(self, batch: int):
         """The planner's memory model of this run's model at its imgsz, with the dataset's most objects per image
         (x4 for mosaic, as Ultralytics' AutoBatch counts them)."""
-        with override_configs(self.args, overrides={"cache": False}) as self.args:
+        with rng_preserved(), override_configs(self.args, overrides={"cache": False}) as self.args:
             dataset = self.build_dataset(self.data["train"], mode="train", batch=16)
         objects = max(len(label["cls"]) for label in dataset.labels) * 4
         model = copy.deepcopy(unwrap_model(self.model)).cpu()
