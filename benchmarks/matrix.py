@@ -55,7 +55,6 @@ SETTINGS = {
     "step": {"objects": 20, "pairs": 5, "device": None, "seed": 0},
     "train": {"val_images": None, "device": None},  # plus any 'yolo train' argument
 }
-STATUS = ("ok", "failed")
 
 
 @dataclass
@@ -120,6 +119,11 @@ def load_matrix(path, overrides: dict | None = None) -> Matrix:
     settings = {**SETTINGS[kind], **(spec.get("settings") or {}), **(overrides or {})}
     if kind == "train":  # any 'yolo train' argument, with Ultralytics' suggestions for a misspelt one
         check_dict_alignment({**DEFAULT_CFG_DICT, **SETTINGS[kind]}, settings)
+        owned = sorted(set(settings) & (set(CELL_KEYS) | {"data", "project", "name", "trainer"}))
+        if owned:
+            raise ValueError(f"{path}: settings {owned} are set per cell by the runner; give them as cell keys in grid: (valid: {sorted(CELL_KEYS)})")
+    elif int(settings["pairs"]) < 1 or int(settings["objects"]) < 1:
+        raise ValueError(f"{path}: pairs={settings['pairs']} and objects={settings['objects']} must be at least 1")
     elif set(settings) - set(SETTINGS[kind]):
         raise ValueError(f"{path}: unknown settings {sorted(set(settings) - set(SETTINGS[kind]))} for kind={kind}; valid: {sorted(SETTINGS[kind])}")
     blocks = spec.get("grid") or []
@@ -127,6 +131,8 @@ def load_matrix(path, overrides: dict | None = None) -> Matrix:
         raise ValueError(f"{path}: grid must be a non-empty list of blocks (key: value or list of values)")
     cells = []
     for block in blocks:
+        if not isinstance(block, dict):
+            raise ValueError(f"{path}: grid block {block!r} is not a mapping of cell keys to values; valid keys: {sorted(CELL_KEYS)}")
         bad = set(block) - set(CELL_KEYS)
         if bad:
             raise ValueError(f"{path}: unknown cell keys {sorted(bad)}; valid: {sorted(CELL_KEYS)}")
@@ -168,14 +174,17 @@ def _check_cell(matrix: Matrix, cell: dict) -> None:
             if matrix.kind != "step":
                 raise ValueError(f"{where}: memory_budget={budget} (relative to recompute=none) is for step cells; give bytes with a unit, e.g. 2GB")
             try:
-                float(budget[:-1])
+                if float(budget[:-1]) <= 0:
+                    raise ValueError
             except ValueError:
                 raise ValueError(f"{where}: memory_budget={budget!r} is not valid; valid: bytes with a unit (2GB) or a factor of the recompute=none peak (0.6x)") from None
         else:
             parse_budget(budget, 1)  # the form; a fraction's device is checked by run_matrix
     if cell["imgsz"] != "fit" and not (isinstance(cell["imgsz"], int) and cell["imgsz"] > 0):
         raise ValueError(f"{where}: imgsz={cell['imgsz']!r} is not valid; valid: a positive int or 'fit'")
-    if not (isinstance(cell["batch"], int) and (cell["batch"] > 0 or cell["batch"] == -1)):
+    if cell["amp"] not in {True, False}:
+        raise ValueError(f"{where}: amp={cell['amp']!r} is not valid; valid: true, false")
+    if isinstance(cell["imgsz"], bool) or isinstance(cell["batch"], bool) or not (isinstance(cell["batch"], int) and (cell["batch"] > 0 or cell["batch"] == -1)):
         raise ValueError(f"{where}: batch={cell['batch']!r} is not valid; valid: a positive int or -1")
     planned = [k for k, v in (("recompute=auto", is_auto(cell["recompute"])), ("batch=-1", cell["batch"] == -1), ("imgsz=fit", cell["imgsz"] == "fit")) if v]
     if cell["imgsz"] == "fit" and (is_auto(cell["recompute"]) or cell["batch"] == -1):
@@ -187,7 +196,7 @@ def _check_cell(matrix: Matrix, cell: dict) -> None:
     if planned and task != "detect":
         raise ValueError(f"{where}: {' and '.join(planned)} plan memory for detection models; task={task} needs a named policy, imgsz and batch")
     if matrix.kind == "train":
-        matrix.data[cell["dataset"]] = _data_yaml(matrix, cell["dataset"], task)
+        matrix.data[cell["dataset"]] = _data_yaml(matrix, cell["dataset"])
     if matrix.baseline_of(cell) is None:
         keys = ", ".join(f"{k}={cell[k]}" for k in matrix.baseline_keys)
         raise ValueError(f"{where}: no baseline cell (recompute=none, recompute_mode=full) with {keys}; add one to the grid or change baseline_keys")
@@ -200,7 +209,7 @@ def _model_task(model: str) -> str:
     return guess_model_task(yaml_model_load(model) if str(model).endswith((".yaml", ".yml")) else model)
 
 
-def _data_yaml(matrix: Matrix, dataset: str, task: str) -> str:
+def _data_yaml(matrix: Matrix, dataset: str) -> str:
     """The data.yaml a ``dataset`` value names (a path, ``synthetic``, or a name in ``datasets_dir``)."""
     if dataset == "synthetic":
         return "synthetic"  # generated when the cell runs (it writes files)

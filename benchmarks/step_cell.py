@@ -7,8 +7,11 @@ short runs; its state exists, as in every step after the first). Peak memory is 
 ``max_memory_allocated`` counts: parameters, gradients, optimizer state and activations; on CUDA it is that
 counter, elsewhere the live tensor storages (:class:`yolo_ckpt.memory.LiveTensorTracker`). Step time is the median
 over interleaved pairs (cell, baseline): a noisy shared machine slows both alike, and the ratio is what is
-reported. Beside it the FLOP lower bound of the overhead: 1 + forward FLOPs of the recomputed layers / FLOPs of a
-whole step without recompute (``torch.utils.flop_counter``). The recomputations of one step are counted
+reported. Beside it the FLOP bound of the overhead: 1 + forward FLOPs of the recomputed layers / FLOPs of a
+whole step without recompute (``torch.utils.flop_counter``). It is a bound in FLOPs, not in time: recomputed
+forward convolutions cost less time per FLOP than a step's average (its backward convolutions are slower), so
+measured ratios can come in under it; for ``selective`` it counts the whole forward of each layer, more than is
+recomputed. The recomputations of one step are counted
 (:func:`yolo_ckpt.count_recomputations`): a policy that recomputed nothing would show 0.
 """
 
@@ -39,10 +42,12 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
     Returns:
         Per cell: status, imgsz and batch used, recompute (the layers, for auto), layers recomputed, recomputations
         per step, peak bytes and MiB, median step time (s), time ratio against the baseline of this process, FLOP
-        lower bound, and the step's FLOPs. A cell that raises gets a ``failed`` row; the others go on.
+        bound, and the step's FLOPs. A cell that raises while it is set up or its peak measured gets a
+        ``failed`` row; the others go on.
 
     Raises:
-        Whatever the baseline cell raises (without it there is no ratio): the whole group fails.
+        Whatever the baseline cell raises (without it there is no ratio), or what a timed step raises: the whole
+        group fails.
     """
     from .matrix import failed
 
@@ -50,7 +55,8 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
     torch.manual_seed(settings["seed"])
     model = DetectionModel(cells[0]["model"], verbose=False).train()
     model.args = DEFAULT_CFG  # the loss's hyperparameters: their values do not change its memory or time
-    memory = memory_model(model, settings["objects"]) if any(needs_memory_model(c) for c in cells) else None
+    amp = cells[0]["amp"] not in {False, None, "fp32"} and device.type == "cuda"  # 2-byte activations, as trainers plan
+    memory = memory_model(model, settings["objects"], amp=amp) if any(needs_memory_model(c) for c in cells) else None
     model.to(device)
     optimizer = build_optimizer(model, "AdamW")
     free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
@@ -58,11 +64,11 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
     for cell in cells:
         try:
             plan = settle(cell, memory, free)
-            batch = {k: v.to(device) for k, v in detect_batch(plan["batch"], plan["imgsz"], settings["objects"], settings["seed"]).items()}
-            policy = apply_checkpointing(model, plan["recompute"], mode=cell["recompute_mode"])
-            autocast = _autocast(cell["amp"], device)
+            batch = detect_batch(plan["batch"], plan["imgsz"], settings["objects"], settings["seed"])  # kept on the CPU:
+            policy = apply_checkpointing(model, plan["recompute"], mode=cell["recompute_mode"])  # no cell's peak
+            autocast = _autocast(cell["amp"], device)  # may count another cell's batch on the device
             with count_recomputations() as counter:
-                peak = _peak_bytes(model, optimizer, batch, autocast)
+                peak = _peak_bytes(model, optimizer, _to(batch, device), autocast)
             runs.append((cell, plan, batch, policy, autocast, peak, counter.total))
             rows.append(None)
         except Exception as e:
@@ -74,7 +80,7 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
     for (cell, plan, batch, policy, _, peak, recomputations), seconds in zip(runs, times):
         key = (plan["imgsz"], plan["batch"])
         if key not in flops:
-            flops[key] = _step_flops(model, batch)
+            flops[key] = _step_flops(model, _to(batch, device))
         step_flops, per_layer = flops[key]
         rows[cells.index(cell)] = {
             "status": "ok",
@@ -93,6 +99,11 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
             "device": str(device),
         }
     return rows
+
+
+def _to(batch: dict, device: torch.device) -> dict:
+    """The batch's tensors on ``device``."""
+    return {k: v.to(device) for k, v in batch.items()}
 
 
 def _step(model, optimizer, batch, autocast) -> None:
@@ -123,7 +134,8 @@ def _peak_bytes(model, optimizer, batch, autocast) -> int:
 
 
 def _autocast(amp, device: torch.device):
-    """The forward's autocast for ``amp=`` (as Ultralytics trains: fp16 on CUDA; bf16 on the CPU) or a no-op."""
+    """The forward's autocast for ``amp=``: fp16 on CUDA, as Ultralytics trains; on the CPU (where Ultralytics turns
+    AMP off) bf16, CPU autocast's type; or a no-op."""
     if amp in {False, None, "fp32"}:
         return contextlib.nullcontext
     return lambda: torch.autocast(device.type, dtype=torch.float16 if device.type == "cuda" else torch.bfloat16)
@@ -136,7 +148,9 @@ def _interleaved_times(runs, model, optimizer, pairs: int) -> list[list[float]]:
     def timed(k: int) -> None:
         cell, plan, batch, _, autocast, _, _ = runs[k]
         apply_checkpointing(model, plan["recompute"], mode=cell["recompute_mode"])
-        sync = torch.cuda.synchronize if batch["img"].device.type == "cuda" else (lambda: None)
+        device = next(model.parameters()).device
+        batch = _to(batch, device)
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         sync()
         t = time.perf_counter()
         _step(model, optimizer, batch, autocast)

@@ -71,7 +71,8 @@ def delta_table(matrix, results: pd.DataFrame) -> pd.DataFrame:
 
 
 def _fits(budget, peak_mib) -> str:
-    if not isinstance(budget, str) or budget.endswith("x") or pd.isna(peak_mib):
+    """"yes"/"no" for a budget in bytes with a unit; "" for none, a factor (0.6x) or a CUDA fraction (0.6)."""
+    if not isinstance(budget, str) or not budget.strip()[-1:].isalpha() or budget.endswith("x") or pd.isna(peak_mib):
         return ""
     return "yes" if peak_mib * 2**20 <= parse_budget(budget, None) else "no"
 
@@ -86,7 +87,7 @@ def _cell(value, column: str) -> str:
             return f"{value:.2f}x"
         if column in {"mAP50", "mAP50-95", "top1"}:
             return f"{value:.3f}"
-        return f"{value:.2f}" if column == "step_time_s" else f"{value:.0f}"
+        return f"{value:.3g}" if column == "step_time_s" else f"{value:.0f}"
     return str(value)
 
 

@@ -2,7 +2,7 @@
 
 The run takes the cell's model, data, imgsz, batch, amp and policy plus the matrix's ``settings`` (any ``yolo
 train`` argument: epochs, fraction, seed, nbs, ...). ``val_images: N`` validates on the first N validation images
-(sorted by name): validating dense high-resolution images dominates CPU time. Peak memory, step time and accuracy
+(sorted by path): validating dense high-resolution images dominates CPU time. Peak memory, step time and accuracy
 come from ``ckpt_report.json`` (:mod:`yolo_ckpt.report`); the final weights are hashed so that runs with and
 without recomputation can be shown identical.
 """
@@ -47,9 +47,16 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
         data = str(val_subset(data, int(settings["val_images"]), project.parent / "data"))
     yolo = YOLO(cell["model"], task=cell["task"])
     imgsz = cell["imgsz"]
-    if imgsz == "fit":  # the trainers plan recompute=auto and batch=-1 themselves
-        objects = 4 * max_objects(data)  # as the trainers count them: mosaic puts up to 4 images in one
-        imgsz = settle(cell, memory_model(yolo.model, objects))["imgsz"]
+    if imgsz == "fit":  # the trainers plan recompute=auto and batch=-1 themselves; plan as they do:
+        from ultralytics.nn.tasks import DetectionModel
+
+        from yolo_ckpt.memory import optimizer_for
+
+        objects = 4 * max_objects(data)  # the most objects in a mosaic of 4 images
+        model = DetectionModel(cell["model"], nc=len(YAML.load(data)["names"]), verbose=False)  # the data's classes
+        amp = cell["amp"] not in {False, None, "fp32"} and torch.cuda.is_available() and settings["device"] != "cpu"
+        memory = memory_model(model, objects, optimizer_for(settings.get("optimizer", "auto")), amp)
+        imgsz = settle(cell, memory)["imgsz"]
     overrides = {k: v for k, v in settings.items() if k not in SETTINGS["train"]}
     if settings["device"] is not None:
         overrides["device"] = settings["device"]
