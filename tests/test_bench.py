@@ -105,6 +105,9 @@ def test_val_subset_and_objects(tmp_path, shared_datasets):
         ({"settings": {"pair": 3}}, "unknown settings ['pair']"),
         ({"kind": "train", "settings": {}, "grid": [{"dataset": "nowhere", "recompute": "none"}]}, "dataset='nowhere' not found"),
         ({"kind": "train", "settings": {"epoch": 3}}, "'epoch' is not a valid YOLO argument"),
+        ({"kind": "train", "settings": {"imgsz": 640}}, "settings ['imgsz'] are set per cell by the runner"),
+        ({"grid": [{"model": "yolo11n.yaml", "amp": "yes", "recompute": "none"}]}, "amp='yes' is not valid"),
+        ({"settings": {"pairs": 0}}, "must be at least 1"),
         ({"grid": [{"model": "yolo11n.yaml", "imgsz": "fit", "recompute": ["none", "auto"], "memory_budget": "1GB"}]}, "imgsz=fit needs a named policy"),
         ({"grid": [{"model": "missing.yaml", "recompute": "none"}]}, "missing.yaml"),
     ],
@@ -114,6 +117,13 @@ def test_bad_matrix_fails_before_anything_runs(tmp_path, capsys, change, message
     assert main(["bench", f"matrix={write_matrix(tmp_path, {**STEP, **change})}", f"out={out}"]) == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_fits_budget_only_for_bytes():
+    from yolo_ckpt_bench.tables import _fits
+
+    assert (_fits("1GB", 100.0), _fits("1MB", 100.0)) == ("yes", "no")  # 100 MiB against 1e9 and 1e6 bytes
+    assert _fits("0.6", 100.0) == _fits("0.6x", 100.0) == _fits(float("nan"), 100.0) == ""  # CUDA fraction, factor, none
 
 
 def test_bench_arguments(tmp_path, capsys):
