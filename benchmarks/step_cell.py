@@ -55,7 +55,7 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
     torch.manual_seed(settings["seed"])
     model = DetectionModel(cells[0]["model"], verbose=False).train()
     model.args = DEFAULT_CFG  # the loss's hyperparameters: their values do not change its memory or time
-    amp = cells[0]["amp"] not in {False, None, "fp32"} and device.type == "cuda"  # 2-byte activations, as trainers plan
+    amp = cells[0]["amp"] and device.type == "cuda"  # 2-byte activations, as trainers plan
     memory = memory_model(model, settings["objects"], amp=amp) if any(needs_memory_model(c) for c in cells) else None
     model.to(device)
     optimizer = build_optimizer(model, "AdamW")
@@ -133,10 +133,10 @@ def _peak_bytes(model, optimizer, batch, autocast) -> int:
     return tracker.peak_bytes
 
 
-def _autocast(amp, device: torch.device):
+def _autocast(amp: bool, device: torch.device):
     """The forward's autocast for ``amp=``: fp16 on CUDA, as Ultralytics trains; on the CPU (where Ultralytics turns
     AMP off) bf16, CPU autocast's type; or a no-op."""
-    if amp in {False, None, "fp32"}:
+    if not amp:
         return contextlib.nullcontext
     return lambda: torch.autocast(device.type, dtype=torch.float16 if device.type == "cuda" else torch.bfloat16)
 

@@ -54,7 +54,7 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
 
         objects = 4 * max_objects(data)  # the most objects in a mosaic of 4 images
         model = DetectionModel(cell["model"], nc=len(YAML.load(data)["names"]), verbose=False)  # the data's classes
-        amp = cell["amp"] not in {False, None, "fp32"} and torch.cuda.is_available() and settings["device"] != "cpu"
+        amp = cell["amp"] and torch.cuda.is_available() and settings["device"] != "cpu"
         memory = memory_model(model, objects, optimizer_for(settings.get("optimizer", "auto")), amp)
         imgsz = settle(cell, memory)["imgsz"]
     overrides = {k: v for k, v in settings.items() if k not in SETTINGS["train"]}
