@@ -18,10 +18,12 @@ nothing.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 SECTIONS = ("backbone", "neck", "all")
+_INDEX = re.compile(r"[0-9]+")  # ASCII digits: str.isdigit also accepts '²', which int() rejects
 MODES = ("full", "selective")  # recompute_mode=: whole layers, or only their cheap ops (yolo_ckpt.engine)
 CHOICES = "valid choices: none, backbone, neck, all, layer indices and ranges ('0-4,6'), module names ('C3k2,SPPF'), joined by commas, or auto (with memory_budget=)"
 
@@ -146,7 +148,7 @@ def check_spec(spec, choices: str = CHOICES) -> None:
         raise ValueError(f"recompute={spec_string(spec)!r} combines 'none' with other layers; {choices}")
     for t in tokens:
         lo, sep, hi = t.partition("-")
-        if sep and lo.isdigit() and hi.isdigit() and int(lo) > int(hi):
+        if sep and _INDEX.fullmatch(lo) and _INDEX.fullmatch(hi) and int(lo) > int(hi):
             raise ValueError(f"recompute={spec_string(spec)!r}: range '{t}' is empty (start > end), write '{hi}-{lo}'; {choices}")
 
 
@@ -192,7 +194,7 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
             chosen.update(layout.section(key))
             continue
         lo, sep, hi = token.partition("-")
-        if lo.isdigit() and (not sep or hi.isdigit()):
+        if _INDEX.fullmatch(lo) and (not sep or _INDEX.fullmatch(hi)):
             idx = range(int(lo), int(hi if sep else lo) + 1)
             if idx.stop - 1 > head:
                 raise ValueError(f"recompute={text!r}: layer index {idx.stop - 1} is out of range; {layout.describe()}")

@@ -33,6 +33,7 @@ from ultralytics.utils.patches import override_configs
 from ultralytics.utils.torch_utils import unwrap_model
 
 from . import report
+from .atomic import atomic_saves
 from .engine import apply_checkpointing
 from .memory import optimizer_for
 from .planner import MemoryModel, parse_budget
@@ -213,6 +214,12 @@ class CheckpointTrainerMixin:
         if self.device.type == "cpu" and self.ckpt_stats["probe_batch"] is None:
             self.ckpt_stats["probe_batch"] = dict(batch)
         return batch
+
+    def save_model(self):
+        """Ultralytics' ``save_model``, with ``last.pt``/``best.pt``/``epochN.pt`` written atomically: a kill during
+        the write leaves the previous complete checkpoint (:mod:`yolo_ckpt.atomic`)."""
+        with atomic_saves(self.wdir):
+            return super().save_model()
 
     def get_validator(self):
         """Ultralytics' validator, built from the args without yolo-ckpt's keys (its argument check rejects them)."""
