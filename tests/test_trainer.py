@@ -16,6 +16,7 @@ from ultralytics import YOLO
 from ultralytics.utils import LOGGER
 
 from yolo_ckpt import CheckpointDetectionTrainer, checkpointed_layers, count_recomputations, trainer_for
+from yolo_ckpt.trainer import CheckpointTrainerMixin
 from yolo_ckpt.report import REPORT_NAME
 
 from helpers import assert_state_equal
@@ -260,3 +261,55 @@ def test_frozen_layers_read_like_ultralytics(freeze, frozen):
     from yolo_ckpt.trainer import frozen_layers
 
     assert frozen_layers(freeze) == frozen
+
+
+def test_users_own_trainer_checkpointed(synthetic, tmp_path):
+    """checkpointed(UserTrainer) trains as UserTrainer does, bit for bit, with its own behaviour kept, recomputes
+    (counted), is cached, and survives the DDP launcher's cloudpickle."""
+    import cloudpickle
+    from ultralytics.models.yolo.detect import DetectionTrainer
+
+    from yolo_ckpt import checkpointed
+
+    class FlipTrainer(DetectionTrainer):
+        """A user's trainer: flips every batch left-right (and counts the batches it saw)."""
+
+        def preprocess_batch(self, batch):
+            batch = super().preprocess_batch(batch)
+            self.flipped = getattr(self, "flipped", 0) + 1
+            batch["img"] = batch["img"].flip(-1)
+            return batch
+
+    ckpt_cls = checkpointed(FlipTrainer)
+    assert checkpointed(FlipTrainer) is ckpt_cls and checkpointed(ckpt_cls) is ckpt_cls
+    assert ckpt_cls.__name__ == "CheckpointFlipTrainer" and issubclass(ckpt_cls, FlipTrainer)
+    assert cloudpickle.loads(cloudpickle.dumps(ckpt_cls)).__mro__[1].__name__ == "CheckpointTrainerMixin"
+    stock, _ = train("yolo11n.yaml", synthetic(), tmp_path, "stock", trainer=FlipTrainer)
+    ckpt, counter = train("yolo11n.yaml", synthetic(), tmp_path, "ckpt", trainer=ckpt_cls, recompute="all")
+    assert stock.flipped == ckpt.flipped >= 3 and counter.per_layer[0] >= ckpt.flipped
+    assert_state_equal(stock.model, ckpt.model)
+    assert_state_equal(stock.ema.ema, ckpt.ema.ema)
+    with pytest.raises(TypeError, match="BaseTrainer subclass"):
+        checkpointed(dict)
+
+
+@pytest.mark.parametrize("task", ["detect", "segment", "semantic", "depth", "classify", "pose", "obb"])
+def test_trainer_for_every_ultralytics_task(task):
+    """trainer_for reads Ultralytics' task table: each task's own trainer, checkpointed, importable by name."""
+    import pickle
+
+    from ultralytics import YOLO
+
+    cls = trainer_for(task)
+    stock = YOLO.task_map.fget(None)[task]["trainer"]
+    assert cls.__mro__[1:3] == (CheckpointTrainerMixin, stock) and pickle.loads(pickle.dumps(cls)) is cls
+
+
+def test_trainer_for_rtdetr_model_and_bad_task():
+    """An RT-DETR model's task is detect; its own task table picks RTDETRTrainer, as Model.train does."""
+    from ultralytics import RTDETR
+    from ultralytics.models.rtdetr.train import RTDETRTrainer
+
+    assert issubclass(trainer_for("detect", RTDETR("rtdetr-l.yaml")), RTDETRTrainer)
+    with pytest.raises(ValueError, match="valid tasks: classify, detect"):
+        trainer_for("segmentation")

@@ -36,6 +36,7 @@ from .trainer import (  # noqa: E402
     CheckpointOBBTrainer,
     CheckpointPoseTrainer,
     CheckpointSegmentationTrainer,
+    checkpointed,
     trainer_for,
 )
 
@@ -48,6 +49,7 @@ __all__ = [
     "ModelLayout",
     "RecomputePolicy",
     "apply_checkpointing",
+    "checkpointed",
     "checkpointed_layers",
     "count_recomputations",
     "remove_checkpointing",

@@ -107,7 +107,7 @@ def synthetic_dataset(task: str = "detect", *, seed: int = 0, root: str | Path |
         OSError: If the cache folder or an image cannot be written.
     """
     if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; valid tasks are {', '.join(TASKS)}")
+        raise ValueError(f"no built-in synthetic dataset for task {task!r} (built in: {', '.join(TASKS)}); give data=")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
     if seed < 0:

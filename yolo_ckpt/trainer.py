@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import math
 import random
 import time
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from ultralytics.engine.trainer import BaseTrainer
 from ultralytics.models.yolo.classify import ClassificationTrainer
 from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.models.yolo.obb import OBBTrainer
@@ -255,42 +257,48 @@ class CheckpointTrainerMixin:
         return probe_training_step(model, batch), probe_validation_step(self.ema.ema, images)
 
 
-class CheckpointDetectionTrainer(CheckpointTrainerMixin, DetectionTrainer):
-    """``DetectionTrainer`` with activation checkpointing (``recompute=``) and a run report."""
+@functools.cache
+def checkpointed(trainer_cls: type) -> type:
+    """``trainer_cls`` (any Ultralytics trainer, a user's own subclass included) with activation checkpointing
+    (``recompute=``) and the run report: the class ``Checkpoint<Name>(CheckpointTrainerMixin, trainer_cls)``.
 
-
-class CheckpointSegmentationTrainer(CheckpointTrainerMixin, SegmentationTrainer):
-    """``SegmentationTrainer`` with activation checkpointing (``recompute=``) and a run report."""
-
-
-class CheckpointOBBTrainer(CheckpointTrainerMixin, OBBTrainer):
-    """``OBBTrainer`` with activation checkpointing (``recompute=``) and a run report."""
-
-
-class CheckpointPoseTrainer(CheckpointTrainerMixin, PoseTrainer):
-    """``PoseTrainer`` with activation checkpointing (``recompute=``) and a run report."""
-
-
-class CheckpointClassificationTrainer(CheckpointTrainerMixin, ClassificationTrainer):
-    """``ClassificationTrainer`` with activation checkpointing (``recompute=``) and a run report."""
-
-
-TRAINERS = {
-    "detect": CheckpointDetectionTrainer,
-    "segment": CheckpointSegmentationTrainer,
-    "obb": CheckpointOBBTrainer,
-    "pose": CheckpointPoseTrainer,
-    "classify": CheckpointClassificationTrainer,
-}
-
-
-def trainer_for(task: str) -> type:
-    """The Checkpoint*Trainer class for an Ultralytics task name.
+    Cached: the same class comes back for the same trainer. The classes made of Ultralytics' own trainers become
+    attributes of ``yolo_ckpt.trainer`` (``CheckpointDetectionTrainer``, ``CheckpointDepthTrainer``, ...), so pickle
+    and the DDP launcher's cloudpickle store them by reference; cloudpickle stores a user's class by value.
 
     Raises:
-        ValueError: for any other task (semantic, depth, and the RT-DETR, World and YOLOE trainers are not
-            supported), naming the supported tasks.
+        TypeError: if ``trainer_cls`` is not a subclass of Ultralytics' ``BaseTrainer``.
     """
-    if task not in TRAINERS:
-        raise ValueError(f"task={task!r} is not supported by yolo-ckpt; supported tasks: {list(TRAINERS)}")
-    return TRAINERS[task]
+    if not (isinstance(trainer_cls, type) and issubclass(trainer_cls, BaseTrainer)):
+        raise TypeError(f"checkpointed() takes an Ultralytics trainer class (a BaseTrainer subclass), got {trainer_cls!r}")
+    if issubclass(trainer_cls, CheckpointTrainerMixin):
+        return trainer_cls
+    name = f"Checkpoint{trainer_cls.__name__}"
+    doc = f"``{trainer_cls.__name__}`` with activation checkpointing (``recompute=``) and a run report."
+    cls = type(name, (CheckpointTrainerMixin, trainer_cls), {"__module__": __name__, "__qualname__": name, "__doc__": doc})
+    if trainer_cls.__module__.startswith("ultralytics."):  # importable by name, in a DDP worker too
+        globals().setdefault(name, cls)
+    return cls
+
+
+CheckpointDetectionTrainer = checkpointed(DetectionTrainer)
+CheckpointSegmentationTrainer = checkpointed(SegmentationTrainer)
+CheckpointOBBTrainer = checkpointed(OBBTrainer)
+CheckpointPoseTrainer = checkpointed(PoseTrainer)
+CheckpointClassificationTrainer = checkpointed(ClassificationTrainer)
+
+
+def trainer_for(task: str, model=None) -> type:
+    """The checkpointed trainer of an Ultralytics task, from Ultralytics' own task table: that of ``model`` (a
+    ``YOLO``, ``RTDETR``, ... instance, so an RT-DETR model gets ``RTDETRTrainer`` for task ``detect``, as
+    ``Model.train`` picks it), else ``YOLO.task_map``.
+
+    Raises:
+        ValueError: for a task the table does not have, naming the tasks it has.
+    """
+    from ultralytics import YOLO
+
+    table = model.task_map if model is not None else YOLO.task_map.fget(None)  # the property reads no instance state
+    if task not in table:
+        raise ValueError(f"task={task!r} is not an Ultralytics task; valid tasks: {', '.join(table)}")
+    return checkpointed(table[task]["trainer"])
