@@ -34,7 +34,7 @@ from ultralytics.utils import DEFAULT_CFG, LOGGER, RANK, YAML, IterableSimpleNam
 from ultralytics.utils.patches import override_configs
 from ultralytics.utils.torch_utils import unwrap_model
 
-from . import report
+from . import distributed, report
 from .atomic import atomic_saves
 from .engine import apply_checkpointing
 from .memory import optimizer_for
@@ -120,6 +120,8 @@ class CheckpointTrainerMixin:
             else:
                 check_spec(given["recompute"])
         super().__init__(cfg, overrides, _callbacks)
+        if distributed.torchrun_world_size() > 1:  # a torchrun worker: the whole job's ranks, on every node
+            self.world_size = distributed.torchrun_world_size()
         for k, default in DEFAULTS.items():  # given > restored by resume (train_args) > default
             setattr(self.args, k, given.get(k, getattr(self.args, k, default)))
         if RANK in {-1, 0}:
@@ -217,6 +219,17 @@ class CheckpointTrainerMixin:
             self.ckpt_stats["probe_batch"] = dict(batch)
         return batch
 
+    def _setup_ddp(self):
+        """Ultralytics' process-group set-up on GPUs; on the CPU a gloo group (:mod:`yolo_ckpt.distributed`)."""
+        if self.device.type != "cpu":
+            return super()._setup_ddp()
+        distributed.init_cpu_process_group(self.world_size)
+
+    def _setup_train(self):
+        """Ultralytics' set-up; on the CPU under torchrun its DDP wrap builds a CPU DDP (:func:`~yolo_ckpt.distributed.cpu_ddp`)."""
+        with distributed.cpu_ddp() if self.device.type == "cpu" and self.world_size > 1 else contextlib.nullcontext():
+            return super()._setup_train()
+
     def save_model(self):
         """Ultralytics' ``save_model``, with ``last.pt``/``best.pt``/``epochN.pt`` written atomically: a kill during
         the write leaves the previous complete checkpoint (:mod:`yolo_ckpt.atomic`)."""
@@ -239,7 +252,8 @@ class CheckpointTrainerMixin:
 
     def final_eval(self):
         """Ultralytics' final validation of ``best.pt``, with its CUDA peak counted as validation."""
-        with report.cuda_peak(self, "val"):
+        cpu_ranks = self.device.type == "cpu" and self.world_size > 1
+        with report.cuda_peak(self, "val"), distributed.cpu_validation() if cpu_ranks else contextlib.nullcontext():
             super().final_eval()
 
     def memory_probes(self) -> tuple[int, int]:
