@@ -9,10 +9,11 @@ import torch
 from ultralytics import YOLO
 from ultralytics.nn.tasks import DetectionModel
 from ultralytics.utils import DEFAULT_CFG
+from ultralytics.utils.torch_utils import unwrap_model
 
 from yolo_ckpt import apply_checkpointing, trainer_for
 from yolo_ckpt.estimate import calibrate_loss, estimate_step
-from yolo_ckpt.memory import detect_batch, profile_step
+from yolo_ckpt.memory import detect_batch, probe_training_step, profile_step
 from yolo_ckpt.planner import NO_HEADROOM, Headroom, MemoryModel, headroom_for, parse_budget, parse_headroom
 from yolo_ckpt.report import REPORT_NAME
 from yolo_ckpt.runspec import amp_enabled, device_type
@@ -164,13 +165,13 @@ def test_amp_and_device_as_ultralytics_decides():
 
 def test_headroom_moves_the_plan(model):
     """A budget that fits recompute=none on its own no longer does with the headroom; the plan says by how much."""
-    bare = MemoryModel(model, 320, 2, 20)
-    need = bare.peak((), 2, 320)
-    kept = MemoryModel(model, 320, 2, 20, headroom=Headroom(1.15, 50 * 2**20))
-    assert bare.fits(need, need) and not kept.fits(need, need)
-    plan = kept.as_plan((), need, need, 2, 320)
+    memory = MemoryModel(model, 320, 2, 20)
+    need = memory.peak((), 2, 320)
+    assert memory.fits(need, need) and memory.largest_batch((), need, 320) == 2
+    memory.headroom = Headroom(1.15, 50 * 2**20)
+    assert not memory.fits(need, need) and memory.largest_batch((), need, 320) < 2
+    plan = memory.as_plan((), need, need, 2, 320)
     assert plan.headroom_bytes == int(need * 0.15 + 50 * 2**20) and plan.margin_bytes == -plan.headroom_bytes and not plan.fits
-    assert kept.largest_batch((), need, 320) < bare.largest_batch((), need, 320) == 2
 
 
 def _planning_trainer(data, tmp_path, **kw):
@@ -191,3 +192,60 @@ def test_batch_minus_one_capped_by_data_and_sized_for_multi_scale(synthetic, tmp
     batch = trainer.auto_batch()
     assert (trainer.plan.imgsz, trainer.plan.batch, trainer.plan.headroom_bytes) == (256, batch, 0) and 1 <= batch < 8
     assert trainer.plan.estimated_peak_bytes <= 56_000_000
+
+
+class _OutOfMemoryOnce(trainer_for("detect")):
+    """Fails its first batch as a GPU out of memory would: Ultralytics then halves the batch and retries."""
+
+    def preprocess_batch(self, batch):
+        if not getattr(self, "_failed", False):
+            self._failed = True
+            raise RuntimeError("CPU out of memory (raised by the test)")
+        return super().preprocess_batch(batch)
+
+
+def test_cpu_batch_minus_one_is_stock_and_report_says_what_trained(synthetic, tmp_path):
+    """batch=-1 on the CPU without a budget: AutoBatch's default 16, as stock (not an error: Ultralytics' own tests
+    call it). An out-of-memory error in the first epoch halves it to 8: the report records the batch that trained,
+    and its CPU probe measured the first full-size batch (8 images) with the optimizer step (AdamW's state alive)."""
+    yolo = YOLO("yolo11n.yaml")
+    yolo.train(data=synthetic(), trainer=_OutOfMemoryOnce, batch=-1, epochs=1, imgsz=96, workers=0, device="cpu", plots=False, val=False, project=str(tmp_path), name="oom")
+    report = json.loads((tmp_path / "oom" / REPORT_NAME).read_text())
+    assert (report["batch_at_start"], report["batch"], report["plan"]) == (16, 8, None)
+    probe = yolo.trainer.ckpt_stats["probe_batch"]
+    assert (report["memory_probe_images"], report["memory_probe_imgsz"]) == (8, 96)
+    assert report["memory_probe_objects"] == len(probe["bboxes"]) > 8
+    without_step = probe_training_step(unwrap_model(yolo.trainer.model), probe)
+    adamw_state = 2 * sum(p.numel() * 4 for p in yolo.trainer.model.parameters() if p.requires_grad)
+    assert report["train_peak_allocated_bytes"] - without_step == pytest.approx(adamw_state, rel=0.05)
+
+
+def test_trainer_auto_plan_and_batch(synthetic, tmp_path):
+    """recompute=auto picks layers for the budget; batch=-1 the largest batch; both written in the report."""
+    kw = dict(epochs=1, imgsz=160, workers=0, device="cpu", plots=False, val=False, project=str(tmp_path))
+    YOLO("yolo11n.yaml").train(data=synthetic(), trainer=trainer_for("detect"), recompute="auto", memory_budget="60MB", batch=2, name="auto", **kw)
+    report = json.loads((tmp_path / "auto" / REPORT_NAME).read_text())
+    assert report["plan"]["budget_bytes"] == 60_000_000 and report["plan"]["estimated_peak_bytes"] <= 60_000_000
+    assert report["recompute"] == report["plan"]["recompute"] != "none" and report["recomputed_layers"]
+    YOLO("yolo11n.yaml").train(data=synthetic(), trainer=trainer_for("detect"), recompute="all", memory_budget="200MB", batch=-1, name="batch", **kw)
+    report = json.loads((tmp_path / "batch" / REPORT_NAME).read_text())
+    assert report["batch"] == report["plan"]["batch"] > 2 and report["plan"]["estimated_peak_bytes"] <= 200_000_000
+
+
+def test_cli_profile_and_plan_json():
+    run = lambda *a: subprocess.run([sys.executable, "-m", "yolo_ckpt.cli", *a], capture_output=True, text=True, timeout=600)  # noqa: E731
+    out = run("profile", "model=yolo11n.yaml", "imgsz=320", "batch=2", "recompute=all", "format=json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    prof = json.loads(out.stdout)  # stdout is only the JSON: progress and logs went to stderr
+    assert "yolo-ckpt profile" in out.stderr and prof["assumed"]["device"] == "cuda" and prof["amp"] is True
+    assert prof["estimated_peak_bytes"]["policy"] < 0.7 * prof["estimated_peak_bytes"]["none"]
+    assert prof["layers"][-1]["layer"] == "total" and len(prof["recomputed_layers"]) == 17
+    out = run("plan", "model=yolo11n.yaml", "memory_budget=300MB", "imgsz=320", "batch=2", "device=cpu", "format=json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    assert result["assumed"]["device"] == "cpu" and not result["assumed"]["amp"] and result["memory_headroom"] == "1x+0MiB"
+    rows = {r["recompute"].split(" ")[0]: r for r in result["policies"]}
+    assert rows["all"]["max_imgsz_at_batch_2"] >= rows["backbone"]["max_imgsz_at_batch_2"] > rows["none"]["max_imgsz_at_batch_2"]
+    assert rows["all"]["max_batch_at_imgsz_320"] > rows["none"]["max_batch_at_imgsz_320"]
+    assert rows["none"]["recompute_GFLOPs"] == 0 and 15 < rows["all"]["recompute_pct_of_step"] < 35
+    assert run("plan", "memory_budget=12").returncode == 2
