@@ -4,6 +4,9 @@
 helpers from ``ultralytics.cfg``), plus yolo-ckpt's keys (``yolo_ckpt/cfg/default.yaml``). Two offline-safe
 exceptions to ``yolo train``'s defaults: with no ``data=`` it trains on the built-in synthetic dataset of the task,
 and with no ``model=`` it builds ``yolo11n.yaml`` (``yolo11n-seg.yaml``, ...) instead of downloading weights.
+
+``profile`` and ``plan`` read the same keys as ``train`` (:mod:`yolo_ckpt.runspec` decides the device, AMP, optimizer
+and objects per image they stand for) and say what they assumed; their result is all that goes to stdout.
 """
 
 from __future__ import annotations

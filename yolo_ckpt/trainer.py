@@ -140,15 +140,17 @@ class CheckpointTrainerMixin:
         Raises:
             ValueError: for a budget in bytes above the CUDA memory available, which no plan can honour.
         """
-        available = None
-        if self.device.type == "cuda":  # as AutoBatch counts it: free memory plus what this process has reserved
-            available = torch.cuda.mem_get_info(self.device)[0] + torch.cuda.memory_reserved(self.device)
+        available = self._cuda_available() if self.device.type == "cuda" else None
         if self.args.memory_budget is None:
             return int((self.args.batch if 0 < self.args.batch < 1 else 0.6) * available)
         budget = parse_budget(self.args.memory_budget, available)
         if available is not None and budget > available:
             raise ValueError(f"memory_budget={self.args.memory_budget} ({budget / 2**30:.2f} GiB) is more than the {available / 2**30:.2f} GiB of CUDA memory available on {self.device}")
         return budget
+
+    def _cuda_available(self) -> int:
+        """CUDA bytes available to this run as AutoBatch counts them: free memory plus what this process reserved."""
+        return torch.cuda.mem_get_info(self.device)[0] + torch.cuda.memory_reserved(self.device)
 
     def _planned_imgsz(self) -> int:
         """The largest imgsz a step trains at: imgsz rounded as ``_setup_train`` rounds it, x (1 + multi_scale) on
@@ -234,8 +236,7 @@ class CheckpointTrainerMixin:
         """Ultralytics' AutoBatch on the patched model at the fraction ``budget`` is of the memory it counts as
         available (``check_train_batch_size`` reads the fraction from the batch it is given)."""
         counts = self._data_counts()
-        available = torch.cuda.mem_get_info(self.device)[0] + torch.cuda.memory_reserved(self.device)
-        requested, self.batch_size = self.batch_size, min(budget / available, 0.999)  # AutoBatch takes (0, 1)
+        requested, self.batch_size = self.batch_size, min(budget / self._cuda_available(), 0.999)  # AutoBatch takes (0, 1)
         try:
             return BaseTrainer.auto_batch(self, counts.mosaic_objects, dataset_size=counts.images)
         finally:
