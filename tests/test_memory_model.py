@@ -176,14 +176,14 @@ def test_headroom_moves_the_plan(model):
 
 def _planning_trainer(data, tmp_path, **kw):
     """A Checkpoint trainer with its model set up (the policy applied) but no training: what auto_batch sees."""
-    trainer = trainer_for("detect")(overrides=dict(model="yolo11n.yaml", data=data, imgsz=160, device="cpu", project=str(tmp_path), **kw))
+    trainer = trainer_for("detect")(overrides=dict(model="yolo11n.yaml", data=data, imgsz=96, device="cpu", project=str(tmp_path), **kw))
     trainer.setup_model()
     return trainer
 
 
 def test_batch_minus_one_capped_by_data_and_sized_for_multi_scale(synthetic, tmp_path, monkeypatch):
     """batch=-1 with a budget on the CPU: never more than the dataset's 8 images (not 1024); multi_scale=0.5 is
-    sized at ceil(160 * 1.5 / 32) * 32 = 256, as BaseTrainer.auto_batch sizes it, not at imgsz=160. With
+    sized at ceil(96 * 1.5 / 32) * 32 = 160, as BaseTrainer.auto_batch sizes it, not at imgsz=96. With
     recompute=auto the order is: every layer first, then the batch. On CUDA the batch is AutoBatch's, which a byte
     budget reaches as the fraction of the memory AutoBatch counts as available."""
     from ultralytics.engine.trainer import BaseTrainer
@@ -192,10 +192,10 @@ def test_batch_minus_one_capped_by_data_and_sized_for_multi_scale(synthetic, tmp
     assert len(trainer.policy.indices) == 17  # recompute=auto batch=-1: all layers, then the largest batch
     assert trainer.auto_batch() == 8 == trainer._data_counts().images
     assert trainer.run_spec.objects == 4 * trainer._data_counts().max_objects > 0 and not trainer.run_spec.amp
-    trainer.args.memory_budget, trainer.args.multi_scale, trainer.plan = "56MB", 0.5, None
+    trainer.args.memory_budget, trainer.args.multi_scale, trainer.plan = "50MB", 0.5, None
     batch = trainer.auto_batch()
-    assert (trainer.plan.imgsz, trainer.plan.batch, trainer.plan.headroom_bytes) == (256, batch, 0) and 1 <= batch < 8
-    assert trainer.plan.estimated_peak_bytes <= 56_000_000
+    assert (trainer.plan.imgsz, trainer.plan.batch, trainer.plan.headroom_bytes) == (160, batch, 0) and 1 <= batch < 8
+    assert trainer.plan.estimated_peak_bytes <= 50_000_000
     calls = []
     monkeypatch.setattr(BaseTrainer, "auto_batch", lambda self, objects, dataset_size: calls.append((self.batch_size, objects, dataset_size)) or 5)
     monkeypatch.setattr(trainer, "_cuda_available", lambda: 10 * GiB)
