@@ -180,8 +180,7 @@ def _estimate_setup(args: list[str]):
     model, counts = yolo.model, None
     if opts["data"]:
         data = check_det_dataset(opts["data"])
-        kpt = {"data_kpt_shape": data["kpt_shape"]} if yolo.task == "pose" else {}
-        model = yolo.task_map[yolo.task]["model"](yolo.model.yaml, nc=data["nc"], ch=data["channels"], verbose=False, **kpt)
+        model = yolo.task_map[yolo.task]["model"](yolo.model.yaml, nc=data["nc"], ch=data["channels"], verbose=False)
         counts = count_data(cfg, data, max(int(model.stride.max()), 32))
     model = model.train()
     model.args = cfg  # the loss's hyperparameters
