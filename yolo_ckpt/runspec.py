@@ -129,7 +129,8 @@ class RunSpec:
 
     def describe(self) -> str:
         """One line for logs and the text output of profile/plan."""
-        precision = "AMP on (2-byte activations)" if self.amp else "AMP off (fp32)" + (" as Ultralytics trains on the CPU" if self.device != "cuda" else "")
+        where = {"cpu": " as Ultralytics trains on the CPU", "mps": " as Ultralytics trains on MPS"}.get(self.device, "")
+        precision = "AMP on (2-byte activations)" if self.amp else f"AMP off (fp32){where}"
         return f"assumed: device {self.device}, {precision}, {self.optimizer_rule}, {self.objects} objects per image ({self.objects_rule}), {self.nc} classes"
 
     def to_dict(self) -> dict:
