@@ -28,6 +28,7 @@ from ultralytics.utils import DEFAULT_CFG
 
 from yolo_ckpt import apply_checkpointing, count_recomputations
 from yolo_ckpt.memory import LiveTensorTracker, build_optimizer, detect_batch, layer_flops
+from yolo_ckpt.runspec import amp_enabled
 
 from .planning import memory_model, needs_memory_model, settle
 
@@ -55,7 +56,7 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
     torch.manual_seed(settings["seed"])
     model = DetectionModel(cells[0]["model"], verbose=False).train()
     model.args = DEFAULT_CFG  # the loss's hyperparameters: their values do not change its memory or time
-    amp = cells[0]["amp"] and device.type == "cuda"  # 2-byte activations, as trainers plan
+    amp = amp_enabled(cells[0]["amp"], device.type)  # as trainers plan
     memory = memory_model(model, settings["objects"], amp=amp) if any(needs_memory_model(c) for c in cells) else None
     model.to(device)
     optimizer = build_optimizer(model, "AdamW")

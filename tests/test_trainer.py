@@ -57,8 +57,9 @@ def test_same_training_result_as_stock(model, task, synthetic, tmp_path):
     assert steps >= 3 and stock.ema.updates == steps
     layers = len(ckpt.policy.indices)
     assert layers >= 8 and none_counter.total == 0
-    # every recomputed layer once per training step, plus once in the report's CPU memory probe
-    assert counter.total == (steps + 1) * layers
+    # every recomputed layer once per training step, plus twice in the report's CPU memory probe (a first step
+    # creates the optimizer state, the second is measured)
+    assert counter.total == (steps + 2) * layers
     assert checkpointed_layers(ckpt.model) == list(ckpt.policy.indices)
     bn = next(m for m in ckpt.model.modules() if isinstance(m, torch.nn.BatchNorm2d))
     assert bn.num_batches_tracked.item() == steps  # forward passes, with batch == nbs
@@ -187,11 +188,13 @@ def test_saved_files_are_stock(trained, synthetic, tmp_path):
 
 def test_run_report(trained):
     report = json.loads((trained.save_dir / REPORT_NAME).read_text())
-    assert report["schema_version"] == 1
+    assert report["schema_version"] == 2
     assert report["recompute"] == "all"
     assert [r["index"] for r in report["recomputed_layers"]] == list(trained.policy.indices)
     assert report["recomputed_layers"][2] == {"index": 2, "type": "C3k2"}
-    assert (report["device"], report["imgsz"], report["batch"], report["amp"]) == ("cpu", 64, 2, False)
+    assert (report["device"], report["imgsz"], report["batch"], report["batch_at_start"], report["amp"]) == ("cpu", 64, 2, 2, False)
+    probe = trained.ckpt_stats["probe_batch"]  # the first full-size batch (at 64 px mosaic crops may hold no object)
+    assert (report["memory_probe_images"], report["memory_probe_imgsz"], report["memory_probe_objects"]) == (2, 64, len(probe["bboxes"]))
     assert report["memory_source"] == "cpu_probe_live_tensors"
     assert report["train_peak_allocated_bytes"] > report["val_peak_allocated_bytes"] > 0
     assert report["train_steps_timed"] == trained.ema.updates - 3 and report["train_step_time_median_s"] > 0
