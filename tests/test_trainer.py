@@ -150,9 +150,10 @@ def test_neck_on_classify_model(synthetic, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("task", ["semantic", "depth", "rtdetr", "world", "yoloe"])
-def test_unsupported_tasks(task):
-    with pytest.raises(ValueError, match=r"supported tasks: \['detect', 'segment', 'obb', 'pose', 'classify'\]"):
+@pytest.mark.parametrize("task", ["rtdetr", "world", "yoloe", "Detect"])
+def test_not_a_task(task):
+    """Model families are not tasks (RT-DETR's task is detect: trainer_for takes its model)."""
+    with pytest.raises(ValueError, match=r"is not an Ultralytics task; valid tasks: classify, detect, segment"):
         trainer_for(task)
 
 

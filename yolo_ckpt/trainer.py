@@ -14,6 +14,7 @@ back), while the saved model holds only stock Ultralytics classes.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import math
@@ -27,7 +28,6 @@ from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.models.yolo.obb import OBBTrainer
 from ultralytics.models.yolo.pose import PoseTrainer
 from ultralytics.models.yolo.segment import SegmentationTrainer
-from ultralytics.engine.trainer import BaseTrainer
 from ultralytics.utils import DEFAULT_CFG, LOGGER, RANK, YAML, IterableSimpleNamespace, colorstr
 from ultralytics.utils.checks import check_imgsz
 from ultralytics.utils.torch_utils import unwrap_model
@@ -134,7 +134,7 @@ class CheckpointTrainerMixin:
             parse_budget(budget, None if cpu else 1)  # the form only: the device is not set up yet
         if auto and cpu and budget is None:
             raise ValueError("recompute=auto on the CPU needs memory_budget= (bytes with a unit, e.g. memory_budget=8GB): there is no device memory to plan for")
-        task = next(t for t, cls in TRAINERS.items() if isinstance(self, cls))
+        task = task_of(type(self))
         what = "recompute=auto" if auto else "batch=-1" if autobatch and not (cpu and budget is None) else None
         if what and task not in PLANNED_TASKS:
             raise ValueError(f"{what} plans memory with the estimate, which exists for {', '.join(PLANNED_TASKS)} models; for {task} give a named policy and a batch")
@@ -355,6 +355,16 @@ CheckpointSegmentationTrainer = checkpointed(SegmentationTrainer)
 CheckpointOBBTrainer = checkpointed(OBBTrainer)
 CheckpointPoseTrainer = checkpointed(PoseTrainer)
 CheckpointClassificationTrainer = checkpointed(ClassificationTrainer)
+
+
+def task_of(trainer_cls: type) -> str:
+    """The Ultralytics task of a trainer class: the task in Ultralytics' task table whose trainer is its nearest
+    ancestor (``SegmentationTrainer`` subclasses ``DetectionTrainer``: its task is ``segment``)."""
+    from ultralytics import YOLO
+
+    mro = trainer_cls.__mro__
+    ancestors = {t: mro.index(row["trainer"]) for t, row in YOLO.task_map.fget(None).items() if row["trainer"] in mro}
+    return min(ancestors, key=ancestors.get)
 
 
 def trainer_for(task: str, model=None) -> type:
