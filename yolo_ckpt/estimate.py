@@ -220,6 +220,8 @@ def estimate_step(
         data = training_batch(model, batch, imgsz, objects)
         per_layer_flops = layer_flops(fake, data["img"]) if flops else [0] * len(fake.model)
         opt = build_optimizer(fake, optimizer)
+        for group in opt.param_groups:  # foreach kernels (CUDA's default): a few ops, not a few per parameter, on
+            group["foreach"] = True  # fake tensors; the state they keep is the same
         state = _create_state(opt)  # the optimizer state every step after the first carries
         accounting = _LayerAccounting(fake)
         with LiveTensorTracker() as tracker:

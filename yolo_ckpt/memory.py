@@ -207,7 +207,7 @@ def training_batch(model, batch: int, imgsz: int, objects: int, seed: int = 0) -
     """A fixed, preprocessed training batch for ``model``'s task and class count, as Ultralytics' collate gives it.
 
     ``img`` is (batch, 3, imgsz, imgsz) in [0, 1]. Detection-style tasks get ``objects`` boxes per image, laid on a
-    grid of ceil(sqrt(objects)) cells per side, one object per cell filling 80-95 % of it: boxes do not overlap, so
+    grid of ceil(sqrt(objects)) cells per side, one object per cell filling 90-100 % of it: boxes do not overlap, so
     each object can claim its own ``topk`` anchors, the case the segmentation-loss formula bounds. Classes are drawn
     from the model's ``nc`` (one-class models get class 0). Per task:
 
@@ -262,7 +262,7 @@ def _grid_targets(batch: int, objects: int, nc: int, g: torch.Generator) -> dict
     side = math.ceil(math.sqrt(objects))
     cell = torch.arange(objects).repeat(batch)
     centre = (torch.stack([cell % side, cell // side], 1) + 0.5) / side
-    wh = (torch.rand(len(cell), 2, generator=g) * 0.15 + 0.8) / side
+    wh = (torch.rand(len(cell), 2, generator=g) * 0.1 + 0.9) / side
     return {
         "batch_idx": torch.arange(batch).repeat_interleave(objects).float(),
         "cls": torch.randint(0, nc, (len(cell), 1), generator=g).float(),
