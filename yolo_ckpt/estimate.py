@@ -37,7 +37,7 @@ from torch._subclasses.fake_tensor import FakeCopyMode, FakeTensorMode
 from torch.utils._pytree import tree_leaves, tree_map
 
 from .engine import apply_checkpointing
-from .memory import LayerRow, LiveTensorTracker, StepProfile, autocast_for, _create_state, _LayerAccounting, _nbytes
+from .memory import LayerRow, LiveTensorTracker, StepProfile, _LayerAccounting, _nbytes, autocast_for
 from .memory import _run_step, anchors, build_optimizer, layer_flops, model_task, train_imgsz, training_batch
 
 # (batch, imgsz, objects per image) at which the real loss is measured to fit its formula: small (imgsz <= 160), so
@@ -222,10 +222,9 @@ def estimate_step(
         opt = build_optimizer(fake, optimizer)
         for group in opt.param_groups:  # foreach kernels (CUDA's default): a few ops, not a few per parameter, on
             group["foreach"] = True  # fake tensors; the state they keep is the same
-        state = _create_state(opt)  # the optimizer state every step after the first carries
         accounting = _LayerAccounting(fake)
         with LiveTensorTracker() as tracker:
-            tracker.track(list(fake.parameters()), list(fake.buffers()), state, data)
+            tracker.track(list(fake.parameters()), list(fake.buffers()), data)
             static = tracker.live_bytes
 
             def stand_in_loss(preds):  # dense gradients of the predictions' shapes, as the real loss gives
@@ -233,8 +232,9 @@ def estimate_step(
                 return sum((t.float() * t.float()).sum() for t in tree_leaves(preds) if isinstance(t, torch.Tensor))
 
             fwd_end = [0]
-            peaks, _ = _run_step(fake, data, opt, stand_in_loss, tracker, autocast)
+            peaks, _, state = _run_step(fake, data, opt, stand_in_loss, tracker, autocast)
         accounting.remove()
+    static, fwd_end[0] = static + state, fwd_end[0] + state  # the optimizer state, counted in every phase
     loss_forward = loss_model.forward_bytes(batch, imgsz, objects)
     phases = {
         "forward": peaks["forward"],

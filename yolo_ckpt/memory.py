@@ -343,9 +343,15 @@ def layer_flops(model, images: torch.Tensor) -> list[int]:
 
 
 def _run_step(model, batch, optimizer, loss_fn, tracker, autocast=None):
-    """Forward, loss, backward, optimizer step; returns the per-phase peaks and the bytes alive before the loss.
-    ``autocast`` (a context manager) covers the forward and the loss, as in Ultralytics' training step."""
+    """Forward, loss, backward, optimizer step; returns the per-phase peaks, the bytes alive before the loss and the
+    optimizer state's bytes. ``autocast`` (a context manager) covers the forward and the loss, as in Ultralytics'
+    training step.
+
+    An optimizer without state creates it in this step's optimizer phase (whose peak is then a later step's: the
+    state plus the update's temporaries); every later step carries it all along, so its bytes are added to the
+    earlier phases' peaks: one step measures a steady-state step, without a first one to create the state."""
     autocast = autocast or contextlib.nullcontext
+    fresh = not optimizer.state
     peaks = {}
     tracker.start_phase()
     with autocast():
@@ -363,7 +369,11 @@ def _run_step(model, batch, optimizer, loss_fn, tracker, autocast=None):
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     peaks["optimizer"] = tracker.phase_peak_bytes
-    return peaks, before_loss
+    state = _nbytes([list(s.values()) for s in optimizer.state.values()])
+    if fresh:
+        peaks.update({p: peaks[p] + state for p in ("forward", "loss", "backward")})
+        before_loss += state
+    return peaks, before_loss, state
 
 
 # Ultralytics' optimizer names (``BaseTrainer.build_optimizer``'s ``optimizers`` set), mirrored to check a name
@@ -391,8 +401,8 @@ def build_optimizer(model, name: str = "AdamW", iterations: int = 0):
     """The optimizer Ultralytics trains ``model`` with, built by Ultralytics' own ``BaseTrainer.build_optimizer``
     (called on a stand-in trainer holding the default hyperparameters): its parameter groups, and so its state
     (AdamW, Adam: 2 tensors per parameter and a step; SGD: 1; RMSprop with momentum: 2; MuSGD: 2 for
-    matrices and conv filters, 1 for the rest), are the run's. The state exists once a step has run
-    (:func:`_create_state`).
+    matrices and conv filters, 1 for the rest; none for parameters that do not require grad), are the run's. The
+    state exists once a step has run.
 
     Args:
         model: the module whose parameters it optimizes (real or fake tensors).
@@ -417,18 +427,6 @@ def build_optimizer(model, name: str = "AdamW", iterations: int = 0):
         logger.setLevel(level)
 
 
-def _create_state(optimizer) -> list:
-    """Create ``optimizer``'s state as a first step does (zero gradients, then a step) and return its tensors;
-    parameters that do not require grad (frozen, YOLO's DFL) get none, as in training."""
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            if p.requires_grad:
-                p.grad = torch.zeros_like(p)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return [t for s in optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
-
-
 def autocast_for(amp: bool, device_type: str):
     """The forward's and loss's autocast for ``amp=``: fp16 on CUDA, as Ultralytics trains; elsewhere (where
     Ultralytics turns AMP off) bf16, CPU autocast's 2-byte type; or a no-op."""
@@ -446,8 +444,8 @@ def profile_step(
 
     On CUDA the peaks come from the allocator (``max_memory_allocated``), less what was on the device before the
     copy was made (the live model, other tensors), plus the batch; elsewhere from :class:`LiveTensorTracker`. The
-    optimizer state exists (built by :func:`build_optimizer`, created by a zero-gradient step first), as in every
-    step after the first. Not modelled: ``GradScaler``'s loss scaling (a few scalars), DDP buckets. The live model,
+    optimizer is built by :func:`build_optimizer` and its state counted all step long, as in every step after the
+    first (:func:`_run_step`). Not modelled: ``GradScaler``'s loss scaling (a few scalars), DDP buckets. The live model,
     its BatchNorm statistics and the RNG are untouched.
 
     Args:
@@ -473,7 +471,6 @@ def profile_step(
         policy = apply_checkpointing(probe, recompute, mode=mode)
         recomputed, spec = policy.indices, policy.spec
     opt = build_optimizer(probe, optimizer)
-    state = _create_state(opt)
     per_layer_flops = layer_flops(probe, batch["img"]) if flops else [0] * len(probe.model)
     autocast = autocast_for(amp, batch["img"].device.type)
 
@@ -487,14 +484,14 @@ def profile_step(
                 offset = _nbytes(batch) - before
                 counter = _Allocator()
                 static = counter.start_phase() + offset
-                peaks, before_loss = _run_step(probe, batch, opt, loss_fn, counter, autocast)
+                peaks, before_loss, state = _run_step(probe, batch, opt, loss_fn, counter, autocast)
                 peaks = {k: v + offset for k, v in peaks.items()}
                 before_loss += offset
             else:
                 with LiveTensorTracker() as tracker:
-                    tracker.track(list(probe.parameters()), list(probe.buffers()), state, batch)
+                    tracker.track(list(probe.parameters()), list(probe.buffers()), batch)
                     static = tracker.live_bytes
-                    peaks, before_loss = _run_step(probe, batch, opt, loss_fn, tracker, autocast)
+                    peaks, before_loss, state = _run_step(probe, batch, opt, loss_fn, tracker, autocast)
     finally:
         accounting.remove()
     rows = [
@@ -508,7 +505,7 @@ def profile_step(
         batch=len(batch["img"]),
         imgsz=batch["img"].shape[-1],
         objects=int(len(batch["batch_idx"]) // max(len(batch["img"]), 1)) if "batch_idx" in batch else 0,
-        static_bytes=static,
+        static_bytes=static + state,
         phase_peak_bytes=peaks,
         loss_bytes=peaks["loss"] - before_loss,
         peak_bytes=max(peaks.values()),
