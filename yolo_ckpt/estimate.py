@@ -14,7 +14,9 @@ detect, pose, obb), plus for segmentation the mask loss, whose per-image tensors
 mask pixels P = (imgsz / mask_ratio)^2: ``Fb*P, B*M*P, F1*P, B*P``, with Fb the batch's foreground anchors and F1
 one image's. Calibration counts the real foreground (the assigner's ``fg_mask``); the estimate takes its bound,
 ``F1 = sum over the loss's assigners of min(M * topk, A)`` and ``Fb = B * F1``, so it does not under-estimate where
-objects overlap or are small and claim fewer anchors. Classification: ``1, B``. Two fits: the loss's forward peak
+objects overlap or are small and claim fewer anchors. With the loss region (``yolo_ckpt.losses``: the mask loss
+recomputed in backward, its forward chunked) one more term, ``min(chunk, F1)*P``, and the same fit measures the
+recomputed loss. Classification: ``1, B``. Two fits: the loss's forward peak
 and its backward peak (above what was alive before the loss), since the mask loss's backward peaks above its
 forward.
 
@@ -29,6 +31,7 @@ approximate.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +62,8 @@ class LossModel:
         topk: per assigner of a segmentation loss, the anchors one object can claim (``min(topk, topk2)``).
         forward, backward: the coefficients (bytes per unit of each term) of the loss's forward peak and of its
             backward peak.
+        chunk: anchors per chunk of the loss region (``yolo_ckpt.losses``: the mask loss recomputed in backward,
+            its forward run in chunks), which adds a term in ``min(chunk, F1) * P``; None for the stock loss.
     """
 
     task: str
@@ -67,6 +72,7 @@ class LossModel:
     topk: tuple[int, ...]
     forward: tuple[float, ...]
     backward: tuple[float, ...]
+    chunk: int | None = None
 
     def terms(self, batch: int, imgsz: int, objects: int, foreground: tuple[int, int] | None = None) -> np.ndarray:
         """The formula's terms for this step; ``foreground`` (batch's, largest image's foreground anchors) is
@@ -81,6 +87,8 @@ class LossModel:
                 one = sum(min(m * k, a) for k in self.topk)
                 foreground = (b * one, one)
             terms += [foreground[0] * pixels, b * m * pixels, foreground[1] * pixels, b * pixels]
+            if self.chunk:
+                terms.append(min(self.chunk, foreground[1]) * pixels)
         return np.array(terms, dtype=float)
 
     def forward_bytes(self, batch: int, imgsz: int, objects: int) -> int:
@@ -111,10 +119,11 @@ def _calibrate(model, amp: bool) -> LossModel:
         tuple(min(a.topk, a.topk2) for a in _assigners(model.criterion)),
         (),
         (),
+        getattr(model, "loss_chunk", None),
     )
     rows, forward, backward = _loss_samples(model, shape, CALIBRATION_POINTS, amp)
     fit = lambda y: tuple(float(c) for c in np.linalg.lstsq(rows, np.array(y, float), rcond=None)[0])  # noqa: E731
-    return LossModel(shape.task, shape.strides, shape.mask_ratio, shape.topk, fit(forward), fit(backward))
+    return dataclasses.replace(shape, forward=fit(forward), backward=fit(backward))
 
 
 def _loss_samples(model, shape: LossModel, points, amp: bool) -> tuple[np.ndarray, list[int], list[int]]:
@@ -164,14 +173,16 @@ def _is_spec(x) -> bool:
 
 def calibrate_loss(model, amp: bool = False) -> LossModel:
     """Fit the loss formula of ``model`` (any task of :data:`~yolo_ckpt.memory.TASKS`, any ``nc``) to CPU
-    measurements of its real loss at :data:`CALIBRATION_POINTS` (about a second for a nano model); cached per model
-    YAML, class count, mask settings and ``amp``.
+    measurements of its real loss, as ``model.loss`` computes it (with the loss region where one is applied:
+    ``model.loss_chunk``), at :data:`CALIBRATION_POINTS` (a few seconds for a nano model); cached per model YAML,
+    class count, mask settings, loss region and ``amp``.
 
     Raises:
         ValueError: for a task that is not modelled.
     """
     args = getattr(model, "args", None)
-    key = repr((model.yaml, getattr(model.model[-1], "nc", None), getattr(args, "overlap_mask", None), getattr(args, "mask_ratio", None), amp))
+    settings = (getattr(args, "overlap_mask", None), getattr(args, "mask_ratio", None), getattr(model, "loss_chunk", None))
+    key = repr((model.yaml, getattr(model.model[-1], "nc", None), settings, amp))
     if key not in _LOSS_MODELS:
         _LOSS_MODELS[key] = _calibrate(model, amp)
     return _LOSS_MODELS[key]
@@ -200,7 +211,8 @@ def estimate_step(
         recompute, mode: the policy and ``recompute_mode`` to estimate.
         optimizer: an Ultralytics optimizer name (:func:`yolo_ckpt.memory.build_optimizer`); its state as built.
         amp: estimate with 2-byte activations (see the module docstring).
-        loss_model: the loss formula; :func:`calibrate_loss` of ``model`` when None.
+        loss_model: the loss formula; when None :func:`calibrate_loss` of ``model``, or where ``recompute`` applies
+            the loss region (``yolo_ckpt.losses``), of a copy of ``model`` with it applied.
         flops: count per-layer forward FLOPs (a second fake forward pass).
 
     Returns:
@@ -210,11 +222,16 @@ def estimate_step(
         ValueError, TypeError: for a task that is not modelled, an unknown optimizer or an invalid imgsz.
     """
     imgsz = train_imgsz(imgsz, model.stride)
-    loss_model = loss_model or calibrate_loss(model, amp)
     fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
     with FakeCopyMode(fake_mode):
         fake = copy.deepcopy(model).train()
     policy = apply_checkpointing(fake, recompute, mode=mode)
+    if loss_model is None:
+        region = model
+        if getattr(fake, "loss_chunk", None) != getattr(model, "loss_chunk", None):  # the policy sets a loss region
+            region = copy.deepcopy(model)
+            apply_checkpointing(region, recompute, mode=mode)
+        loss_model = calibrate_loss(region, amp)
     autocast = autocast_for(amp, "cpu")
     with fake_mode:
         data = training_batch(model, batch, imgsz, objects)
