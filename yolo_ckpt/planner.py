@@ -7,8 +7,9 @@ The planner composes the per-layer figures of one fake-tensor estimate of ``reco
   (outputs kept anyway for skip connections are attributed to the layer that saves them, so they are never
   counted as freed twice);
 - in backward, recomputing a layer rebuilds its saved tensors for a moment: the largest of them is added back;
-- activations scale with batch x imgsz^2, the loss/assigner with its own formula, parameters and optimizer state
-  not at all.
+- activations and the training batch scale with batch x imgsz^2, the loss/assigner (its forward and its backward
+  peak) with its own formula, parameters and optimizer state not at all;
+- an imgsz is planned at the size it trains at (:func:`yolo_ckpt.memory.train_imgsz`: 2736 -> 2752).
 
 Among the layer sets that fit, it picks the one with the least recompute cost (forward FLOPs of the recomputed
 layers): greedily by bytes freed per FLOP, then dropping layers that are no longer needed, and never worse than
@@ -24,10 +25,10 @@ import re
 from dataclasses import dataclass
 
 from .estimate import calibrate_loss, estimate_step
-from .memory import StepProfile, anchors
+from .memory import TASKS, StepProfile, train_imgsz
 from .policy import ModelLayout, resolve
 
-PLANNED_TASKS = ("detect",)  # the tasks yolo_ckpt.estimate estimates (its loss formula is the detection loss's)
+PLANNED_TASKS = TASKS  # the tasks yolo_ckpt.estimate estimates (yolo_ckpt.memory.training_batch builds their batches)
 _UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 _NUMBER = r"([0-9]*\.?[0-9]+)\s*([A-Za-z]*)"
 _BUDGET = re.compile(rf"^\s*{_NUMBER}\s*$")
@@ -178,15 +179,16 @@ class MemoryModel:
     """Per-layer figures of one ``recompute=none`` estimate, composed for any layer set, batch and imgsz.
 
     Args:
-        model: an Ultralytics detection ``BaseModel``.
-        imgsz, batch, objects: the step to base the figures on (activations are rescaled from it).
+        model: an Ultralytics ``BaseModel`` of any task in :data:`yolo_ckpt.memory.TASKS`, with ``.args`` set.
+        imgsz, batch, objects: the step to base the figures on (activations are rescaled from it); ``imgsz`` as
+            ``imgsz=`` takes it (int, list, string), here and in every method: the size that trains is planned.
         optimizer, amp: as in :func:`yolo_ckpt.estimate.estimate_step`.
         headroom: kept on top of every estimate when it is held against a budget (:func:`headroom_for`).
     """
 
-    def __init__(self, model, imgsz: int, batch: int, objects: int = 20, optimizer: str = "AdamW", amp: bool = False, headroom: Headroom = NO_HEADROOM):
+    def __init__(self, model, imgsz, batch: int, objects: int = 20, optimizer: str = "AdamW", amp: bool = False, headroom: Headroom = NO_HEADROOM):
         self.model, self.objects, self.optimizer, self.amp, self.headroom = model, objects, optimizer, amp, headroom
-        self.loss_model = calibrate_loss(model)
+        self.loss_model = calibrate_loss(model, amp)
         self.base = estimate_step(model, imgsz, batch, objects, "none", optimizer=optimizer, amp=amp, loss_model=self.loss_model)
         self.layout = ModelLayout.from_model(model)
         self.candidates = resolve("all", self.layout).indices
@@ -204,20 +206,22 @@ class MemoryModel:
     def _scale(self, batch: int, imgsz: int) -> float:
         return batch * imgsz**2 / (self.base.batch * self.base.imgsz**2)
 
-    def peak(self, indices, batch: int, imgsz: int) -> int:
+    def peak(self, indices, batch: int, imgsz) -> int:
         """Composed peak bytes of a step recomputing ``indices`` at this batch and imgsz."""
+        imgsz = train_imgsz(imgsz, self.model.stride)
         base, k = self.base, self._scale(batch, imgsz)
-        static = base.static_bytes - base.batch * 3 * base.imgsz**2 * 4 + batch * 3 * imgsz**2 * 4
+        static = base.static_bytes + (k - 1) * base.input_bytes
         freed = sum(self.freed[i] for i in indices)
         rebuilt = max((self.rebuilt[i] for i in indices), default=0)
-        loss = self.loss_model(batch, anchors(imgsz, self.strides), self.objects)
+        loss = self.loss_model.forward_bytes(batch, imgsz, self.objects)
+        loss_backward = self.loss_model.backward_bytes(batch, imgsz, self.objects)
         act = {p: base.phase_peak_bytes[p] - base.static_bytes for p in ("forward", "backward")}
         fwd_end = base.phase_peak_bytes["loss"] - base.loss_bytes - base.static_bytes
         return int(
             static
             + max(
                 k * (act["forward"] - freed),
-                k * (fwd_end - freed) + loss,
+                k * (fwd_end - freed) + max(loss, loss_backward),
                 k * (act["backward"] - freed + rebuilt),
                 base.phase_peak_bytes["optimizer"] - base.static_bytes,
             )
@@ -255,6 +259,7 @@ class MemoryModel:
         Raises:
             ValueError: when even recomputing every layer does not fit, saying the minimum and the headroom.
         """
+        imgsz = train_imgsz(imgsz, self.model.stride)
         indices = self.cheapest(budget, batch, imgsz)
         if indices is None:  # the composition is conservative: let the fake pass decide from 'all' down
             indices = self.candidates
@@ -276,6 +281,7 @@ class MemoryModel:
 
     def as_plan(self, indices, peak_bytes: int, budget: int, batch: int, imgsz: int) -> Plan:
         """A :class:`Plan` of these layers, with their recompute FLOPs and the headroom at this batch and imgsz."""
+        imgsz = train_imgsz(imgsz, self.model.stride)
         k = self._scale(batch, imgsz)
         spec = ",".join(map(str, sorted(indices))) or "none"
         flops = int(k * sum(self.flops[i] for i in indices))
@@ -291,6 +297,7 @@ class MemoryModel:
     def largest_batch(self, indices, budget: int, imgsz: int, limit: int = 1024) -> int:
         """The largest batch (>= 0, at most ``limit``, AutoBatch's cap) whose composed peak with ``indices`` and the
         headroom fits ``budget`` at ``imgsz``."""
+        imgsz = train_imgsz(imgsz, self.model.stride)
         lo, hi = 0, limit
         while lo < hi:
             mid = (lo + hi + 1) // 2
