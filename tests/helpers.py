@@ -34,3 +34,23 @@ def surrogate_step(model: torch.nn.Module, img: torch.Tensor) -> torch.Tensor:
     loss = sum(t.float().square().mean() for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point())
     loss.backward()
     return loss.detach()
+
+
+# Trainer-level equality runs: one optimizer step per batch of 2 (batch == nbs), small images, no plots.
+TRAIN = dict(epochs=1, batch=2, nbs=2, imgsz=64, workers=0, device="cpu", plots=False, exist_ok=True, seed=0)
+
+
+def train(model, data, project, name, trainer=None, callbacks=(), **kw):
+    """Train ``model`` (a YAML or .pt name, or an Ultralytics ``Model`` such as ``RTDETR(...)``) with ``TRAIN`` and
+    ``kw``; return ``(trainer, recompute counter)``."""
+    from ultralytics import YOLO
+    from ultralytics.engine.model import Model
+
+    from yolo_ckpt import count_recomputations
+
+    m = model if isinstance(model, Model) else YOLO(model)
+    for event, fn in callbacks:
+        m.add_callback(event, fn)
+    with count_recomputations() as counter:
+        m.train(data=data, trainer=trainer, project=str(project), name=name, **{**TRAIN, **kw})
+    return m.trainer, counter
