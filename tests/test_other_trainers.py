@@ -125,3 +125,16 @@ def test_cli_builds_each_task_as_yolo_train_does(args, model_cls, trainer_name, 
     model, trainer_cls, overrides = prepare_train(args)
     assert type(model.model).__name__ == model_cls and trainer_cls.__mro__[2].__name__ == trainer_name
     assert f"synthetic-v1-seed0-{data}" in overrides["data"]
+
+
+@pytest.mark.parametrize("task, model", [("semantic", "yolo26n-sem.yaml"), ("depth", "yolo26n-depth.yaml"), ("detect", "rtdetr-l.yaml")])
+def test_planning_refused_for_losses_it_does_not_model(task, model, tmp_path):
+    """recompute=auto's memory model is of the detection loss: the dense tasks and RT-DETR (DetectionTrainer
+    subclasses) take a named policy, told so before any folder is written."""
+    from ultralytics import RTDETR
+
+    trainer_cls = trainer_for(task, RTDETR(model) if "rtdetr" in model else None)
+    overrides = dict(model=model, recompute="auto", memory_budget="1GB", device="cpu", project=str(tmp_path))
+    with pytest.raises(ValueError, match="plans memory for detection models"):
+        trainer_cls(overrides=overrides)
+    assert list(tmp_path.iterdir()) == []

@@ -25,11 +25,14 @@ from pathlib import Path
 import numpy as np
 import torch
 from ultralytics.engine.trainer import BaseTrainer
+from ultralytics.models.rtdetr.train import RTDETRTrainer
 from ultralytics.models.yolo.classify import ClassificationTrainer
+from ultralytics.models.yolo.depth import DepthTrainer
 from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.models.yolo.obb import OBBTrainer
 from ultralytics.models.yolo.pose import PoseTrainer
 from ultralytics.models.yolo.segment import SegmentationTrainer
+from ultralytics.models.yolo.semantic import SemanticSegmentationTrainer
 from ultralytics.utils import DEFAULT_CFG, LOGGER, RANK, YAML, IterableSimpleNamespace, colorstr
 from ultralytics.utils.patches import override_configs
 from ultralytics.utils.torch_utils import unwrap_model
@@ -44,6 +47,8 @@ from .policy import check_mode, check_spec, is_auto, layout_of, resolve
 DEFAULTS_PATH = Path(__file__).parent / "cfg" / "default.yaml"
 DEFAULTS: dict = YAML.load(DEFAULTS_PATH)
 PREFIX = colorstr("yolo-ckpt: ")
+# DetectionTrainer subclasses whose loss the planner's detection-loss formula does not model: named policies only
+NOT_PLANNED = (SegmentationTrainer, OBBTrainer, PoseTrainer, SemanticSegmentationTrainer, DepthTrainer, RTDETRTrainer)
 
 
 def frozen_layers(freeze) -> list[int]:
@@ -140,7 +145,7 @@ class CheckpointTrainerMixin:
         what = "recompute=auto" if auto else "batch=-1" if autobatch else None
         if what and cpu and given.get("memory_budget") is None:
             raise ValueError(f"{what} on the CPU needs memory_budget= (bytes with a unit, e.g. memory_budget=8GB)")
-        if what and isinstance(self, (SegmentationTrainer, OBBTrainer, PoseTrainer, ClassificationTrainer)):
+        if what and (not isinstance(self, DetectionTrainer) or isinstance(self, NOT_PLANNED)):
             raise ValueError(f"{what} plans memory for detection models; for this task give a named policy and a batch")
 
     def _budget(self) -> int:
