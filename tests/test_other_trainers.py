@@ -1,5 +1,6 @@
 """Ultralytics' trainers beyond the five classic tasks, checkpointed, against stock training (same seed, same data):
-knowledge distillation (``distill_model=``, interrupted and resumed), semantic segmentation, depth and RT-DETR.
+knowledge distillation (``distill_model=``, interrupted and resumed), semantic segmentation, depth and RT-DETR;
+and the CLI's model and trainer for each, and planning refused where its loss model does not apply.
 
 Each run takes >= 3 optimizer steps (batch == nbs == 2); weights, BatchNorm buffers and the EMA are compared with
 ``torch.equal``, and the recomputations are counted.
