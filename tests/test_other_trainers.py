@@ -59,6 +59,32 @@ def test_distillation_interrupted_and_resumed_as_stock(synthetic, tmp_path):
     assert resumed.args.recompute == "0-4"
 
 
+def test_synthetic_dense_targets(synthetic):
+    """The semantic and depth datasets hold the detect dataset's scenes (the same JPEG bytes) with full-resolution
+    targets: a class id of SEMANTIC_NAMES per pixel (all six in the train split), metric depths of the drone view
+    (40 m at the centre, the ground sloping up to 16 m per image side, roofs up to 20 m nearer)."""
+    from pathlib import Path
+
+    import cv2
+    import numpy as np
+
+    from yolo_ckpt.synthetic import DEPTH_SCALE, IMAGE_SIZE, SEMANTIC_NAMES
+
+    detect, semantic, depth = (Path(synthetic(task)).parent for task in ("detect", "semantic", "depth"))
+    images = sorted((detect / "images" / "train").glob("*.jpg"))
+    assert all((d / "images" / "train" / f.name).read_bytes() == f.read_bytes() for d in (semantic, depth) for f in images)
+
+    def read(folder, name):
+        return np.stack([cv2.imread(str(folder / name / "train" / f"{f.stem}.png"), cv2.IMREAD_UNCHANGED) for f in images])
+
+    masks, metres = read(semantic, "masks"), read(depth, "depth") / DEPTH_SCALE
+    assert masks.dtype == np.uint8 and masks.shape == metres.shape == (len(images), IMAGE_SIZE, IMAGE_SIZE)
+    assert set(np.unique(masks).tolist()) == set(range(len(SEMANTIC_NAMES)))
+    corner = 16 / 2**0.5  # the largest tilt offset from the centre: at a corner, on the diagonal slope
+    assert 40 - corner - 20 <= metres.min() and metres.max() <= 40 + corner
+    assert metres[masks == SEMANTIC_NAMES.index("building")].mean() < metres[masks == SEMANTIC_NAMES.index("road")].mean() - 4
+
+
 @pytest.mark.parametrize("task, model", [("semantic", "yolo26n-sem.yaml"), ("depth", "yolo26n-depth.yaml")])
 def test_dense_task_trains_as_stock(task, model, synthetic, tmp_path):
     """Semantic segmentation (full-resolution class masks) and depth (metric depth maps) on the built-in synthetic

@@ -102,8 +102,8 @@ def synthetic_dataset(task: str = "detect", *, seed: int = 0, root: str | Path |
     The semantic and depth datasets hold the same scenes, with dense targets in Ultralytics' on-disk formats
     (``SemanticDataset``, ``DepthDataset``): semantic ``masks/{train,val}/<stem>.png``, 8-bit, one class id of
     ``SEMANTIC_NAMES`` per pixel (``masks_dir: masks`` in data.yaml); depth ``depth/{train,val}/<stem>.png``, 16-bit,
-    metres x ``DEPTH_SCALE`` (``depth_scale`` in data.yaml): a tilted drone view about 40 m above the ground, with
-    buildings 6-20 m and vehicles 1.5-3.5 m tall.
+    metres x ``DEPTH_SCALE`` (``depth_scale`` in data.yaml): a tilted drone view 40 m above the ground at the image
+    centre (up to 16 m deeper or nearer per image side), with buildings 6-20 m and vehicles 1.5-3.5 m tall.
 
     Args:
         task: One of ``TASKS``.
@@ -235,8 +235,9 @@ def _semantic_mask(corners: np.ndarray, classes: np.ndarray, roads: np.ndarray, 
 
 
 def _depth_map(mask: np.ndarray, buildings: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """(IMAGE_SIZE, IMAGE_SIZE) uint16 depth in metres x ``DEPTH_SCALE``: a camera ``_ALTITUDE_M`` above the ground,
-    tilted (+-8 m across the image), each building 6-20 m tall, vehicles ``_VEHICLE_HEIGHT_M`` tall."""
+    """(IMAGE_SIZE, IMAGE_SIZE) uint16 depth in metres x ``DEPTH_SCALE``: a camera ``_ALTITUDE_M`` above the image
+    centre's ground, tilted (the ground's depth changes by up to 16 m per image side, along a random direction),
+    each building 6-20 m tall, vehicles ``_VEHICLE_HEIGHT_M`` tall."""
     yy, xx = np.mgrid[0:IMAGE_SIZE, 0:IMAGE_SIZE].astype(np.float32) / IMAGE_SIZE - 0.5
     angle = rng.uniform(0, 2 * np.pi)
     depth = _ALTITUDE_M + rng.uniform(-16, 16) * (xx * np.cos(angle) + yy * np.sin(angle))
