@@ -58,7 +58,7 @@ def test_unknown_key_suggests(tmp_path, capsys):
         ("recompute=C3k3", "did you mean 'C3k2'?"),
         ("recompute=30", "layer index 30 is out of range"),
         ("recompute=Detect", "final task head"),
-        ("task=depth", "no built-in synthetic dataset for task 'depth'"),
+        ("task=segmentation", "valid tasks: classify, detect"),
     ],
 )
 def test_bad_values_exit_2_before_run_dir(arg, message, tmp_path, capsys):

@@ -19,19 +19,7 @@ from yolo_ckpt import CheckpointDetectionTrainer, checkpointed_layers, count_rec
 from yolo_ckpt.trainer import CheckpointTrainerMixin
 from yolo_ckpt.report import REPORT_NAME
 
-from helpers import assert_state_equal
-
-TRAIN = dict(epochs=1, batch=2, nbs=2, imgsz=64, workers=0, device="cpu", plots=False, exist_ok=True, seed=0)
-
-
-def train(model, data, project, name, trainer=None, callbacks=(), **kw):
-    """Train ``model`` (a YAML or .pt) and return ``(trainer, recompute counter)``."""
-    m = YOLO(model)
-    for event, fn in callbacks:
-        m.add_callback(event, fn)
-    with count_recomputations() as counter:
-        m.train(data=data, trainer=trainer, project=str(project), name=name, **{**TRAIN, **kw})
-    return m.trainer, counter
+from helpers import TRAIN, assert_state_equal, train
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,8 @@
 ``train`` takes every ``yolo train`` argument with the same syntax and defaults (parsed with Ultralytics' own
 helpers from ``ultralytics.cfg``), plus yolo-ckpt's keys (``yolo_ckpt/cfg/default.yaml``). Two offline-safe
 exceptions to ``yolo train``'s defaults: with no ``data=`` it trains on the built-in synthetic dataset of the task,
-and with no ``model=`` it builds ``yolo11n.yaml`` (``yolo11n-seg.yaml``, ...) instead of downloading weights.
+and with no ``model=`` it builds ``yolo11n.yaml`` (``yolo11n-seg.yaml``, ...; ``yolo26n-sem.yaml`` and
+``yolo26n-depth.yaml`` for semantic and depth) instead of downloading weights.
 
 ``profile`` and ``plan`` read the same keys as ``train`` (:mod:`yolo_ckpt.runspec` decides the device, AMP, optimizer
 and objects per image they stand for) and say what they assumed; their result is all that goes to stdout.
@@ -30,7 +31,16 @@ COMMANDS = {
     "help": "show this help",
 }
 ESTIMATE_KEYS = {"objects": 20}  # profile/plan without data=: objects per image the loss is estimated for
-MODEL_SUFFIX = {"detect": "", "segment": "-seg", "obb": "-obb", "pose": "-pose", "classify": "-cls"}
+# model= default per task, built from its YAML (nothing downloads): YOLO11n, or YOLO26n where only YOLO26 has the task
+DEFAULT_MODELS = {
+    "detect": "yolo11n.yaml",
+    "segment": "yolo11n-seg.yaml",
+    "obb": "yolo11n-obb.yaml",
+    "pose": "yolo11n-pose.yaml",
+    "classify": "yolo11n-cls.yaml",
+    "semantic": "yolo26n-sem.yaml",
+    "depth": "yolo26n-depth.yaml",
+}
 
 
 def help_text() -> str:
@@ -48,7 +58,8 @@ def help_text() -> str:
         "  yolo-ckpt bench matrix=cfg/bench/cpu-step.yaml out=benchmarks/results/cpu-step\n\n"
         "train takes every 'yolo train' argument (see 'yolo cfg'), with the same syntax and defaults, except:\n"
         "  data   default: the built-in synthetic dataset of the task (1600 px aerial-like scenes)\n"
-        "  model  default: yolo11n.yaml (yolo11n-seg.yaml, ...) built from scratch, nothing is downloaded\n\n"
+        "  model  default: yolo11n.yaml (yolo11n-seg.yaml, ...; yolo26n-sem.yaml, yolo26n-depth.yaml) built from\n"
+        "         scratch, nothing is downloaded; RT-DETR YAMLs (rtdetr-l.yaml, ...) train with RTDETRTrainer\n\n"
         f"yolo-ckpt's keys (defaults from {DEFAULTS_PATH.name}):\n{keys}\n"
         f"  objects: {ESTIMATE_KEYS['objects']} # profile and plan without data=: objects per image for the loss estimate (with data=: the data's most x 4 for mosaic)\n"
         "  format: text # profile and plan: text or json (stdout holds only the result; progress and logs go to stderr)\n\n"
@@ -92,16 +103,19 @@ def parse_train_args(args: list[str], extra: dict | None = None) -> dict:
 def prepare_train(args: list[str]):
     """Parse and check ``yolo-ckpt train`` arguments; resolve the task, the model and the data.
 
+    The model is built as ``yolo train`` builds it (``ultralytics/cfg/__init__.py``, ``entrypoint``): a model whose
+    name contains ``rtdetr`` with the ``RTDETR`` class (so ``RTDETRTrainer`` trains it), any other with ``YOLO``
+    (which picks World and YOLOE models itself); the trainer is the checkpointed one of that model's task table.
+
     Returns:
         ``(model, trainer_class, overrides)`` for ``model.train(trainer=trainer_class, **overrides)``.
 
     Raises:
-        SyntaxError: for unknown keys. ValueError: for an invalid ``recompute=`` value or an unsupported task.
+        SyntaxError: for unknown keys. ValueError: for an invalid ``recompute=`` value or an unknown task.
         AssertionError: for a key without a value (Ultralytics' parser). FileNotFoundError: for a missing
-        ``cfg=`` file or model. NotImplementedError: for a model Ultralytics' YOLO class cannot train (RT-DETR).
-        All before any run directory is created.
+        ``cfg=`` file or model. All before any run directory is created.
     """
-    from ultralytics import YOLO
+    from ultralytics import RTDETR, YOLO
 
     from .policy import check_mode, is_auto, layout_of, resolve
     from .trainer import trainer_for
@@ -109,9 +123,10 @@ def prepare_train(args: list[str]):
     overrides = parse_train_args(args)
     task = overrides.pop("task", None)
     if task is not None:
-        trainer_for(task)  # unsupported task: fail before building anything
-    model = YOLO(overrides.pop("model", None) or f"yolo11n{MODEL_SUFFIX.get(task or 'detect', '')}.yaml", task=task)
-    trainer = trainer_for(model.task)
+        trainer_for(task)  # unknown task: fail before building anything
+    name = overrides.pop("model", None) or DEFAULT_MODELS[task or "detect"]
+    model = RTDETR(name) if "rtdetr" in Path(str(name)).stem.lower() else YOLO(name, task=task)
+    trainer = trainer_for(model.task, model)
     check_mode(overrides.get("recompute_mode", DEFAULTS["recompute_mode"]))
     if "recompute" in overrides and not is_auto(overrides["recompute"]):
         resolve(overrides["recompute"], layout_of(model.model.yaml))
@@ -170,7 +185,7 @@ def _estimate_setup(args: list[str]):
         raise ValueError(f"format={opts['format']!r} is not valid here; valid: text, json")
     if not isinstance(opts["batch"], int) or opts["batch"] < 1:
         raise ValueError(f"batch={opts['batch']!r}: profile and plan estimate a given batch (an int >= 1); plan gives the largest batch that fits")
-    opts["model"] = opts["model"] or f"yolo11n{MODEL_SUFFIX.get(opts['task'], '')}.yaml"
+    opts["model"] = opts["model"] or DEFAULT_MODELS.get(opts["task"] or "detect", "yolo11n.yaml")
     yolo = YOLO(opts["model"], task=given.get("task"))
     if yolo.task not in PLANNED_TASKS:
         raise ValueError(f"profile and plan estimate {', '.join(PLANNED_TASKS)} models; model={opts['model']} is a {yolo.task} model")

@@ -178,6 +178,7 @@ def _recomputed_class(stock: type, mode: str) -> type:
 def _layers(model: nn.Module) -> nn.Sequential:
     inner = getattr(model, "module", model)  # DDP
     inner = getattr(inner, "_orig_mod", inner)  # torch.compile
+    inner = getattr(inner, "student_model", inner)  # distill_model=: Ultralytics' DistillationModel trains its student
     if not isinstance(getattr(inner, "model", None), nn.Sequential) or not hasattr(inner, "yaml"):
         raise TypeError(f"expected an Ultralytics BaseModel with .model layers and .yaml, got {type(model).__name__}")
     return inner
@@ -202,7 +203,8 @@ def apply_checkpointing(model: nn.Module, recompute="backbone", frozen=(), mode:
     Replaces any policy applied before, so calling it twice is safe.
 
     Args:
-        model: an Ultralytics ``BaseModel`` (optionally wrapped in DDP or ``torch.compile``).
+        model: an Ultralytics ``BaseModel`` (optionally wrapped in DDP, ``torch.compile`` or the ``DistillationModel``
+            of ``distill_model=``, whose student is patched; its teacher runs under ``no_grad``, never recomputed).
         recompute: a ``recompute=`` value, see :mod:`yolo_ckpt.policy`.
         frozen: indices of layers frozen with ``freeze=``, left alone.
         mode: ``"full"`` recomputes the whole layer; ``"selective"`` keeps the outputs of its convolutions, matrix

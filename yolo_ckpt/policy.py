@@ -222,7 +222,8 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
 
 
 def layout_of(model_arg) -> ModelLayout:
-    """Layout from what ``model=`` names, without building the model: a YAML path or dict, or a ``.pt`` file.
+    """Layout from what ``model=`` names, without building the model: a YAML path or dict, or a ``.pt`` file (of a
+    distillation run: its student's).
 
     Raises:
         FileNotFoundError: for a ``.pt`` path that does not exist.
@@ -236,4 +237,5 @@ def layout_of(model_arg) -> ModelLayout:
         return ModelLayout.from_yaml(yaml_model_load(path))
     from ultralytics.nn.tasks import load_checkpoint
 
-    return ModelLayout.from_model(load_checkpoint(path)[0])
+    model = load_checkpoint(path)[0]
+    return ModelLayout.from_model(getattr(model, "student_model", model))  # a distill_model= run's last.pt
