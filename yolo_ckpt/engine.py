@@ -34,7 +34,7 @@ from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selectiv
 from .policy import ModelLayout, RecomputePolicy, resolve
 
 _ACTIVE_COUNTERS: list[RecomputeCounter] = []
-_RECOMPUTED_CLASSES: dict[tuple[type, str], type] = {}
+_PATCHED_CLASSES: dict[tuple, type] = {}
 aten = torch.ops.aten
 # What recompute_mode="selective" keeps: the outputs of convolutions, matrix products and attention, which are
 # expensive to recompute; BatchNorm, activations, elementwise ops and cat/split are recomputed (Chen et al. 2016,
@@ -59,10 +59,13 @@ class RecomputeCounter:
 
     Attributes:
         per_layer: ``Counter`` of layer index ``i`` -> number of times its forward was recomputed in backward.
+        loss_images: number of images whose mask loss the loss region recomputed in backward
+            (:mod:`yolo_ckpt.losses`).
     """
 
     def __init__(self):
         self.per_layer: Counter[int] = Counter()
+        self.loss_images = 0
 
     @property
     def total(self) -> int:
@@ -121,7 +124,39 @@ def _eager_contexts(layer: nn.Module, mode: str):
     return contextlib.nullcontext(), _recompute_context(layer)
 
 
-class RecomputedLayer(nn.Module):
+class PickledAsStock:
+    """Mixin of a patched subclass (made by :func:`_patched_class`): pickles as its stock class, copies as itself.
+
+    Used for recomputed layers (:class:`RecomputedLayer`) and for the loss region's model and criterion classes
+    (:mod:`yolo_ckpt.losses`).
+    """
+
+    def __reduce_ex__(self, protocol):
+        # Pickle as the stock class: last.pt/best.pt and DDP files must load without yolo_ckpt. Copies (copy.copy,
+        # deepcopy for EMA and AutoBatch's probe) keep the patched class.
+        # copyreg._reconstructor is what pickle itself uses for protocols 0-1; __newobj__ would insist on type(self).
+        return copyreg._reconstructor, (_stock_class(type(self)), object, None), self.__getstate__()
+
+    def __copy__(self):
+        new = type(self).__new__(type(self))
+        new._set_state(dict(self.__getstate__()))
+        return new
+
+    def __deepcopy__(self, memo):
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new._set_state(copy.deepcopy(self.__getstate__(), memo))
+        return new
+
+    def _set_state(self, state: dict) -> None:
+        # As pickle restores state: __setstate__ where the class has one (nn.Module), else the instance __dict__.
+        if hasattr(self, "__setstate__"):
+            self.__setstate__(state)
+        else:
+            self.__dict__.update(state)
+
+
+class RecomputedLayer(PickledAsStock, nn.Module):
     """Mixin placed before a layer's own class: its forward runs under activation checkpointing when training.
 
     Not instantiated directly: :func:`apply_checkpointing` swaps a layer's class for ``Recomputed<Class>``
@@ -145,34 +180,24 @@ class RecomputedLayer(nn.Module):
             options = {"context_fn": functools.partial(_eager_contexts, self, self.recompute_mode)}
         return checkpoint(stock_forward, *args, use_reentrant=False, **options, **kwargs)
 
-    def __reduce_ex__(self, protocol):
-        # Pickle as the stock class: last.pt/best.pt and DDP files must load without yolo_ckpt. Copies (copy.copy,
-        # deepcopy for EMA and AutoBatch's probe) keep the patched class.
-        # copyreg._reconstructor is what pickle itself uses for protocols 0-1; __newobj__ would insist on type(self).
-        return copyreg._reconstructor, (_stock_class(type(self)), object, None), self.__getstate__()
-
-    def __copy__(self):
-        new = type(self).__new__(type(self))
-        new.__setstate__(dict(self.__getstate__()))
-        return new
-
-    def __deepcopy__(self, memo):
-        new = type(self).__new__(type(self))
-        memo[id(self)] = new
-        new.__setstate__(copy.deepcopy(self.__getstate__(), memo))
-        return new
-
 
 def _stock_class(cls: type) -> type:
-    return cls.__dict__["_stock_class"] if issubclass(cls, RecomputedLayer) else cls
+    return cls.__dict__["_stock_class"] if issubclass(cls, PickledAsStock) else cls
+
+
+def _patched_class(mixin: type, stock: type, name: str, **attrs) -> type:
+    """The subclass ``name(mixin, stock)`` with class attributes ``attrs``, pickled as ``stock``; made once per
+    distinct arguments."""
+    key = (mixin, stock, name, tuple(sorted(attrs.items())))
+    if key not in _PATCHED_CLASSES:
+        body = {"__module__": mixin.__module__, "_stock_class": stock, **attrs}
+        _PATCHED_CLASSES[key] = type(name, (mixin, stock), body)
+    return _PATCHED_CLASSES[key]
 
 
 def _recomputed_class(stock: type, mode: str) -> type:
-    if (stock, mode) not in _RECOMPUTED_CLASSES:
-        name = f"{'Selective' if mode == 'selective' else ''}Recomputed{stock.__name__}"
-        attrs = {"__module__": __name__, "_stock_class": stock, "recompute_mode": mode}
-        _RECOMPUTED_CLASSES[stock, mode] = type(name, (RecomputedLayer, stock), attrs)
-    return _RECOMPUTED_CLASSES[stock, mode]
+    name = f"{'Selective' if mode == 'selective' else ''}Recomputed{stock.__name__}"
+    return _patched_class(RecomputedLayer, stock, name, recompute_mode=mode)
 
 
 def _layers(model: nn.Module) -> nn.Sequential:
@@ -189,10 +214,13 @@ def checkpointed_layers(model: nn.Module) -> list[int]:
 
 
 def remove_checkpointing(model: nn.Module) -> None:
-    """Restore every layer of ``model`` to its stock class (a no-op for an unpatched model)."""
+    """Restore every layer of ``model`` and its loss to their stock classes (a no-op for an unpatched model)."""
+    from .losses import remove_loss_region
+
     for m in _layers(model).model:
         if isinstance(m, RecomputedLayer):
             m.__class__ = _stock_class(type(m))
+    remove_loss_region(model)
 
 
 def apply_checkpointing(model: nn.Module, recompute="backbone", frozen=(), mode: str = "full") -> RecomputePolicy:

@@ -1,0 +1,225 @@
+"""The loss region: the segmentation mask loss, recomputed in backward, exactly (``recompute=loss``).
+
+Ultralytics' ``v8SegmentationLoss.calculate_segmentation_loss`` (``ultralytics/utils/loss.py``; YOLO26's
+``SegmentLoss26`` inherits it) builds, per image, a predicted mask ``einsum("in,nhw->ihw", coefficients, proto)``
+and a float ground-truth mask, both (foreground anchors, H/4, W/4), then a per-pixel BCE cropped to each box; autograd
+keeps the predicted and the ground-truth mask of every image until backward, so the loss's memory grows with
+objects x topk x mask pixels (failure mode 30: with hundreds of objects per image it is most of the peak).
+
+Here each image's mask loss is one ``torch.autograd.Function`` (:class:`_MaskLoss`):
+
+- forward: the per-anchor losses of stock's ``single_mask_loss`` in chunks of ``loss_chunk`` anchors, under
+  ``no_grad``; it keeps only its small inputs (the anchors' coefficients, the image's prototypes, the loss's mask
+  tensor and indices into it, boxes, areas): the ground-truth mask is rebuilt from them where needed.
+- backward: the whole predicted mask is recomputed with the einsum, under the forward's autocast state, and
+  autograd's own graph of it kept; dL/d(predicted mask) is rebuilt chunk by chunk into that same buffer (each chunk
+  replays BCE, crop, mean and area division with autograd: elementwise, so identical to the whole tensor's), then
+  the einsum's own backward runs once on the whole buffer. ``proto``'s gradient is a sum over anchors: splitting it
+  by chunks would change the rounding, replaying it whole does not.
+
+The per-anchor losses are concatenated and summed once per image, the image losses added in order and divided by
+the foreground count, as stock does: the loss value, every gradient, and hence weights, BatchNorm buffers and EMA
+equal stock training bit for bit on the CPU, for every chunk size (tested). The region ignores
+``recompute_mode``: selective mode would keep the einsum's output, the very tensor the region exists to free.
+
+How it is hooked: the model's class is swapped for a subclass (``LossRecomputedSegmentationModel``) whose
+``init_criterion`` returns the stock criterion with the classes of its segmentation losses swapped
+(``RecomputedV8SegmentationLoss``, ``RecomputedSegmentLoss26``; ``E2ELoss`` holds two). Ultralytics builds the
+criterion lazily in ``BaseModel.loss`` (first training loss, the EMA model's first validation) and in
+``resume_training`` for end-to-end heads: all go through ``init_criterion``. The chunk size is a class attribute, and
+every patched class pickles as its stock class (:class:`yolo_ckpt.engine.PickledAsStock`), so ``last.pt`` holds
+only stock Ultralytics classes. The recomputed loss is active only when grad is enabled: validation, which runs
+``model.loss`` under ``inference_mode``, runs the stock loss.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from ultralytics.nn.tasks import SegmentationModel
+from ultralytics.utils.loss import E2ELoss, v8SegmentationLoss
+from ultralytics.utils.ops import crop_mask, xyxy2xywh
+
+from . import engine
+
+DEFAULT_CHUNK = 256  # anchors per forward chunk: 256 x 65536 mask pixels (imgsz 1024) x 4 B = 64 MiB per temporary
+
+
+def check_loss_chunk(chunk) -> int:
+    """Return ``chunk`` if it is a valid ``loss_chunk=`` (anchors per forward chunk of the loss region).
+
+    Raises:
+        ValueError: unless ``chunk`` is a positive int (a bool is not).
+    """
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"loss_chunk={chunk!r} is not valid; give a positive int (anchors per chunk, default {DEFAULT_CHUNK})")
+    return chunk
+
+
+def _anchor_losses(pred_mask, gt_mask, xyxy, area):
+    """Per-anchor mask losses (n,) of predicted masks (n, h, w) against ``gt_mask`` (n, h, w); mirrors
+    ``v8SegmentationLoss.single_mask_loss`` without its final sum."""
+    loss = F.binary_cross_entropy_with_logits(pred_mask, gt_mask, reduction="none")
+    return crop_mask(loss, xyxy).mean(dim=(1, 2)) / area
+
+
+def _gt_masks(masks, image, idx, overlap):
+    """Ground-truth masks (n, h, w) float of the anchors whose objects are ``idx``, as stock builds them: with
+    ``overlap`` ``masks`` is (B, h, w) with ``k + 1`` marking image ``image``'s k-th object and ``idx`` is k; else
+    ``masks`` is (objects, h, w) and ``idx`` a row of it."""
+    if overlap:
+        return (masks[image] == (idx + 1).view(-1, 1, 1)).float()
+    return masks[idx]
+
+
+class _MaskLoss(torch.autograd.Function):
+    """One image's per-anchor mask losses (n,), chunked in forward, recomputed in backward (see the module)."""
+
+    @staticmethod
+    def forward(ctx, pred, proto, masks, idx, xyxy, area, image: int, overlap: bool, chunk: int):
+        """pred (n, 32) coefficients, proto (32, h, w), masks and idx as in :func:`_gt_masks`, xyxy (n, 4) boxes in
+        mask pixels, area (n,) box areas as image fractions. Returns (n,) per-anchor losses."""
+        ctx.save_for_backward(pred, proto, masks, idx, xyxy, area)
+        ctx.image, ctx.overlap, ctx.chunk = image, overlap, chunk
+        ctx.device = proto.device.type
+        ctx.autocast = torch.is_autocast_enabled(ctx.device), torch.get_autocast_dtype(ctx.device)
+        parts = []
+        for s in range(0, len(pred), chunk):
+            c = slice(s, s + chunk)
+            pred_mask = torch.einsum("in,nhw->ihw", pred[c], proto)
+            parts.append(_anchor_losses(pred_mask, _gt_masks(masks, image, idx[c], overlap), xyxy[c], area[c]))
+        return torch.cat(parts)
+
+    @staticmethod
+    def backward(ctx, grad):
+        pred, proto, masks, idx, xyxy, area = ctx.saved_tensors
+        for counter in engine._ACTIVE_COUNTERS:
+            counter.loss_images += 1
+        enabled, dtype = ctx.autocast
+        inputs = [t.detach().requires_grad_(need) for t, need in zip((pred, proto), ctx.needs_input_grad)]
+        with torch.enable_grad(), torch.autocast(ctx.device, dtype, enabled=enabled):
+            pred_mask = torch.einsum("in,nhw->ihw", *inputs)
+        # dL/d(predicted mask) overwrites the recomputed mask chunk by chunk: the einsum's backward needs its
+        # inputs only, and each chunk's values are used before they are overwritten.
+        buffer = pred_mask.detach()
+        for s in range(0, len(pred), ctx.chunk):
+            c = slice(s, s + ctx.chunk)
+            leaf = buffer[c].detach().requires_grad_()
+            with torch.enable_grad():
+                with torch.autocast(ctx.device, dtype, enabled=enabled):
+                    losses = _anchor_losses(leaf, _gt_masks(masks, ctx.image, idx[c], ctx.overlap), xyxy[c], area[c])
+                (g,) = torch.autograd.grad(losses, leaf, grad[c])
+            buffer[c] = g
+        wanted = [t for t in inputs if t.requires_grad]
+        grads = iter(torch.autograd.grad(pred_mask, wanted, buffer) if wanted else ())
+        return (*(next(grads) if t.requires_grad else None for t in inputs), *(None,) * 7)
+
+
+class RecomputedMaskLoss(engine.PickledAsStock):
+    """Mixin placed before ``v8SegmentationLoss`` or ``SegmentLoss26``: its mask loss is the loss region.
+
+    Not instantiated: :func:`recompute_criterion` swaps a criterion's class. ``loss_chunk`` is set on each class.
+    """
+
+    loss_chunk = DEFAULT_CHUNK
+
+    def calculate_segmentation_loss(self, fg_mask, masks, target_gt_idx, target_bboxes, batch_idx, proto, pred_masks, imgsz):
+        """Stock's ``calculate_segmentation_loss`` (same arguments and result), each image's mask loss a
+        :class:`_MaskLoss`; the stock loss when grad is disabled (validation)."""
+        if not torch.is_grad_enabled():
+            return super().calculate_segmentation_loss(
+                fg_mask, masks, target_gt_idx, target_bboxes, batch_idx, proto, pred_masks, imgsz
+            )
+        # Mirrors v8SegmentationLoss.calculate_segmentation_loss (ultralytics/utils/loss.py), operation for operation.
+        _, _, mask_h, mask_w = proto.shape
+        loss = 0
+        target_bboxes_normalized = target_bboxes / imgsz[[1, 0, 1, 0]]
+        marea = xyxy2xywh(target_bboxes_normalized)[..., 2:].prod(2)
+        mxyxy = target_bboxes_normalized * torch.tensor([mask_w, mask_h, mask_w, mask_h], device=proto.device)
+        for i, single_i in enumerate(zip(fg_mask, target_gt_idx, pred_masks, proto, mxyxy, marea)):
+            fg_mask_i, target_gt_idx_i, pred_masks_i, proto_i, mxyxy_i, marea_i = single_i
+            if fg_mask_i.any():
+                idx = target_gt_idx_i[fg_mask_i]
+                if not self.overlap:  # rows of masks: stock takes masks[batch_idx == i][idx]
+                    idx = torch.nonzero(batch_idx.view(-1) == i).view(-1)[idx]
+                anchor_losses = _MaskLoss.apply(
+                    pred_masks_i[fg_mask_i], proto_i, masks, idx, mxyxy_i[fg_mask_i], marea_i[fg_mask_i],
+                    i, self.overlap, self.loss_chunk,
+                )
+                loss += anchor_losses.sum()
+            else:  # as stock: keeps every output in the graph for DDP
+                loss += (proto * 0).sum() + (pred_masks * 0).sum()
+        return loss / fg_mask.sum()
+
+
+class LossRegionModel(engine.PickledAsStock):
+    """Mixin placed before ``SegmentationModel``: the criterion it builds recomputes its mask loss."""
+
+    loss_chunk = DEFAULT_CHUNK
+
+    def init_criterion(self):
+        """The stock criterion, its segmentation losses patched (:func:`recompute_criterion`)."""
+        return recompute_criterion(super().init_criterion(), self.loss_chunk)
+
+
+def _segmentation_losses(criterion) -> list:
+    """The ``v8SegmentationLoss`` instances in a criterion: itself, or ``E2ELoss``'s one-to-many and one-to-one."""
+    parts = [criterion.one2many, criterion.one2one] if isinstance(criterion, E2ELoss) else [criterion]
+    return [p for p in parts if isinstance(p, v8SegmentationLoss)]
+
+
+def recompute_criterion(criterion, chunk: int = DEFAULT_CHUNK):
+    """Patch ``criterion``'s segmentation losses in place to recompute their mask loss in chunks of ``chunk``
+    anchors, or back to stock with ``chunk=None``; returns ``criterion``."""
+    for part in _segmentation_losses(criterion):
+        stock = engine._stock_class(type(part))
+        part.__class__ = stock if chunk is None else engine._patched_class(RecomputedMaskLoss, stock, f"Recomputed{stock.__name__}", loss_chunk=chunk)
+    return criterion
+
+
+def _model(model) -> SegmentationModel:
+    inner = engine._layers(model)
+    if not isinstance(inner, SegmentationModel):
+        raise ValueError(
+            f"recompute=loss: {type(inner).__name__} has no loss region; only segmentation models (task=segment: "
+            "SegmentationModel with a Segment or Segment26 head, v8SegmentationLoss and SegmentLoss26) have one"
+        )
+    return inner
+
+
+def apply_loss_region(model, chunk: int = DEFAULT_CHUNK) -> None:
+    """Recompute the segmentation mask loss of ``model`` in backward (the loss region), exactly.
+
+    Patches the model's class (and the criterion, if it is built already); inert when grad is disabled. Replaces a
+    loss region applied before.
+
+    Args:
+        model: an Ultralytics ``SegmentationModel`` (optionally wrapped in DDP or ``torch.compile``).
+        chunk: anchors per chunk in the forward (``loss_chunk=``); every chunk size gives the same bits, smaller
+            ones less memory (chunk x H/4 x W/4 x 4 bytes per temporary).
+
+    Raises:
+        ValueError: for a model without a loss region (not a segmentation model) or a bad ``chunk``; the model is
+            then unchanged.
+    """
+    inner = _model(model)
+    check_loss_chunk(chunk)
+    stock = engine._stock_class(type(inner))
+    inner.__class__ = engine._patched_class(LossRegionModel, stock, f"LossRecomputed{stock.__name__}", loss_chunk=chunk)
+    if getattr(inner, "criterion", None) is not None:
+        recompute_criterion(inner.criterion, chunk)
+
+
+def remove_loss_region(model) -> None:
+    """Restore the stock loss of ``model`` (a no-op for a model without a loss region applied)."""
+    inner = engine._layers(model)
+    if isinstance(inner, LossRegionModel):
+        inner.__class__ = engine._stock_class(type(inner))
+    if getattr(inner, "criterion", None) is not None:
+        recompute_criterion(inner.criterion, None)
+
+
+def loss_chunk_of(model) -> int | None:
+    """The loss region's chunk size on ``model``, or ``None`` when it has none."""
+    inner = engine._layers(model)
+    return inner.loss_chunk if isinstance(inner, LossRegionModel) else None
