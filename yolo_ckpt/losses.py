@@ -63,13 +63,45 @@ def _anchor_losses(pred_mask, gt_mask, xyxy, area):
     return crop_mask(loss, xyxy).mean(dim=(1, 2)) / area
 
 
-def _gt_masks(masks, image, idx, overlap):
-    """Ground-truth masks (n, h, w) float of the anchors whose objects are ``idx``, as stock builds them: with
-    ``overlap`` ``masks`` is (B, h, w) with ``k + 1`` marking image ``image``'s k-th object and ``idx`` is k; else
-    ``masks`` is (objects, h, w) and ``idx`` a row of it."""
+def _tile_losses(pred_mask, gt_mask, xyxy, area, rows: slice, pixels: int):
+    """:func:`_anchor_losses` restricted to the mask rows ``rows`` (pred_mask and gt_mask (n, len(rows), w)), for
+    backward only: its gradient w.r.t. ``pred_mask`` equals the rows' part of the whole one's, element for element
+    (``mean``'s backward divides the expanded gradient by ``pixels``; ``sum / pixels``'s divides it before expanding:
+    the same division of the same numbers)."""
+    loss = F.binary_cross_entropy_with_logits(pred_mask, gt_mask, reduction="none")
+    # Mirrors ultralytics.utils.ops.crop_mask for rows rows.start..rows.stop - 1 of the mask.
+    x1, y1, x2, y2 = torch.chunk(xyxy[:, :, None], 4, 1)
+    c = torch.arange(loss.shape[2], device=loss.device, dtype=x1.dtype)[None, None, :]
+    r = torch.arange(rows.start, rows.stop, device=loss.device, dtype=x1.dtype)[None, :, None]
+    loss *= (c >= x1) * (c < x2)
+    loss *= (r >= y1) * (r < y2)
+    return loss.sum(dim=(1, 2)) / pixels / area
+
+
+def _gt_masks(masks, image, idx, overlap, rows: slice = slice(None)):
+    """Ground-truth masks (n, len(rows), w) float of the anchors whose objects are ``idx``, as stock builds them:
+    with ``overlap`` ``masks`` is (B, h, w) with ``k + 1`` marking image ``image``'s k-th object and ``idx`` is k;
+    else ``masks`` is (objects, h, w) and ``idx`` a row of it."""
     if overlap:
-        return (masks[image] == (idx + 1).view(-1, 1, 1)).float()
-    return masks[idx]
+        return (masks[image, rows] == (idx + 1).view(-1, 1, 1)).float()
+    return masks[:, rows][idx]
+
+
+def _split(size: int, parts: int) -> list[slice]:
+    """``range(size)`` in ``parts`` (at least 1) contiguous slices whose lengths differ by at most one."""
+    parts = max(1, min(parts, size))
+    bounds = [size * k // parts for k in range(parts + 1)]
+    return [slice(lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+
+
+# The tiling of the einsum's backward products, chosen so that the whole mask gradient (anchors, h, w) never exists
+# and each tile gives the bits of the whole product (measured against MKL's sgemm, tests/test_losses.py):
+# - the coefficients' gradient (anchors x pixels) @ (pixels x 32) by anchor rows: sgemm rounds some small row
+#   counts differently (1-11 rows measured), so tiles hold at least ANCHOR_TILE rows, remainders spread over them;
+# - the prototypes' gradient (32 x anchors) @ (anchors x pixels) by mask rows, at most PIXEL_TILE anchor-pixels a
+#   tile and at least 2 rows (a 1-row tile would give einsum a size-1 dimension, which it contracts differently).
+ANCHOR_TILE = 1024
+PIXEL_TILE = 1 << 24
 
 
 class _MaskLoss(torch.autograd.Function):
@@ -95,24 +127,42 @@ class _MaskLoss(torch.autograd.Function):
         pred, proto, masks, idx, xyxy, area = ctx.saved_tensors
         for counter in engine._ACTIVE_COUNTERS:
             counter.loss_images += 1
+        (n, _), (_, h, w) = pred.shape, proto.shape
+        d_pred = d_proto = None
+        if ctx.needs_input_grad[0]:
+            tiles = _split(n, n // ANCHOR_TILE)
+            d_pred = torch.cat([_MaskLoss._tile_grad(ctx, grad, anchors, slice(0, h), 0) for anchors in tiles])
+        if ctx.needs_input_grad[1]:
+            tiles = _split(h, min(h // 2, n * h * w // PIXEL_TILE))
+            d_proto = torch.cat([_MaskLoss._tile_grad(ctx, grad, slice(0, n), rows, 1) for rows in tiles], dim=1)
+        return d_pred, d_proto, *(None,) * 7
+
+    @staticmethod
+    def _tile_grad(ctx, grad, anchors: slice, rows: slice, wrt: int):
+        """The gradient of input ``wrt`` (0: coefficients, 1: prototypes) for the tile ``anchors`` x mask ``rows``:
+        the tile's predicted mask is recomputed (under the forward's autocast state) with autograd's own einsum
+        graph, its gradient rebuilt chunk by chunk into the same buffer, then the einsum's own backward replayed."""
+        pred, proto, masks, idx, xyxy, area = ctx.saved_tensors
         enabled, dtype = ctx.autocast
-        inputs = [t.detach().requires_grad_(need) for t, need in zip((pred, proto), ctx.needs_input_grad)]
+        inputs = [pred[anchors].detach(), proto[:, rows].detach()]
+        inputs[wrt].requires_grad_()
         with torch.enable_grad(), torch.autocast(ctx.device, dtype, enabled=enabled):
             pred_mask = torch.einsum("in,nhw->ihw", *inputs)
-        # dL/d(predicted mask) overwrites the recomputed mask chunk by chunk: the einsum's backward needs its
-        # inputs only, and each chunk's values are used before they are overwritten.
+        # The einsum's backward needs its inputs only: the recomputed mask is overwritten by its gradient, each
+        # chunk after its values were used.
         buffer = pred_mask.detach()
-        for s in range(0, len(pred), ctx.chunk):
+        for s in range(0, len(buffer), ctx.chunk):
             c = slice(s, s + ctx.chunk)
+            a = slice(anchors.start + s, anchors.start + s + len(buffer[c]))
             leaf = buffer[c].detach().requires_grad_()
             with torch.enable_grad():
                 with torch.autocast(ctx.device, dtype, enabled=enabled):
-                    losses = _anchor_losses(leaf, _gt_masks(masks, ctx.image, idx[c], ctx.overlap), xyxy[c], area[c])
-                (g,) = torch.autograd.grad(losses, leaf, grad[c])
+                    gt = _gt_masks(masks, ctx.image, idx[a], ctx.overlap, rows)
+                    losses = _tile_losses(leaf, gt, xyxy[a], area[a], rows, proto.shape[1] * proto.shape[2])
+                (g,) = torch.autograd.grad(losses, leaf, grad[a])
             buffer[c] = g
-        wanted = [t for t in inputs if t.requires_grad]
-        grads = iter(torch.autograd.grad(pred_mask, wanted, buffer) if wanted else ())
-        return (*(next(grads) if t.requires_grad else None for t in inputs), *(None,) * 7)
+        (d,) = torch.autograd.grad(pred_mask, inputs[wrt], buffer)
+        return d
 
 
 class RecomputedMaskLoss(engine.PickledAsStock):

@@ -34,6 +34,7 @@ from ultralytics.utils.torch_utils import unwrap_model
 
 from . import report
 from .engine import apply_checkpointing
+from .losses import check_loss_chunk
 from .memory import optimizer_for
 from .planner import MemoryModel, parse_budget
 from .policy import check_mode, check_spec, is_auto, layout_of, resolve
@@ -97,18 +98,25 @@ CALLBACKS = {
 
 
 class CheckpointTrainerMixin:
-    """Adds activation checkpointing and the run report to an Ultralytics task trainer (place it first)."""
+    """Adds activation checkpointing and the run report to an Ultralytics task trainer (place it first).
+
+    Attributes:
+        task_defaults: yolo-ckpt keys whose default differs for this task from ``cfg/default.yaml``.
+    """
+
+    task_defaults: dict = {}
 
     def __init__(self, cfg=DEFAULT_CFG, overrides=None, _callbacks=None):
         """Take yolo-ckpt's keys out of ``overrides``/``cfg``, validate them, then build the Ultralytics trainer.
 
         Raises:
-            ValueError: for an invalid ``recompute=`` or ``recompute_mode=`` value, before any file or folder is
-                written.
+            ValueError: for an invalid ``recompute=``, ``recompute_mode=`` or ``loss_chunk=`` value, before any file
+                or folder is written.
         """
         overrides = dict(overrides or {})
         given = {k: overrides.pop(k) for k in DEFAULTS if k in overrides}
         check_mode(given.get("recompute_mode", DEFAULTS["recompute_mode"]))
+        check_loss_chunk(given.get("loss_chunk", DEFAULTS["loss_chunk"]))
         self._check_planning(given, overrides)
         if "recompute" in given:
             source = _model_source(overrides)
@@ -117,7 +125,7 @@ class CheckpointTrainerMixin:
             else:
                 check_spec(given["recompute"])
         super().__init__(cfg, overrides, _callbacks)
-        for k, default in DEFAULTS.items():  # given > restored by resume (train_args) > default
+        for k, default in {**DEFAULTS, **self.task_defaults}.items():  # given > restored by resume (train_args) > default
             setattr(self.args, k, given.get(k, getattr(self.args, k, default)))
         if RANK in {-1, 0}:
             YAML.save(self.save_dir / "args.yaml", vars(self.args))  # again, now with yolo-ckpt's keys
@@ -199,7 +207,11 @@ class CheckpointTrainerMixin:
         if is_auto(recompute):
             recompute = self._plan_recompute()
         self.policy = apply_checkpointing(
-            self.model, recompute, frozen=frozen_layers(self.args.freeze), mode=self.args.recompute_mode
+            self.model,
+            recompute,
+            frozen=frozen_layers(self.args.freeze),
+            mode=self.args.recompute_mode,
+            loss_chunk=self.args.loss_chunk,
         )
         if RANK in {-1, 0}:
             LOGGER.info(f"{PREFIX}activation checkpointing {self.policy}")
@@ -253,7 +265,13 @@ class CheckpointDetectionTrainer(CheckpointTrainerMixin, DetectionTrainer):
 
 
 class CheckpointSegmentationTrainer(CheckpointTrainerMixin, SegmentationTrainer):
-    """``SegmentationTrainer`` with activation checkpointing (``recompute=``) and a run report."""
+    """``SegmentationTrainer`` with activation checkpointing (``recompute=``) and a run report.
+
+    Its default is ``recompute=backbone,loss``: the loss region (:mod:`yolo_ckpt.losses`) is exact and, with many
+    objects per image, frees more memory than any layer policy.
+    """
+
+    task_defaults = {"recompute": "backbone,loss"}
 
 
 class CheckpointOBBTrainer(CheckpointTrainerMixin, OBBTrainer):
