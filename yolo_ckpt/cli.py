@@ -182,7 +182,7 @@ def profile(args: list[str]) -> dict:
     table = profile_table(results["none"], policy)
     summary = {
         "model": opts["model"], "imgsz": opts["imgsz"], "batch": opts["batch"], "objects": opts["objects"], "amp": opts["amp"],
-        "recompute": policy.spec, "recompute_mode": mode, "recomputed_layers": policy.layers(),
+        "recompute": policy.spec, "recompute_mode": mode, "recomputed_layers": policy.layers(), "recomputed_regions": policy.regions(),
         "estimated_peak_bytes": {"none": results["none"].peak_bytes, "policy": results["policy"].peak_bytes},
         "phase_peak_bytes": {k: r.phase_peak_bytes for k, r in results.items()},
         "loss_bytes": results["none"].loss_bytes, "static_bytes": results["none"].static_bytes,

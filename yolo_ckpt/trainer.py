@@ -203,7 +203,7 @@ class CheckpointTrainerMixin:
         )
         if RANK in {-1, 0}:
             LOGGER.info(f"{PREFIX}activation checkpointing {self.policy}")
-            if not self.policy.indices and self.policy.spec != "none":
+            if not (self.policy.indices or self.policy.regions()) and self.policy.spec != "none":
                 LOGGER.warning(f"{PREFIX}recompute={self.policy.spec} selects no layer with trainable parameters")
         return ckpt
 
