@@ -75,7 +75,7 @@ class ModelLayout:
         return len(self.types) - 1
 
     def section(self, name: str) -> range:
-        """Layer indices of ``backbone``, ``neck`` or ``all``."""
+        """Layer indices of ``backbone``, ``neck`` or ``all`` (every layer but the head, whose branches are ``head``)."""
         return {
             "backbone": range(0, min(self.n_backbone, self.head)),
             "neck": range(self.n_backbone, self.head),
@@ -94,16 +94,14 @@ class ModelLayout:
             return f"layers {r.start}-{r.stop - 1}" if len(r) else "no layers"
 
         names = sorted({t for i, t in enumerate(self.types) if i not in self.param_free})
-        loss = "with a loss region ('loss')" if self.has_loss_region else f"without a loss region ({_loss_owners()})"
+        loss = "with a loss region ('loss')" if self.has_loss_region else (
+            f"without a loss region (only segment models have one: heads {', '.join(LOSS_HEADS)})"
+        )
         return (
             f"this model has backbone ({span(self.section('backbone'))}), neck ({span(self.section('neck'))}) "
             f"and the final head (layer {self.head}, {self.types[self.head]}: 'head' recomputes its branches), "
             f"{loss}; {CHOICES}, with indices within 0-{self.head} and module names among {names}"
         )
-
-
-def _loss_owners() -> str:
-    return f"only segment models have one: heads {', '.join(LOSS_HEADS)}"
 
 
 @dataclass(frozen=True)
@@ -226,8 +224,8 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
         if key == "loss":
             if not layout.has_loss_region:
                 raise ValueError(
-                    f"recompute={text!r}: the final head {layout.types[head]} has no loss region to recompute "
-                    f"({_loss_owners()}); {layout.describe()}"
+                    f"recompute={text!r}: the final head {layout.types[head]} has no loss region to recompute; "
+                    f"{layout.describe()}"
                 )
             loss = True
             continue
