@@ -213,7 +213,7 @@ def test_memory_floor(heads):
     assert peak <= 0.88 * stock, f"{peak / 2**20:.0f} MiB against {stock / 2**20:.0f} MiB"
 
 
-# Trainer level: dense nuclei (200 per image at 256 px, augmentation that drops objects off), batch 2 == nbs,
+# Trainer level: dense nuclei (150 per image at 256 px, augmentation that drops objects off), batch 2 == nbs,
 # 4 images: 2 optimizer steps per epoch. Each run is interrupted after its first epoch's checkpoint and resumed,
 # so one pair of runs proves a fresh run and a resume: 4 steps in all.
 DENSE = dict(imgsz=IMGSZ, epochs=2, mosaic=0.0, scale=0.0, translate=0.0, val=False)
@@ -228,47 +228,57 @@ def _interrupt(trainer):
         raise Interrupted("simulated interruption after the first epoch's checkpoint")
 
 
-def interrupted_and_resumed(model, data, project, name, trainer=None, **kw):
-    """Train 2 epochs, interrupted after the first; resume. Returns the resumed trainer and both runs' counters."""
-    with pytest.raises(Interrupted):
-        _, first = train(model, data, project, name, trainer=trainer, callbacks=[("on_model_save", _interrupt)], **DENSE, **kw)
+def interrupted_and_resumed(model, data, project, name, trainer=None, resume_with=None, **kw):
+    """Train 2 epochs, interrupted after the first; resume (with the yolo-ckpt keys ``resume_with``, if given).
+    Returns the resumed trainer and the two halves' recompute counters."""
+    with count_recomputations() as first, pytest.raises(Interrupted):
+        train(model, data, project, name, trainer=trainer, callbacks=[("on_model_save", _interrupt)], **DENSE, **kw)
     resumed = YOLO(project / name / "weights" / "last.pt")
     with count_recomputations() as second:
-        resumed.train(resume=True, trainer=trainer)
+        resumed.train(resume=True, trainer=trainer, **(resume_with or {}))
     return resumed.trainer, first, second
 
 
 @pytest.fixture(scope="module")
 def dense_data(synthetic_cache):
-    return str(dense_segment_dataset(objects=200, size=IMGSZ, images=4))
+    return str(dense_segment_dataset(objects=OBJECTS, size=IMGSZ, images=4))
 
 
 @pytest.mark.parametrize("model", ["yolo11n-seg.yaml", "yolo26n-seg.yaml"])
-def test_trainer_loss_region_equals_stock_fresh_and_resumed(model, dense_data, tmp_path, one_thread):
-    """recompute=all (layers, head branches, loss; chunk 64) and the segmentation default (backbone,loss; chunk 100)
-    train exactly as stock, through a resume (YOLO26's end-to-end head builds its criterion in resume_training),
-    with every image's mask loss recomputed in every training backward (and the report's probe), none in validation."""
-    runs = {"stock": interrupted_and_resumed(model, dense_data, tmp_path, "stock")}
-    runs["all"] = interrupted_and_resumed(model, dense_data, tmp_path, "all", trainer_for("segment"), recompute="all", loss_chunk=64)
-    if model == "yolo11n-seg.yaml":  # the default policy, another chunk size
-        runs["default"] = interrupted_and_resumed(model, dense_data, tmp_path, "default", trainer_for("segment"), loss_chunk=100)
-        assert runs["default"][0].args.recompute == "backbone,loss" and runs["default"][0].args.loss_chunk == 100
+def test_trainer_all_equals_stock_fresh_and_resumed(model, dense_data, tmp_path, one_thread):
+    """recompute=all (layers, head branches, loss) trains exactly as stock, through a resume (YOLO26's end-to-end
+    head builds its criterion in resume_training), with the chunk size changed at the resume (64, then 100: both
+    give stock's bits), every image's mask loss recomputed in each training backward (and the report's probe), and
+    none in validation."""
+    stock = interrupted_and_resumed(model, dense_data, tmp_path, "stock")[0]
+    segment = trainer_for("segment")
+    ckpt, first, second = interrupted_and_resumed(
+        model, dense_data, tmp_path, "all", segment, {"loss_chunk": 100}, recompute="all", loss_chunk=64
+    )
     branches = 2 if model.startswith("yolo26") else 1  # E2ELoss: one-to-many and one-to-one
-    stock = runs.pop("stock")[0]
-    assert stock.ema.updates == 4
-    for name, (trainer, first, second) in runs.items():
-        assert trainer.policy.loss and trainer.ema.updates == 4
-        assert first.loss_images == 2 * 2 * branches  # 2 steps of 2 images each, no report probe (interrupted)
-        assert second.loss_images == (2 + 1) * 2 * branches  # 2 steps and the report's probe
-        assert_state_equal(stock.model, trainer.model)
-        assert_state_equal(stock.ema.ema, trainer.ema.ema)
-    assert set(DEFAULTS) >= {"loss_chunk"} and DEFAULTS["loss_chunk"] == DEFAULT_CHUNK
+    assert stock.ema.updates == ckpt.ema.updates == 4
+    assert ckpt.policy.loss and ckpt.args.loss_chunk == 100
+    assert first.loss_images == 2 * 2 * branches  # 2 steps of 2 images, no report probe (interrupted)
+    assert second.loss_images == (2 + 1) * 2 * branches  # 2 steps and the report's probe
+    assert_state_equal(stock.model, ckpt.model)
+    assert_state_equal(stock.ema.ema, ckpt.ema.ema)
 
 
-def test_trainer_rejects_loss_without_region_and_bad_chunk(synthetic, tmp_path):
-    """recompute=loss on a detection model and a bad loss_chunk fail before any folder is written."""
+def test_trainer_segmentation_default_and_bad_input(synthetic, dense_data, tmp_path):
+    """The segmentation trainer defaults to backbone,loss (others: backbone) with the default chunk; recompute=loss
+    on a detection model and a bad loss_chunk fail before any folder is written."""
     with pytest.raises(ValueError, match="segment"):
-        YOLO("yolo11n.yaml").train(data=synthetic(), trainer=CheckpointDetectionTrainer, recompute="loss", project=str(tmp_path))
+        YOLO("yolo11n.yaml").train(
+            data=synthetic(), trainer=CheckpointDetectionTrainer, recompute="loss", project=str(tmp_path)
+        )
     with pytest.raises(ValueError, match="loss_chunk=0 is not valid"):
-        YOLO("yolo11n-seg.yaml").train(data=synthetic("segment"), trainer=trainer_for("segment"), loss_chunk=0, project=str(tmp_path))
+        YOLO("yolo11n-seg.yaml").train(
+            data=dense_data, trainer=trainer_for("segment"), loss_chunk=0, project=str(tmp_path)
+        )
     assert list(tmp_path.iterdir()) == []
+    settings = dict(data=dense_data, project=str(tmp_path), device="cpu")
+    segment = trainer_for("segment")(overrides={"model": "yolo11n-seg.yaml", **settings})
+    detect = CheckpointDetectionTrainer(overrides={"model": "yolo11n.yaml", **settings, "data": synthetic()})
+    assert DEFAULTS["loss_chunk"] == DEFAULT_CHUNK  # the YAML key's default and the Python API's agree
+    assert (segment.args.recompute, segment.args.loss_chunk) == ("backbone,loss", DEFAULT_CHUNK)
+    assert detect.args.recompute == "backbone"

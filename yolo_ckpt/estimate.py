@@ -23,7 +23,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeCopyMode, FakeTensorMode
 from torch.utils._pytree import tree_leaves, tree_map
 
-from .engine import apply_checkpointing
+from .engine import apply_checkpointing, recompute_mode_of
 from .memory import LayerRow, LiveTensorTracker, StepProfile, _LayerAccounting, _run_step, anchors, build_optimizer
 from .memory import detect_batch, layer_flops
 
@@ -154,7 +154,7 @@ def estimate_step(
         "optimizer": peaks["optimizer"],
     }
     rows = [
-        LayerRow(i, str(m.type).rsplit(".", 1)[-1], *accounting.rows[i], per_layer_flops[i], mode if i in policy.indices else None)
+        LayerRow(i, str(m.type).rsplit(".", 1)[-1], *accounting.rows[i], per_layer_flops[i], recompute_mode_of(m))
         for i, m in enumerate(fake.model)
     ]
     return StepProfile(

@@ -11,20 +11,24 @@ Here each image's mask loss is one ``torch.autograd.Function`` (:class:`_MaskLos
 - forward: the per-anchor losses of stock's ``single_mask_loss`` in chunks of ``loss_chunk`` anchors, under
   ``no_grad``; it keeps only its small inputs (the anchors' coefficients, the image's prototypes, the loss's mask
   tensor and indices into it, boxes, areas): the ground-truth mask is rebuilt from them where needed.
-- backward: the whole predicted mask is recomputed with the einsum, under the forward's autocast state, and
-  autograd's own graph of it kept; dL/d(predicted mask) is rebuilt chunk by chunk into that same buffer (each chunk
-  replays BCE, crop, mean and area division with autograd: elementwise, so identical to the whole tensor's), then
-  the einsum's own backward runs once on the whole buffer. ``proto``'s gradient is a sum over anchors: splitting it
-  by chunks would change the rounding, replaying it whole does not.
+- backward: the einsum's two backward products are replayed on tiles, so that the whole mask gradient
+  (anchors, H/4, W/4) never exists: the coefficients' gradient on tiles of anchor rows (all pixels), the
+  prototypes' gradient on tiles of mask rows (all anchors), since each is a sum over the other dimension and
+  splitting that sum would change its rounding. For each tile the predicted mask is recomputed with the einsum,
+  under the forward's autocast state, keeping autograd's own graph of it; dL/d(predicted mask) is rebuilt chunk by
+  chunk into that same buffer (BCE, crop, mean and area division replayed with autograd: elementwise, so identical
+  to the whole tensor's), then the einsum's own backward runs on the tile. Tiles are sized to give the whole
+  product's bits (:data:`ANCHOR_TILE`, :data:`PIXEL_TILE`), independently of ``loss_chunk``.
 
 The per-anchor losses are concatenated and summed once per image, the image losses added in order and divided by
 the foreground count, as stock does: the loss value, every gradient, and hence weights, BatchNorm buffers and EMA
-equal stock training bit for bit on the CPU, for every chunk size (tested). The region ignores
+equal stock training bit for bit on the CPU, for every chunk size (tested; the anchor tiles rely on the CPU BLAS
+giving a row tile of >= ANCHOR_TILE rows the whole product's bits, measured for MKL here). The region ignores
 ``recompute_mode``: selective mode would keep the einsum's output, the very tensor the region exists to free.
 
 How it is hooked: the model's class is swapped for a subclass (``LossRecomputedSegmentationModel``) whose
 ``init_criterion`` returns the stock criterion with the classes of its segmentation losses swapped
-(``RecomputedV8SegmentationLoss``, ``RecomputedSegmentLoss26``; ``E2ELoss`` holds two). Ultralytics builds the
+(``Recomputedv8SegmentationLoss``, ``RecomputedSegmentLoss26``; ``E2ELoss`` holds two). Ultralytics builds the
 criterion lazily in ``BaseModel.loss`` (first training loss, the EMA model's first validation) and in
 ``resume_training`` for end-to-end heads: all go through ``init_criterion``. The chunk size is a class attribute, and
 every patched class pickles as its stock class (:class:`yolo_ckpt.engine.PickledAsStock`), so ``last.pt`` holds
@@ -52,7 +56,9 @@ def check_loss_chunk(chunk) -> int:
         ValueError: unless ``chunk`` is a positive int (a bool is not).
     """
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise ValueError(f"loss_chunk={chunk!r} is not valid; give a positive int (anchors per chunk, default {DEFAULT_CHUNK})")
+        raise ValueError(
+            f"loss_chunk={chunk!r} is not valid; give a positive int (anchors per chunk, default {DEFAULT_CHUNK})"
+        )
     return chunk
 
 
@@ -173,7 +179,9 @@ class RecomputedMaskLoss(engine.PickledAsStock):
 
     loss_chunk = DEFAULT_CHUNK
 
-    def calculate_segmentation_loss(self, fg_mask, masks, target_gt_idx, target_bboxes, batch_idx, proto, pred_masks, imgsz):
+    def calculate_segmentation_loss(
+        self, fg_mask, masks, target_gt_idx, target_bboxes, batch_idx, proto, pred_masks, imgsz
+    ):
         """Stock's ``calculate_segmentation_loss`` (same arguments and result), each image's mask loss a
         :class:`_MaskLoss`; the stock loss when grad is disabled (validation)."""
         if not torch.is_grad_enabled():
@@ -223,7 +231,11 @@ def recompute_criterion(criterion, chunk: int = DEFAULT_CHUNK):
     anchors, or back to stock with ``chunk=None``; returns ``criterion``."""
     for part in _segmentation_losses(criterion):
         stock = engine._stock_class(type(part))
-        part.__class__ = stock if chunk is None else engine._patched_class(RecomputedMaskLoss, stock, f"Recomputed{stock.__name__}", loss_chunk=chunk)
+        if chunk is None:
+            part.__class__ = stock
+        else:
+            name = f"Recomputed{stock.__name__}"
+            part.__class__ = engine._patched_class(RecomputedMaskLoss, stock, name, loss_chunk=chunk)
     return criterion
 
 
@@ -255,7 +267,8 @@ def apply_loss_region(model, chunk: int = DEFAULT_CHUNK) -> None:
     inner = _model(model)
     check_loss_chunk(chunk)
     stock = engine._stock_class(type(inner))
-    inner.__class__ = engine._patched_class(LossRegionModel, stock, f"LossRecomputed{stock.__name__}", loss_chunk=chunk)
+    name = f"LossRecomputed{stock.__name__}"
+    inner.__class__ = engine._patched_class(LossRegionModel, stock, name, loss_chunk=chunk)
     if getattr(inner, "criterion", None) is not None:
         recompute_criterion(inner.criterion, chunk)
 
@@ -268,8 +281,3 @@ def remove_loss_region(model) -> None:
     if getattr(inner, "criterion", None) is not None:
         recompute_criterion(inner.criterion, None)
 
-
-def loss_chunk_of(model) -> int | None:
-    """The loss region's chunk size on ``model``, or ``None`` when it has none."""
-    inner = engine._layers(model)
-    return inner.loss_chunk if isinstance(inner, LossRegionModel) else None

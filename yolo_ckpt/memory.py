@@ -116,7 +116,7 @@ class LayerRow:
         freeable_bytes: the part of ``saved_bytes`` that recomputing the layer frees: all but its inputs, which
             the checkpoint keeps (an input saved here is often the previous layer's output, alive anyway).
         forward_flops: FLOPs of the layer's forward pass (``torch.utils.flop_counter``), the cost of recomputing it.
-        recompute: ``"full"``, ``"selective"`` or ``None``.
+        recompute: ``"full"``, ``"selective"`` or ``None``: how the layer, or for the head its branches, is recomputed.
     """
 
     index: int
@@ -294,7 +294,7 @@ def profile_step(model, batch: dict, recompute="none", mode: str = "full", optim
     Returns:
         The :class:`StepProfile` (``source`` says which counter).
     """
-    from .engine import apply_checkpointing
+    from .engine import apply_checkpointing, recompute_mode_of
 
     probe = copy.deepcopy(model).train()
     policy = apply_checkpointing(probe, recompute, mode=mode)
@@ -320,7 +320,7 @@ def profile_step(model, batch: dict, recompute="none", mode: str = "full", optim
     finally:
         accounting.remove()
     rows = [
-        LayerRow(i, str(m.type).rsplit(".", 1)[-1], *accounting.rows[i], flops[i], getattr(m, "recompute_mode", None) if i in policy.indices else None)
+        LayerRow(i, str(m.type).rsplit(".", 1)[-1], *accounting.rows[i], flops[i], recompute_mode_of(m))
         for i, m in enumerate(probe.model)
     ]
     return StepProfile(

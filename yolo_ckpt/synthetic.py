@@ -483,8 +483,10 @@ def _nuclei(rng: np.random.Generator, size: int, objects: int) -> np.ndarray:
     return centre[:, None, :] + ring[None] * axes[:, None, :]
 
 
-def dense_segment_dataset(objects: int = 200, size: int = 256, images: int = 4, *, seed: int = 0, root: str | Path | None = None) -> Path:
-    """A dense segmentation dataset: ``images`` train (and as many val) ``size`` px microscopy-like images with
+def dense_segment_dataset(
+    objects: int = 200, size: int = 256, images: int = 4, *, seed: int = 0, root: str | Path | None = None
+) -> Path:
+    """A dense segmentation dataset: ``images`` train and one val ``size`` px microscopy-like images with
     ``objects`` nuclei each (``cls x1 y1 ... x12 y12`` polygon labels, one class), generated once into the cache.
 
     Returns:
@@ -497,16 +499,16 @@ def dense_segment_dataset(objects: int = 200, size: int = 256, images: int = 4, 
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name}={value!r} must be an int >= {low}")
     cache = Path(root if root is not None else os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "yolo_ckpt")
-    final = cache.expanduser().resolve() / f"dense-v{GENERATOR_VERSION}-seed{seed}-{objects}x{size}x{images}"
+    final = cache.expanduser().resolve() / f"dense-v{GENERATOR_VERSION}-seed{seed}-{objects}x{size}x{images}+1"
     if final.is_dir():
         return final / "data.yaml"
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", suffix=".tmp", dir=final.parent))
     try:
-        for split in ("train", "val"):
+        for split, count in (("train", images), ("val", 1)):
             (tmp / "images" / split).mkdir(parents=True)
             (tmp / "labels" / split).mkdir(parents=True)
-            for i in range(images):
+            for i in range(count):
                 rng = np.random.default_rng((seed, split == "val", i))
                 image = np.full((size, size, 3), 215, np.int16) + rng.integers(-12, 13, (size, size, 3), dtype=np.int16)
                 polygons = _nuclei(rng, size, objects)
@@ -529,7 +531,9 @@ def dense_segment_dataset(objects: int = 200, size: int = 256, images: int = 4, 
     return final / "data.yaml"
 
 
-def dense_segment_batch(batch: int, imgsz: int, objects: int, overlap: bool = True, mask_ratio: int = 4, seed: int = 0) -> dict:
+def dense_segment_batch(
+    batch: int, imgsz: int, objects: int, overlap: bool = True, mask_ratio: int = 4, seed: int = 0
+) -> dict:
     """A fixed segmentation training batch of dense nuclei, as Ultralytics' segmentation collate makes it.
 
     Returns:

@@ -125,7 +125,8 @@ class CheckpointTrainerMixin:
             else:
                 check_spec(given["recompute"])
         super().__init__(cfg, overrides, _callbacks)
-        for k, default in {**DEFAULTS, **self.task_defaults}.items():  # given > restored by resume (train_args) > default
+        # given > restored by resume (train_args) > this task's default > default
+        for k, default in {**DEFAULTS, **self.task_defaults}.items():
             setattr(self.args, k, given.get(k, getattr(self.args, k, default)))
         if RANK in {-1, 0}:
             YAML.save(self.save_dir / "args.yaml", vars(self.args))  # again, now with yolo-ckpt's keys
@@ -215,7 +216,7 @@ class CheckpointTrainerMixin:
         )
         if RANK in {-1, 0}:
             LOGGER.info(f"{PREFIX}activation checkpointing {self.policy}")
-            if not self.policy.indices and self.policy.spec != "none":
+            if not (self.policy.indices or self.policy.regions()) and self.policy.spec != "none":
                 LOGGER.warning(f"{PREFIX}recompute={self.policy.spec} selects no layer with trainable parameters")
         return ckpt
 
