@@ -14,12 +14,14 @@ from torch.utils._pytree import tree_leaves, tree_map
 from ultralytics import YOLO
 from ultralytics.cfg import get_cfg
 from ultralytics.nn.tasks import DetectionModel, SegmentationModel
+from ultralytics.utils.loss import v8SegmentationLoss
 
 from yolo_ckpt import CheckpointDetectionTrainer, count_recomputations, losses, trainer_for
 from yolo_ckpt.losses import (
     DEFAULT_CHUNK,
     LossRegionModel,
     RecomputedMaskLoss,
+    _MaskLoss,
     apply_loss_region,
     recompute_criterion,
     remove_loss_region,
@@ -114,10 +116,6 @@ def test_mask_loss_tiles_exact(n, side, objects, one_thread):
     """One image's mask loss against stock's single_mask_loss on shapes whose backward products are tiled with the
     default anchor tiles (2500 anchors: two of 1250 rows; 3100: three of 1033-1034), at chunks with remainders.
     (Pixel tiles hold up to 2^24 anchor-pixels by default: the model-level test shrinks them.)"""
-    from ultralytics.utils.loss import v8SegmentationLoss
-
-    from yolo_ckpt.losses import _MaskLoss
-
     g = torch.Generator().manual_seed(n)
     pred, proto = torch.randn(n, 32, generator=g), torch.randn(32, side, side, generator=g)
     masks = torch.randint(0, objects + 1, (1, side, side), generator=g).float()
@@ -170,7 +168,8 @@ def test_inert_without_grad(heads):
 
 def test_model_hook_copies_pickles_and_removes(heads):
     """init_criterion builds the recomputed criterion (also on deepcopies: EMA); the chunk travels with the class;
-    pickles hold stock classes only; remove_loss_region restores the stock classes."""
+    pickles hold stock classes only; remove_loss_region restores the stock classes; a torch.compile wrapper is
+    seen through."""
     model, _, _ = heads("yolo11n-seg.yaml")
     model = copy.deepcopy(model)
     apply_loss_region(model, 32)
@@ -188,6 +187,9 @@ def test_model_hook_copies_pickles_and_removes(heads):
     assert type(loaded) is SegmentationModel and type(loaded.criterion).__name__ == "v8SegmentationLoss"
     remove_loss_region(model)
     assert type(model) is SegmentationModel and type(model.criterion).__name__ == "v8SegmentationLoss"
+    compiled = torch.compile(model)  # lazy: nothing compiles here; Ultralytics runs the loss on the inner model
+    apply_loss_region(compiled, 8)
+    assert isinstance(model, LossRegionModel) and model.loss_chunk == 8
 
 
 def test_bad_model_and_chunk():
