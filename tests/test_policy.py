@@ -213,19 +213,20 @@ def test_spec_string():
     assert spec_string("backbone") == "backbone"
 
 
-def test_classify_all_equals_backbone_and_neck_errors():
+def test_classify_all_is_backbone_and_head_and_neck_errors():
     lay = layout("yolo11n-cls.yaml")
     assert lay.types[lay.head] == "Classify"
-    assert resolve("all", lay).indices == resolve("backbone", lay).indices == tuple(range(10))
+    p = resolve("all", lay)
+    assert p.indices == resolve("backbone", lay).indices == tuple(range(10))
+    assert p.head and not p.loss and not resolve("backbone", lay).head
     with pytest.raises(ValueError, match="no neck") as e:
         resolve("neck", lay)
     assert "Classify" in str(e.value)
     with pytest.raises(ValueError, match="no neck"):
         resolve("backbone,neck", lay)
-    with pytest.raises(ValueError, match="final task head"):
-        resolve("Classify", lay)
-    with pytest.raises(ValueError, match="final task head"):
-        resolve("10", lay)
+    for spec in ("Classify", "10", "head"):
+        p = resolve(spec, lay)
+        assert p.head and p.indices == (), spec
 
 
 def test_frozen_layers_dropped():
@@ -251,9 +252,76 @@ def test_policy_str_and_layers():
     p = resolve("0-1,SPPF", layout())
     assert isinstance(p, RecomputePolicy)
     assert p.layers() == [{"index": 0, "type": "Conv"}, {"index": 1, "type": "Conv"}, {"index": 9, "type": "SPPF"}]
+    assert p.regions() == []
     assert str(p).startswith("recompute=0-1,SPPF")
     assert str(p).endswith("-> 3 layers [0:Conv, 1:Conv, 9:SPPF]")
     assert str(resolve("none", layout())).endswith("-> 0 layers [no layers]")
+    assert str(resolve("SPPF,head", layout())).endswith("-> 1 layers [9:SPPF] + head")
+    seg = resolve("all", layout("yolo11n-seg.yaml"))
+    assert seg.regions() == ["head", "loss"] and str(seg).endswith(" + head + loss")
+    assert seg.layers() == resolve("all", layout()).layers()  # layers only: the head and the loss are regions
+
+
+# --------------------------------------------------------------------------------------------- head and loss
+
+
+@pytest.mark.parametrize("spec", ["head", "HEAD", "23", 23, "Detect", "detect", "DETECT"])
+def test_head_by_token_index_or_name(spec):
+    p = resolve(spec, layout())
+    assert p.head and not p.loss
+    assert p.indices == () and p.types == ()  # indices are layers: the planner's candidates
+
+
+@pytest.mark.parametrize("name", ["yolo11n-seg.yaml", "yolo11n-obb.yaml", "yolo11n-pose.yaml"])
+def test_head_by_name_other_tasks(name):
+    lay = layout(name)
+    head_type = lay.types[lay.head]
+    assert head_type in {"Segment", "OBB", "Pose"}
+    for spec in (head_type, lay.head):
+        p = resolve(spec, lay)
+        assert p.head and p.indices == () and not p.loss  # the loss is its own region, even for Segment
+
+
+@pytest.mark.parametrize("spec, indices", [("20-23", (20, 22)), ("0-23", Y11_ALL), ("all,23", Y11_ALL), ((1, 23), (1,)), ("Conv,Detect", (0, 1, 3, 5, 7, 17, 20))])
+def test_head_in_ranges_and_lists(spec, indices):
+    p = resolve(spec, layout())
+    assert p.head and p.indices == indices
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_all_means_layers_head_and_loss_where_there_is_one(name):
+    lay = layout(name)
+    p = resolve("all", lay)
+    assert p.head
+    assert p.loss == (lay.types[lay.head] in policy.LOSS_HEADS) == (name == "yolo11n-seg.yaml")
+    assert p.indices == resolve("backbone,neck" if len(lay.section("neck")) else "backbone", lay).indices
+    assert not resolve("backbone,neck" if len(lay.section("neck")) else "backbone", lay).head
+
+
+def test_loss_token():
+    assert policy.LOSS_HEADS == ("Segment", "Segment26")
+    seg = layout("yolo11n-seg.yaml")
+    p = resolve("loss", seg)
+    assert p.loss and not p.head and p.indices == ()
+    assert resolve("backbone,loss", seg).indices == Y11_BACKBONE
+    seg26 = ModelLayout.from_yaml(yaml_model_load("yolo26n-seg.yaml"))
+    assert seg26.types[seg26.head] == "Segment26" and resolve("loss", seg26).loss and resolve("all", seg26).loss
+
+
+@pytest.mark.parametrize("name", ["yolo11n.yaml", "yolo11n-obb.yaml", "yolo11n-pose.yaml", "yolo11n-cls.yaml"])
+def test_loss_without_loss_region_names_the_heads_that_have_one(name):
+    lay = layout(name)
+    with pytest.raises(ValueError, match=f"the final head {lay.types[lay.head]} has no loss region") as e:
+        resolve("loss", lay)
+    assert "segment models" in str(e.value) and "Segment, Segment26" in str(e.value)
+    with pytest.raises(ValueError, match="no loss region"):
+        resolve("backbone,loss", lay)
+
+
+def test_frozen_head_drops_head():
+    lay = layout()
+    assert not resolve("all", lay, frozen=range(24)).head
+    assert resolve("all", lay, frozen=range(23)).head
 
 
 # --------------------------------------------------------------------------------------------- invalid specs
@@ -268,11 +336,12 @@ def test_unknown_name_suggests_close_match():
     # the message lists the model's sections and valid choices
     assert "backbone (layers 0-10)" in msg
     assert "neck (layers 11-22)" in msg
-    assert "layer 23, Detect" in msg
+    assert "layer 23, Detect: 'head' recomputes its branches" in msg
+    assert "without a loss region" in msg
     assert "'C3k2'" in msg and "'SPPF'" in msg
 
 
-@pytest.mark.parametrize("spec, suggestion", [("bakbone", "backbone"), ("Nek", "neck"), ("SPPFF", "SPPF")])
+@pytest.mark.parametrize("spec, suggestion", [("bakbone", "backbone"), ("Nek", "neck"), ("SPPFF", "SPPF"), ("haed", "head"), ("los", "loss"), ("Detec", "Detect")])
 def test_unknown_name_suggestions(spec, suggestion):
     with pytest.raises(ValueError, match=f"(?i)did you mean [^;]*'{suggestion}'"):
         resolve(spec, layout())
@@ -296,30 +365,7 @@ def test_unknown_name_without_close_match():
 def test_index_out_of_range(spec, bad):
     with pytest.raises(ValueError, match=f"layer index {bad} is out of range") as e:
         resolve(spec, layout())
-    assert "within 0-22" in str(e.value)
-
-
-@pytest.mark.parametrize("spec", ["23", 23, "20-23", "0-23", "all,23", (1, 23)])
-def test_head_by_index_or_range(spec):
-    with pytest.raises(ValueError, match=r"layer 23 is the final task head \(Detect\), which is never recomputed"):
-        resolve(spec, layout())
-
-
-@pytest.mark.parametrize("spec", ["Detect", "detect", "DETECT", "Conv,Detect"])
-def test_head_by_name(spec):
-    with pytest.raises(ValueError, match="is the final task head .layer 23., which is never recomputed"):
-        resolve(spec, layout())
-
-
-@pytest.mark.parametrize("name", ["yolo11n-seg.yaml", "yolo11n-obb.yaml", "yolo11n-pose.yaml"])
-def test_head_by_name_other_tasks(name):
-    lay = layout(name)
-    head_type = lay.types[lay.head]
-    assert head_type in {"Segment", "OBB", "Pose"}
-    with pytest.raises(ValueError, match="final task head"):
-        resolve(head_type, lay)
-    with pytest.raises(ValueError, match="final task head"):
-        resolve(lay.head, lay)
+    assert "within 0-23" in str(e.value)
 
 
 @pytest.mark.parametrize("spec", ["none,backbone", "backbone,none", "None,3", "none,none"])
@@ -352,9 +398,10 @@ def test_empty(spec):
 
 
 def test_check_spec_accepts_valid_forms_without_model():
-    for spec in ["backbone", "neck", "all", "0-4,6", "C3k2,SPPF", "none", None, False, 6, (0, 1, 2), "Whatever"]:
+    for spec in ["backbone", "neck", "all", "head", "loss", "0-4,6", "C3k2,SPPF", "none", None, False, 6, (0, 1, 2), "Whatever"]:
         check_spec(spec)  # form only: names are checked against a model by resolve
 
 
 def test_sections_constant():
     assert policy.SECTIONS == ("backbone", "neck", "all")
+    assert policy.REGIONS == ("head", "loss")

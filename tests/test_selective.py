@@ -9,7 +9,7 @@ from ultralytics.nn.tasks import DetectionModel
 from ultralytics.utils import DEFAULT_CFG
 
 from yolo_ckpt import apply_checkpointing, count_recomputations, trainer_for
-from yolo_ckpt.engine import SELECTIVE_SAVE_OPS
+from yolo_ckpt.engine import SELECTIVE_SAVE_OPS, checkpointed_modules
 from yolo_ckpt.memory import LiveTensorTracker, detect_batch
 
 from helpers import assert_state_equal
@@ -40,10 +40,13 @@ def test_selective_training_equals_stock(model, task, synthetic, tmp_path):
             name="selective",
             **TRAIN,
         )
-    steps, layers = ckpt.trainer.ema.updates, len(ckpt.trainer.policy.indices)
-    assert steps >= 3 and ckpt.trainer.policy.mode == "selective"
+    steps = ckpt.trainer.ema.updates
+    assert steps >= 3 and ckpt.trainer.policy.mode == "selective" and ckpt.trainer.policy.head
     assert type(ckpt.trainer.model.model[2]).__name__ == "SelectiveRecomputedC3k2"
-    assert counter.total == (steps + 2) * layers  # +2: the run report's CPU memory probe (a step making the optimizer state, then the measured one)
+    assert type(ckpt.trainer.model.model[-1].cv2[0]).__name__ == "SelectiveRecomputedSequential"  # head branches
+    # +2: the run report's CPU memory probe measures two steps (the first makes the optimizer state)
+    assert dict(counter.per_layer) == {i: steps + 2 for i in ckpt.trainer.policy.indices}
+    assert dict(counter.per_module) == {n: steps + 2 for n in checkpointed_modules(ckpt.trainer.model)}
     bn = ckpt.trainer.model.model[0].bn
     assert bn.num_batches_tracked.item() == steps
     assert_state_equal(stock.trainer.model, ckpt.trainer.model)
@@ -79,7 +82,7 @@ def test_bf16_autocast_gradients_equal(mode):
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 loss, _ = model.loss(batch)
             loss.sum().backward()
-    assert counter.total == 17
+    assert counter.total == 17 + 6  # layers and Detect's branches
     grads = [(a.grad, b.grad) for a, b in zip(ref.parameters(), ckpt.parameters()) if a.grad is not None]
     assert grads and all(torch.equal(a, b) for a, b in grads)
     assert_state_equal(ref, ckpt)

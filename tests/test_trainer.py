@@ -16,6 +16,7 @@ from ultralytics import YOLO
 from ultralytics.utils import LOGGER
 
 from yolo_ckpt import CheckpointDetectionTrainer, checkpointed_layers, count_recomputations, trainer_for
+from yolo_ckpt.engine import checkpointed_modules, head_branches
 from yolo_ckpt.trainer import CheckpointTrainerMixin
 from yolo_ckpt.report import REPORT_NAME
 
@@ -32,11 +33,14 @@ from helpers import TRAIN, assert_state_equal, train
         ("yolo11n-seg.yaml", "segment"),
         ("yolo11n-obb.yaml", "obb"),
         ("yolo11n-pose.yaml", "pose"),
+        ("yolo26n-pose.yaml", "pose"),
         ("yolo11n-cls.yaml", "classify"),
     ],
 )
 def test_same_training_result_as_stock(model, task, synthetic, tmp_path):
-    """recompute=all gives the weights, BN buffers and EMA of stock training, bit for bit (failure modes 1, 2)."""
+    """recompute=all (every layer, YOLO12's A2C2f blocks nested, the head's branches) gives the weights, BN buffers
+    and EMA of stock training, bit for bit (failure modes 1, 2); every layer, block and head branch is recomputed
+    once per step."""
     data = synthetic(task)
     stock, none_counter = train(model, data, tmp_path, "stock")
     ckpt, counter = train(model, data, tmp_path, "ckpt", trainer=trainer_for(task), recompute="all")
@@ -44,10 +48,13 @@ def test_same_training_result_as_stock(model, task, synthetic, tmp_path):
     steps = ckpt.ema.updates  # one EMA update per optimizer step
     assert steps >= 3 and stock.ema.updates == steps
     layers = len(ckpt.policy.indices)
-    assert layers >= 8 and none_counter.total == 0
-    # every recomputed layer once per training step, plus twice in the report's CPU memory probe (a first step
-    # creates the optimizer state, the second is measured)
-    assert counter.total == (steps + 2) * layers
+    assert layers >= 8 and none_counter.total == 0 and ckpt.policy.head
+    # every recomputed module once per training step, plus once in the report's CPU memory probe
+    head = ckpt.model.model[-1]
+    branches = [f"{head.i}.{name}" for name, _ in head_branches(head)]
+    modules = checkpointed_modules(ckpt.model)
+    assert set(branches) < set(modules) and len(branches) >= 1
+    assert dict(counter.per_module) == {name: steps + 1 for name in modules}
     assert checkpointed_layers(ckpt.model) == list(ckpt.policy.indices)
     bn = next(m for m in ckpt.model.modules() if isinstance(m, torch.nn.BatchNorm2d))
     assert bn.num_batches_tracked.item() == steps  # forward passes, with batch == nbs
@@ -111,9 +118,9 @@ BAD = [
     ("C3k3", r"did you mean 'C3k2'\?"),
     ("bogus", "unknown layer name or section 'bogus'"),
     ("99", "layer index 99 is out of range"),
-    ("23", "final task head"),
-    ("20-23", "final task head"),
-    ("Detect", "final task head"),
+    ("haed", r"did you mean 'head'\?"),
+    ("loss", "the final head Detect has no loss region"),
+    ("all,loss", "segment models"),
     ("none,backbone", "combines 'none'"),
     ("4-2", "is empty"),
     (True, "not a valid value"),
@@ -181,6 +188,7 @@ def test_run_report(trained):
     assert report["recompute"] == "all"
     assert [r["index"] for r in report["recomputed_layers"]] == list(trained.policy.indices)
     assert report["recomputed_layers"][2] == {"index": 2, "type": "C3k2"}
+    assert report["recomputed_regions"] == ["head"]
     assert (report["device"], report["imgsz"], report["batch"], report["batch_at_start"], report["amp"]) == ("cpu", 64, 2, 2, False)
     probe = trained.ckpt_stats["probe_batch"]  # the first full-size batch (at 64 px mosaic crops may hold no object)
     assert (report["memory_probe_images"], report["memory_probe_imgsz"], report["memory_probe_objects"]) == (2, 64, len(probe["bboxes"]))

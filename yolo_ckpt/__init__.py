@@ -28,7 +28,13 @@ def _check_ultralytics(version: str = ultralytics.__version__) -> bool:
 
 _check_ultralytics()
 
-from .engine import apply_checkpointing, checkpointed_layers, count_recomputations, remove_checkpointing  # noqa: E402
+from .engine import (  # noqa: E402
+    apply_checkpointing,
+    checkpointed_layers,
+    checkpointed_modules,
+    count_recomputations,
+    remove_checkpointing,
+)
 from .policy import ModelLayout, RecomputePolicy, resolve  # noqa: E402
 from .trainer import (  # noqa: E402
     CheckpointClassificationTrainer,
@@ -51,6 +57,7 @@ __all__ = [
     "apply_checkpointing",
     "checkpointed",
     "checkpointed_layers",
+    "checkpointed_modules",
     "count_recomputations",
     "remove_checkpointing",
     "resolve",

@@ -207,7 +207,7 @@ def _estimate_setup(args: list[str]):
 
 def profile_table(profile, policy) -> "pandas.DataFrame":
     """Per-layer rows of a ``recompute=none`` :class:`~yolo_ckpt.memory.StepProfile` (MiB, GFLOPs), the layers of
-    ``policy`` marked, and a total row: the saved-for-backward column adds up to the total."""
+    ``policy`` marked (the final head's row when ``policy.head``: its branches), and a total row: the saved-for-backward column adds up to the total."""
     import pandas as pd
 
     rows = [
@@ -218,7 +218,7 @@ def profile_table(profile, policy) -> "pandas.DataFrame":
             "saved_MiB": r.saved_bytes / 2**20,
             "freed_if_recomputed_MiB": r.freeable_bytes / 2**20,
             "forward_GFLOPs": r.forward_flops / 1e9,
-            "recompute": policy.mode if r.index in policy.indices else "",
+            "recompute": policy.mode if r.index in policy.indices or (policy.head and r is profile.layers[-1]) else "",
         }
         for r in profile.layers
     ]
@@ -253,7 +253,7 @@ def profile(args: list[str]) -> dict:
     summary = {
         "model": opts["model"], "imgsz": opts["imgsz"], "batch": opts["batch"], "objects": spec.objects, "amp": spec.amp,
         "assumed": spec.to_dict(),
-        "recompute": policy.spec, "recompute_mode": mode, "recomputed_layers": policy.layers(),
+        "recompute": policy.spec, "recompute_mode": mode, "recomputed_layers": policy.layers(), "recomputed_regions": policy.regions(),
         "estimated_peak_bytes": {"none": results["none"].peak_bytes, "policy": results["policy"].peak_bytes},
         "phase_peak_bytes": {k: r.phase_peak_bytes for k, r in results.items()},
         "loss_bytes": results["none"].loss_bytes, "static_bytes": results["none"].static_bytes,

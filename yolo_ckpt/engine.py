@@ -1,21 +1,29 @@
-"""Apply and remove activation checkpointing on the layers of an Ultralytics model.
+"""Apply and remove activation checkpointing on the layers, inner blocks and head branches of an Ultralytics model.
 
-A recomputed layer keeps only its inputs in the forward pass; its internals are recomputed in backward
+A recomputed module keeps only its inputs in the forward pass; its internals are recomputed in backward
 (Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost"), with ``torch.utils.checkpoint`` in its
-non-reentrant form (https://pytorch.org/docs/stable/checkpoint.html).
+non-reentrant form (https://pytorch.org/docs/stable/checkpoint.html). The modules recomputed:
 
-How a layer is patched, and why:
+- the layers ``model.model[i]`` the policy selects; in a layer of a type in :data:`NESTED_BLOCKS` (YOLO12's
+  area-attention ``A2C2f``) each inner block is recomputed on its own too, inside the recomputed layer (nested
+  non-reentrant checkpoints): the layer's recomputation then holds one block's working set at a time instead of
+  all of them. Exact, as nesting replays the same ops;
+- with ``policy.head``, the branches of the final head (:func:`head_branches`): each recomputed once per backward,
+  while the head's decode and glue (concatenation, DFL, the Pose26 flow model) stay stock.
 
-- Its class is swapped for a subclass that overrides ``forward`` (``RecomputedC3k2`` for ``C3k2``). The module
-  object stays where it was, so ``.f/.i/.type/.np``, ``model.save`` and the state_dict keys are untouched, and
-  the forward resolves through ``self``: a ``deepcopy`` (EMA, AutoBatch's probe) is an independent patched copy.
+How a module is patched, and why:
+
+- Its class is swapped for a subclass that overrides ``forward`` (``RecomputedC3k2`` for ``C3k2``,
+  ``RecomputedSequential`` for a head branch). The module object stays where it was, so ``.f/.i/.type/.np``,
+  ``model.save`` and the state_dict keys are untouched, and the forward resolves through ``self``: a ``deepcopy``
+  (EMA, AutoBatch's probe) is an independent patched copy. It carries its qualified name under ``model.model``
+  (``"23.cv2.0"``) for :func:`count_recomputations`.
 - Pickling (``torch.save`` of ``last.pt``/``best.pt``, cloudpickle for DDP) writes the stock class, so saved files
   load where ``yolo_ckpt`` is not installed. The DDP worker and ``resume`` re-apply the policy from the run's args.
-- Recomputation runs BatchNorm again; a recompute context turns ``track_running_stats`` off for the layer's
-  BatchNorms while it runs, so ``running_mean``/``running_var``/``num_batches_tracked`` are updated once per
-  training forward pass. The recomputed output is the same: training-mode BatchNorm normalises with batch
-  statistics either way.
-- Active only when the layer is training, grad is enabled and the layer has a trainable parameter: eval,
+- Recomputation runs BatchNorm again; a recompute context puts the module's BatchNorm buffers back after it runs,
+  so ``running_mean``/``running_var``/``num_batches_tracked`` are updated once per training forward pass. The
+  recomputed output is the same: training-mode BatchNorm normalises with batch statistics either way.
+- Active only when the module is training, grad is enabled and the layer has a trainable parameter: eval,
   ``no_grad`` and ``inference_mode`` (val, predict, export) run the stock forward.
 """
 
@@ -34,7 +42,16 @@ from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selectiv
 from .policy import ModelLayout, RecomputePolicy, resolve
 
 _ACTIVE_COUNTERS: list[RecomputeCounter] = []
-_RECOMPUTED_CLASSES: dict[tuple[type, str], type] = {}
+_PATCHED_CLASSES: dict[tuple, type] = {}
+_NAME = "_recompute_name"  # instance attribute of a recomputed module: its qualified name under model.model
+# Layer types whose inner blocks (the ModuleList named here) are recomputed one at a time inside the recomputed
+# layer. A2C2f: at stride 16 its area-attention blocks dominate (YOLO12n at imgsz 1536, batch 1: layer 6 saves
+# 844 MiB that a whole-layer recompute rebuilds at once). Measured without a gain of 5% of a bench cell's peak,
+# and so left whole: C2PSA, C3k2 (see the README's recompute= section).
+NESTED_BLOCKS = {"A2C2f": "m"}
+# The head's single-module branches, beside the elements of its ModuleLists: Segment's and Segment26's mask
+# prototypes, Classify's convolution (its pooling and linear layer are glue).
+HEAD_BRANCHES = ("proto", "conv")
 aten = torch.ops.aten
 # What recompute_mode="selective" keeps: the outputs of convolutions, matrix products and attention, which are
 # expensive to recompute; BatchNorm, activations, elementwise ops and cat/split are recomputed (Chen et al. 2016,
@@ -55,19 +72,31 @@ SELECTIVE_SAVE_OPS = frozenset(
 
 
 class RecomputeCounter:
-    """Counts recomputations per layer index while it is active (see :func:`count_recomputations`).
+    """Counts backward recomputations while it is active (see :func:`count_recomputations`).
 
     Attributes:
-        per_layer: ``Counter`` of layer index ``i`` -> number of times its forward was recomputed in backward.
+        per_layer: ``Counter`` of layer index ``i`` -> number of times the layer ``model.model[i]`` itself was
+            recomputed in backward.
+        per_module: ``Counter`` of qualified module name under ``model.model`` -> recomputations, for every
+            recomputed module: layers (``"6"``), their inner blocks (``"6.m.1"``) and head branches (``"23.cv2.0"``).
+        loss_images: number of images whose mask loss the loss region recomputed in backward
+            (:mod:`yolo_ckpt.losses`).
     """
 
     def __init__(self):
         self.per_layer: Counter[int] = Counter()
+        self.per_module: Counter[str] = Counter()
+        self.loss_images = 0
 
     @property
     def total(self) -> int:
-        """Recomputations of all layers."""
-        return sum(self.per_layer.values())
+        """Recomputations of all modules (layers, inner blocks and head branches)."""
+        return sum(self.per_module.values())
+
+    def _count(self, name: str) -> None:
+        self.per_module[name] += 1
+        if name.isdigit():
+            self.per_layer[int(name)] += 1
 
 
 @contextlib.contextmanager
@@ -86,13 +115,14 @@ def count_recomputations():
 
 @contextlib.contextmanager
 def _recompute_context(layer: nn.Module):
-    """Entered by ``torch.utils.checkpoint`` around the backward recomputation of ``layer`` (eager mode)."""
+    """Entered by ``torch.utils.checkpoint`` around the backward recomputation of ``layer`` (any recomputed module,
+    eager mode)."""
     # The forward pass already updated the BatchNorm running statistics: put them back after the recompute.
     # (Turning track_running_stats off instead changes what batch_norm saves for backward, which checkpoint rejects.)
     stats = [b for m in layer.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) for b in m.buffers()]
     saved = [b.clone() for b in stats]
     for c in _ACTIVE_COUNTERS:
-        c.per_layer[getattr(layer, "i", -1)] += 1
+        c._count(getattr(layer, _NAME, ""))
     try:
         yield
     finally:
@@ -121,11 +151,44 @@ def _eager_contexts(layer: nn.Module, mode: str):
     return contextlib.nullcontext(), _recompute_context(layer)
 
 
-class RecomputedLayer(nn.Module):
-    """Mixin placed before a layer's own class: its forward runs under activation checkpointing when training.
+class PickledAsStock:
+    """Mixin of a patched subclass (made by :func:`_patched_class`): pickles as its stock class, copies as itself.
 
-    Not instantiated directly: :func:`apply_checkpointing` swaps a layer's class for ``Recomputed<Class>``
-    (``recompute_mode="full"``) or ``SelectiveRecomputed<Class>`` (``"selective"``).
+    Used for recomputed layers (:class:`RecomputedLayer`) and for the loss region's model and criterion classes
+    (:mod:`yolo_ckpt.losses`).
+    """
+
+    def __reduce_ex__(self, protocol):
+        # Pickle as the stock class: last.pt/best.pt and DDP files must load without yolo_ckpt. Copies (copy.copy,
+        # deepcopy for EMA and AutoBatch's probe) keep the patched class.
+        # copyreg._reconstructor is what pickle itself uses for protocols 0-1; __newobj__ would insist on type(self).
+        state = {k: v for k, v in self.__getstate__().items() if k != _NAME}  # a recomputed module's name
+        return copyreg._reconstructor, (_stock_class(type(self)), object, None), state
+
+    def __copy__(self):
+        new = type(self).__new__(type(self))
+        new._set_state(dict(self.__getstate__()))
+        return new
+
+    def __deepcopy__(self, memo):
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new._set_state(copy.deepcopy(self.__getstate__(), memo))
+        return new
+
+    def _set_state(self, state: dict) -> None:
+        # As pickle restores state: __setstate__ where the class has one (nn.Module), else the instance __dict__.
+        if hasattr(self, "__setstate__"):
+            self.__setstate__(state)
+        else:
+            self.__dict__.update(state)
+
+
+class RecomputedLayer(PickledAsStock, nn.Module):
+    """Mixin placed before a module's own class: its forward runs under activation checkpointing when training.
+
+    Not instantiated directly: :func:`apply_checkpointing` swaps the class of a layer, an inner block or a head
+    branch for ``Recomputed<Class>`` (``recompute_mode="full"``) or ``SelectiveRecomputed<Class>`` (``"selective"``).
     """
 
     recompute_mode = "full"
@@ -145,34 +208,24 @@ class RecomputedLayer(nn.Module):
             options = {"context_fn": functools.partial(_eager_contexts, self, self.recompute_mode)}
         return checkpoint(stock_forward, *args, use_reentrant=False, **options, **kwargs)
 
-    def __reduce_ex__(self, protocol):
-        # Pickle as the stock class: last.pt/best.pt and DDP files must load without yolo_ckpt. Copies (copy.copy,
-        # deepcopy for EMA and AutoBatch's probe) keep the patched class.
-        # copyreg._reconstructor is what pickle itself uses for protocols 0-1; __newobj__ would insist on type(self).
-        return copyreg._reconstructor, (_stock_class(type(self)), object, None), self.__getstate__()
-
-    def __copy__(self):
-        new = type(self).__new__(type(self))
-        new.__setstate__(dict(self.__getstate__()))
-        return new
-
-    def __deepcopy__(self, memo):
-        new = type(self).__new__(type(self))
-        memo[id(self)] = new
-        new.__setstate__(copy.deepcopy(self.__getstate__(), memo))
-        return new
-
 
 def _stock_class(cls: type) -> type:
-    return cls.__dict__["_stock_class"] if issubclass(cls, RecomputedLayer) else cls
+    return cls.__dict__["_stock_class"] if issubclass(cls, PickledAsStock) else cls
+
+
+def _patched_class(mixin: type, stock: type, name: str, **attrs) -> type:
+    """The subclass ``name(mixin, stock)`` with class attributes ``attrs``, pickled as ``stock``; made once per
+    distinct arguments."""
+    key = (mixin, stock, name, tuple(sorted(attrs.items())))
+    if key not in _PATCHED_CLASSES:
+        body = {"__module__": mixin.__module__, "_stock_class": stock, **attrs}
+        _PATCHED_CLASSES[key] = type(name, (mixin, stock), body)
+    return _PATCHED_CLASSES[key]
 
 
 def _recomputed_class(stock: type, mode: str) -> type:
-    if (stock, mode) not in _RECOMPUTED_CLASSES:
-        name = f"{'Selective' if mode == 'selective' else ''}Recomputed{stock.__name__}"
-        attrs = {"__module__": __name__, "_stock_class": stock, "recompute_mode": mode}
-        _RECOMPUTED_CLASSES[stock, mode] = type(name, (RecomputedLayer, stock), attrs)
-    return _RECOMPUTED_CLASSES[stock, mode]
+    name = f"{'Selective' if mode == 'selective' else ''}Recomputed{stock.__name__}"
+    return _patched_class(RecomputedLayer, stock, name, recompute_mode=mode)
 
 
 def _layers(model: nn.Module) -> nn.Sequential:
@@ -189,41 +242,103 @@ def checkpointed_layers(model: nn.Module) -> list[int]:
     return [i for i, m in enumerate(_layers(model).model) if isinstance(m, RecomputedLayer)]
 
 
+def checkpointed_modules(model: nn.Module) -> list[str]:
+    """Qualified names under ``model.model`` of every module under activation checkpointing: layers (``"6"``),
+    their inner blocks (``"6.m.0"``) and head branches (``"23.cv2.0"``), in module order."""
+    return [name for name, m in _layers(model).model.named_modules() if isinstance(m, RecomputedLayer)]
+
+
+def recompute_mode_of(layer: nn.Module) -> str | None:
+    """``"full"`` or ``"selective"`` if ``layer`` or a module inside it (a head branch) is recomputed, else ``None``."""
+    return next((m.recompute_mode for m in layer.modules() if isinstance(m, RecomputedLayer)), None)
+
+
+def head_branches(head: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The parameterised branches of a final task head, as ``(name under the head, module)``.
+
+    A branch is one element of one of the head's ``nn.ModuleList`` attributes (``cv2.0``, ``cv3.1``,
+    ``one2one_cv2.0``, Pose26's ``cv4_kpts.2``, ...) or one of :data:`HEAD_BRANCHES` (``proto``, Classify's
+    ``conv``). Every one is called once per forward pass (Pose26 feeds ``cv4[i]``'s output to two convolutions,
+    computing it once), so each is recomputed once per backward. Modules without parameters are left out.
+    """
+    found = []
+    for name, child in head.named_children():
+        if isinstance(child, nn.ModuleList):
+            found += [(f"{name}.{j}", m) for j, m in enumerate(child)]
+        elif name in HEAD_BRANCHES:
+            found.append((name, child))
+    return [(name, m) for name, m in found if _has_params(m)]
+
+
+def _has_params(module: nn.Module) -> bool:
+    return any(True for _ in module.parameters())
+
+
+def _regions(inner: nn.Module, policy: RecomputePolicy) -> list[tuple[str, nn.Module]]:
+    """``(qualified name, module)`` of every module ``policy`` recomputes: layers, their inner blocks, head branches."""
+    layers = inner.model  # stock classes here: apply_checkpointing removed any earlier policy
+    chosen = []
+    for i in policy.indices:
+        chosen.append((str(i), layers[i]))
+        blocks = NESTED_BLOCKS.get(type(layers[i]).__name__)
+        if blocks:
+            chosen += [(f"{i}.{blocks}.{j}", b) for j, b in enumerate(getattr(layers[i], blocks)) if _has_params(b)]
+    if policy.head:
+        head = len(layers) - 1
+        chosen += [(f"{head}.{name}", m) for name, m in head_branches(layers[head])]
+    return chosen
+
+
 def remove_checkpointing(model: nn.Module) -> None:
-    """Restore every layer of ``model`` to its stock class (a no-op for an unpatched model)."""
-    for m in _layers(model).model:
+    """Restore every module of ``model`` and its loss to their stock classes (a no-op for an unpatched model)."""
+    from .losses import remove_loss_region
+
+    for m in _layers(model).model.modules():
         if isinstance(m, RecomputedLayer):
             m.__class__ = _stock_class(type(m))
+            del m.__dict__[_NAME]
+    remove_loss_region(model)
 
 
-def apply_checkpointing(model: nn.Module, recompute="backbone", frozen=(), mode: str = "full") -> RecomputePolicy:
-    """Recompute the layers selected by ``recompute=`` in backward instead of keeping their activations.
+def apply_checkpointing(
+    model: nn.Module, recompute="backbone", frozen=(), mode: str = "full", loss_chunk: int | None = None
+) -> RecomputePolicy:
+    """Recompute the regions selected by ``recompute=`` in backward instead of keeping their activations.
 
     Works on a bare Ultralytics ``BaseModel`` (detect, segment, obb, pose, classify), no trainer needed.
-    Replaces any policy applied before, so calling it twice is safe.
+    Replaces any policy applied before, so calling it twice is safe. Layers of a type in :data:`NESTED_BLOCKS`
+    also recompute their inner blocks one at a time; ``head`` recomputes each of :func:`head_branches`.
 
     Args:
         model: an Ultralytics ``BaseModel`` (optionally wrapped in DDP, ``torch.compile`` or the ``DistillationModel``
             of ``distill_model=``, whose student is patched; its teacher runs under ``no_grad``, never recomputed).
         recompute: a ``recompute=`` value, see :mod:`yolo_ckpt.policy`.
         frozen: indices of layers frozen with ``freeze=``, left alone.
-        mode: ``"full"`` recomputes the whole layer; ``"selective"`` keeps the outputs of its convolutions, matrix
+        mode: ``"full"`` recomputes the whole module; ``"selective"`` keeps the outputs of its convolutions, matrix
             products and attention (:data:`SELECTIVE_SAVE_OPS`) and recomputes the rest, with PyTorch's selective
             activation checkpointing (``create_selective_checkpoint_contexts``): less memory saved, at much less
-            recompute time.
+            recompute time. The same for layers, inner blocks and head branches; the loss region ignores it
+            (selective mode would keep the predicted masks, the very tensors it frees).
+        loss_chunk: with ``policy.loss``, anchors per chunk of the mask loss's forward
+            (:func:`yolo_ckpt.losses.apply_loss_region`); ``None``: its default. Every value gives the same bits.
 
     Returns:
         The resolved :class:`~yolo_ckpt.policy.RecomputePolicy` (parameter-free and frozen layers dropped).
 
     Raises:
-        ValueError: for an invalid ``recompute=`` value (see :func:`yolo_ckpt.policy.resolve`) or ``mode``; the
-            model is then left unchanged.
+        ValueError: for an invalid ``recompute=`` value (see :func:`yolo_ckpt.policy.resolve`), ``mode`` or
+            ``loss_chunk``; the model is then left unchanged.
         TypeError: if ``model`` is not an Ultralytics ``BaseModel``.
     """
+    from .losses import DEFAULT_CHUNK, apply_loss_region, check_loss_chunk
+
     inner = _layers(model)
     policy = resolve(recompute, ModelLayout.from_model(inner), frozen, mode)
+    chunk = check_loss_chunk(DEFAULT_CHUNK if loss_chunk is None else loss_chunk)
     remove_checkpointing(inner)
-    for i in policy.indices:
-        layer = inner.model[i]
-        layer.__class__ = _recomputed_class(type(layer), mode)
+    for name, module in _regions(inner, policy):
+        module.__class__ = _recomputed_class(type(module), mode)
+        module.__dict__[_NAME] = name
+    if policy.loss:
+        apply_loss_region(inner, chunk)
     return policy

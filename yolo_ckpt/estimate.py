@@ -39,7 +39,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeCopyMode, FakeTensorMode
 from torch.utils._pytree import tree_leaves, tree_map
 
-from .engine import apply_checkpointing
+from .engine import apply_checkpointing, recompute_mode_of
 from .memory import LayerRow, LiveTensorTracker, StepProfile, _LayerAccounting, _nbytes, autocast_for
 from .memory import _run_step, anchors, build_optimizer, layer_flops, model_task, train_imgsz, training_batch
 
@@ -262,7 +262,7 @@ def estimate_step(
         "optimizer": peaks["optimizer"],
     }
     rows = [
-        LayerRow(i, str(m.type).rsplit(".", 1)[-1], *accounting.rows[i], per_layer_flops[i], mode if i in policy.indices else None)
+        LayerRow(i, str(m.type).rsplit(".", 1)[-1], *accounting.rows[i], per_layer_flops[i], recompute_mode_of(m))
         for i, m in enumerate(fake.model)
     ]
     return StepProfile(

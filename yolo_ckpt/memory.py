@@ -120,7 +120,7 @@ class LayerRow:
         freeable_bytes: the part of ``saved_bytes`` that recomputing the layer frees: all but its inputs, which
             the checkpoint keeps (an input saved here is often the previous layer's output, alive anyway).
         forward_flops: FLOPs of the layer's forward pass (``torch.utils.flop_counter``), the cost of recomputing it.
-        recompute: ``"full"``, ``"selective"`` or ``None``.
+        recompute: ``"full"``, ``"selective"`` or ``None``: how the layer, or for the head its branches, is recomputed.
     """
 
     index: int
@@ -460,16 +460,14 @@ def profile_step(
     Returns:
         The :class:`StepProfile` (``source`` says which counter; ``recompute`` the layers recomputed).
     """
-    from .engine import apply_checkpointing, checkpointed_layers
+    from .engine import apply_checkpointing, checkpointed_layers, recompute_mode_of
 
     cuda = batch["img"].device.type == "cuda"
     before = torch.cuda.memory_allocated() if cuda else 0
     probe = copy.deepcopy(model).train()
-    recomputed = checkpointed_layers(probe)
-    spec = ",".join(map(str, recomputed)) or "none"
+    spec = ",".join(map(str, checkpointed_layers(probe))) or "none"
     if recompute is not None:
-        policy = apply_checkpointing(probe, recompute, mode=mode)
-        recomputed, spec = policy.indices, policy.spec
+        spec = apply_checkpointing(probe, recompute, mode=mode).spec
     opt = build_optimizer(probe, optimizer)
     per_layer_flops = layer_flops(probe, batch["img"]) if flops else [0] * len(probe.model)
     autocast = autocast_for(amp, batch["img"].device.type)
@@ -495,7 +493,7 @@ def profile_step(
     finally:
         accounting.remove()
     rows = [
-        LayerRow(i, str(m.type).rsplit(".", 1)[-1], *accounting.rows[i], per_layer_flops[i], getattr(m, "recompute_mode", None) if i in recomputed else None)
+        LayerRow(i, str(m.type).rsplit(".", 1)[-1], *accounting.rows[i], per_layer_flops[i], recompute_mode_of(m))
         for i, m in enumerate(probe.model)
     ]
     return StepProfile(

@@ -1,11 +1,17 @@
-"""Recompute policies: a ``recompute=`` spec -> an explicit, validated set of layer indices (pure data).
+"""Recompute policies: a ``recompute=`` spec -> an explicit, validated set of regions (pure data).
 
-The unit of recomputation is one layer ``model.model[i]`` of an Ultralytics ``BaseModel``. A spec is a union of
+A region is what the engine recomputes in backward instead of keeping its activations: a layer ``model.model[i]``
+of an Ultralytics ``BaseModel`` (with, for big layers, its inner blocks one at a time: an engine rule, see
+:data:`yolo_ckpt.engine.NESTED_BLOCKS`), the branches of the final task head, or the segmentation loss. A spec is
+a union of
 
 - ``backbone``: the layers of the model YAML's ``backbone:`` section (the default);
 - ``neck``: the ``head:`` section without the final task head;
-- ``all``: every layer but the final task head (for classify models this equals ``backbone``: their ``head:``
-  section holds only the ``Classify`` head);
+- ``head``: the parameterised branches of the final task head (each element of its ``ModuleList``s, ``cv2[i]``,
+  ``cv3[i]``, ..., and ``proto``; ``Classify``'s ``conv``); its decode and glue stay stock. The head's index
+  (``23``) and class name (``Detect``) mean ``head`` too;
+- ``loss``: the segmentation mask loss (segment models only: heads in :data:`LOSS_HEADS`);
+- ``all``: every layer, the head's branches and, where the head has one, the loss;
 - layer indices and inclusive ranges, ``0-4,6,8``;
 - Ultralytics module class names, the last part of ``layer.type``, ``C3k2,SPPF``.
 
@@ -24,8 +30,15 @@ from pathlib import Path
 
 SECTIONS = ("backbone", "neck", "all")
 _INDEX = re.compile(r"[0-9]+")  # ASCII digits: str.isdigit also accepts '²', which int() rejects
+REGIONS = ("head", "loss")  # recomputed regions beyond the layers of model.model (yolo_ckpt.engine, yolo_ckpt.losses)
+# Heads whose task has a loss region (the segmentation mask loss: v8SegmentationLoss, SegmentLoss26 in
+# ultralytics/utils/loss.py). YOLOESegment is left out: it does not train offline.
+LOSS_HEADS = ("Segment", "Segment26")
 MODES = ("full", "selective")  # recompute_mode=: whole layers, or only their cheap ops (yolo_ckpt.engine)
-CHOICES = "valid choices: none, backbone, neck, all, layer indices and ranges ('0-4,6'), module names ('C3k2,SPPF'), joined by commas, or auto (with memory_budget=)"
+CHOICES = (
+    "valid choices: none, backbone, neck, all, head, loss (segment models), layer indices and ranges ('0-4,6'), "
+    "module names ('C3k2,SPPF'), joined by commas, or auto (with memory_budget=)"
+)
 
 
 @dataclass(frozen=True)
@@ -64,12 +77,17 @@ class ModelLayout:
         return len(self.types) - 1
 
     def section(self, name: str) -> range:
-        """Layer indices of ``backbone``, ``neck`` or ``all``."""
+        """Layer indices of ``backbone``, ``neck`` or ``all`` (every layer but the head, whose branches are ``head``)."""
         return {
             "backbone": range(0, min(self.n_backbone, self.head)),
             "neck": range(self.n_backbone, self.head),
             "all": range(0, self.head),
         }[name]
+
+    @property
+    def has_loss_region(self) -> bool:
+        """Whether the final head's task has a loss region (``recompute=loss``): its type is in :data:`LOSS_HEADS`."""
+        return self.types[self.head] in LOSS_HEADS
 
     def describe(self) -> str:
         """The model's sections and recomputable module names, for error messages."""
@@ -77,37 +95,51 @@ class ModelLayout:
         def span(r: range) -> str:
             return f"layers {r.start}-{r.stop - 1}" if len(r) else "no layers"
 
-        names = sorted({t for i, t in enumerate(self.types) if i != self.head and i not in self.param_free})
+        names = sorted({t for i, t in enumerate(self.types) if i not in self.param_free})
+        loss = "with a loss region ('loss')" if self.has_loss_region else (
+            f"without a loss region (only segment models have one: heads {', '.join(LOSS_HEADS)})"
+        )
         return (
             f"this model has backbone ({span(self.section('backbone'))}), neck ({span(self.section('neck'))}) "
-            f"and the final head (layer {self.head}, {self.types[self.head]}, never recomputed); "
-            f"{CHOICES}, with indices within 0-{self.head - 1} and module names among {names}"
+            f"and the final head (layer {self.head}, {self.types[self.head]}: 'head' recomputes its branches), "
+            f"{loss}; {CHOICES}, with indices within 0-{self.head} and module names among {names}"
         )
 
 
 @dataclass(frozen=True)
 class RecomputePolicy:
-    """A resolved policy: the spec as given and the layers it selects.
+    """A resolved policy: the spec as given and the regions it selects.
 
     Attributes:
         spec: the ``recompute=`` value as the user gave it, as a string (``"backbone"``, ``"0-4,6"``).
-        indices: sorted indices of the layers to recompute.
+        indices: sorted indices of the layers of ``model.model`` to recompute (never the final head: its branches
+            are ``head``); the planner's candidates.
         types: the type name of each layer in ``indices``.
-        mode: ``"full"`` or ``"selective"`` recomputation (``recompute_mode=``).
+        mode: ``"full"`` or ``"selective"`` recomputation (``recompute_mode=``), for the layers and the head.
+        head: whether the final head's branches are recomputed.
+        loss: whether the segmentation loss is recomputed (only where the head is in :data:`LOSS_HEADS`).
     """
 
     spec: str
     indices: tuple[int, ...]
     types: tuple[str, ...]
     mode: str = "full"
+    head: bool = False
+    loss: bool = False
 
     def layers(self) -> list[dict]:
-        """``[{"index": i, "type": "C3k2"}, ...]``, as written into run reports."""
+        """``[{"index": i, "type": "C3k2"}, ...]`` for the recomputed layers, as written into run reports (the head
+        and the loss are :meth:`regions`)."""
         return [{"index": i, "type": t} for i, t in zip(self.indices, self.types)]
+
+    def regions(self) -> list[str]:
+        """The regions recomputed beyond the layers, among :data:`REGIONS`: ``["head", "loss"]``, ``["head"]``, ``[]``."""
+        return [r for r, on in zip(REGIONS, (self.head, self.loss)) if on]
 
     def __str__(self) -> str:
         body = ", ".join(f"{i}:{t}" for i, t in zip(self.indices, self.types)) or "no layers"
-        return f"recompute={self.spec} recompute_mode={self.mode} -> {len(self.indices)} layers [{body}]"
+        extra = "".join(f" + {r}" for r in self.regions())
+        return f"recompute={self.spec} recompute_mode={self.mode} -> {len(self.indices)} layers [{body}]{extra}"
 
 
 def spec_string(spec) -> str:
@@ -162,19 +194,21 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
     """Resolve a ``recompute=`` value against a model's layout.
 
     Args:
-        spec: ``str`` (``"backbone"``, ``"0-4,6"``, ``"C3k2,SPPF"``, ``"none"``), ``int``, ``list``/``tuple`` of
-            ints or names, or ``None``/``False`` (no recomputation).
+        spec: ``str`` (``"backbone"``, ``"head"``, ``"0-4,6"``, ``"C3k2,SPPF"``, ``"none"``), ``int``,
+            ``list``/``tuple`` of ints or names, or ``None``/``False`` (no recomputation).
         layout: the model's :class:`ModelLayout`.
-        frozen: indices of frozen layers (``freeze=``), dropped from the result.
+        frozen: indices of frozen layers (``freeze=``), dropped from the result (the head's index drops ``head``).
         mode: the ``recompute_mode=`` carried by the result.
 
     Returns:
-        The :class:`RecomputePolicy`; parameter-free and frozen layers are dropped.
+        The :class:`RecomputePolicy`; parameter-free and frozen layers are dropped. The head's index or class
+        name, alone or in a range, sets ``head``; ``all`` sets ``head`` and, where the head is in
+        :data:`LOSS_HEADS`, ``loss``.
 
     Raises:
         ValueError: naming the bad value, the model's sections and the valid choices, for an unknown name (with
-            close matches), an index out of range, the final head, or ``neck`` on a model without one; or
-            naming the valid modes for a bad ``mode``.
+            close matches), an index out of range, ``neck`` on a model without one, or ``loss`` on a model whose
+            head has no loss region (naming the heads that have one); or naming the valid modes for a bad ``mode``.
     """
     check_spec(spec, layout.describe())
     check_mode(mode)
@@ -183,42 +217,50 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
         raise ValueError("recompute=auto is decided by the planner for a memory budget: give memory_budget= to a "
                          "Checkpoint*Trainer, or use yolo_ckpt.planner.MemoryModel.plan() on a bare model")
     head = layout.head
-    chosen: set[int] = set()
+    chosen: set[int] = set()  # layer indices, the head's included (it stands for the head's branches)
+    loss = False
     for token in _tokens(spec):
         key = token.lower()
         if key == "none":
+            continue
+        if key == "loss":
+            if not layout.has_loss_region:
+                raise ValueError(
+                    f"recompute={text!r}: the final head {layout.types[head]} has no loss region to recompute; "
+                    f"{layout.describe()}"
+                )
+            loss = True
+            continue
+        if key == "head":
+            chosen.add(head)
             continue
         if key in SECTIONS:
             if key == "neck" and not len(layout.section("neck")):
                 raise ValueError(f"recompute={text!r}: this model has no neck; {layout.describe()}")
             chosen.update(layout.section(key))
+            if key == "all":  # every region: the head's branches and, where there is one, the loss
+                chosen.add(head)
+                loss = loss or layout.has_loss_region
             continue
         lo, sep, hi = token.partition("-")
         if _INDEX.fullmatch(lo) and (not sep or _INDEX.fullmatch(hi)):
             idx = range(int(lo), int(hi if sep else lo) + 1)
             if idx.stop - 1 > head:
                 raise ValueError(f"recompute={text!r}: layer index {idx.stop - 1} is out of range; {layout.describe()}")
-            if head in idx:
-                raise ValueError(
-                    f"recompute={text!r}: layer {head} is the final task head ({layout.types[head]}), which is "
-                    f"never recomputed; {layout.describe()}"
-                )
             chosen.update(idx)
             continue
         matches = {i for i, t in enumerate(layout.types) if t.lower() == key}
-        if matches == {head}:
-            raise ValueError(
-                f"recompute={text!r}: '{token}' is the final task head (layer {head}), which is never recomputed; "
-                f"{layout.describe()}"
-            )
         if not matches:
-            vocabulary = {v.lower(): v for v in ["none", *SECTIONS, *sorted(set(layout.types[:head]))]}
+            vocabulary = {v.lower(): v for v in ["none", *SECTIONS, *REGIONS, *sorted(set(layout.types))]}
             close = [vocabulary[c] for c in difflib.get_close_matches(key, vocabulary, n=3, cutoff=0.6)]
             hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
             raise ValueError(f"recompute={text!r}: unknown layer name or section '{token}'{hint}; {layout.describe()}")
-        chosen.update(matches - {head})
-    indices = tuple(sorted(chosen - layout.param_free - set(frozen or ())))
-    return RecomputePolicy(spec=text, indices=indices, types=tuple(layout.types[i] for i in indices), mode=mode)
+        chosen.update(matches)
+    chosen -= layout.param_free | set(frozen or ())
+    indices = tuple(sorted(chosen - {head}))
+    return RecomputePolicy(
+        spec=text, indices=indices, types=tuple(layout.types[i] for i in indices), mode=mode, head=head in chosen, loss=loss
+    )
 
 
 def layout_of(model_arg) -> ModelLayout:

@@ -95,6 +95,7 @@ def build_run_report(trainer) -> dict:
         "recompute": policy.spec if policy else None,
         "recompute_mode": args.recompute_mode,
         "recomputed_layers": policy.layers() if policy else [],
+        "recomputed_regions": policy.regions() if policy else [],
         "device": str(trainer.device),
         "imgsz": args.imgsz,
         "batch": trainer.batch_size,  # after Ultralytics' halvings on an out-of-memory error in the first epoch

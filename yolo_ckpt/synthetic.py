@@ -6,6 +6,9 @@ roads. They serve as the built-in default dataset of the CLI and as test data fo
 classify, semantic (per-pixel ground/road/building/vehicle masks) and depth (metric depth maps of the same scenes seen
 from a drone), since the installed Ultralytics ships no data for most of them and downloads are disabled.
 
+Dense scenes for segmentation (:func:`dense_segment_dataset`, :func:`dense_segment_batch`) imitate microscopy
+instead: hundreds of small, non-overlapping nuclei per image, where the mask loss holds the training peak.
+
 Datasets are generated on first use into a cache folder and reused afterwards. The same seed always yields
 byte-identical images and labels (for given numpy and OpenCV versions, which own the RNG and the JPEG encoder).
 """
@@ -34,6 +37,8 @@ __all__ = [
     "TASKS",
     "TRAIN_IMAGES",
     "VAL_IMAGES",
+    "dense_segment_batch",
+    "dense_segment_dataset",
     "synthetic_dataset",
 ]
 
@@ -539,3 +544,98 @@ def _draw_vehicle(image: np.ndarray, rng: np.random.Generator, quad: np.ndarray,
         fill(_part(quad, 0.44, 0.49, 0.44), _WINDSHIELD)
         for a0 in (-0.2, 0.1):
             fill(_part(quad, a0, a0 + 0.12, 0.28), (215, 218, 220))
+
+
+def _nuclei(rng: np.random.Generator, size: int, objects: int) -> np.ndarray:
+    """(objects, 12, 2) float64 pixel polygons of non-overlapping ellipses ("nuclei") in a ``size`` square: one per
+    cell of a jittered grid just large enough to hold them, filled in random order."""
+    side = int(np.ceil(np.sqrt(objects)))
+    cell = size / side
+    slots = rng.permutation(side * side)[:objects]
+    centre = (np.stack([slots % side, slots // side], 1) + 0.5) * cell + rng.uniform(-0.1, 0.1, (objects, 2)) * cell
+    axes = rng.uniform(0.2, 0.38, (objects, 2)) * cell  # semi-axes: neighbours never touch
+    angle = np.linspace(0, 2 * np.pi, 12, endpoint=False)
+    ring = np.stack([np.cos(angle), np.sin(angle)], 1)
+    return centre[:, None, :] + ring[None] * axes[:, None, :]
+
+
+def dense_segment_dataset(
+    objects: int = 200, size: int = 256, images: int = 4, *, seed: int = 0, root: str | Path | None = None
+) -> Path:
+    """A dense segmentation dataset: ``images`` train and one val ``size`` px microscopy-like images with
+    ``objects`` nuclei each (``cls x1 y1 ... x12 y12`` polygon labels, one class), generated once into the cache.
+
+    Returns:
+        The absolute path of its ``data.yaml``.
+
+    Raises:
+        ValueError: unless ``objects``, ``size`` and ``images`` are positive ints and ``size >= 32``.
+    """
+    for name, value, low in (("objects", objects, 1), ("size", size, 32), ("images", images, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name}={value!r} must be an int >= {low}")
+    cache = Path(root if root is not None else os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "yolo_ckpt")
+    final = cache.expanduser().resolve() / f"dense-v{GENERATOR_VERSION}-seed{seed}-{objects}x{size}x{images}+1"
+    if final.is_dir():
+        return final / "data.yaml"
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", suffix=".tmp", dir=final.parent))
+    try:
+        for split, count in (("train", images), ("val", 1)):
+            (tmp / "images" / split).mkdir(parents=True)
+            (tmp / "labels" / split).mkdir(parents=True)
+            for i in range(count):
+                rng = np.random.default_rng((seed, split == "val", i))
+                image = np.full((size, size, 3), 215, np.int16) + rng.integers(-12, 13, (size, size, 3), dtype=np.int16)
+                polygons = _nuclei(rng, size, objects)
+                for polygon in polygons:  # stained nuclei: dark purple on a pale background
+                    cv2.fillPoly(image, [_fixed(polygon)], (150, 60, 120), cv2.LINE_AA, 4)
+                _imwrite(tmp / "images" / split / f"{i:03d}.jpg", np.clip(image, 0, 255).astype(np.uint8))
+                rows = ["0 " + " ".join(f"{v:.6f}" for v in np.clip(p / size, 0, 1).ravel()) for p in polygons]
+                (tmp / "labels" / split / f"{i:03d}.txt").write_text("".join(f"{r}\n" for r in rows))
+        data = {"path": str(final), "train": "images/train", "val": "images/val", "names": {0: "nucleus"}}
+        (tmp / "data.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+        os.chmod(tmp, 0o755)
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            if not final.is_dir():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final / "data.yaml"
+
+
+def dense_segment_batch(
+    batch: int, imgsz: int, objects: int, overlap: bool = True, mask_ratio: int = 4, seed: int = 0
+) -> dict:
+    """A fixed segmentation training batch of dense nuclei, as Ultralytics' segmentation collate makes it.
+
+    Returns:
+        ``img`` (batch, 3, imgsz, imgsz) float in [0, 1], ``batch_idx`` (n,), ``cls`` (n, 1) zeros, ``bboxes``
+        (n, 4) normalised xywh, with n = batch x objects; ``masks`` at imgsz / mask_ratio: (batch, h, w) int32 with
+        ``k + 1`` on image i's k-th object when ``overlap``, else (n, h, w) uint8 0/1; ``sem_masks`` (batch, h, w)
+        float class indices (all 0: one class), which YOLO26's semantic branch needs.
+    """
+    import torch
+
+    rng = np.random.default_rng((seed, batch, imgsz, objects))
+    h = imgsz // mask_ratio
+    polygons = [_nuclei(rng, imgsz, objects) for _ in range(batch)]
+    masks = np.zeros((batch, h, h) if overlap else (batch * objects, h, h), np.int32 if overlap else np.uint8)
+    for i, image in enumerate(polygons):
+        for k, polygon in enumerate(image):
+            target = masks[i] if overlap else masks[i * objects + k]
+            cv2.fillPoly(target, [_fixed(polygon / mask_ratio)], k + 1 if overlap else 1, cv2.LINE_8, 4)
+    corners = np.concatenate(polygons)
+    lo, hi = corners.min(1), corners.max(1)
+    boxes = np.concatenate([(lo + hi) / 2, hi - lo], 1) / imgsz
+    return {
+        "img": torch.from_numpy(rng.random((batch, 3, imgsz, imgsz), np.float32)),
+        "batch_idx": torch.arange(batch).repeat_interleave(objects).float(),
+        "cls": torch.zeros(batch * objects, 1),
+        "bboxes": torch.from_numpy(boxes).float(),
+        "masks": torch.from_numpy(masks),
+        "sem_masks": torch.zeros(batch, h, h),
+    }

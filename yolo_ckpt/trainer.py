@@ -38,6 +38,7 @@ from ultralytics.utils.torch_utils import unwrap_model
 from . import distributed, report
 from .atomic import atomic_saves
 from .engine import apply_checkpointing
+from .losses import check_loss_chunk
 from .planner import PLANNED_TASKS, MemoryModel, headroom_for, parse_budget, parse_headroom
 from .policy import check_mode, check_spec, is_auto, layout_of, resolve
 from .runspec import RunSpec, amp_enabled, count_data, device_type, objects_rule, optimizer_rule
@@ -45,6 +46,9 @@ from .runspec import RunSpec, amp_enabled, count_data, device_type, objects_rule
 DEFAULTS_PATH = Path(__file__).parent / "cfg" / "default.yaml"
 DEFAULTS: dict = YAML.load(DEFAULTS_PATH)
 PREFIX = colorstr("yolo-ckpt: ")
+# yolo-ckpt keys whose default differs for a task from cfg/default.yaml. Segmentation recomputes its mask loss (the
+# loss region, yolo_ckpt.losses): exact and, with many objects per image, it frees more memory than any layer policy.
+TASK_DEFAULTS = {"segment": {"recompute": "backbone,loss"}}
 # Trainers of a planned task (detect, segment) whose models and losses the estimate does not know: named policies only
 NOT_PLANNED = (RTDETRTrainer, WorldTrainer, YOLOETrainer, YOLOEPETrainer, YOLOEPESegTrainer)
 
@@ -100,12 +104,13 @@ class CheckpointTrainerMixin:
         """Take yolo-ckpt's keys out of ``overrides``/``cfg``, validate them, then build the Ultralytics trainer.
 
         Raises:
-            ValueError: for an invalid ``recompute=`` or ``recompute_mode=`` value, before any file or folder is
-                written.
+            ValueError: for an invalid ``recompute=``, ``recompute_mode=`` or ``loss_chunk=`` value, before any file
+                or folder is written.
         """
         overrides = dict(overrides or {})
         given = {k: overrides.pop(k) for k in DEFAULTS if k in overrides}
         check_mode(given.get("recompute_mode", DEFAULTS["recompute_mode"]))
+        check_loss_chunk(given.get("loss_chunk", DEFAULTS["loss_chunk"]))
         self._check_planning(given, overrides)
         if "recompute" in given:
             source = _model_source(overrides)
@@ -116,7 +121,8 @@ class CheckpointTrainerMixin:
         super().__init__(cfg, overrides, _callbacks)
         if distributed.torchrun_world_size() > 1:  # a torchrun worker: the whole job's ranks, on every node
             self.world_size = distributed.torchrun_world_size()
-        for k, default in DEFAULTS.items():  # given > restored by resume (train_args) > default
+        # given > restored by resume (train_args) > this task's default > default
+        for k, default in {**DEFAULTS, **TASK_DEFAULTS.get(task_of(type(self)), {})}.items():
             setattr(self.args, k, given.get(k, getattr(self.args, k, default)))
         if RANK in {-1, 0}:
             YAML.save(self.save_dir / "args.yaml", vars(self.args))  # again, now with yolo-ckpt's keys
@@ -262,11 +268,15 @@ class CheckpointTrainerMixin:
         if is_auto(recompute):
             recompute = self._plan_recompute()
         self.policy = apply_checkpointing(
-            self.model, recompute, frozen=frozen_layers(self.args.freeze), mode=self.args.recompute_mode
+            self.model,
+            recompute,
+            frozen=frozen_layers(self.args.freeze),
+            mode=self.args.recompute_mode,
+            loss_chunk=self.args.loss_chunk,
         )
         if RANK in {-1, 0}:
             LOGGER.info(f"{PREFIX}activation checkpointing {self.policy}")
-            if not self.policy.indices and self.policy.spec != "none":
+            if not (self.policy.indices or self.policy.regions()) and self.policy.spec != "none":
                 LOGGER.warning(f"{PREFIX}recompute={self.policy.spec} selects no layer with trainable parameters")
         return ckpt
 
