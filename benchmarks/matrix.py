@@ -34,6 +34,8 @@ import torch
 from ultralytics.cfg import check_dict_alignment
 from ultralytics.utils import DEFAULT_CFG_DICT, LOGGER, SETTINGS as ULTRALYTICS_SETTINGS, TQDM, YAML
 
+from yolo_ckpt.memory import TASKS
+from yolo_ckpt.planner import PLANNED_TASKS
 from yolo_ckpt.policy import check_mode, is_auto, layout_of, resolve, spec_string
 
 from .results_io import provenance
@@ -165,8 +167,8 @@ def _check_cell(matrix: Matrix, cell: dict) -> None:
     check_mode(cell["recompute_mode"])
     if not is_auto(cell["recompute"]):
         resolve(cell["recompute"], layout)
-    if matrix.kind == "step" and task != "detect":
-        raise ValueError(f"{where}: step cells measure detection models (a detection batch); task={task} needs kind: train")
+    if matrix.kind == "step" and task not in TASKS:
+        raise ValueError(f"{where}: step cells measure the tasks {', '.join(TASKS)} (yolo_ckpt.memory.training_batch); task={task} needs kind: train")
     budget = cell["memory_budget"]
     relative = isinstance(budget, str) and budget.endswith("x")
     if budget is not None:
@@ -193,8 +195,8 @@ def _check_cell(matrix: Matrix, cell: dict) -> None:
         raise ValueError(f"{where}: memory_budget={budget} is relative to recompute=none at the cell's imgsz and batch: give both")
     if planned and budget is None:
         raise ValueError(f"{where}: {' and '.join(planned)} need memory_budget= (bytes with a unit, e.g. 4GB)")
-    if planned and task != "detect":
-        raise ValueError(f"{where}: {' and '.join(planned)} plan memory for detection models; task={task} needs a named policy, imgsz and batch")
+    if planned and task not in PLANNED_TASKS:
+        raise ValueError(f"{where}: {' and '.join(planned)} plan memory for the tasks {', '.join(PLANNED_TASKS)}; task={task} needs a named policy, imgsz and batch")
     if matrix.kind == "train":
         matrix.data[cell["dataset"]] = _data_yaml(matrix, cell["dataset"])
     if matrix.baseline_of(cell) is None:

@@ -24,7 +24,7 @@ import time
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
-from ultralytics.nn.tasks import DetectionModel
+from ultralytics import YOLO
 from ultralytics.utils import DEFAULT_CFG
 
 from yolo_ckpt import apply_checkpointing, count_recomputations
@@ -55,7 +55,7 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
 
     device = torch.device(settings["device"] or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.manual_seed(settings["seed"])
-    model = DetectionModel(cells[0]["model"], verbose=False).train()
+    model = YOLO(cells[0]["model"], task=cells[0]["task"]).model.train()  # the task's model class, built from its YAML
     model.args = DEFAULT_CFG  # the loss's hyperparameters: their values do not change its memory or time
     amp = amp_enabled(cells[0]["amp"], device.type)  # as trainers plan
     memory = memory_model(model, settings["objects"], amp=amp) if any(needs_memory_model(c) for c in cells) else None

@@ -57,7 +57,12 @@ def test_unknown_key_suggests(tmp_path, capsys):
     [
         ("recompute=C3k3", "did you mean 'C3k2'?"),
         ("recompute=30", "layer index 30 is out of range"),
-        ("recompute=Detect", "final task head"),
+        ("recompute=loss", "has no loss region to recompute"),
+        ("recompute=²", "recompute='²': unknown layer name"),
+        ("recompute_mode=partial", "valid modes: full, selective"),
+        ("memory_budget=12XB", "unknown unit 'XB'"),
+        ("memory_headroom=0.5x", "the factor 0.5 is below 1"),
+        ("loss_chunk=0", "loss_chunk=0 is not valid"),
         ("task=segmentation", "valid tasks: classify, detect"),
     ],
 )
@@ -206,3 +211,30 @@ def test_plan_ultralytics_21100_does_not_fit_12gb(capsys):
     assert none["headroom_MiB"] == pytest.approx(0.15 * none["estimated_peak_MiB"] + 500, abs=0.01)
     assert not none["fits"] and none["margin_MiB"] < 0 and none["max_batch_at_imgsz_2048"] == 0
     assert rows["all"]["fits"] and rows["auto"]["fits"] and rows["auto"]["margin_MiB"] >= 0
+
+
+def test_model_yaml_without_backbone_exits_2(tmp_path, capsys):
+    """A model YAML without a backbone: section is named, before Ultralytics' parse_model fails on it."""
+    cfg = tmp_path / "nobackbone.yaml"
+    cfg.write_text("nc: 2\nhead:\n  - [-1, 1, Conv, [16, 3, 2]]\n")
+    assert main(["train", "detect", f"model={cfg}", f"project={tmp_path / 'runs'}"]) == 2
+    assert "has no 'backbone:' section" in capsys.readouterr().err and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_budget_too_small_leaves_the_run_dir_as_it_was(existing, synthetic, tmp_path, capsys):
+    """recompute=auto with a budget no plan fits: one line, exit 2, and the run folder removed (a new run) or its
+    previous args.yaml back (exist_ok=True over an earlier run)."""
+    run = tmp_path / "run"
+    if existing:
+        run.mkdir()
+        (run / "args.yaml").write_text("from: the earlier run\n")
+    args = ["train", f"data={synthetic()}", "recompute=auto", "memory_budget=10MB", "device=cpu", "epochs=1",
+            "imgsz=64", "batch=2", f"project={tmp_path}", "name=run", "exist_ok=True"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("yolo-ckpt: error: memory_budget=") and "below the smallest plan's need" in err[-1]
+    if existing:
+        assert sorted(p.name for p in run.iterdir()) == ["args.yaml"] and (run / "args.yaml").read_text() == "from: the earlier run\n"
+    else:
+        assert not run.exists()

@@ -117,7 +117,7 @@ def prepare_train(args: list[str]):
     """
     from ultralytics import RTDETR, YOLO
 
-    from .policy import check_mode, is_auto, layout_of, resolve
+    from .policy import layout_of
     from .trainer import trainer_for
 
     overrides = parse_train_args(args)
@@ -125,11 +125,11 @@ def prepare_train(args: list[str]):
     if task is not None:
         trainer_for(task)  # unknown task: fail before building anything
     name = overrides.pop("model", None) or DEFAULT_MODELS[task or "detect"]
+    if Path(str(name)).suffix.lower() in {".yaml", ".yml"}:
+        layout_of(name)  # a YAML without backbone:/head: fails here, with its name, not in Ultralytics' parse_model
     model = RTDETR(name) if "rtdetr" in Path(str(name)).stem.lower() else YOLO(name, task=task)
     trainer = trainer_for(model.task, model)
-    check_mode(overrides.get("recompute_mode", DEFAULTS["recompute_mode"]))
-    if "recompute" in overrides and not is_auto(overrides["recompute"]):
-        resolve(overrides["recompute"], layout_of(model.model.yaml))
+    trainer.check_keys({**overrides, "model": model.model.yaml if overrides.get("resume") is None else None})
     if overrides.get("data") is None and not overrides.get("resume"):
         from .synthetic import synthetic_dataset
 
@@ -383,7 +383,13 @@ def main(argv: list[str] | None = None) -> int:
     except (SyntaxError, ValueError, AssertionError, FileNotFoundError, NotImplementedError) as e:
         print(f"yolo-ckpt: error: {e}", file=sys.stderr)
         return 2
-    model.train(trainer=trainer, **overrides)
+    from .planner import PlanError
+
+    try:
+        model.train(trainer=trainer, **overrides)
+    except PlanError as e:  # the run directory is put back as it was (CheckpointTrainerMixin.train)
+        print(f"yolo-ckpt: error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -326,8 +326,9 @@ def apply_checkpointing(
         The resolved :class:`~yolo_ckpt.policy.RecomputePolicy` (parameter-free and frozen layers dropped).
 
     Raises:
-        ValueError: for an invalid ``recompute=`` value (see :func:`yolo_ckpt.policy.resolve`), ``mode`` or
-            ``loss_chunk``; the model is then left unchanged.
+        ValueError: for an invalid ``recompute=`` value (see :func:`yolo_ckpt.policy.resolve`), ``mode``, ``frozen``
+            or ``loss_chunk``, or a fused model (``model.fuse()``, for inference) with anything to recompute; the
+            model is then left unchanged.
         TypeError: if ``model`` is not an Ultralytics ``BaseModel``.
     """
     from .losses import DEFAULT_CHUNK, apply_loss_region, check_loss_chunk
@@ -335,6 +336,14 @@ def apply_checkpointing(
     inner = _layers(model)
     policy = resolve(recompute, ModelLayout.from_model(inner), frozen, mode)
     chunk = check_loss_chunk(DEFAULT_CHUNK if loss_chunk is None else loss_chunk)
+    fused = sorted({n.split(".")[0] for n, m in inner.model.named_modules() if "forward" in m.__dict__}, key=int)
+    if fused and (policy.indices or policy.head or policy.loss):
+        # BaseModel.fuse() sets forward = forward_fuse on each fused module, which would bypass the recomputed class
+        raise ValueError(
+            f"recompute={policy.spec!r}: the model is fused (model.fuse() folded BatchNorm into the convolutions of "
+            f"layers {', '.join(fused)}, for inference): activation checkpointing is for training; build or load the "
+            "model unfused (YOLO('model.yaml') or YOLO('last.pt') before predict/val/export fuse it)"
+        )
     remove_checkpointing(inner)
     for name, module in _regions(inner, policy):
         module.__class__ = _recomputed_class(type(module), mode)

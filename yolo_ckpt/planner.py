@@ -43,6 +43,11 @@ def is_fraction(value) -> bool:
     return value is None or bool(m and not m.group(2))
 
 
+class PlanError(ValueError):
+    """No plan fits the budget (or the budget cannot be had): raised while a run sets up, which then removes or
+    restores the run directory it had started (:class:`yolo_ckpt.trainer.CheckpointTrainerMixin`)."""
+
+
 def parse_budget(value, cuda_available_bytes: int | None = None) -> int:
     """A ``memory_budget=`` value -> bytes.
 
@@ -266,7 +271,7 @@ class MemoryModel:
         while True:
             if indices is None:
                 need = self.estimate("all", batch, imgsz).peak_bytes
-                raise ValueError(
+                raise PlanError(
                     f"memory_budget={budget / 2**30:.2f} GiB is below the smallest plan's need at batch={batch} "
                     f"imgsz={imgsz}: recompute=all needs {need / 2**30:.2f} GiB ({need} bytes)"
                     + (f" and {self.headroom.need(need) / 2**30:.2f} GiB with memory_headroom={self.headroom}" if self.headroom != NO_HEADROOM else "")

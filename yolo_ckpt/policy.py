@@ -67,7 +67,18 @@ class ModelLayout:
 
     @classmethod
     def from_yaml(cls, cfg: dict) -> ModelLayout:
-        """Layout of a model YAML dict (rows ``[from, repeats, module, args]``) without building the model."""
+        """Layout of a model YAML dict (rows ``[from, repeats, module, args]``) without building the model.
+
+        Raises:
+            ValueError: for a YAML without a ``backbone:`` or ``head:`` list of rows (Ultralytics' parse_model
+                would fail on it with a KeyError), naming what it has.
+        """
+        missing = [k for k in ("backbone", "head") if not isinstance(cfg.get(k), list) or not cfg[k]]
+        if missing:
+            raise ValueError(
+                f"model YAML {cfg.get('yaml_file', '')!r} has no {' and no '.join(repr(k + ':') for k in missing)} section "
+                f"(keys: {sorted(cfg)}); an Ultralytics model YAML lists its layers under backbone: and head:"
+            )
         rows = list(cfg["backbone"]) + list(cfg["head"])
         return cls(types=tuple(str(r[2]).rsplit(".", 1)[-1] for r in rows), n_backbone=len(cfg["backbone"]))
 
@@ -208,7 +219,8 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
     Raises:
         ValueError: naming the bad value, the model's sections and the valid choices, for an unknown name (with
             close matches), an index out of range, ``neck`` on a model without one, or ``loss`` on a model whose
-            head has no loss region (naming the heads that have one); or naming the valid modes for a bad ``mode``.
+            head has no loss region (naming the heads that have one); naming the valid modes for a bad ``mode``; or
+            for ``frozen`` that is not a collection of ints.
     """
     check_spec(spec, layout.describe())
     check_mode(mode)
@@ -256,7 +268,11 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
             hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
             raise ValueError(f"recompute={text!r}: unknown layer name or section '{token}'{hint}; {layout.describe()}")
         chosen.update(matches)
-    chosen -= layout.param_free | set(frozen or ())
+    if isinstance(frozen, (str, bytes)) or not isinstance(frozen, (list, tuple, set, frozenset, range)) or not all(
+        isinstance(i, int) and not isinstance(i, bool) for i in frozen
+    ):
+        raise ValueError(f"frozen={frozen!r} is not valid; give layer indices (ints), as yolo_ckpt.trainer.frozen_layers(freeze=) reads freeze=")
+    chosen -= layout.param_free | set(frozen)
     indices = tuple(sorted(chosen - {head}))
     return RecomputePolicy(
         spec=text, indices=indices, types=tuple(layout.types[i] for i in indices), mode=mode, head=head in chosen, loss=loss

@@ -18,10 +18,12 @@ import contextlib
 import copy
 import functools
 import math
+import shutil
 import time
 from pathlib import Path
 
 import torch
+from ultralytics.cfg import get_cfg, get_save_dir
 from ultralytics.engine.trainer import BaseTrainer
 from ultralytics.models.rtdetr.train import RTDETRTrainer
 from ultralytics.models.yolo.classify import ClassificationTrainer
@@ -30,18 +32,43 @@ from ultralytics.models.yolo.obb import OBBTrainer
 from ultralytics.models.yolo.pose import PoseTrainer
 from ultralytics.models.yolo.segment import SegmentationTrainer
 from ultralytics.models.yolo.world import WorldTrainer
-from ultralytics.models.yolo.yoloe import YOLOEPESegTrainer, YOLOEPETrainer, YOLOETrainer
-from ultralytics.utils import DEFAULT_CFG, LOGGER, RANK, YAML, IterableSimpleNamespace, colorstr
+from ultralytics.models.yolo.yoloe import (
+    YOLOEPESegTrainer,
+    YOLOEPETrainer,
+    YOLOETrainer,
+)
+from ultralytics.utils import (
+    DEFAULT_CFG,
+    LOGGER,
+    RANK,
+    YAML,
+    IterableSimpleNamespace,
+    colorstr,
+)
 from ultralytics.utils.checks import check_imgsz
 from ultralytics.utils.torch_utils import unwrap_model
 
 from . import distributed, report
-from .atomic import atomic_saves
+from .atomic import atomic_saves, atomic_write_bytes
 from .engine import apply_checkpointing
 from .losses import check_loss_chunk
-from .planner import PLANNED_TASKS, MemoryModel, headroom_for, parse_budget, parse_headroom
+from .planner import (
+    PLANNED_TASKS,
+    MemoryModel,
+    PlanError,
+    headroom_for,
+    parse_budget,
+    parse_headroom,
+)
 from .policy import check_mode, check_spec, is_auto, layout_of, resolve
-from .runspec import RunSpec, amp_enabled, count_data, device_type, objects_rule, optimizer_rule
+from .runspec import (
+    RunSpec,
+    amp_enabled,
+    count_data,
+    device_type,
+    objects_rule,
+    optimizer_rule,
+)
 
 DEFAULTS_PATH = Path(__file__).parent / "cfg" / "default.yaml"
 DEFAULTS: dict = YAML.load(DEFAULTS_PATH)
@@ -107,17 +134,8 @@ class CheckpointTrainerMixin:
             ValueError: for an invalid ``recompute=``, ``recompute_mode=`` or ``loss_chunk=`` value, before any file
                 or folder is written.
         """
-        overrides = dict(overrides or {})
-        given = {k: overrides.pop(k) for k in DEFAULTS if k in overrides}
-        check_mode(given.get("recompute_mode", DEFAULTS["recompute_mode"]))
-        check_loss_chunk(given.get("loss_chunk", DEFAULTS["loss_chunk"]))
-        self._check_planning(given, overrides)
-        if "recompute" in given:
-            source = _model_source(overrides)
-            if source and not is_auto(given["recompute"]):  # the model's own errors, before any file is written
-                resolve(given["recompute"], layout_of(source))
-            else:
-                check_spec(given["recompute"])
+        given, overrides = self.check_keys(overrides)
+        self._run_dir_before = _run_dir_state(cfg, overrides)
         super().__init__(cfg, overrides, _callbacks)
         if distributed.torchrun_world_size() > 1:  # a torchrun worker: the whole job's ranks, on every node
             self.world_size = distributed.torchrun_world_size()
@@ -132,7 +150,34 @@ class CheckpointTrainerMixin:
             if callback not in self.callbacks[event]:
                 self.add_callback(event, callback)
 
-    def _check_planning(self, given: dict, overrides: dict) -> None:
+    @classmethod
+    def check_keys(cls, overrides: dict | None) -> tuple[dict, dict]:
+        """Split ``overrides`` into yolo-ckpt's keys and Ultralytics' and validate yolo-ckpt's, against the model
+        ``model=`` (or the resumed ``last.pt``) names where there is one: the one check, used by the trainer and
+        the CLI before anything is built or written.
+
+        Returns:
+            ``(yolo-ckpt's keys given, the other overrides)``.
+
+        Raises:
+            ValueError: for an invalid ``recompute=``, ``recompute_mode=``, ``loss_chunk=``, ``memory_budget=`` or
+                ``memory_headroom=``, or a planning request this task or device cannot honour.
+        """
+        overrides = dict(overrides or {})
+        given = {k: overrides.pop(k) for k in DEFAULTS if k in overrides}
+        check_mode(given.get("recompute_mode", DEFAULTS["recompute_mode"]))
+        check_loss_chunk(given.get("loss_chunk", DEFAULTS["loss_chunk"]))
+        cls._check_planning(given, overrides)
+        if "recompute" in given:
+            source = _model_source(overrides)
+            if source and not is_auto(given["recompute"]):  # the model's own errors, before any file is written
+                resolve(given["recompute"], layout_of(source))
+            else:
+                check_spec(given["recompute"])
+        return given, overrides
+
+    @classmethod
+    def _check_planning(cls, given: dict, overrides: dict) -> None:
         """Check the planning keys before any write: ``memory_headroom=``'s and ``memory_budget=``'s form; a budget
         for recompute=auto on the CPU; an estimate for the task wherever one plans (batch=-1 on the CPU without a
         budget does not plan: it is stock AutoBatch's batch 16)."""
@@ -145,12 +190,12 @@ class CheckpointTrainerMixin:
             parse_budget(budget, None if cpu else 1)  # the form only: the device is not set up yet
         if auto and cpu and budget is None:
             raise ValueError("recompute=auto on the CPU needs memory_budget= (bytes with a unit, e.g. memory_budget=8GB): there is no device memory to plan for")
-        task = task_of(type(self))
+        task = task_of(cls)
         what = "recompute=auto" if auto else "batch=-1" if autobatch and not (cpu and budget is None) else None
-        if what and (task not in PLANNED_TASKS or isinstance(self, NOT_PLANNED)):
+        if what and (task not in PLANNED_TASKS or issubclass(cls, NOT_PLANNED)):
             raise ValueError(
                 f"{what} plans memory with the estimate, which exists for YOLO models of the tasks "
-                f"{', '.join(PLANNED_TASKS)}; for {type(self).__name__} (task {task}) give a named policy and a batch"
+                f"{', '.join(PLANNED_TASKS)}; for {cls.__name__} (task {task}) give a named policy and a batch"
             )
 
     def _budget(self) -> int:
@@ -164,7 +209,7 @@ class CheckpointTrainerMixin:
             return int((self.args.batch if 0 < self.args.batch < 1 else 0.6) * available)
         budget = parse_budget(self.args.memory_budget, available)
         if available is not None and budget > available:
-            raise ValueError(f"memory_budget={self.args.memory_budget} ({budget / 2**30:.2f} GiB) is more than the {available / 2**30:.2f} GiB of CUDA memory available on {self.device}")
+            raise PlanError(f"memory_budget={self.args.memory_budget} ({budget / 2**30:.2f} GiB) is more than the {available / 2**30:.2f} GiB of CUDA memory available on {self.device}")
         return budget
 
     def _cuda_available(self) -> int:
@@ -244,7 +289,7 @@ class CheckpointTrainerMixin:
                 batch = max(estimated, 1)
         elif estimated < 1:
             need = memory.headroom.need(memory.peak(self.policy.indices, 1, imgsz))
-            raise ValueError(f"memory_budget={budget / 2**30:.2f} GiB is below batch=1's estimated need of {need / 2**30:.2f} GiB at imgsz={imgsz} with {self.policy}")
+            raise PlanError(f"memory_budget={budget / 2**30:.2f} GiB is below batch=1's estimated need of {need / 2**30:.2f} GiB at imgsz={imgsz} with {self.policy}")
         else:
             batch = estimated
         LOGGER.info(f"{PREFIX}batch={batch} for memory_budget={budget / 2**30:.2f} GiB at imgsz={imgsz} ({self.policy.spec})")
@@ -288,6 +333,17 @@ class CheckpointTrainerMixin:
         if self.device.type == "cpu" and (kept is None or len(kept["img"]) < min(len(batch["img"]), self.batch_size)):
             self.ckpt_stats["probe_batch"] = dict(batch)
         return batch
+
+    def train(self):
+        """Ultralytics' training. When no plan fits the budget (:class:`~yolo_ckpt.planner.PlanError`, raised as the
+        run sets up, before any epoch), the run directory is put back as it was: removed if this run made it, else
+        its previous ``args.yaml`` restored; then the error is raised."""
+        try:
+            return super().train()
+        except PlanError:
+            if RANK in {-1, 0} and self._run_dir_before and self._run_dir_before[0] == self.save_dir:
+                _restore_run_dir(*self._run_dir_before)
+            raise
 
     def _setup_ddp(self):
         """Ultralytics' process-group set-up on GPUs; on the CPU a gloo group (:mod:`yolo_ckpt.distributed`)."""
@@ -373,6 +429,29 @@ CheckpointSegmentationTrainer = checkpointed(SegmentationTrainer)
 CheckpointOBBTrainer = checkpointed(OBBTrainer)
 CheckpointPoseTrainer = checkpointed(PoseTrainer)
 CheckpointClassificationTrainer = checkpointed(ClassificationTrainer)
+
+
+def _run_dir_state(cfg, overrides: dict):
+    """``(run dir, whether it exists, its args.yaml bytes or None)`` as ``BaseTrainer.__init__`` will pick the run
+    dir (Ultralytics' ``get_cfg`` and ``get_save_dir``); None for a resumed run, whose folder is the resumed one."""
+    args = get_cfg(cfg, overrides)
+    if args.resume:
+        return None
+    run_dir = get_save_dir(args)
+    saved = run_dir / "args.yaml"
+    return run_dir, run_dir.exists(), saved.read_bytes() if saved.is_file() else None
+
+
+def _restore_run_dir(run_dir: Path, existed: bool, args_yaml: bytes | None) -> None:
+    """Put a run directory back as :func:`_run_dir_state` found it: remove it if it did not exist, else restore its
+    ``args.yaml`` (the run wrote its own) and remove the ``weights`` folder the run made if it is empty."""
+    if not existed:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return
+    if args_yaml is not None:
+        atomic_write_bytes(run_dir / "args.yaml", args_yaml)
+    with contextlib.suppress(OSError):  # not empty, or not there: leave it
+        (run_dir / "weights").rmdir()
 
 
 def task_of(trainer_cls: type) -> str:
