@@ -57,7 +57,7 @@ def test_unknown_key_suggests(tmp_path, capsys):
     [
         ("recompute=C3k3", "did you mean 'C3k2'?"),
         ("recompute=30", "layer index 30 is out of range"),
-        ("recompute=Detect", "final task head"),
+        ("recompute=loss", "has no loss region"),
         ("task=depth", "supported tasks"),
     ],
 )

@@ -31,6 +31,8 @@ from yolo_ckpt.engine import checkpointed_modules
 from yolo_ckpt.memory import LiveTensorTracker, probe_training_step
 from yolo_ckpt.policy import ModelLayout
 
+from helpers import assert_grads_equal, surrogate_step
+
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 Y11_ALL = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 13, 16, 17, 19, 20, 22)
@@ -75,32 +77,6 @@ def train_step(model, batch, opt=None):
     if opt is not None:
         opt.step()
     return loss.detach()
-
-
-def surrogate_step(model, img):
-    """Forward in training mode and backward of a target-free loss over every output tensor."""
-    out = model(img)
-    loss = sum(t.float().square().mean() for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point())
-    loss.backward()
-    return loss.detach()
-
-
-def grads(model):
-    return {k: (None if p.grad is None else p.grad.clone()) for k, p in model.named_parameters()}
-
-
-def assert_grads_equal(a, b):
-    ga, gb = grads(a), grads(b)
-    assert ga.keys() == gb.keys()
-    n = 0
-    for k in ga:
-        if ga[k] is None:
-            assert gb[k] is None, k
-            continue
-        assert gb[k] is not None, k
-        assert torch.equal(ga[k], gb[k]), k
-        n += 1
-    assert n > 0
 
 
 def assert_state_equal(a, b):
