@@ -11,7 +11,6 @@ import pytest
 import torch
 import ultralytics
 from torch import nn
-from torch.utils._pytree import tree_leaves
 from ultralytics import YOLO
 
 import yolo_ckpt.engine as engine
@@ -19,7 +18,7 @@ from yolo_ckpt import apply_checkpointing, checkpointed_layers, count_recomputat
 from yolo_ckpt.engine import checkpointed_modules, head_branches
 from yolo_ckpt.memory import LiveTensorTracker, detect_batch
 
-from helpers import assert_state_equal
+from helpers import assert_grads_equal, assert_state_equal, surrogate_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -47,22 +46,6 @@ def build(yaml_name):
     model = YOLO(yaml_name).model
     model.args = ultralytics.utils.DEFAULT_CFG
     return model.train()
-
-
-def surrogate_step(model, img):
-    """Forward in training mode and backward of a loss over every output tensor that requires grad."""
-    out = model(img)
-    loss = sum(t.float().square().mean() for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad)
-    loss.backward()
-    return loss.detach()
-
-
-def assert_grads_equal(a, b):
-    pairs = [(k, p.grad, q.grad) for (k, p), q in zip(a.named_parameters(), b.parameters())]
-    assert all((g is None) == (h is None) for _, g, h in pairs)
-    different = [k for k, g, h in pairs if g is not None and not torch.equal(g, h)]
-    assert not different, different[:5]
-    assert sum(g is not None for _, g, _ in pairs) > 0
 
 
 def expected_branches(yaml_name, model):
@@ -146,7 +129,7 @@ def test_branches_copy_pickle_remove_and_reapply(tmp_path):
 
 
 def test_a2c2f_blocks_nested_exact_and_counted():
-    """Recomputing YOLO12n's A2C2f layer 6 recomputes each of its blocks on its own inside it, in both modes:
+    """Recomputing YOLO12n's A2C2f layer 6 recomputes each of its four ABlocks on its own inside it, in both modes:
     gradients and BN buffers equal stock after 2 training steps, each block counted once per backward,
     num_batches_tracked once per forward."""
     batch = detect_batch(2, 64, 3)
@@ -154,12 +137,14 @@ def test_a2c2f_blocks_nested_exact_and_counted():
         stock, patched = build("yolo12n.yaml"), build("yolo12n.yaml")
         policy = apply_checkpointing(patched, "6", mode=mode)
         assert policy.indices == (6,) and engine.NESTED_BLOCKS["A2C2f"] == "m"
-        assert checkpointed_modules(patched) == ["6", "6.m.0", "6.m.1"]
+        blocks = ["6.m.0.0", "6.m.0.1", "6.m.1.0", "6.m.1.1"]  # each ABlock of the two m[j]
+        assert checkpointed_modules(patched) == ["6", *blocks]
+        assert all(type(patched.model[6].m[j]) is nn.Sequential for j in (0, 1))
         with count_recomputations() as counter:
             for _ in range(2):
                 for m in (stock, patched):
                     m.loss(batch)[0].sum().backward()
-        assert dict(counter.per_module) == {"6": 2, "6.m.0": 2, "6.m.1": 2}, mode
+        assert dict(counter.per_module) == {"6": 2, **{b: 2 for b in blocks}}, mode
         assert dict(counter.per_layer) == {6: 2}
         assert_grads_equal(stock, patched)
         assert_state_equal(stock, patched)
@@ -221,7 +206,7 @@ def test_nested_and_head_compile_aot_eager(saved_for_backward_bytes):
         assert all(bn.num_batches_tracked.item() == 2 for bn in bns)
         states[spec] = copy.deepcopy(model.state_dict())
         saved[spec] = saved_for_backward_bytes(lambda: forward(batch["img"]))
-    assert checkpointed_modules(model) == ["0", "1", "2", "2.m.0", "2.m.1", "3.cv2.0", "3.cv3.0"]
+    assert checkpointed_modules(model) == ["0", "1", "2", "2.m.0.0", "2.m.0.1", "2.m.1.0", "2.m.1.1", "3.cv2.0", "3.cv3.0"]
     assert not counters["graph_break"] and counters["stats"]["unique_graphs"] == 1
     assert all(torch.equal(states["none"][k], states["all"][k]) for k in states["none"])
     assert saved["all"] < 0.5 * saved["none"], saved

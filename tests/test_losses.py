@@ -30,8 +30,7 @@ from yolo_ckpt.memory import probe_training_step
 from yolo_ckpt.synthetic import dense_segment_batch, dense_segment_dataset
 from yolo_ckpt.trainer import DEFAULTS
 
-from helpers import assert_state_equal
-from test_trainer import train
+from helpers import assert_state_equal, train
 
 IMGSZ, OBJECTS = 256, 150
 

@@ -75,7 +75,7 @@ def test_per_layer_rows_add_up(model, measured, saved_for_backward_bytes):
     assert all(r.freeable_bytes <= r.saved_bytes for r in prof.layers)
     assert sum(r.forward_flops for r in prof.layers) == pytest.approx(2 * 6.5e9, rel=0.02)  # YOLO11n: 6.5 GFLOPs/img
     recomputed = measured[640, "all"].layers
-    assert [r.index for r in recomputed if r.recompute] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 13, 16, 17, 19, 20, 22]
+    assert [r.index for r in recomputed if r.recompute] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 13, 16, 17, 19, 20, 22, 23]  # 23: the head's branches
 
 
 def test_plan_fits_when_measured(model, measured):

@@ -12,9 +12,8 @@ from yolo_ckpt import apply_checkpointing, count_recomputations, trainer_for
 from yolo_ckpt.engine import SELECTIVE_SAVE_OPS, checkpointed_modules
 from yolo_ckpt.memory import LiveTensorTracker, detect_batch
 
-from helpers import assert_state_equal
+from helpers import TRAIN, assert_state_equal
 
-TRAIN = dict(epochs=1, batch=2, nbs=2, imgsz=64, workers=0, device="cpu", plots=False, exist_ok=True, seed=0)
 
 
 def build(cfg="yolo11n.yaml"):

@@ -5,8 +5,8 @@ A recomputed module keeps only its inputs in the forward pass; its internals are
 non-reentrant form (https://pytorch.org/docs/stable/checkpoint.html). The modules recomputed:
 
 - the layers ``model.model[i]`` the policy selects; in a layer of a type in :data:`NESTED_BLOCKS` (YOLO12's
-  area-attention ``A2C2f``) each inner block is recomputed on its own too, inside the recomputed layer (nested
-  non-reentrant checkpoints): the layer's recomputation then holds one block's working set at a time instead of
+  area-attention ``A2C2f``) each inner block (each ``ABlock``) is recomputed on its own too, inside the recomputed
+  layer (nested non-reentrant checkpoints): the layer's recomputation then holds one block's working set at a time instead of
   all of them. Exact, as nesting replays the same ops;
 - with ``policy.head``, the branches of the final head (:func:`head_branches`): each recomputed once per backward,
   while the head's decode and glue (concatenation, DFL, the Pose26 flow model) stay stock.
@@ -44,10 +44,10 @@ from .policy import ModelLayout, RecomputePolicy, resolve
 _ACTIVE_COUNTERS: list[RecomputeCounter] = []
 _PATCHED_CLASSES: dict[tuple, type] = {}
 _NAME = "_recompute_name"  # instance attribute of a recomputed module: its qualified name under model.model
-# Layer types whose inner blocks (the ModuleList named here) are recomputed one at a time inside the recomputed
-# layer. A2C2f: at stride 16 its area-attention blocks dominate (YOLO12n at imgsz 1536, batch 1: layer 6 saves
-# 844 MiB that a whole-layer recompute rebuilds at once). Measured without a gain of 5% of a bench cell's peak,
-# and so left whole: C2PSA, C3k2 (see the README's recompute= section).
+# Layer types whose inner blocks (the elements of the ModuleList named here, see _inner_blocks) are recomputed one
+# at a time inside the recomputed layer. A2C2f: at stride 16 its area-attention blocks dominate (YOLO12n at imgsz
+# 1536, batch 1: layer 6 saves 844 MiB that a whole-layer recompute rebuilds at once). Measured without a gain of
+# 5% of a bench cell's peak, and so left whole: C2PSA, C3k2 (see the README's recompute= section).
 NESTED_BLOCKS = {"A2C2f": "m"}
 # The head's single-module branches, beside the elements of its ModuleLists: Segment's and Segment26's mask
 # prototypes, Classify's convolution (its pooling and linear layer are glue).
@@ -78,7 +78,7 @@ class RecomputeCounter:
         per_layer: ``Counter`` of layer index ``i`` -> number of times the layer ``model.model[i]`` itself was
             recomputed in backward.
         per_module: ``Counter`` of qualified module name under ``model.model`` -> recomputations, for every
-            recomputed module: layers (``"6"``), their inner blocks (``"6.m.1"``) and head branches (``"23.cv2.0"``).
+            recomputed module: layers (``"6"``), their inner blocks (``"6.m.0.1"``) and head branches (``"23.cv2.0"``).
         loss_images: number of images whose mask loss the loss region recomputed in backward
             (:mod:`yolo_ckpt.losses`).
     """
@@ -244,7 +244,7 @@ def checkpointed_layers(model: nn.Module) -> list[int]:
 
 def checkpointed_modules(model: nn.Module) -> list[str]:
     """Qualified names under ``model.model`` of every module under activation checkpointing: layers (``"6"``),
-    their inner blocks (``"6.m.0"``) and head branches (``"23.cv2.0"``), in module order."""
+    their inner blocks (``"6.m.0.1"``) and head branches (``"23.cv2.0"``), in module order."""
     return [name for name, m in _layers(model).model.named_modules() if isinstance(m, RecomputedLayer)]
 
 
@@ -274,15 +274,28 @@ def _has_params(module: nn.Module) -> bool:
     return any(True for _ in module.parameters())
 
 
+def _inner_blocks(layer: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The inner blocks of a layer of a type in :data:`NESTED_BLOCKS` (none for other layers), as ``(name under the
+    layer, module)``: the elements of its ModuleList, a plain ``nn.Sequential`` among them opened into its own
+    elements. A2C2f's ``m[j]`` holds two area-attention blocks (``ABlock``): recomputing each on its own lowers
+    YOLO12n's ``all`` at imgsz 1536, batch 1 from 0.39x (``m[j]`` whole) to 0.31x of the ``none`` peak."""
+    attr = NESTED_BLOCKS.get(type(layer).__name__)
+    blocks = []
+    for j, block in enumerate(getattr(layer, attr) if attr else ()):
+        if type(block) is nn.Sequential:
+            blocks += [(f"{attr}.{j}.{k}", b) for k, b in enumerate(block)]
+        else:
+            blocks.append((f"{attr}.{j}", block))
+    return blocks
+
+
 def _regions(inner: nn.Module, policy: RecomputePolicy) -> list[tuple[str, nn.Module]]:
     """``(qualified name, module)`` of every module ``policy`` recomputes: layers, their inner blocks, head branches."""
     layers = inner.model  # stock classes here: apply_checkpointing removed any earlier policy
     chosen = []
     for i in policy.indices:
         chosen.append((str(i), layers[i]))
-        blocks = NESTED_BLOCKS.get(type(layers[i]).__name__)
-        if blocks:
-            chosen += [(f"{i}.{blocks}.{j}", b) for j, b in enumerate(getattr(layers[i], blocks)) if _has_params(b)]
+        chosen += [(f"{i}.{name}", b) for name, b in _inner_blocks(layers[i]) if _has_params(b)]
     if policy.head:
         head = len(layers) - 1
         chosen += [(f"{head}.{name}", m) for name, m in head_branches(layers[head])]
