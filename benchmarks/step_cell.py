@@ -1,11 +1,13 @@
 """``step`` cells: peak memory and step time of one real training step per policy, against ``recompute=none`` in
 the same process.
 
-A step is forward, loss with targets (a fixed number of objects per image on a fixed synthetic batch,
-:func:`yolo_ckpt.memory.detect_batch`), backward and an AdamW step (the optimizer ``optimizer=auto`` picks for
-short runs; its state exists, as in every step after the first). Peak memory is what the CUDA allocator's
-``max_memory_allocated`` counts: parameters, gradients, optimizer state and activations; on CUDA it is that
-counter, elsewhere the live tensor storages (:class:`yolo_ckpt.memory.LiveTensorTracker`). Step time is the median
+A step is forward, loss with targets (a fixed number of objects per image on a fixed synthetic batch of the model's
+classes, :func:`yolo_ckpt.memory.training_batch`), backward and an AdamW step (the optimizer ``optimizer=auto``
+picks for short runs, built by Ultralytics' builder; its state exists, as in every step after the first). Peak
+memory is measured by yolo-ckpt's one step harness, :func:`yolo_ckpt.memory.profile_step`, on a copy of the model:
+parameters, gradients, optimizer state, the batch and activations; on CUDA the allocator's
+``max_memory_allocated`` (less what was on the device before), elsewhere the live tensor storages
+(:class:`yolo_ckpt.memory.LiveTensorTracker`). Step time is the median
 over interleaved pairs (cell, baseline): a noisy shared machine slows both alike, and the ratio is what is
 reported. Beside it the FLOP bound of the overhead: 1 + forward FLOPs of the recomputed layers / FLOPs of a
 whole step without recompute (``torch.utils.flop_counter``). It is a bound in FLOPs, not in time: recomputed
@@ -17,7 +19,6 @@ recomputed. The recomputations of one step are counted
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
 
@@ -27,7 +28,8 @@ from ultralytics.nn.tasks import DetectionModel
 from ultralytics.utils import DEFAULT_CFG
 
 from yolo_ckpt import apply_checkpointing, count_recomputations
-from yolo_ckpt.memory import LiveTensorTracker, build_optimizer, detect_batch, layer_flops
+from yolo_ckpt.memory import autocast_for, build_optimizer, layer_flops, profile_step, training_batch
+from yolo_ckpt.runspec import amp_enabled
 
 from .planning import memory_model, needs_memory_model, settle
 
@@ -55,7 +57,7 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
     torch.manual_seed(settings["seed"])
     model = DetectionModel(cells[0]["model"], verbose=False).train()
     model.args = DEFAULT_CFG  # the loss's hyperparameters: their values do not change its memory or time
-    amp = cells[0]["amp"] and device.type == "cuda"  # 2-byte activations, as trainers plan
+    amp = amp_enabled(cells[0]["amp"], device.type)  # as trainers plan
     memory = memory_model(model, settings["objects"], amp=amp) if any(needs_memory_model(c) for c in cells) else None
     model.to(device)
     optimizer = build_optimizer(model, "AdamW")
@@ -64,11 +66,11 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
     for cell in cells:
         try:
             plan = settle(cell, memory, free)
-            batch = detect_batch(plan["batch"], plan["imgsz"], settings["objects"], settings["seed"])  # kept on the CPU:
-            policy = apply_checkpointing(model, plan["recompute"], mode=cell["recompute_mode"])  # no cell's peak
-            autocast = _autocast(cell["amp"], device)  # may count another cell's batch on the device
-            with count_recomputations() as counter:
-                peak = _peak_bytes(model, optimizer, _to(batch, device), autocast)
+            batch = training_batch(model, plan["batch"], plan["imgsz"], settings["objects"], settings["seed"])  # kept on
+            policy = apply_checkpointing(model, plan["recompute"], mode=cell["recompute_mode"])  # the CPU: no cell's
+            autocast = autocast_for(cell["amp"], device.type)  # peak may count another cell's batch on the device
+            with count_recomputations() as counter:  # the policy as applied, measured on a copy of the model
+                peak = profile_step(model, _to(batch, device), None, cell["recompute_mode"], "AdamW", cell["amp"], flops=False).peak_bytes
             runs.append((cell, plan, batch, policy, autocast, peak, counter.total))
             rows.append(None)
         except Exception as e:
@@ -113,32 +115,6 @@ def _step(model, optimizer, batch, autocast) -> None:
         loss, _ = model.loss(batch)
     loss.sum().backward()
     optimizer.step()
-
-
-def _peak_bytes(model, optimizer, batch, autocast) -> int:
-    """Peak bytes of one step, parameters, gradients and optimizer state included (first step: creates the state)."""
-    if not optimizer.state:
-        _step(model, optimizer, batch, autocast)
-    optimizer.zero_grad(set_to_none=True)
-    if batch["img"].device.type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        _step(model, optimizer, batch, autocast)
-        torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated()
-    with LiveTensorTracker() as tracker:
-        state = [t for s in optimizer.state.values() for t in s.values()]
-        tracker.track(list(model.parameters()), list(model.buffers()), state, batch)
-        _step(model, optimizer, batch, autocast)
-    return tracker.peak_bytes
-
-
-def _autocast(amp: bool, device: torch.device):
-    """The forward's autocast for ``amp=``: fp16 on CUDA, as Ultralytics trains; on the CPU (where Ultralytics turns
-    AMP off) bf16, CPU autocast's type; or a no-op."""
-    if not amp:
-        return contextlib.nullcontext
-    return lambda: torch.autocast(device.type, dtype=torch.float16 if device.type == "cuda" else torch.bfloat16)
 
 
 def _interleaved_times(runs, model, optimizer, pairs: int) -> list[list[float]]:

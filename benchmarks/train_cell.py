@@ -17,6 +17,8 @@ import torch
 from ultralytics.data.utils import IMG_FORMATS, img2label_paths
 from ultralytics.utils import YAML
 
+from yolo_ckpt.runspec import amp_enabled, device_type
+
 from .planning import memory_model, settle
 
 
@@ -54,7 +56,7 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
 
         objects = 4 * max_objects(data)  # the most objects in a mosaic of 4 images
         model = DetectionModel(cell["model"], nc=len(YAML.load(data)["names"]), verbose=False)  # the data's classes
-        amp = cell["amp"] and torch.cuda.is_available() and settings["device"] != "cpu"
+        amp = amp_enabled(cell["amp"], device_type(settings["device"]) if torch.cuda.is_available() else "cpu")
         memory = memory_model(model, objects, optimizer_for(settings.get("optimizer", "auto")), amp)
         imgsz = settle(cell, memory)["imgsz"]
     overrides = {k: v for k, v in settings.items() if k not in SETTINGS["train"]}

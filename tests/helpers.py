@@ -1,4 +1,4 @@
-"""Assertions shared by the test modules (tests/ is on sys.path under pytest's default import mode)."""
+"""Assertions and steps shared by the test modules (tests/ is on sys.path under pytest's default import mode)."""
 
 import torch
 from torch.utils._pytree import tree_leaves
@@ -12,21 +12,45 @@ def assert_state_equal(a: torch.nn.Module, b: torch.nn.Module) -> None:
     assert not different, f"{len(different)} tensors differ, e.g. {different[:5]}"
 
 
+def assert_grads_equal(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    """The two modules' parameters have bit-identical gradients (None where the other's is None), at least one set."""
+    ga, gb = dict(a.named_parameters()), dict(b.named_parameters())
+    assert ga.keys() == gb.keys()
+    n = 0
+    for k in ga:
+        if ga[k].grad is None:
+            assert gb[k].grad is None, k
+            continue
+        assert gb[k].grad is not None, k
+        assert torch.equal(ga[k].grad, gb[k].grad), k
+        n += 1
+    assert n > 0
+
+
 def surrogate_step(model: torch.nn.Module, img: torch.Tensor) -> torch.Tensor:
-    """Forward in training mode and backward of a target-free loss over every floating-point output tensor (reaches
-    every head branch of every task); returns the loss."""
+    """Forward in training mode and backward of a target-free loss over every floating output tensor (any task's
+    head); returns the detached loss."""
     out = model(img)
     loss = sum(t.float().square().mean() for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point())
     loss.backward()
     return loss.detach()
 
 
-def assert_grads_equal(a: torch.nn.Module, b: torch.nn.Module) -> None:
-    """The two modules' parameters have bit-identical gradients (None where the other's is None), at least one."""
-    ga = {k: p.grad for k, p in a.named_parameters()}
-    gb = {k: p.grad for k, p in b.named_parameters()}
-    assert ga.keys() == gb.keys()
-    assert all((ga[k] is None) == (gb[k] is None) for k in ga), [k for k in ga if (ga[k] is None) != (gb[k] is None)][:5]
-    different = [k for k in ga if ga[k] is not None and not torch.equal(ga[k], gb[k])]
-    assert not different, f"{len(different)} gradients differ, e.g. {different[:5]}"
-    assert any(g is not None for g in ga.values())
+# Trainer-level equality runs: one optimizer step per batch of 2 (batch == nbs), small images, no plots.
+TRAIN = dict(epochs=1, batch=2, nbs=2, imgsz=64, workers=0, device="cpu", plots=False, exist_ok=True, seed=0)
+
+
+def train(model, data, project, name, trainer=None, callbacks=(), **kw):
+    """Train ``model`` (a YAML or .pt name, or an Ultralytics ``Model`` such as ``RTDETR(...)``) with ``TRAIN`` and
+    ``kw``; return ``(trainer, recompute counter)``."""
+    from ultralytics import YOLO
+    from ultralytics.engine.model import Model
+
+    from yolo_ckpt import count_recomputations
+
+    m = model if isinstance(model, Model) else YOLO(model)
+    for event, fn in callbacks:
+        m.add_callback(event, fn)
+    with count_recomputations() as counter:
+        m.train(data=data, trainer=trainer, project=str(project), name=name, **{**TRAIN, **kw})
+    return m.trainer, counter

@@ -58,7 +58,7 @@ def test_unknown_key_suggests(tmp_path, capsys):
         ("recompute=C3k3", "did you mean 'C3k2'?"),
         ("recompute=30", "layer index 30 is out of range"),
         ("recompute=loss", "has no loss region"),
-        ("task=depth", "supported tasks"),
+        ("task=segmentation", "valid tasks: classify, detect"),
     ],
 )
 def test_bad_values_exit_2_before_run_dir(arg, message, tmp_path, capsys):
@@ -153,3 +153,56 @@ def test_compare_two_runs(synthetic, tmp_path, capsys):
     assert main(["compare", str(tmp_path / "none"), str(tmp_path / "missing"), f"out={tmp_path / 'bad'}"]) == 2
     assert main(["compare", str(tmp_path / "none")]) == 2
     assert not (tmp_path / "bad").exists()
+
+
+def _one_class_data(synthetic, tmp_path, crowded: int = 300) -> Path:
+    """A one-class copy of 3 synthetic training images, one of them labelled with ``crowded`` small boxes."""
+    src = Path(synthetic()).parent
+    for split in ("train", "val"):
+        (tmp_path / "images" / split).mkdir(parents=True)
+        (tmp_path / "labels" / split).mkdir(parents=True)
+        for image in sorted((src / "images" / "train").iterdir())[:3]:
+            shutil.copy(image, tmp_path / "images" / split)
+            lines = (src / "labels" / "train" / f"{image.stem}.txt").read_text().splitlines()
+            (tmp_path / "labels" / split / f"{image.stem}.txt").write_text("".join("0" + line[line.index(" "):] + "\n" for line in lines))
+    crowd = "".join(f"0 {0.05 + 0.9 * (i % 20) / 20:.4f} {0.05 + 0.9 * (i // 20) / 20:.4f} 0.01 0.01\n" for i in range(crowded))
+    (tmp_path / "labels" / "train" / f"{image.stem}.txt").write_text(crowd)
+    (tmp_path / "data.yaml").write_text(yaml.safe_dump({"path": str(tmp_path), "train": "images/train", "val": "images/val", "names": {0: "car"}}))
+    return tmp_path / "data.yaml"
+
+
+def test_profile_and_plan_estimate_the_run_of_the_data(synthetic, tmp_path):
+    """profile/plan read data= as train does: the data's classes (1, not the YAML's 80), its most objects per image
+    x 4 for mosaic (300 -> 1200) and its images for optimizer=auto; device=cpu estimates fp32; without device= a
+    CUDA device with AMP as amp= says; the text output states all of it."""
+    from yolo_ckpt.cli import _estimate_setup
+
+    data = _one_class_data(synthetic, tmp_path)
+    model, opts, spec, headroom = _estimate_setup([f"data={data}", "imgsz=128", "batch=1", "device=cpu", "epochs=20000", "memory_budget=8GB"])
+    assert model.yaml["nc"] == spec.nc == 1 and spec.objects == 1200
+    assert (spec.device, spec.amp, spec.optimizer, str(headroom)) == ("cpu", False, "SGD", "1x+0MiB")  # MuSGD: 1 state
+    assert spec.describe() == (
+        "assumed: device cpu, AMP off (fp32) as Ultralytics trains on the CPU, optimizer=auto: MuSGD for 20000 iterations "
+        "(3 images, 20000 epochs; MuSGD above 10000), 1200 objects per image (the data's most in one image, 300, x 4 for mosaic), 1 classes"
+    )
+    _, _, spec, headroom = _estimate_setup(["objects=7", "optimizer=SGD", "memory_budget=8GB"])  # no data=, no device=
+    assert (spec.device, spec.amp, spec.nc, spec.objects, spec.optimizer, str(headroom)) == ("cuda", True, 80, 7, "SGD", "1.15x+500MiB")
+    assert spec.describe() == (  # the line profile and plan print (their JSON carries the fields)
+        "assumed: device cuda, AMP on (2-byte activations), optimizer=SGD, 7 objects per image (objects=7), 80 classes"
+    )
+
+
+def test_plan_ultralytics_21100_does_not_fit_12gb(capsys):
+    """ultralytics#21100: yolo12s at imgsz 2048, batch 1, out of memory on a 12 GB GPU. Its fp32 estimate (11167 MiB)
+    is under 12 GB = 11444 MiB; with the default headroom (1.15x + 500 MiB) plan no longer says recompute=none fits,
+    and names a policy that does. (amp=False: the fp32 figure of the issue. With AMP the estimate follows CPU bf16
+    autocast, which keeps softmax in 2 bytes where CUDA fp16 autocast keeps it in fp32: see the README.)"""
+    assert main(["plan", "model=yolo12s.yaml", "imgsz=2048", "batch=1", "memory_budget=12GB", "amp=False", "format=json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    rows = {r["recompute"].split(" ")[0]: r for r in result["policies"]}
+    none = rows["none"]
+    assert result["memory_budget_bytes"] == 12 * 10**9 and result["assumed"]["device"] == "cuda" and not result["assumed"]["amp"]
+    assert none["estimated_peak_MiB"] < 12e9 / 2**20 < none["estimated_peak_MiB"] + none["headroom_MiB"]
+    assert none["headroom_MiB"] == pytest.approx(0.15 * none["estimated_peak_MiB"] + 500, abs=0.01)
+    assert not none["fits"] and none["margin_MiB"] < 0 and none["max_batch_at_imgsz_2048"] == 0
+    assert rows["all"]["fits"] and rows["auto"]["fits"] and rows["auto"]["margin_MiB"] >= 0

@@ -17,21 +17,10 @@ from ultralytics.utils import LOGGER
 
 from yolo_ckpt import CheckpointDetectionTrainer, checkpointed_layers, count_recomputations, trainer_for
 from yolo_ckpt.engine import checkpointed_modules, head_branches
+from yolo_ckpt.trainer import CheckpointTrainerMixin
 from yolo_ckpt.report import REPORT_NAME
 
-from helpers import assert_state_equal
-
-TRAIN = dict(epochs=1, batch=2, nbs=2, imgsz=64, workers=0, device="cpu", plots=False, exist_ok=True, seed=0)
-
-
-def train(model, data, project, name, trainer=None, callbacks=(), **kw):
-    """Train ``model`` (a YAML or .pt) and return ``(trainer, recompute counter)``."""
-    m = YOLO(model)
-    for event, fn in callbacks:
-        m.add_callback(event, fn)
-    with count_recomputations() as counter:
-        m.train(data=data, trainer=trainer, project=str(project), name=name, **{**TRAIN, **kw})
-    return m.trainer, counter
+from helpers import TRAIN, assert_state_equal, train
 
 
 @pytest.mark.parametrize(
@@ -156,9 +145,10 @@ def test_neck_on_classify_model(synthetic, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("task", ["semantic", "depth", "rtdetr", "world", "yoloe"])
-def test_unsupported_tasks(task):
-    with pytest.raises(ValueError, match=r"supported tasks: \['detect', 'segment', 'obb', 'pose', 'classify'\]"):
+@pytest.mark.parametrize("task", ["rtdetr", "world", "yoloe", "Detect"])
+def test_not_a_task(task):
+    """Model families are not tasks (RT-DETR's task is detect: trainer_for takes its model)."""
+    with pytest.raises(ValueError, match=r"is not an Ultralytics task; valid tasks: classify, detect, segment"):
         trainer_for(task)
 
 
@@ -194,12 +184,14 @@ def test_saved_files_are_stock(trained, synthetic, tmp_path):
 
 def test_run_report(trained):
     report = json.loads((trained.save_dir / REPORT_NAME).read_text())
-    assert report["schema_version"] == 1
+    assert report["schema_version"] == 2
     assert report["recompute"] == "all"
     assert [r["index"] for r in report["recomputed_layers"]] == list(trained.policy.indices)
     assert report["recomputed_layers"][2] == {"index": 2, "type": "C3k2"}
     assert report["recomputed_regions"] == ["head"]
-    assert (report["device"], report["imgsz"], report["batch"], report["amp"]) == ("cpu", 64, 2, False)
+    assert (report["device"], report["imgsz"], report["batch"], report["batch_at_start"], report["amp"]) == ("cpu", 64, 2, 2, False)
+    probe = trained.ckpt_stats["probe_batch"]  # the first full-size batch (at 64 px mosaic crops may hold no object)
+    assert (report["memory_probe_images"], report["memory_probe_imgsz"], report["memory_probe_objects"]) == (2, 64, len(probe["bboxes"]))
     assert report["memory_source"] == "cpu_probe_live_tensors"
     assert report["train_peak_allocated_bytes"] > report["val_peak_allocated_bytes"] > 0
     assert report["train_steps_timed"] == trained.ema.updates - 3 and report["train_step_time_median_s"] > 0
@@ -269,3 +261,55 @@ def test_frozen_layers_read_like_ultralytics(freeze, frozen):
     from yolo_ckpt.trainer import frozen_layers
 
     assert frozen_layers(freeze) == frozen
+
+
+def test_users_own_trainer_checkpointed(synthetic, tmp_path):
+    """checkpointed(UserTrainer) trains as UserTrainer does, bit for bit, with its own behaviour kept, recomputes
+    (counted), is cached, and survives the DDP launcher's cloudpickle."""
+    import cloudpickle
+    from ultralytics.models.yolo.detect import DetectionTrainer
+
+    from yolo_ckpt import checkpointed
+
+    class FlipTrainer(DetectionTrainer):
+        """A user's trainer: flips every batch left-right (and counts the batches it saw)."""
+
+        def preprocess_batch(self, batch):
+            batch = super().preprocess_batch(batch)
+            self.flipped = getattr(self, "flipped", 0) + 1
+            batch["img"] = batch["img"].flip(-1)
+            return batch
+
+    ckpt_cls = checkpointed(FlipTrainer)
+    assert checkpointed(FlipTrainer) is ckpt_cls and checkpointed(ckpt_cls) is ckpt_cls
+    assert ckpt_cls.__name__ == "CheckpointFlipTrainer" and issubclass(ckpt_cls, FlipTrainer)
+    assert cloudpickle.loads(cloudpickle.dumps(ckpt_cls)).__mro__[1].__name__ == "CheckpointTrainerMixin"
+    stock, _ = train("yolo11n.yaml", synthetic(), tmp_path, "stock", trainer=FlipTrainer)
+    ckpt, counter = train("yolo11n.yaml", synthetic(), tmp_path, "ckpt", trainer=ckpt_cls, recompute="all")
+    assert stock.flipped == ckpt.flipped >= 3 and counter.per_layer[0] >= ckpt.flipped
+    assert_state_equal(stock.model, ckpt.model)
+    assert_state_equal(stock.ema.ema, ckpt.ema.ema)
+    with pytest.raises(TypeError, match="BaseTrainer subclass"):
+        checkpointed(dict)
+
+
+@pytest.mark.parametrize("task", ["detect", "segment", "semantic", "depth", "classify", "pose", "obb"])
+def test_trainer_for_every_ultralytics_task(task):
+    """trainer_for reads Ultralytics' task table: each task's own trainer, checkpointed, importable by name."""
+    import pickle
+
+    from ultralytics import YOLO
+
+    cls = trainer_for(task)
+    stock = YOLO.task_map.fget(None)[task]["trainer"]
+    assert cls.__mro__[1:3] == (CheckpointTrainerMixin, stock) and pickle.loads(pickle.dumps(cls)) is cls
+
+
+def test_trainer_for_rtdetr_model_and_bad_task():
+    """An RT-DETR model's task is detect; its own task table picks RTDETRTrainer, as Model.train does."""
+    from ultralytics import RTDETR
+    from ultralytics.models.rtdetr.train import RTDETRTrainer
+
+    assert issubclass(trainer_for("detect", RTDETR("rtdetr-l.yaml")), RTDETRTrainer)
+    with pytest.raises(ValueError, match="valid tasks: classify, detect"):
+        trainer_for("segmentation")

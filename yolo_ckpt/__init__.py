@@ -42,6 +42,7 @@ from .trainer import (  # noqa: E402
     CheckpointOBBTrainer,
     CheckpointPoseTrainer,
     CheckpointSegmentationTrainer,
+    checkpointed,
     trainer_for,
 )
 
@@ -54,6 +55,7 @@ __all__ = [
     "ModelLayout",
     "RecomputePolicy",
     "apply_checkpointing",
+    "checkpointed",
     "checkpointed_layers",
     "checkpointed_modules",
     "count_recomputations",

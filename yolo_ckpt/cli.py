@@ -3,16 +3,22 @@
 ``train`` takes every ``yolo train`` argument with the same syntax and defaults (parsed with Ultralytics' own
 helpers from ``ultralytics.cfg``), plus yolo-ckpt's keys (``yolo_ckpt/cfg/default.yaml``). Two offline-safe
 exceptions to ``yolo train``'s defaults: with no ``data=`` it trains on the built-in synthetic dataset of the task,
-and with no ``model=`` it builds ``yolo11n.yaml`` (``yolo11n-seg.yaml``, ...) instead of downloading weights.
+and with no ``model=`` it builds ``yolo11n.yaml`` (``yolo11n-seg.yaml``, ...; ``yolo26n-sem.yaml`` and
+``yolo26n-depth.yaml`` for semantic and depth) instead of downloading weights.
+
+``profile`` and ``plan`` read the same keys as ``train`` (:mod:`yolo_ckpt.runspec` decides the device, AMP, optimizer
+and objects per image they stand for) and say what they assumed; their result is all that goes to stdout.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import sys
 from pathlib import Path
 
 from ultralytics.cfg import TASKS, check_dict_alignment, merge_equals_args, parse_key_value_pair
-from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT, YAML
+from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT, LOGGER, YAML
 
 from .trainer import DEFAULTS, DEFAULTS_PATH
 
@@ -24,8 +30,17 @@ COMMANDS = {
     "bench": "run a benchmark matrix: matrix=cfg/bench/NAME.yaml [out=DIR] [setting=value] (out: runs/bench/NAME)",
     "help": "show this help",
 }
-ESTIMATE_KEYS = {"objects": 20}  # profile/plan: objects per image the loss is estimated for (trainers count the data)
-MODEL_SUFFIX = {"detect": "", "segment": "-seg", "obb": "-obb", "pose": "-pose", "classify": "-cls"}
+ESTIMATE_KEYS = {"objects": 20}  # profile/plan without data=: objects per image the loss is estimated for
+# model= default per task, built from its YAML (nothing downloads): YOLO11n, or YOLO26n where only YOLO26 has the task
+DEFAULT_MODELS = {
+    "detect": "yolo11n.yaml",
+    "segment": "yolo11n-seg.yaml",
+    "obb": "yolo11n-obb.yaml",
+    "pose": "yolo11n-pose.yaml",
+    "classify": "yolo11n-cls.yaml",
+    "semantic": "yolo26n-sem.yaml",
+    "depth": "yolo26n-depth.yaml",
+}
 
 
 def help_text() -> str:
@@ -43,10 +58,13 @@ def help_text() -> str:
         "  yolo-ckpt bench matrix=cfg/bench/cpu-step.yaml out=benchmarks/results/cpu-step\n\n"
         "train takes every 'yolo train' argument (see 'yolo cfg'), with the same syntax and defaults, except:\n"
         "  data   default: the built-in synthetic dataset of the task (1600 px aerial-like scenes)\n"
-        "  model  default: yolo11n.yaml (yolo11n-seg.yaml, ...) built from scratch, nothing is downloaded\n\n"
+        "  model  default: yolo11n.yaml (yolo11n-seg.yaml, ...; yolo26n-sem.yaml, yolo26n-depth.yaml) built from\n"
+        "         scratch, nothing is downloaded; RT-DETR YAMLs (rtdetr-l.yaml, ...) train with RTDETRTrainer\n\n"
         f"yolo-ckpt's keys (defaults from {DEFAULTS_PATH.name}):\n{keys}\n"
-        f"  objects: {ESTIMATE_KEYS['objects']} # profile and plan: objects per image for the loss estimate\n"
-        "  format: text # profile and plan: text or json\n"
+        f"  objects: {ESTIMATE_KEYS['objects']} # profile and plan without data=: objects per image for the loss estimate (with data=: the data's most x 4 for mosaic)\n"
+        "  format: text # profile and plan: text or json (stdout holds only the result; progress and logs go to stderr)\n\n"
+        "profile and plan read train's keys as train does: data= (classes, objects, images for optimizer=auto), device=\n"
+        "(default: a CUDA device; cpu estimates fp32), amp=, optimizer=, epochs=, nbs=; the output states what it assumed.\n"
     )
 
 
@@ -85,16 +103,19 @@ def parse_train_args(args: list[str], extra: dict | None = None) -> dict:
 def prepare_train(args: list[str]):
     """Parse and check ``yolo-ckpt train`` arguments; resolve the task, the model and the data.
 
+    The model is built as ``yolo train`` builds it (``ultralytics/cfg/__init__.py``, ``entrypoint``): a model whose
+    name contains ``rtdetr`` with the ``RTDETR`` class (so ``RTDETRTrainer`` trains it), any other with ``YOLO``
+    (which picks World and YOLOE models itself); the trainer is the checkpointed one of that model's task table.
+
     Returns:
         ``(model, trainer_class, overrides)`` for ``model.train(trainer=trainer_class, **overrides)``.
 
     Raises:
-        SyntaxError: for unknown keys. ValueError: for an invalid ``recompute=`` value or an unsupported task.
+        SyntaxError: for unknown keys. ValueError: for an invalid ``recompute=`` value or an unknown task.
         AssertionError: for a key without a value (Ultralytics' parser). FileNotFoundError: for a missing
-        ``cfg=`` file or model. NotImplementedError: for a model Ultralytics' YOLO class cannot train (RT-DETR).
-        All before any run directory is created.
+        ``cfg=`` file or model. All before any run directory is created.
     """
-    from ultralytics import YOLO
+    from ultralytics import RTDETR, YOLO
 
     from .policy import check_mode, is_auto, layout_of, resolve
     from .trainer import trainer_for
@@ -102,9 +123,10 @@ def prepare_train(args: list[str]):
     overrides = parse_train_args(args)
     task = overrides.pop("task", None)
     if task is not None:
-        trainer_for(task)  # unsupported task: fail before building anything
-    model = YOLO(overrides.pop("model", None) or f"yolo11n{MODEL_SUFFIX.get(task or 'detect', '')}.yaml", task=task)
-    trainer = trainer_for(model.task)
+        trainer_for(task)  # unknown task: fail before building anything
+    name = overrides.pop("model", None) or DEFAULT_MODELS[task or "detect"]
+    model = RTDETR(name) if "rtdetr" in Path(str(name)).stem.lower() else YOLO(name, task=task)
+    trainer = trainer_for(model.task, model)
     check_mode(overrides.get("recompute_mode", DEFAULTS["recompute_mode"]))
     if "recompute" in overrides and not is_auto(overrides["recompute"]):
         resolve(overrides["recompute"], layout_of(model.model.yaml))
@@ -115,26 +137,72 @@ def prepare_train(args: list[str]):
     return model, trainer, overrides
 
 
+@contextlib.contextmanager
+def _diagnostics_to_stderr():
+    """Inside the block, Ultralytics' log lines and every progress bar go to stderr, so that stdout holds only the
+    result (``format=json | json.load``)."""
+    handlers = [h for h in LOGGER.handlers if isinstance(h, logging.StreamHandler)]
+    streams = [h.stream for h in handlers]
+    for h in handlers:
+        h.setStream(sys.stderr)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # TQDM writes to the sys.stdout of when it is made
+            yield
+    finally:
+        for h, stream in zip(handlers, streams):
+            h.setStream(stream)
+
+
 def _estimate_setup(args: list[str]):
-    """Parse profile/plan arguments; build the (detection) model from model= without downloading."""
+    """Parse profile/plan arguments into the run ``yolo-ckpt train`` would make of the same keys.
+
+    The model is built from ``model=`` (no download) as the trainer builds it: with the data's classes and channels
+    when ``data=`` is given (Ultralytics' ``check_det_dataset``). What the estimate assumes comes from
+    :mod:`yolo_ckpt.runspec`: the device (``device=``, default a CUDA device), AMP as that device runs it, the
+    optimizer Ultralytics will build, and objects per image (the data's most x 4 for mosaic, else ``objects=``).
+
+    Returns:
+        ``(model, opts, spec, headroom)``: the training-mode model, the keys with defaults (Ultralytics' for
+        ``yolo train``'s keys), the :class:`~yolo_ckpt.runspec.RunSpec` and the :class:`~yolo_ckpt.planner.Headroom`
+        a byte budget is held to.
+
+    Raises:
+        SyntaxError: for unknown keys. ValueError: for a bad ``format=``, ``recompute_mode=``, ``memory_headroom=``
+        or batch, or a task the estimate does not cover. FileNotFoundError: for a missing model or dataset.
+    """
     from ultralytics import YOLO
+    from ultralytics.cfg import get_cfg
+    from ultralytics.data.utils import check_det_dataset
 
-    from .memory import optimizer_for
+    from .planner import PLANNED_TASKS, headroom_for
     from .policy import check_mode
+    from .runspec import RunSpec, amp_enabled, count_data, device_type, objects_rule, optimizer_rule
 
-    defaults = {"model": "yolo11n.yaml", "imgsz": 640, "batch": 8, "amp": False, "format": "text", **ESTIMATE_KEYS}
-    opts = {**defaults, **parse_train_args(args, ESTIMATE_KEYS)}
-    opts["amp"] = opts["amp"] not in {False, None, "fp32"}  # estimate with 2-byte activations
-    opts["optimizer"] = optimizer_for(opts.get("optimizer", "auto"))  # auto: AdamW, as for runs up to 10k steps
-    check_mode(opts.get("recompute_mode", DEFAULTS["recompute_mode"]))
+    given = parse_train_args(args, ESTIMATE_KEYS)
+    opts = {**DEFAULT_CFG_DICT, **DEFAULTS, **ESTIMATE_KEYS, "format": "text", **given}
+    check_mode(opts["recompute_mode"])
     if opts["format"] not in {"text", "json"}:
         raise ValueError(f"format={opts['format']!r} is not valid here; valid: text, json")
-    yolo = YOLO(opts["model"])
-    if yolo.task != "detect":
-        raise ValueError(f"profile and plan estimate detection models; model={opts['model']} is a {yolo.task} model")
-    model = yolo.model.train()
-    model.args = DEFAULT_CFG  # the loss's hyperparameters: their values do not change its memory
-    return model, opts
+    if not isinstance(opts["batch"], int) or opts["batch"] < 1:
+        raise ValueError(f"batch={opts['batch']!r}: profile and plan estimate a given batch (an int >= 1); plan gives the largest batch that fits")
+    opts["model"] = opts["model"] or DEFAULT_MODELS.get(opts["task"] or "detect", "yolo11n.yaml")
+    yolo = YOLO(opts["model"], task=given.get("task"))
+    if yolo.task not in PLANNED_TASKS:
+        raise ValueError(f"profile and plan estimate {', '.join(PLANNED_TASKS)} models; model={opts['model']} is a {yolo.task} model")
+    device = device_type(opts["device"])
+    headroom = headroom_for(opts["memory_headroom"], device, opts["memory_budget"])
+    cfg = get_cfg(DEFAULT_CFG, {k: v for k, v in opts.items() if k in DEFAULT_CFG_DICT and k != "format"} | {"task": yolo.task})
+    model, counts = yolo.model, None
+    if opts["data"]:
+        data = check_det_dataset(opts["data"])
+        model = yolo.task_map[yolo.task]["model"](yolo.model.yaml, nc=data["nc"], ch=data["channels"], verbose=False)
+        counts = count_data(cfg, data, max(int(model.stride.max()), 32))
+    model = model.train()
+    model.args = cfg  # the loss's hyperparameters
+    objects, objects_text = objects_rule(None if "objects" in given else counts, opts["objects"])
+    optimizer, optimizer_text = optimizer_rule(opts["optimizer"], counts.images if counts else None, opts["batch"], opts["nbs"], opts["epochs"])
+    spec = RunSpec(device, amp_enabled(opts["amp"], device), optimizer, optimizer_text, objects, objects_text, int(model.yaml["nc"]))
+    return model, opts, spec, headroom
 
 
 def profile_table(profile, policy) -> "pandas.DataFrame":
@@ -160,7 +228,8 @@ def profile_table(profile, policy) -> "pandas.DataFrame":
 
 
 def profile(args: list[str]) -> dict:
-    """``yolo-ckpt profile``: estimate one training step for none and for ``recompute=`` (default: backbone)."""
+    """``yolo-ckpt profile``: estimate one training step for none and for ``recompute=`` (default: backbone), for the
+    run the keys describe (see :func:`_estimate_setup`); the result on stdout, progress and logs on stderr."""
     import json
 
     from ultralytics.utils import TQDM
@@ -168,20 +237,22 @@ def profile(args: list[str]) -> dict:
     from .estimate import calibrate_loss, estimate_step
     from .policy import ModelLayout, resolve
 
-    model, opts = _estimate_setup(args)
-    spec, mode = opts.get("recompute", DEFAULTS["recompute"]), opts.get("recompute_mode", DEFAULTS["recompute_mode"])
-    policy = resolve(spec, ModelLayout.from_model(model), mode=mode)
-    steps = TQDM(total=3, desc="yolo-ckpt profile: calibrating the loss, estimating none, estimating the policy")
-    loss_model = calibrate_loss(model)
-    steps.update()
-    results = {}
-    for name, recompute in (("none", "none"), ("policy", spec)):
-        results[name] = estimate_step(model, opts["imgsz"], opts["batch"], opts["objects"], recompute, mode, opts["optimizer"], opts["amp"], loss_model)
+    with _diagnostics_to_stderr():
+        model, opts, spec, _ = _estimate_setup(args)
+        recompute, mode = opts["recompute"], opts["recompute_mode"]
+        policy = resolve(recompute, ModelLayout.from_model(model), mode=mode)
+        steps = TQDM(total=3, desc="yolo-ckpt profile: calibrating the loss, estimating none, estimating the policy")
+        loss_model = calibrate_loss(model)
         steps.update()
-    steps.close()
+        results = {}
+        for name, spec_name in (("none", "none"), ("policy", recompute)):
+            results[name] = estimate_step(model, opts["imgsz"], opts["batch"], spec.objects, spec_name, mode, spec.optimizer, spec.amp, loss_model)
+            steps.update()
+        steps.close()
     table = profile_table(results["none"], policy)
     summary = {
-        "model": opts["model"], "imgsz": opts["imgsz"], "batch": opts["batch"], "objects": opts["objects"], "amp": opts["amp"],
+        "model": opts["model"], "imgsz": opts["imgsz"], "batch": opts["batch"], "objects": spec.objects, "amp": spec.amp,
+        "assumed": spec.to_dict(),
         "recompute": policy.spec, "recompute_mode": mode, "recomputed_layers": policy.layers(), "recomputed_regions": policy.regions(),
         "estimated_peak_bytes": {"none": results["none"].peak_bytes, "policy": results["policy"].peak_bytes},
         "phase_peak_bytes": {k: r.phase_peak_bytes for k, r in results.items()},
@@ -191,18 +262,21 @@ def profile(args: list[str]) -> dict:
     if opts["format"] == "json":
         print(json.dumps(summary, indent=2))
     else:
+        print(f"{opts['model']} at imgsz={opts['imgsz']} batch={opts['batch']}; {spec.describe()}")
         print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
         none, pol = results["none"], results["policy"]
         print(f"\nparameters, buffers, optimizer state and the batch: {none.static_bytes / 2**20:.1f} MiB")
-        print(f"loss/assigner ({opts['objects']} objects per image): {none.loss_bytes / 2**20:.1f} MiB at its peak")
+        print(f"loss/assigner ({spec.objects} objects per image): {none.loss_bytes / 2**20:.1f} MiB at its peak")
         print(f"estimated peak, recompute=none: {none.peak_bytes / 2**20:.1f} MiB")
         print(f"estimated peak, {policy}: {pol.peak_bytes / 2**20:.1f} MiB ({pol.peak_bytes / none.peak_bytes:.2f}x)")
     return summary
 
 
 def plan(args: list[str]) -> list[dict]:
-    """``yolo-ckpt plan``: for none, backbone, all and auto, the largest imgsz (at ``batch=``) and batch (at
-    ``imgsz=``) that fit ``memory_budget=``, and each policy's recompute cost at ``imgsz`` and ``batch``."""
+    """``yolo-ckpt plan``: for none, backbone, all and auto, the estimated peak at ``imgsz=`` and ``batch=``, the
+    headroom kept on top of it (CUDA, against a budget in bytes) and the margin left in ``memory_budget=``, the
+    largest imgsz (at ``batch``) and batch (at ``imgsz``) that fit, and each policy's recompute cost; for the run
+    the keys describe (see :func:`_estimate_setup`). The result on stdout, progress and logs on stderr."""
     import json
 
     import pandas as pd
@@ -211,37 +285,43 @@ def plan(args: list[str]) -> list[dict]:
     from .planner import MemoryModel, parse_budget
     from .policy import ModelLayout, resolve
 
-    model, opts = _estimate_setup(args)
-    if opts.get("memory_budget") is None:
-        raise ValueError("plan needs memory_budget= (bytes with a unit, e.g. memory_budget=16GB)")
-    budget = parse_budget(opts["memory_budget"], None)
-    imgsz, batch = opts["imgsz"], opts["batch"]
-    stride = int(max(model.stride))
-    layout = ModelLayout.from_model(model)
-    with TQDM(total=2, desc="yolo-ckpt plan: estimating the model, planning auto") as steps:
-        memory = MemoryModel(model, imgsz, batch, opts["objects"], opts["optimizer"], opts["amp"])
-        steps.update()
-        try:
-            auto = memory.plan(budget, batch, imgsz).indices
-        except ValueError:
-            auto = None  # even 'all' does not fit at this imgsz and batch
-        steps.update()
+    with _diagnostics_to_stderr():
+        model, opts, spec, headroom = _estimate_setup(args)
+        if opts["memory_budget"] is None:
+            raise ValueError("plan needs memory_budget= (bytes with a unit, e.g. memory_budget=16GB)")
+        budget = parse_budget(opts["memory_budget"], None)
+        imgsz, batch = opts["imgsz"], opts["batch"]
+        stride = int(max(model.stride))
+        layout = ModelLayout.from_model(model)
+        with TQDM(total=2, desc="yolo-ckpt plan: estimating the model, planning auto") as steps:
+            memory = MemoryModel(model, imgsz, batch, spec.objects, spec.optimizer, spec.amp, headroom)
+            steps.update()
+            try:
+                auto = memory.plan(budget, batch, imgsz).indices
+            except ValueError:
+                auto = None  # even 'all' does not fit at this imgsz and batch
+            steps.update()
     rows = []
     for name in ("none", "backbone", "all", "auto"):
         indices = resolve(name, layout).indices if name != "auto" else (auto if auto is not None else memory.candidates)
         cost = memory.as_plan(indices, memory.peak(indices, batch, imgsz), budget, batch, imgsz)
         rows.append({
             "recompute": name if name != "auto" else f"auto ({','.join(map(str, indices)) or 'none'})",
+            "estimated_peak_MiB": cost.estimated_peak_bytes / 2**20,
+            "headroom_MiB": cost.headroom_bytes / 2**20,
+            "margin_MiB": cost.margin_bytes / 2**20,
+            "fits": cost.fits if name != "auto" else auto is not None,
             f"max_imgsz_at_batch_{batch}": memory.largest_imgsz(indices, budget, batch, stride),
             f"max_batch_at_imgsz_{imgsz}": memory.largest_batch(indices, budget, imgsz),
-            "fits": cost.estimated_peak_bytes <= budget if name != "auto" else auto is not None,
             "recompute_GFLOPs": cost.recompute_flops / 1e9,
             "recompute_pct_of_step": 100 * cost.recompute_cost,
         })
+    result = {"model": opts["model"], "memory_budget_bytes": budget, "memory_headroom": str(headroom), "imgsz": imgsz, "batch": batch, "assumed": spec.to_dict(), "policies": rows}
     if opts["format"] == "json":
-        print(json.dumps({"model": opts["model"], "memory_budget_bytes": budget, "imgsz": imgsz, "batch": batch, "policies": rows}, indent=2))
+        print(json.dumps(result, indent=2))
     else:
-        print(f"{opts['model']}, memory_budget={budget / 2**30:.2f} GiB, {opts['objects']} objects per image")
+        print(f"{opts['model']} at imgsz={imgsz} batch={batch}, memory_budget={budget / 2**20:.0f} MiB, memory_headroom={headroom}")
+        print(spec.describe())
         print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
     return rows
 

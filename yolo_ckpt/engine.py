@@ -42,7 +42,7 @@ from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selectiv
 from .policy import ModelLayout, RecomputePolicy, resolve
 
 _ACTIVE_COUNTERS: list[RecomputeCounter] = []
-_RECOMPUTED_CLASSES: dict[tuple[type, str], type] = {}
+_PATCHED_CLASSES: dict[tuple, type] = {}
 _NAME = "_recompute_name"  # instance attribute of a recomputed module: its qualified name under model.model
 # Layer types whose inner blocks (the elements of the ModuleList named here, see _inner_blocks) are recomputed one
 # at a time inside the recomputed layer. A2C2f: at stride 16 its area-attention blocks dominate (YOLO12n at imgsz
@@ -79,11 +79,14 @@ class RecomputeCounter:
             recomputed in backward.
         per_module: ``Counter`` of qualified module name under ``model.model`` -> recomputations, for every
             recomputed module: layers (``"6"``), their inner blocks (``"6.m.0.1"``) and head branches (``"23.cv2.0"``).
+        loss_images: number of images whose mask loss the loss region recomputed in backward
+            (:mod:`yolo_ckpt.losses`).
     """
 
     def __init__(self):
         self.per_layer: Counter[int] = Counter()
         self.per_module: Counter[str] = Counter()
+        self.loss_images = 0
 
     @property
     def total(self) -> int:
@@ -148,7 +151,40 @@ def _eager_contexts(layer: nn.Module, mode: str):
     return contextlib.nullcontext(), _recompute_context(layer)
 
 
-class RecomputedLayer(nn.Module):
+class PickledAsStock:
+    """Mixin of a patched subclass (made by :func:`_patched_class`): pickles as its stock class, copies as itself.
+
+    Used for recomputed layers (:class:`RecomputedLayer`) and for the loss region's model and criterion classes
+    (:mod:`yolo_ckpt.losses`).
+    """
+
+    def __reduce_ex__(self, protocol):
+        # Pickle as the stock class: last.pt/best.pt and DDP files must load without yolo_ckpt. Copies (copy.copy,
+        # deepcopy for EMA and AutoBatch's probe) keep the patched class.
+        # copyreg._reconstructor is what pickle itself uses for protocols 0-1; __newobj__ would insist on type(self).
+        state = {k: v for k, v in self.__getstate__().items() if k != _NAME}  # a recomputed module's name
+        return copyreg._reconstructor, (_stock_class(type(self)), object, None), state
+
+    def __copy__(self):
+        new = type(self).__new__(type(self))
+        new._set_state(dict(self.__getstate__()))
+        return new
+
+    def __deepcopy__(self, memo):
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new._set_state(copy.deepcopy(self.__getstate__(), memo))
+        return new
+
+    def _set_state(self, state: dict) -> None:
+        # As pickle restores state: __setstate__ where the class has one (nn.Module), else the instance __dict__.
+        if hasattr(self, "__setstate__"):
+            self.__setstate__(state)
+        else:
+            self.__dict__.update(state)
+
+
+class RecomputedLayer(PickledAsStock, nn.Module):
     """Mixin placed before a module's own class: its forward runs under activation checkpointing when training.
 
     Not instantiated directly: :func:`apply_checkpointing` swaps the class of a layer, an inner block or a head
@@ -172,40 +208,30 @@ class RecomputedLayer(nn.Module):
             options = {"context_fn": functools.partial(_eager_contexts, self, self.recompute_mode)}
         return checkpoint(stock_forward, *args, use_reentrant=False, **options, **kwargs)
 
-    def __reduce_ex__(self, protocol):
-        # Pickle as the stock class: last.pt/best.pt and DDP files must load without yolo_ckpt. Copies (copy.copy,
-        # deepcopy for EMA and AutoBatch's probe) keep the patched class.
-        # copyreg._reconstructor is what pickle itself uses for protocols 0-1; __newobj__ would insist on type(self).
-        state = {k: v for k, v in self.__getstate__().items() if k != _NAME}
-        return copyreg._reconstructor, (_stock_class(type(self)), object, None), state
-
-    def __copy__(self):
-        new = type(self).__new__(type(self))
-        new.__setstate__(dict(self.__getstate__()))
-        return new
-
-    def __deepcopy__(self, memo):
-        new = type(self).__new__(type(self))
-        memo[id(self)] = new
-        new.__setstate__(copy.deepcopy(self.__getstate__(), memo))
-        return new
-
 
 def _stock_class(cls: type) -> type:
-    return cls.__dict__["_stock_class"] if issubclass(cls, RecomputedLayer) else cls
+    return cls.__dict__["_stock_class"] if issubclass(cls, PickledAsStock) else cls
+
+
+def _patched_class(mixin: type, stock: type, name: str, **attrs) -> type:
+    """The subclass ``name(mixin, stock)`` with class attributes ``attrs``, pickled as ``stock``; made once per
+    distinct arguments."""
+    key = (mixin, stock, name, tuple(sorted(attrs.items())))
+    if key not in _PATCHED_CLASSES:
+        body = {"__module__": mixin.__module__, "_stock_class": stock, **attrs}
+        _PATCHED_CLASSES[key] = type(name, (mixin, stock), body)
+    return _PATCHED_CLASSES[key]
 
 
 def _recomputed_class(stock: type, mode: str) -> type:
-    if (stock, mode) not in _RECOMPUTED_CLASSES:
-        name = f"{'Selective' if mode == 'selective' else ''}Recomputed{stock.__name__}"
-        attrs = {"__module__": __name__, "_stock_class": stock, "recompute_mode": mode}
-        _RECOMPUTED_CLASSES[stock, mode] = type(name, (RecomputedLayer, stock), attrs)
-    return _RECOMPUTED_CLASSES[stock, mode]
+    name = f"{'Selective' if mode == 'selective' else ''}Recomputed{stock.__name__}"
+    return _patched_class(RecomputedLayer, stock, name, recompute_mode=mode)
 
 
 def _layers(model: nn.Module) -> nn.Sequential:
     inner = getattr(model, "module", model)  # DDP
     inner = getattr(inner, "_orig_mod", inner)  # torch.compile
+    inner = getattr(inner, "student_model", inner)  # distill_model=: Ultralytics' DistillationModel trains its student
     if not isinstance(getattr(inner, "model", None), nn.Sequential) or not hasattr(inner, "yaml"):
         raise TypeError(f"expected an Ultralytics BaseModel with .model layers and .yaml, got {type(model).__name__}")
     return inner
@@ -277,14 +303,19 @@ def _regions(inner: nn.Module, policy: RecomputePolicy) -> list[tuple[str, nn.Mo
 
 
 def remove_checkpointing(model: nn.Module) -> None:
-    """Restore every module of ``model`` to its stock class (a no-op for an unpatched model)."""
+    """Restore every module of ``model`` and its loss to their stock classes (a no-op for an unpatched model)."""
+    from .losses import remove_loss_region
+
     for m in _layers(model).model.modules():
         if isinstance(m, RecomputedLayer):
             m.__class__ = _stock_class(type(m))
             del m.__dict__[_NAME]
+    remove_loss_region(model)
 
 
-def apply_checkpointing(model: nn.Module, recompute="backbone", frozen=(), mode: str = "full") -> RecomputePolicy:
+def apply_checkpointing(
+    model: nn.Module, recompute="backbone", frozen=(), mode: str = "full", loss_chunk: int | None = None
+) -> RecomputePolicy:
     """Recompute the regions selected by ``recompute=`` in backward instead of keeping their activations.
 
     Works on a bare Ultralytics ``BaseModel`` (detect, segment, obb, pose, classify), no trainer needed.
@@ -292,26 +323,35 @@ def apply_checkpointing(model: nn.Module, recompute="backbone", frozen=(), mode:
     also recompute their inner blocks one at a time; ``head`` recomputes each of :func:`head_branches`.
 
     Args:
-        model: an Ultralytics ``BaseModel`` (optionally wrapped in DDP or ``torch.compile``).
+        model: an Ultralytics ``BaseModel`` (optionally wrapped in DDP, ``torch.compile`` or the ``DistillationModel``
+            of ``distill_model=``, whose student is patched; its teacher runs under ``no_grad``, never recomputed).
         recompute: a ``recompute=`` value, see :mod:`yolo_ckpt.policy`.
         frozen: indices of layers frozen with ``freeze=``, left alone.
         mode: ``"full"`` recomputes the whole module; ``"selective"`` keeps the outputs of its convolutions, matrix
             products and attention (:data:`SELECTIVE_SAVE_OPS`) and recomputes the rest, with PyTorch's selective
             activation checkpointing (``create_selective_checkpoint_contexts``): less memory saved, at much less
-            recompute time. The same for layers, inner blocks and head branches.
+            recompute time. The same for layers, inner blocks and head branches; the loss region ignores it
+            (selective mode would keep the predicted masks, the very tensors it frees).
+        loss_chunk: with ``policy.loss``, anchors per chunk of the mask loss's forward
+            (:func:`yolo_ckpt.losses.apply_loss_region`); ``None``: its default. Every value gives the same bits.
 
     Returns:
         The resolved :class:`~yolo_ckpt.policy.RecomputePolicy` (parameter-free and frozen layers dropped).
 
     Raises:
-        ValueError: for an invalid ``recompute=`` value (see :func:`yolo_ckpt.policy.resolve`) or ``mode``; the
-            model is then left unchanged.
+        ValueError: for an invalid ``recompute=`` value (see :func:`yolo_ckpt.policy.resolve`), ``mode`` or
+            ``loss_chunk``; the model is then left unchanged.
         TypeError: if ``model`` is not an Ultralytics ``BaseModel``.
     """
+    from .losses import DEFAULT_CHUNK, apply_loss_region, check_loss_chunk
+
     inner = _layers(model)
     policy = resolve(recompute, ModelLayout.from_model(inner), frozen, mode)
+    chunk = check_loss_chunk(DEFAULT_CHUNK if loss_chunk is None else loss_chunk)
     remove_checkpointing(inner)
     for name, module in _regions(inner, policy):
         module.__class__ = _recomputed_class(type(module), mode)
         module.__dict__[_NAME] = name
+    if policy.loss:
+        apply_loss_region(inner, chunk)
     return policy

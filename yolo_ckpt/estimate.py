@@ -2,20 +2,36 @@
 
 The model's forward, backward and optimizer step run on fake tensors (``torch._subclasses.FakeTensorMode``: shapes,
 dtypes and storages, no data), with the recompute policy applied, and :class:`~yolo_ckpt.memory.LiveTensorTracker`
-counts the live storages as on the CPU. Fake tensors cannot run the loss: its task-aligned assigner has
-data-dependent ops (``nonzero``, ``topk`` over the targets). Its memory is a formula in (batch B, anchors A,
-objects per image M), ``c0 + c1*B*A + c2*B*A*M + c3*B*M`` bytes, fitted by least squares to CPU measurements of the
-real loss at small sizes (:func:`calibrate_loss`); the fake pass backpropagates a stand-in loss with dense
-gradients of the same shapes.
+counts the live storages as on the CPU: parameters, buffers, gradients, the optimizer state Ultralytics' own
+builder gives (:func:`~yolo_ckpt.memory.build_optimizer`), the task's training batch
+(:func:`~yolo_ckpt.memory.training_batch`) and activations. Fake tensors cannot run the loss: its task-aligned
+assigner has data-dependent ops (``nonzero``, ``topk`` over the targets). Its memory is a formula per task
+(:class:`LossModel`), fitted by least squares to CPU measurements of the real loss at small sizes
+(:func:`calibrate_loss`); the fake pass backpropagates a stand-in loss with dense gradients of the same shapes.
 
-AMP: the fake pass runs under CPU bf16 autocast, whose 2-byte activations match fp16's; the GPU's fp16 autocast
-keeps some ops in fp32 that CPU bf16 autocast casts (and vice versa), so AMP estimates are approximate.
+The formula's terms, in batch B, anchors A, objects per image M: ``1, B*A, B*A*M, B*M`` (assigner and box losses:
+detect, pose, obb), plus for segmentation the mask loss, whose per-image tensors grow with foreground anchors x
+mask pixels P = (imgsz / mask_ratio)^2: ``Fb*P, B*M*P, F1*P, B*P``, with Fb the batch's foreground anchors and F1
+one image's. Calibration counts the real foreground (the assigner's ``fg_mask``); the estimate takes its bound,
+``F1 = sum over the loss's assigners of min(M * topk, A)`` and ``Fb = B * F1``, so it does not under-estimate where
+objects overlap or are small and claim fewer anchors. With the loss region (``yolo_ckpt.losses``: the mask loss
+recomputed in backward, its forward chunked) one more term, ``min(chunk, F1)*P``, and the same fit measures the
+recomputed loss. Classification: ``1, B``. Two fits: the loss's forward peak
+and its backward peak (above what was alive before the loss), since the mask loss's backward peaks above its
+forward.
+
+Not counted: the dataloader and its workers, validation (a separate phase), CUDA's context and cuDNN workspaces,
+allocator fragmentation (``memory_reserved`` above ``memory_allocated``), GradScaler and DDP buffers.
+
+AMP: the fake pass and the loss calibration run under CPU bf16 autocast, whose 2-byte activations match fp16's;
+the GPU's fp16 autocast keeps some ops in fp32 that CPU bf16 autocast casts (and vice versa), so AMP estimates are
+approximate.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,75 +40,157 @@ from torch._subclasses.fake_tensor import FakeCopyMode, FakeTensorMode
 from torch.utils._pytree import tree_leaves, tree_map
 
 from .engine import apply_checkpointing, recompute_mode_of
-from .memory import LayerRow, LiveTensorTracker, StepProfile, _LayerAccounting, _run_step, anchors, build_optimizer
-from .memory import detect_batch, layer_flops
+from .memory import LayerRow, LiveTensorTracker, StepProfile, _LayerAccounting, _nbytes, autocast_for
+from .memory import _run_step, anchors, build_optimizer, layer_flops, model_task, train_imgsz, training_batch
 
-# (batch, imgsz, objects per image) at which the real loss is measured to fit its formula: small, so fast.
-CALIBRATION_POINTS = ((1, 128, 8), (2, 192, 40), (2, 256, 16), (1, 320, 20), (2, 320, 4), (1, 256, 32))
-
-
-def _features(batch: int, n_anchors: int, objects: int) -> np.ndarray:
-    return np.array([1.0, batch * n_anchors, batch * n_anchors * objects, batch * objects])
+# (batch, imgsz, objects per image) at which the real loss is measured to fit its formula: small (imgsz <= 160), so
+# fast, and spread in every term (1 to 3 images, 1 to 240 objects: below and above the anchors' count) so that the
+# fit does not confuse one term with another and extrapolates to sizes far above these.
+CALIBRATION_POINTS = tuple(
+    (b, s, m)
+    for i, (b, s) in enumerate((b, s) for b in (1, 2, 3) for s in (64, 96, 128, 160))
+    for m in ((1, 2, 4, 6, 9, 14)[i % 6], (20, 30, 45, 70, 110, 160, 240)[i % 7])
+)
 
 
 @dataclass(frozen=True)
 class LossModel:
-    """Bytes of the loss/assigner's peak above what was alive before it, linear in (1, B*A, B*A*M, B*M).
+    """Bytes of the loss's peaks above what was alive before it, linear in the task's terms (module docstring).
 
     Attributes:
-        coef: the four coefficients, in bytes.
+        task: the model's task; strides: its head's strides; mask_ratio: prototype pixels per mask pixel side.
+        topk: per assigner of a segmentation loss, the anchors one object can claim (``min(topk, topk2)``).
+        forward, backward: the coefficients (bytes per unit of each term) of the loss's forward peak and of its
+            backward peak.
+        chunk: anchors per chunk of the loss region (``yolo_ckpt.losses``: the mask loss recomputed in backward,
+            its forward run in chunks), which adds a term in ``min(chunk, F1) * P``; None for the stock loss.
     """
 
-    coef: tuple[float, ...]
+    task: str
+    strides: tuple[float, ...]
+    mask_ratio: int
+    topk: tuple[int, ...]
+    forward: tuple[float, ...]
+    backward: tuple[float, ...]
+    chunk: int | None = None
 
-    def __call__(self, batch: int, n_anchors: int, objects: int) -> int:
-        """The loss's peak bytes for this batch, anchor count and objects per image."""
-        return max(0, int(_features(batch, n_anchors, objects) @ np.array(self.coef)))
+    def terms(self, batch: int, imgsz: int, objects: int, foreground: tuple[int, int] | None = None) -> np.ndarray:
+        """The formula's terms for this step; ``foreground`` (batch's, largest image's foreground anchors) is
+        measured in calibration and otherwise its bound."""
+        if self.task == "classify":
+            return np.array([1.0, batch])
+        b, a, m = batch, anchors(imgsz, self.strides), objects
+        terms = [1.0, b * a, b * a * m, b * m]
+        if self.task == "segment":
+            pixels = (imgsz // self.mask_ratio) ** 2
+            if foreground is None:
+                one = sum(min(m * k, a) for k in self.topk)
+                foreground = (b * one, one)
+            terms += [foreground[0] * pixels, b * m * pixels, foreground[1] * pixels, b * pixels]
+            if self.chunk:
+                terms.append(min(self.chunk, foreground[1]) * pixels)
+        return np.array(terms, dtype=float)
+
+    def forward_bytes(self, batch: int, imgsz: int, objects: int) -> int:
+        """The loss's forward peak (bytes) above what was alive before it: its saved tensors and temporaries."""
+        return max(0, int(self.terms(batch, imgsz, objects) @ np.array(self.forward)))
+
+    def backward_bytes(self, batch: int, imgsz: int, objects: int) -> int:
+        """The loss's backward peak (bytes) above what was alive before the loss (the predictions' gradients
+        included)."""
+        return max(0, int(self.terms(batch, imgsz, objects) @ np.array(self.backward)))
 
 
-_LOSS_MODELS: dict[str, LossModel] = {}  # per model YAML and class count: the loss depends on nothing else
+_LOSS_MODELS: dict[str, LossModel] = {}  # per model YAML, class count, mask settings and amp
 
 
-def _calibrate(model) -> LossModel:
-    rows, peaks = [], []
+def _assigners(criterion) -> list:
+    """The task-aligned assigners of a loss (one, or an end-to-end loss's one-to-many and one-to-one)."""
+    parts = [getattr(criterion, n, None) for n in ("one2many", "one2one")] + [criterion]
+    return [p.assigner for p in parts if p is not None and hasattr(p, "assigner")]
+
+
+def _calibrate(model, amp: bool) -> LossModel:
+    model.criterion = getattr(model, "criterion", None) or model.init_criterion()
+    shape = LossModel(
+        model_task(model),
+        tuple(model.stride.tolist()),
+        int(getattr(getattr(model, "args", None), "mask_ratio", 4)),
+        tuple(min(a.topk, a.topk2) for a in _assigners(model.criterion)),
+        (),
+        (),
+        getattr(model, "loss_chunk", None),
+    )
+    rows, forward, backward = _loss_samples(model, shape, CALIBRATION_POINTS, amp)
+    fit = lambda y: tuple(float(c) for c in np.linalg.lstsq(rows, np.array(y, float), rcond=None)[0])  # noqa: E731
+    return dataclasses.replace(shape, forward=fit(forward), backward=fit(backward))
+
+
+def _loss_samples(model, shape: LossModel, points, amp: bool) -> tuple[np.ndarray, list[int], list[int]]:
+    """CPU measurements of ``model``'s real loss at ``points`` (batch, imgsz, objects): the formula's terms (with
+    the measured foreground anchors), and the loss's forward and backward peaks above what was alive before it."""
     fake_mode = FakeTensorMode()
     with FakeCopyMode(fake_mode):
         fake = copy.deepcopy(model).train()
     apply_checkpointing(fake, "none")
+    autocast = autocast_for(amp, "cpu")
     g = torch.Generator().manual_seed(0)
-    for batch, imgsz, objects in CALIBRATION_POINTS:
-        with fake_mode, torch.no_grad():
-            shapes = tree_map(lambda t: t.shape, fake(torch.empty(batch, 3, imgsz, imgsz)))
-        # Random predictions of the model's shapes: the loss's memory depends on shapes and targets, not on the
-        # values, so no real forward pass is needed, whatever the model's size.
-        preds = tree_map(lambda shape: torch.rand(shape, generator=g).requires_grad_(), shapes, is_leaf=_is_shape)
-        data = detect_batch(batch, imgsz, objects)
-        with LiveTensorTracker() as tracker:
-            tracker.track(preds, data)  # views of them are not new memory
-            before = tracker.start_phase()
-            loss = model.loss(data, preds)[0].sum()
-            peaks.append(tracker.phase_peak_bytes - before)
+    stride = int(max(model.stride.tolist()))
+    rows, forward, backward, specs = [], [], [], {}
+    for batch, imgsz, objects in points:
+        imgsz = max(imgsz // stride, 1) * stride
+        if imgsz not in specs:  # the predictions' shapes at one image (all are batch-first) and dtypes
+            with fake_mode, torch.no_grad(), autocast():
+                specs[imgsz] = tree_map(lambda t: (t.shape[1:], t.dtype), fake(torch.empty(1, 3, imgsz, imgsz)))
+        # Random predictions of the model's shapes and dtypes: the loss's memory depends on shapes and targets, not
+        # on the values, so no real forward pass is needed, whatever the model's size.
+        preds = tree_map(lambda s: torch.rand(batch, *s[0], generator=g).to(s[1]).requires_grad_(), specs[imgsz], is_leaf=_is_spec)
+        data = training_batch(model, batch, imgsz, objects)
+        fg = []
+        hooks = [a.register_forward_hook(lambda m, args, out: fg.append(out[3].sum(1))) for a in _assigners(model.criterion)]
+        try:
+            with LiveTensorTracker() as tracker:
+                tracker.track(preds, data)  # views of them are not new memory
+                before = tracker.start_phase()
+                with autocast():
+                    loss = model.loss(data, preds)[0].sum()
+                forward.append(tracker.phase_peak_bytes - before)
+                tracker.start_phase()
+                loss.backward()
+                backward.append(tracker.phase_peak_bytes - before)
+        finally:
+            for h in hooks:
+                h.remove()
         del loss, preds
-        rows.append(_features(batch, anchors(imgsz, model.stride.tolist()), objects))
-    return LossModel(tuple(float(c) for c in np.linalg.lstsq(np.array(rows), np.array(peaks, float), rcond=None)[0]))
+        per_image = torch.stack(fg).sum(0) if fg else torch.zeros(batch)
+        rows.append(shape.terms(batch, imgsz, objects, (int(per_image.sum()), int(per_image.max()))))
+    return np.array(rows), forward, backward
 
 
-def _is_shape(x) -> bool:
-    return isinstance(x, torch.Size)
+def _is_spec(x) -> bool:
+    return isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], torch.Size)
 
 
-def calibrate_loss(model) -> LossModel:
-    """Fit the loss formula of a detection ``model`` (its ``nc``, ``reg_max`` and strides) to CPU measurements of
-    its real loss at :data:`CALIBRATION_POINTS`; cached per model YAML and class count."""
-    key = repr((model.yaml, getattr(model, "nc", None)))
+def calibrate_loss(model, amp: bool = False) -> LossModel:
+    """Fit the loss formula of ``model`` (any task of :data:`~yolo_ckpt.memory.TASKS`, any ``nc``) to CPU
+    measurements of its real loss, as ``model.loss`` computes it (with the loss region where one is applied:
+    ``model.loss_chunk``), at :data:`CALIBRATION_POINTS` (a few seconds for a nano model); cached per model YAML,
+    class count, mask settings, loss region and ``amp``.
+
+    Raises:
+        ValueError: for a task that is not modelled.
+    """
+    args = getattr(model, "args", None)
+    settings = (getattr(args, "overlap_mask", None), getattr(args, "mask_ratio", None), getattr(model, "loss_chunk", None))
+    key = repr((model.yaml, getattr(model.model[-1], "nc", None), settings, amp))
     if key not in _LOSS_MODELS:
-        _LOSS_MODELS[key] = _calibrate(model)
+        _LOSS_MODELS[key] = _calibrate(model, amp)
     return _LOSS_MODELS[key]
 
 
 def estimate_step(
     model,
-    imgsz: int,
+    imgsz,
     batch: int,
     objects: int = 20,
     recompute="none",
@@ -102,39 +200,48 @@ def estimate_step(
     loss_model: LossModel | None = None,
     flops: bool = True,
 ) -> StepProfile:
-    """Estimate one training step's peak memory (bytes) for a detection ``model`` without computing anything.
+    """Estimate one training step's peak memory (bytes) for ``model`` without computing anything.
 
     Args:
-        model: an Ultralytics detection ``BaseModel`` (real parameters; it is copied onto fake tensors).
-        imgsz: square image side in pixels; batch: images per step; objects: targets per image (the loss grows
-            with it: take the dataset's maximum, as AutoBatch does).
+        model: an Ultralytics ``BaseModel`` of a task in :data:`~yolo_ckpt.memory.TASKS` (real parameters; it is
+            copied onto fake tensors), with ``.args`` set.
+        imgsz: the ``imgsz=`` of the run: an int, a list or a string; estimated at the size it trains at
+            (:func:`~yolo_ckpt.memory.train_imgsz`: 2736 -> 2752). batch: images per step.
+        objects: targets per image (the loss grows with it: take the dataset's maximum, as AutoBatch does).
         recompute, mode: the policy and ``recompute_mode`` to estimate.
-        optimizer: whose state to count (:func:`yolo_ckpt.memory.build_optimizer`).
+        optimizer: an Ultralytics optimizer name (:func:`yolo_ckpt.memory.build_optimizer`); its state as built.
         amp: estimate with 2-byte activations (see the module docstring).
-        loss_model: the loss formula; :func:`calibrate_loss` of ``model`` when None.
+        loss_model: the loss formula; when None :func:`calibrate_loss` of ``model``, or where ``recompute`` applies
+            the loss region (``yolo_ckpt.losses``), of a copy of ``model`` with it applied.
         flops: count per-layer forward FLOPs (a second fake forward pass).
 
     Returns:
-        A :class:`~yolo_ckpt.memory.StepProfile` with ``source="fake_estimate"``.
+        A :class:`~yolo_ckpt.memory.StepProfile` with ``source="fake_estimate"`` and ``imgsz`` the trained size.
+
+    Raises:
+        ValueError, TypeError: for a task that is not modelled, an unknown optimizer or an invalid imgsz.
     """
-    loss_model = loss_model or calibrate_loss(model)
+    imgsz = train_imgsz(imgsz, model.stride)
     fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
     with FakeCopyMode(fake_mode):
         fake = copy.deepcopy(model).train()
     policy = apply_checkpointing(fake, recompute, mode=mode)
-    autocast = functools.partial(torch.autocast, "cpu", dtype=torch.bfloat16, enabled=amp)
+    if loss_model is None:
+        region = model
+        if getattr(fake, "loss_chunk", None) != getattr(model, "loss_chunk", None):  # the policy sets a loss region
+            region = copy.deepcopy(model)
+            apply_checkpointing(region, recompute, mode=mode)
+        loss_model = calibrate_loss(region, amp)
+    autocast = autocast_for(amp, "cpu")
     with fake_mode:
-        images = torch.empty(batch, 3, imgsz, imgsz)
-        per_layer_flops = layer_flops(fake, images) if flops else [0] * len(fake.model)
+        data = training_batch(model, batch, imgsz, objects)
+        per_layer_flops = layer_flops(fake, data["img"]) if flops else [0] * len(fake.model)
         opt = build_optimizer(fake, optimizer)
-        for p in opt.param_groups[0]["params"]:  # the optimizer state every step after the first carries
-            p.grad = torch.empty_like(p)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        for group in opt.param_groups:  # foreach kernels (CUDA's default): a few ops, not a few per parameter, on
+            group["foreach"] = True  # fake tensors; the state they keep is the same
         accounting = _LayerAccounting(fake)
         with LiveTensorTracker() as tracker:
-            state = [t for s in opt.state.values() for t in s.values()]
-            tracker.track(list(fake.parameters()), list(fake.buffers()), state, images)
+            tracker.track(list(fake.parameters()), list(fake.buffers()), data)
             static = tracker.live_bytes
 
             def stand_in_loss(preds):  # dense gradients of the predictions' shapes, as the real loss gives
@@ -142,15 +249,16 @@ def estimate_step(
                 return sum((t.float() * t.float()).sum() for t in tree_leaves(preds) if isinstance(t, torch.Tensor))
 
             fwd_end = [0]
-            peaks, _ = _run_step(fake, {"img": images}, opt, stand_in_loss, tracker, autocast)
+            peaks, _, state = _run_step(fake, data, opt, stand_in_loss, tracker, autocast)
         accounting.remove()
-    loss_peak = loss_model(batch, anchors(imgsz, model.stride.tolist()), objects)
+    static, fwd_end[0] = static + state, fwd_end[0] + state  # the optimizer state, counted in every phase
+    loss_forward = loss_model.forward_bytes(batch, imgsz, objects)
     phases = {
         "forward": peaks["forward"],
-        "loss": fwd_end[0] + loss_peak,
-        # the stand-in loss's backward allocates the predictions' gradients as the real one does; the real loss's
-        # saved tensors (residual) are freed by its own backward before the model's backward allocates more
-        "backward": peaks["backward"],
+        "loss": fwd_end[0] + loss_forward,
+        # the loss's own backward runs first, on top of everything the forward left alive; then the model's,
+        # whose peak the stand-in's backward gives (the loss's saved tensors are freed by then)
+        "backward": max(peaks["backward"], fwd_end[0] + loss_model.backward_bytes(batch, imgsz, objects)),
         "optimizer": peaks["optimizer"],
     }
     rows = [
@@ -166,7 +274,8 @@ def estimate_step(
         objects=objects,
         static_bytes=static,
         phase_peak_bytes=phases,
-        loss_bytes=loss_peak,
+        loss_bytes=loss_forward,
         peak_bytes=max(phases.values()),
         layers=rows,
+        input_bytes=_nbytes(data),
     )

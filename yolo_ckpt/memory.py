@@ -1,5 +1,11 @@
 """Measure peak training memory: the CUDA allocator's peak, and peak live-tensor bytes on any device (CPU).
 
+:func:`profile_step` is the one training-step harness (forward, loss with targets, backward, optimizer step) for
+every task and device; the trainer's run-report probe, the CLI and the benchmark measure through it.
+:func:`training_batch` builds a fixed training batch for any task and class count, :func:`train_imgsz` the image
+size a run will train at, and :func:`build_optimizer` the optimizer Ultralytics builds (its state is counted as
+built).
+
 On CUDA the caching allocator keeps the peak (``torch.cuda.max_memory_allocated``). The CPU has no such counter,
 so :class:`LiveTensorTracker` counts it the way the allocator would: it sees every tensor an operator creates
 (a ``TorchDispatchMode``, forward and backward alike), adds its storage's bytes while the storage is alive and
@@ -12,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
+import math
 import weakref
 from dataclasses import dataclass, field
 
@@ -73,25 +81,21 @@ class LiveTensorTracker(TorchDispatchMode):
         return out
 
 
-def probe_training_step(model: torch.nn.Module, batch: dict) -> int:
-    """Peak live-tensor bytes of one training step (forward, loss with targets, backward) of a copy of ``model``.
-
-    The live model, its BatchNorm statistics and the global RNG are untouched: the probe runs on a ``deepcopy``
-    (which keeps any activation checkpointing applied to the model).
+def probe_training_step(model: torch.nn.Module, batch: dict, optimizer: str = "AdamW", amp: bool = False) -> int:
+    """Peak bytes of one training step of a copy of ``model`` on ``batch``, as applied: :func:`profile_step` with
+    ``recompute=None`` and no per-layer FLOPs (the run report's probe).
 
     Args:
         model: an Ultralytics ``BaseModel`` with ``.args`` set (its loss needs the hyperparameters).
-        batch: a preprocessed training batch: ``img`` (B, 3, H, W) float in [0, 1] and the task's targets.
+        batch: a preprocessed training batch (``img`` (B, 3, H, W) float in [0, 1] and the task's targets), on the
+            model's device; give the first full-size batch of the run.
+        optimizer, amp: the run's optimizer (its resolved name, e.g. ``trainer.args.optimizer`` after
+            ``build_optimizer``) and AMP setting.
 
     Returns:
-        Peak bytes: parameters, buffers, the batch, activations and gradients alive at the same time.
+        Peak bytes: parameters, buffers, gradients, optimizer state, the batch and activations alive at once.
     """
-    probe = copy.deepcopy(model).train()
-    with torch.random.fork_rng(devices=[]), LiveTensorTracker() as tracker:
-        tracker.track(list(probe.parameters()), list(probe.buffers()), batch)
-        loss, _ = probe.loss(batch)
-        loss.sum().backward()
-    return tracker.peak_bytes
+    return profile_step(model, batch, None, optimizer=optimizer, amp=amp, flops=False).peak_bytes
 
 
 def probe_validation_step(model: torch.nn.Module, images: torch.Tensor) -> int:
@@ -140,6 +144,8 @@ class StepProfile:
             i.e. imgsz squared, and with objects per image).
         peak_bytes: the step's peak.
         layers: one :class:`LayerRow` per layer of ``model.model``.
+        input_bytes: the training batch's share of ``static_bytes`` (images, targets, masks); it scales with
+            batch x imgsz^2 as activations do.
     """
 
     source: str
@@ -153,6 +159,7 @@ class StepProfile:
     loss_bytes: int
     peak_bytes: int
     layers: list = field(default_factory=list)
+    input_bytes: int = 0
 
 
 def anchors(imgsz: int, strides) -> int:
@@ -160,21 +167,123 @@ def anchors(imgsz: int, strides) -> int:
     return int(sum((imgsz // int(s)) ** 2 for s in strides))
 
 
-def detect_batch(batch: int, imgsz: int, objects: int, seed: int = 0) -> dict:
-    """A fixed detection training batch: (batch, 3, imgsz, imgsz) images in [0, 1], ``objects`` boxes per image.
+TASKS = ("detect", "segment", "pose", "obb", "classify")  # what training_batch, profile_step and the estimate know
 
-    Boxes are small (1-5 % of the image side), as in aerial scenes, and the same for a given seed.
+
+def train_imgsz(imgsz, stride=32) -> int:
+    """The square image side (pixels) a run trains at for ``imgsz=``: Ultralytics' own rule, ``check_imgsz(imgsz,
+    stride=gs, floor=gs, max_dim=1)`` with ``gs = max(stride, 32)`` (``BaseTrainer._setup_train``): rounded up to a
+    multiple of the model's largest stride (2736 -> 2752 at stride 32, with Ultralytics' warning), a list reduced to
+    its largest side.
+
+    Args:
+        imgsz: an int, a list or tuple of sides, or their string (``"640"``, ``"[640, 480]"``).
+        stride: the model's strides (a tensor: its maximum) or the largest stride.
+
+    Raises:
+        TypeError, ValueError: Ultralytics' own, naming the bad ``imgsz`` and the valid forms.
     """
+    from ultralytics.utils.checks import check_imgsz
+
+    gs = max(int(stride.max() if isinstance(stride, torch.Tensor) else stride), 32)
+    return int(check_imgsz(imgsz, stride=gs, floor=gs, max_dim=1))
+
+
+def model_task(model) -> str:
+    """The task of an Ultralytics model (``ultralytics.nn.tasks.guess_model_task``), one of :data:`TASKS`.
+
+    Raises:
+        ValueError: naming the model's task and the tasks that are modelled.
+    """
+    from ultralytics.nn.tasks import guess_model_task
+
+    task = guess_model_task(model)
+    if task not in TASKS:
+        raise ValueError(f"{type(model).__name__} is a {task!r} model; memory is modelled for the tasks {', '.join(TASKS)}")
+    return task
+
+
+def training_batch(model, batch: int, imgsz: int, objects: int, seed: int = 0) -> dict:
+    """A fixed, preprocessed training batch for ``model``'s task and class count, as Ultralytics' collate gives it.
+
+    ``img`` is (batch, 3, imgsz, imgsz) in [0, 1]. Detection-style tasks get ``objects`` boxes per image, laid on a
+    grid of ceil(sqrt(objects)) cells per side, one object per cell filling 90-100 % of it: boxes do not overlap, so
+    each object can claim its own ``topk`` anchors, the case the segmentation-loss formula bounds. Classes are drawn
+    from the model's ``nc`` (one-class models get class 0). Per task:
+
+    - detect: ``batch_idx`` (n,), ``cls`` (n, 1), ``bboxes`` (n, 4) normalised xywh, with n = batch * objects;
+    - segment: also ``masks`` (batch, imgsz/r, imgsz/r) with r the model's ``args.mask_ratio`` (default 4), each
+      object's box filled with its index + 1 (Ultralytics' default ``overlap_mask=True``; uint8, int32 past 255
+      objects, as its dataset stores them; with ``args.overlap_mask=False`` one (n, imgsz/r, imgsz/r) float mask
+      per object) and ``sem_masks`` (batch, imgsz/r, imgsz/r) float;
+    - pose: also ``keypoints`` (n, K, 3) (normalised xy inside the box, visibility 2), K from the head's
+      ``kpt_shape``;
+    - obb: ``bboxes`` (n, 5) normalised xywh and an angle in radians;
+    - classify: ``cls`` (batch,) int64 (no objects).
+
+    Built from shapes and broadcasts only, so it also builds on fake tensors (``FakeTensorMode``).
+
+    Raises:
+        ValueError: for a task that is not modelled (see :func:`model_task`), or objects < 1 for a task with boxes.
+    """
+    task = model_task(model)
+    head = model.model[-1]
+    nc = int(getattr(head, "nc", None) or model.yaml["nc"])
     g = torch.Generator().manual_seed(seed)
-    n = batch * objects
-    xy = torch.rand(n, 2, generator=g) * 0.8 + 0.1
-    wh = torch.rand(n, 2, generator=g) * 0.04 + 0.01
+    images = torch.rand(batch, 3, imgsz, imgsz, generator=g)
+    if task == "classify":
+        return {"img": images, "cls": torch.randint(0, nc, (batch,), generator=g)}
+    if objects < 1:
+        raise ValueError(f"objects={objects}: a {task} batch needs at least 1 object per image")
+    out = {"img": images, **_grid_targets(batch, objects, nc, g)}
+    xywh = out["bboxes"]
+    if task == "obb":
+        out["bboxes"] = torch.cat([xywh, torch.rand(len(xywh), 1, generator=g) * math.pi / 2], 1)
+    elif task == "pose":
+        k = int(head.kpt_shape[0])
+        xy = xywh[:, None, :2] + (torch.rand(len(xywh), k, 2, generator=g) - 0.5) * xywh[:, None, 2:]
+        out["keypoints"] = torch.cat([xy, torch.full((len(xywh), k, 1), 2.0)], 2)
+    elif task == "segment":
+        overlap = getattr(getattr(model, "args", None), "overlap_mask", True)
+        ratio = int(getattr(getattr(model, "args", None), "mask_ratio", 4))
+        out.update(_grid_masks(batch, imgsz // ratio, objects, xywh, overlap))
+    return out
+
+
+def detect_batch(batch: int, imgsz: int, objects: int, seed: int = 0, nc: int = 1) -> dict:
+    """A fixed detection training batch (:func:`training_batch`'s detect batch) for a model of ``nc`` classes,
+    without the model: (batch, 3, imgsz, imgsz) images in [0, 1], ``objects`` grid-laid boxes per image."""
+    g = torch.Generator().manual_seed(seed)
+    return {"img": torch.rand(batch, 3, imgsz, imgsz, generator=g), **_grid_targets(batch, objects, nc, g)}
+
+
+def _grid_targets(batch: int, objects: int, nc: int, g: torch.Generator) -> dict:
+    """``batch_idx``, ``cls`` and normalised xywh ``bboxes`` of ``objects`` boxes per image, one per grid cell."""
+    side = math.ceil(math.sqrt(objects))
+    cell = torch.arange(objects).repeat(batch)
+    centre = (torch.stack([cell % side, cell // side], 1) + 0.5) / side
+    wh = (torch.rand(len(cell), 2, generator=g) * 0.1 + 0.9) / side
     return {
-        "img": torch.rand(batch, 3, imgsz, imgsz, generator=g),
         "batch_idx": torch.arange(batch).repeat_interleave(objects).float(),
-        "cls": torch.randint(0, 3, (n, 1), generator=g).float(),
-        "bboxes": torch.cat([xy, wh], 1),
+        "cls": torch.randint(0, nc, (len(cell), 1), generator=g).float(),
+        "bboxes": torch.cat([centre, wh], 1),
     }
+
+
+def _grid_masks(batch: int, size: int, objects: int, xywh: torch.Tensor, overlap: bool) -> dict:
+    """Instance masks at ``size`` x ``size`` (the prototypes' resolution) filling each box, by broadcasting."""
+    pixel = (torch.arange(size) + 0.5) / size
+    lo, hi = xywh[:, :2] - xywh[:, 2:] / 2, xywh[:, :2] + xywh[:, 2:] / 2
+    inside_x = (pixel >= lo[:, :1]) & (pixel < hi[:, :1])  # (n, size)
+    inside_y = (pixel >= lo[:, 1:]) & (pixel < hi[:, 1:])
+    inside = inside_y[:, :, None] & inside_x[:, None, :]  # (n, size, size)
+    if overlap:
+        index = torch.arange(1, objects + 1).repeat(batch)[:, None, None]
+        dtype = torch.int32 if objects > 255 else torch.uint8
+        masks = (inside * index).view(batch, objects, size, size).amax(1).to(dtype)
+    else:
+        masks = inside.float()
+    return {"masks": masks, "sem_masks": torch.zeros(batch, size, size)}
 
 
 class _LayerAccounting:
@@ -234,9 +343,15 @@ def layer_flops(model, images: torch.Tensor) -> list[int]:
 
 
 def _run_step(model, batch, optimizer, loss_fn, tracker, autocast=None):
-    """Forward, loss, backward, optimizer step; returns the per-phase peaks and the bytes alive before the loss.
-    ``autocast`` (a context manager) covers the forward and the loss, as in Ultralytics' training step."""
+    """Forward, loss, backward, optimizer step; returns the per-phase peaks, the bytes alive before the loss and the
+    optimizer state's bytes. ``autocast`` (a context manager) covers the forward and the loss, as in Ultralytics'
+    training step.
+
+    An optimizer without state creates it in this step's optimizer phase (whose peak is then a later step's: the
+    state plus the update's temporaries); every later step carries it all along, so its bytes are added to the
+    earlier phases' peaks: one step measures a steady-state step, without a first one to create the state."""
     autocast = autocast or contextlib.nullcontext
+    fresh = not optimizer.state
     peaks = {}
     tracker.start_phase()
     with autocast():
@@ -254,103 +369,162 @@ def _run_step(model, batch, optimizer, loss_fn, tracker, autocast=None):
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     peaks["optimizer"] = tracker.phase_peak_bytes
-    return peaks, before_loss
+    state = _nbytes([list(s.values()) for s in optimizer.state.values()])
+    if fresh:
+        peaks.update({p: peaks[p] + state for p in ("forward", "loss", "backward")})
+        before_loss += state
+    return peaks, before_loss, state
+
+
+# Ultralytics' optimizer names (``BaseTrainer.build_optimizer``'s ``optimizers`` set), mirrored to check a name
+# before any work starts; the optimizer itself is built by Ultralytics' builder.
+OPTIMIZERS = ("Adam", "Adamax", "AdamW", "NAdam", "RAdam", "RMSprop", "SGD", "MuSGD")
 
 
 def optimizer_for(name: str = "auto", iterations: int = 0) -> str:
-    """The optimizer whose state to count for Ultralytics' ``optimizer=``: ``auto`` picks AdamW up to 10000
-    iterations and MuSGD beyond (``BaseTrainer.build_optimizer``); Adam-like ones keep AdamW's 2 states per
-    parameter, SGD-like ones 1."""
-    name = str(name)
-    if name.lower() == "auto":
+    """The optimizer Ultralytics builds for ``optimizer=name`` in a run of ``iterations`` optimizer steps
+    (``ceil(len(dataset) / max(batch, nbs)) * epochs``): ``auto`` is AdamW up to 10000 iterations and MuSGD beyond
+    (``BaseTrainer.build_optimizer``); other names are matched case-insensitively, as there.
+
+    Raises:
+        ValueError: naming ``name`` and the valid names (:data:`OPTIMIZERS` and ``auto``).
+    """
+    if str(name).lower() == "auto":
         return "MuSGD" if iterations > 10000 else "AdamW"
-    return "SGD" if name.lower() in {"sgd", "musgd", "rmsprop"} else "AdamW"
+    names = {n.lower(): n for n in OPTIMIZERS}
+    if str(name).lower() not in names:
+        raise ValueError(f"optimizer={name!r} is not an Ultralytics optimizer; valid: auto, {', '.join(OPTIMIZERS)}")
+    return names[str(name).lower()]
 
 
-def build_optimizer(model, name: str = "AdamW"):
-    """The optimizer whose state a step carries: ``AdamW`` (2 states per parameter, what ``optimizer=auto`` picks
-    for short runs) or ``SGD`` (momentum: 1 state; ``MuSGD`` of long auto runs keeps the same)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    if name == "AdamW":
-        return torch.optim.AdamW(params, lr=1e-6, foreach=False)
-    if name in {"SGD", "MuSGD"}:
-        return torch.optim.SGD(params, lr=1e-6, momentum=0.9, foreach=False)
-    raise ValueError(f"optimizer={name!r} is not modelled; valid: AdamW, SGD, MuSGD")
-
-
-def profile_step(model, batch: dict, recompute="none", mode: str = "full", optimizer: str = "AdamW") -> StepProfile:
-    """Measure one real training step of a copy of ``model`` with a recompute policy, per phase and per layer.
-
-    On CUDA the peaks come from the allocator (``max_memory_allocated``); elsewhere from
-    :class:`LiveTensorTracker`. The optimizer state exists (a first, untracked step creates it), as in every
-    step after the first. The live model is untouched.
+def build_optimizer(model, name: str = "AdamW", iterations: int = 0):
+    """The optimizer Ultralytics trains ``model`` with, built by Ultralytics' own ``BaseTrainer.build_optimizer``
+    (called on a stand-in trainer holding the default hyperparameters): its parameter groups, and so its state
+    (AdamW, Adam: 2 tensors per parameter and a step; SGD: 1; RMSprop with momentum: 2; MuSGD: 2 for
+    matrices and conv filters, 1 for the rest; none for parameters that do not require grad), are the run's. The
+    state exists once a step has run.
 
     Args:
-        model: an Ultralytics detection ``BaseModel`` with ``.args`` set.
-        batch: a training batch (:func:`detect_batch`), on the model's device.
-        recompute, mode: the policy (``yolo_ckpt.policy``) and ``recompute_mode``.
-        optimizer: see :func:`build_optimizer`.
+        model: the module whose parameters it optimizes (real or fake tensors).
+        name, iterations: as in :func:`optimizer_for` (``auto`` resolved there).
+
+    Raises:
+        ValueError: for a name Ultralytics does not know.
+    """
+    from types import SimpleNamespace
+
+    from ultralytics.cfg import DEFAULT_CFG
+    from ultralytics.engine.trainer import BaseTrainer
+
+    name = optimizer_for(name, iterations)
+    trainer = SimpleNamespace(args=SimpleNamespace(**vars(DEFAULT_CFG)), data={})
+    logger = logging.getLogger("ultralytics")
+    level = logger.level
+    logger.setLevel(logging.WARNING)  # its per-build summary line, once per estimate, is noise here
+    try:
+        return BaseTrainer.build_optimizer(trainer, model, name, DEFAULT_CFG.lr0, DEFAULT_CFG.momentum, DEFAULT_CFG.weight_decay)
+    finally:
+        logger.setLevel(level)
+
+
+def autocast_for(amp: bool, device_type: str):
+    """The forward's and loss's autocast for ``amp=``: fp16 on CUDA, as Ultralytics trains; elsewhere (where
+    Ultralytics turns AMP off) bf16, CPU autocast's 2-byte type; or a no-op."""
+    if not amp:
+        return contextlib.nullcontext
+    dtype = torch.float16 if device_type == "cuda" else torch.bfloat16
+    return lambda: torch.autocast(device_type, dtype=dtype)
+
+
+def profile_step(
+    model, batch: dict, recompute="none", mode: str = "full", optimizer: str = "AdamW", amp: bool = False, flops: bool = True
+) -> StepProfile:
+    """Measure one real training step of a copy of ``model``: forward and loss (under autocast for ``amp``),
+    backward, optimizer step; per phase and per layer. The one step-measurement harness, any task, any device.
+
+    On CUDA the peaks come from the allocator (``max_memory_allocated``), less what was on the device before the
+    copy was made (the live model, other tensors), plus the batch; elsewhere from :class:`LiveTensorTracker`. The
+    optimizer is built by :func:`build_optimizer` and its state counted all step long, as in every step after the
+    first (:func:`_run_step`). Not modelled: ``GradScaler``'s loss scaling (a few scalars), DDP buckets. The live model,
+    its BatchNorm statistics and the RNG are untouched.
+
+    Args:
+        model: an Ultralytics ``BaseModel`` of a task in :data:`TASKS`, with ``.args`` set.
+        batch: a preprocessed training batch (:func:`training_batch`), on the model's device.
+        recompute, mode: the policy (``yolo_ckpt.policy``) and ``recompute_mode`` to apply to the copy; ``None``
+            keeps what is applied to ``model`` (a ``deepcopy`` keeps it).
+        optimizer: an Ultralytics optimizer name (:func:`build_optimizer`), ``auto`` meaning AdamW.
+        amp: autocast the forward and loss (:func:`autocast_for`).
+        flops: count per-layer forward FLOPs (one more forward pass); 0 when False.
 
     Returns:
-        The :class:`StepProfile` (``source`` says which counter).
+        The :class:`StepProfile` (``source`` says which counter; ``recompute`` the layers recomputed).
     """
-    from .engine import apply_checkpointing, recompute_mode_of
+    from .engine import apply_checkpointing, checkpointed_layers, recompute_mode_of
 
+    cuda = batch["img"].device.type == "cuda"
+    before = torch.cuda.memory_allocated() if cuda else 0
     probe = copy.deepcopy(model).train()
-    policy = apply_checkpointing(probe, recompute, mode=mode)
+    spec = ",".join(map(str, checkpointed_layers(probe))) or "none"
+    if recompute is not None:
+        spec = apply_checkpointing(probe, recompute, mode=mode).spec
     opt = build_optimizer(probe, optimizer)
-    flops = layer_flops(probe, batch["img"])
-    probe.zero_grad(set_to_none=True)
+    per_layer_flops = layer_flops(probe, batch["img"]) if flops else [0] * len(probe.model)
+    autocast = autocast_for(amp, batch["img"].device.type)
 
     def loss_fn(preds):
         return probe.loss(batch, preds)[0].sum()
 
-    _run_step(probe, batch, opt, loss_fn, LiveTensorTracker())  # creates the optimizer state
     accounting = _LayerAccounting(probe)
-    cuda = batch["img"].device.type == "cuda"
     try:
-        if cuda:
-            peaks, before_loss, static = _cuda_step(probe, batch, opt, loss_fn)
-        else:
-            with torch.random.fork_rng(devices=[]), LiveTensorTracker() as tracker:
-                state = [t for s in opt.state.values() for t in s.values()]
-                tracker.track(list(probe.parameters()), list(probe.buffers()), state, batch)
-                static = tracker.live_bytes
-                peaks, before_loss = _run_step(probe, batch, opt, loss_fn, tracker)
+        with torch.random.fork_rng(devices=[batch["img"].device] if cuda else []):
+            if cuda:
+                offset = _nbytes(batch) - before
+                counter = _Allocator()
+                static = counter.start_phase() + offset
+                peaks, before_loss, state = _run_step(probe, batch, opt, loss_fn, counter, autocast)
+                peaks = {k: v + offset for k, v in peaks.items()}
+                before_loss += offset
+            else:
+                with LiveTensorTracker() as tracker:
+                    tracker.track(list(probe.parameters()), list(probe.buffers()), batch)
+                    static = tracker.live_bytes
+                    peaks, before_loss, state = _run_step(probe, batch, opt, loss_fn, tracker, autocast)
     finally:
         accounting.remove()
     rows = [
-        LayerRow(i, str(m.type).rsplit(".", 1)[-1], *accounting.rows[i], flops[i], recompute_mode_of(m))
+        LayerRow(i, str(m.type).rsplit(".", 1)[-1], *accounting.rows[i], per_layer_flops[i], recompute_mode_of(m))
         for i, m in enumerate(probe.model)
     ]
     return StepProfile(
         source="cuda_allocator" if cuda else "cpu_live_tensors",
-        recompute=policy.spec,
+        recompute=spec,
         mode=mode,
         batch=len(batch["img"]),
         imgsz=batch["img"].shape[-1],
-        objects=int(len(batch["cls"]) // max(len(batch["img"]), 1)),
-        static_bytes=static,
+        objects=int(len(batch["batch_idx"]) // max(len(batch["img"]), 1)) if "batch_idx" in batch else 0,
+        static_bytes=static + state,
         phase_peak_bytes=peaks,
         loss_bytes=peaks["loss"] - before_loss,
         peak_bytes=max(peaks.values()),
         layers=rows,
+        input_bytes=_nbytes(batch),
     )
 
 
-def _cuda_step(model, batch, optimizer, loss_fn):
-    """:func:`_run_step` with the CUDA allocator as the counter."""
+def _nbytes(tensors) -> int:
+    """Bytes of the distinct storages of these tensors (nested lists/dicts allowed)."""
+    storages = {t.untyped_storage()._cdata: t.untyped_storage().nbytes() for t in tree_leaves(tensors) if isinstance(t, torch.Tensor)}
+    return sum(storages.values())
 
-    class _Allocator:
-        live_bytes = property(lambda self: torch.cuda.memory_allocated())
-        phase_peak_bytes = property(lambda self: torch.cuda.max_memory_allocated())
 
-        def start_phase(self):
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            return torch.cuda.memory_allocated()
+class _Allocator:
+    """The CUDA caching allocator as :func:`_run_step`'s counter (``live_bytes``, ``phase_peak_bytes``)."""
 
-    counter = _Allocator()
-    static = counter.start_phase()
-    peaks, before_loss = _run_step(model, batch, optimizer, loss_fn, counter)
-    return peaks, before_loss, static
+    live_bytes = property(lambda self: torch.cuda.memory_allocated())
+    phase_peak_bytes = property(lambda self: torch.cuda.max_memory_allocated())
+
+    def start_phase(self) -> int:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        return torch.cuda.memory_allocated()

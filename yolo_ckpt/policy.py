@@ -24,10 +24,12 @@ nothing.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 SECTIONS = ("backbone", "neck", "all")
+_INDEX = re.compile(r"[0-9]+")  # ASCII digits: str.isdigit also accepts '²', which int() rejects
 REGIONS = ("head", "loss")  # recomputed regions beyond the layers of model.model (yolo_ckpt.engine, yolo_ckpt.losses)
 # Heads whose task has a loss region (the segmentation mask loss: v8SegmentationLoss, SegmentLoss26 in
 # ultralytics/utils/loss.py). YOLOESegment is left out: it does not train offline.
@@ -178,7 +180,7 @@ def check_spec(spec, choices: str = CHOICES) -> None:
         raise ValueError(f"recompute={spec_string(spec)!r} combines 'none' with other layers; {choices}")
     for t in tokens:
         lo, sep, hi = t.partition("-")
-        if sep and lo.isdigit() and hi.isdigit() and int(lo) > int(hi):
+        if sep and _INDEX.fullmatch(lo) and _INDEX.fullmatch(hi) and int(lo) > int(hi):
             raise ValueError(f"recompute={spec_string(spec)!r}: range '{t}' is empty (start > end), write '{hi}-{lo}'; {choices}")
 
 
@@ -241,7 +243,7 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
                 loss = loss or layout.has_loss_region
             continue
         lo, sep, hi = token.partition("-")
-        if lo.isdigit() and (not sep or hi.isdigit()):
+        if _INDEX.fullmatch(lo) and (not sep or _INDEX.fullmatch(hi)):
             idx = range(int(lo), int(hi if sep else lo) + 1)
             if idx.stop - 1 > head:
                 raise ValueError(f"recompute={text!r}: layer index {idx.stop - 1} is out of range; {layout.describe()}")
@@ -262,7 +264,8 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
 
 
 def layout_of(model_arg) -> ModelLayout:
-    """Layout from what ``model=`` names, without building the model: a YAML path or dict, or a ``.pt`` file.
+    """Layout from what ``model=`` names, without building the model: a YAML path or dict, or a ``.pt`` file (of a
+    distillation run: its student's).
 
     Raises:
         FileNotFoundError: for a ``.pt`` path that does not exist.
@@ -276,4 +279,5 @@ def layout_of(model_arg) -> ModelLayout:
         return ModelLayout.from_yaml(yaml_model_load(path))
     from ultralytics.nn.tasks import load_checkpoint
 
-    return ModelLayout.from_model(load_checkpoint(path)[0])
+    model = load_checkpoint(path)[0]
+    return ModelLayout.from_model(getattr(model, "student_model", model))  # a distill_model= run's last.pt

@@ -1,7 +1,9 @@
 """The run report ``ckpt_report.json``: policy, settings, peak memory, step time and final metrics of a run.
 
 Key names carry their units (``_bytes``, ``_s``). The memory and benchmark tools read this file; bump
-``SCHEMA_VERSION`` when a key changes meaning.
+``SCHEMA_VERSION`` when a key changes meaning (2: the CPU probe measures the first full-size batch with the
+optimizer step and says which batch it measured; ``batch`` is the batch that trained, ``batch_at_start`` the one
+training started with; plans carry their headroom and what the estimate assumed).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import torch
 import ultralytics
 
 REPORT_NAME = "ckpt_report.json"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 WARMUP_STEPS = 3  # steps left out of the median step time: first-call allocations, lazy init
 _SUFFIX = {"(B)": "box", "(M)": "mask", "(P)": "pose"}
 
@@ -56,6 +58,18 @@ def task_metrics(metrics: dict) -> dict:
     return out
 
 
+def probe_counts(batch: dict | None) -> dict:
+    """What the CPU memory probe measured: ``memory_probe_images``, ``memory_probe_objects`` (labelled objects in the
+    batch; None for classify) and ``memory_probe_imgsz`` of the kept training batch (all None without one)."""
+    if batch is None:
+        return dict.fromkeys(("memory_probe_images", "memory_probe_objects", "memory_probe_imgsz"))
+    return {
+        "memory_probe_images": len(batch["img"]),
+        "memory_probe_objects": len(batch["bboxes"]) if "bboxes" in batch else None,
+        "memory_probe_imgsz": batch["img"].shape[-1],
+    }
+
+
 def build_run_report(trainer) -> dict:
     """The report of a finished run of a Checkpoint*Trainer (see the module docstring for the keys)."""
     from . import __version__
@@ -84,11 +98,12 @@ def build_run_report(trainer) -> dict:
         "recomputed_regions": policy.regions() if policy else [],
         "device": str(trainer.device),
         "imgsz": args.imgsz,
-        "batch": trainer.batch_size,
+        "batch": trainer.batch_size,  # after Ultralytics' halvings on an out-of-memory error in the first epoch
+        "batch_at_start": stats["batch_at_start"],
         "amp": bool(trainer.amp),
         "epochs": trainer.epoch + 1,
         "memory_source": source,
-        "memory_probe_imgsz": stats["probe_batch"]["img"].shape[-1] if stats["probe_batch"] is not None else None,
+        **probe_counts(stats["probe_batch"]),
         "train_peak_allocated_bytes": train.get("allocated"),
         "train_peak_reserved_bytes": train.get("reserved"),
         "val_peak_allocated_bytes": val.get("allocated"),
@@ -103,6 +118,9 @@ def build_run_report(trainer) -> dict:
             "imgsz": trainer.plan.imgsz,
             "recompute_flops": trainer.plan.recompute_flops,
             "recompute_cost_fraction": trainer.plan.recompute_cost,
+            "headroom_bytes": trainer.plan.headroom_bytes,
+            "margin_bytes": trainer.plan.margin_bytes,
+            "assumed": trainer.run_spec.to_dict() if trainer.run_spec else None,
         },
         "metrics": task_metrics(trainer.metrics),
         "ultralytics_metrics": {k: float(v) for k, v in (trainer.metrics or {}).items()},

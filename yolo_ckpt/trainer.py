@@ -16,31 +16,41 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import math
-import random
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
+from ultralytics.engine.trainer import BaseTrainer
+from ultralytics.models.rtdetr.train import RTDETRTrainer
 from ultralytics.models.yolo.classify import ClassificationTrainer
 from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.models.yolo.obb import OBBTrainer
 from ultralytics.models.yolo.pose import PoseTrainer
 from ultralytics.models.yolo.segment import SegmentationTrainer
+from ultralytics.models.yolo.world import WorldTrainer
+from ultralytics.models.yolo.yoloe import YOLOEPESegTrainer, YOLOEPETrainer, YOLOETrainer
 from ultralytics.utils import DEFAULT_CFG, LOGGER, RANK, YAML, IterableSimpleNamespace, colorstr
-from ultralytics.utils.patches import override_configs
+from ultralytics.utils.checks import check_imgsz
 from ultralytics.utils.torch_utils import unwrap_model
 
-from . import report
+from . import distributed, report
+from .atomic import atomic_saves
 from .engine import apply_checkpointing
-from .memory import optimizer_for
-from .planner import MemoryModel, parse_budget
+from .losses import check_loss_chunk
+from .planner import PLANNED_TASKS, MemoryModel, headroom_for, parse_budget, parse_headroom
 from .policy import check_mode, check_spec, is_auto, layout_of, resolve
+from .runspec import RunSpec, amp_enabled, count_data, device_type, objects_rule, optimizer_rule
 
 DEFAULTS_PATH = Path(__file__).parent / "cfg" / "default.yaml"
 DEFAULTS: dict = YAML.load(DEFAULTS_PATH)
 PREFIX = colorstr("yolo-ckpt: ")
+# yolo-ckpt keys whose default differs for a task from cfg/default.yaml. Segmentation recomputes its mask loss (the
+# loss region, yolo_ckpt.losses): exact and, with many objects per image, it frees more memory than any layer policy.
+TASK_DEFAULTS = {"segment": {"recompute": "backbone,loss"}}
+# Trainers of a planned task (detect, segment) whose models and losses the estimate does not know: named policies only
+NOT_PLANNED = (RTDETRTrainer, WorldTrainer, YOLOETrainer, YOLOEPETrainer, YOLOEPESegTrainer)
 
 
 def frozen_layers(freeze) -> list[int]:
@@ -61,20 +71,6 @@ def _model_source(overrides: dict):
     return overrides.get("model")
 
 
-@contextlib.contextmanager
-def rng_preserved():
-    """Put Python's, NumPy's and torch's (CPU) global random states back on exit. Planning builds the training
-    dataset to count its objects, which draws from ``random``; training must then draw the same numbers (the same
-    augmentations) as it would without planning, or recompute=auto would not train exactly as stock."""
-    state = random.getstate(), np.random.get_state()
-    with torch.random.fork_rng(devices=[]):
-        try:
-            yield
-        finally:
-            random.setstate(state[0])
-            np.random.set_state(state[1])
-
-
 def _on_train_batch_start(trainer) -> None:
     trainer.ckpt_stats["t0"] = time.perf_counter()
 
@@ -89,7 +85,12 @@ def _on_train_end(trainer) -> None:
     report.write_run_report(trainer)
 
 
+def _on_pretrain_routine_end(trainer) -> None:
+    trainer.ckpt_stats["batch_at_start"] = trainer.batch_size  # after batch=-1; an OOM halving may lower it later
+
+
 CALLBACKS = {
+    "on_pretrain_routine_end": _on_pretrain_routine_end,
     "on_train_batch_start": _on_train_batch_start,
     "on_train_batch_end": _on_train_batch_end,
     "on_train_end": _on_train_end,
@@ -103,12 +104,13 @@ class CheckpointTrainerMixin:
         """Take yolo-ckpt's keys out of ``overrides``/``cfg``, validate them, then build the Ultralytics trainer.
 
         Raises:
-            ValueError: for an invalid ``recompute=`` or ``recompute_mode=`` value, before any file or folder is
-                written.
+            ValueError: for an invalid ``recompute=``, ``recompute_mode=`` or ``loss_chunk=`` value, before any file
+                or folder is written.
         """
         overrides = dict(overrides or {})
         given = {k: overrides.pop(k) for k in DEFAULTS if k in overrides}
         check_mode(given.get("recompute_mode", DEFAULTS["recompute_mode"]))
+        check_loss_chunk(given.get("loss_chunk", DEFAULTS["loss_chunk"]))
         self._check_planning(given, overrides)
         if "recompute" in given:
             source = _model_source(overrides)
@@ -117,80 +119,147 @@ class CheckpointTrainerMixin:
             else:
                 check_spec(given["recompute"])
         super().__init__(cfg, overrides, _callbacks)
-        for k, default in DEFAULTS.items():  # given > restored by resume (train_args) > default
+        if distributed.torchrun_world_size() > 1:  # a torchrun worker: the whole job's ranks, on every node
+            self.world_size = distributed.torchrun_world_size()
+        # given > restored by resume (train_args) > this task's default > default
+        for k, default in {**DEFAULTS, **TASK_DEFAULTS.get(task_of(type(self)), {})}.items():
             setattr(self.args, k, given.get(k, getattr(self.args, k, default)))
         if RANK in {-1, 0}:
             YAML.save(self.save_dir / "args.yaml", vars(self.args))  # again, now with yolo-ckpt's keys
-        self.policy = self.plan = None
-        self.ckpt_stats = {"step_s": [], "probe_batch": None, "train_peak": {}, "val_peak": {}}
+        self.policy = self.plan = self.run_spec = self._counts = None
+        self.ckpt_stats = {"step_s": [], "probe_batch": None, "batch_at_start": None, "train_peak": {}, "val_peak": {}}
         for event, callback in CALLBACKS.items():  # the DDP worker gets them back in _callbacks already
             if callback not in self.callbacks[event]:
                 self.add_callback(event, callback)
 
     def _check_planning(self, given: dict, overrides: dict) -> None:
-        """recompute=auto and batch=-1 need a budget on the CPU and a detection model; check before any write."""
+        """Check the planning keys before any write: ``memory_headroom=``'s and ``memory_budget=``'s form; a budget
+        for recompute=auto on the CPU; an estimate for the task wherever one plans (batch=-1 on the CPU without a
+        budget does not plan: it is stock AutoBatch's batch 16)."""
         auto = is_auto(given.get("recompute", ""))
         autobatch = float(overrides.get("batch", DEFAULT_CFG.batch)) < 1
-        cpu = str(overrides.get("device", "")).lower() == "cpu" or not torch.cuda.is_available()
-        if given.get("memory_budget") is not None:
-            parse_budget(given["memory_budget"], None if cpu else 1)  # the form only: the device is not set up yet
-        what = "recompute=auto" if auto else "batch=-1" if autobatch else None
-        if what and cpu and given.get("memory_budget") is None:
-            raise ValueError(f"{what} on the CPU needs memory_budget= (bytes with a unit, e.g. memory_budget=8GB)")
-        if what and isinstance(self, (SegmentationTrainer, OBBTrainer, PoseTrainer, ClassificationTrainer)):
-            raise ValueError(f"{what} plans memory for detection models; for this task give a named policy and a batch")
+        cpu = device_type(overrides.get("device")) != "cuda" or not torch.cuda.is_available()
+        budget = given.get("memory_budget")
+        parse_headroom(given.get("memory_headroom", DEFAULTS["memory_headroom"]))
+        if budget is not None:
+            parse_budget(budget, None if cpu else 1)  # the form only: the device is not set up yet
+        if auto and cpu and budget is None:
+            raise ValueError("recompute=auto on the CPU needs memory_budget= (bytes with a unit, e.g. memory_budget=8GB): there is no device memory to plan for")
+        task = task_of(type(self))
+        what = "recompute=auto" if auto else "batch=-1" if autobatch and not (cpu and budget is None) else None
+        if what and (task not in PLANNED_TASKS or isinstance(self, NOT_PLANNED)):
+            raise ValueError(
+                f"{what} plans memory with the estimate, which exists for YOLO models of the tasks "
+                f"{', '.join(PLANNED_TASKS)}; for {type(self).__name__} (task {task}) give a named policy and a batch"
+            )
 
     def _budget(self) -> int:
-        """memory_budget= in bytes; on CUDA by default batch=-1's fraction (AutoBatch's 0.6) of the memory available."""
-        available = None
-        if self.device.type == "cuda":  # as AutoBatch counts it: free memory plus what this process has reserved
-            available = torch.cuda.mem_get_info(self.device)[0] + torch.cuda.memory_reserved(self.device)
-        if self.args.memory_budget is not None:
-            return parse_budget(self.args.memory_budget, available)
-        return int((self.args.batch if 0 < self.args.batch < 1 else 0.6) * available)
+        """memory_budget= in bytes; on CUDA by default batch=-1's fraction (AutoBatch's 0.6) of the memory available.
 
-    def _memory_model(self, batch: int):
-        """The planner's memory model of this run's model at its imgsz, with the dataset's most objects per image
-        (x4 for mosaic, as Ultralytics' AutoBatch counts them)."""
-        with rng_preserved(), override_configs(self.args, overrides={"cache": False}) as self.args:
-            dataset = self.build_dataset(self.data["train"], mode="train", batch=16)
-        objects = max(len(label["cls"]) for label in dataset.labels) * 4
+        Raises:
+            ValueError: for a budget in bytes above the CUDA memory available, which no plan can honour.
+        """
+        available = self._cuda_available() if self.device.type == "cuda" else None
+        if self.args.memory_budget is None:
+            return int((self.args.batch if 0 < self.args.batch < 1 else 0.6) * available)
+        budget = parse_budget(self.args.memory_budget, available)
+        if available is not None and budget > available:
+            raise ValueError(f"memory_budget={self.args.memory_budget} ({budget / 2**30:.2f} GiB) is more than the {available / 2**30:.2f} GiB of CUDA memory available on {self.device}")
+        return budget
+
+    def _cuda_available(self) -> int:
+        """CUDA bytes available to this run as AutoBatch counts them: free memory plus what this process reserved."""
+        return torch.cuda.mem_get_info(self.device)[0] + torch.cuda.memory_reserved(self.device)
+
+    def _planned_imgsz(self) -> int:
+        """The largest imgsz a step trains at: imgsz rounded as ``_setup_train`` rounds it, x (1 + multi_scale) on
+        the stride grid, as ``BaseTrainer.auto_batch`` sizes it (mirrored: it computes it inline)."""
+        stride = max(int(unwrap_model(self.model).stride.max()), 32)
+        imgsz = check_imgsz(self.args.imgsz, stride=stride, floor=stride, max_dim=1)
+        return math.ceil(imgsz * (1 + self.args.multi_scale) / stride) * stride
+
+    def _data_counts(self):
+        """Images and most objects per image of the training set (counted once per run, RNG untouched)."""
+        if self._counts is None:
+            self._counts = count_data(self.args, self.data, max(int(unwrap_model(self.model).stride.max()), 32))
+        return self._counts
+
+    def _memory_model(self, batch: int) -> MemoryModel:
+        """The planner's memory model of this run: its model, largest imgsz, the data's objects (most per image x 4
+        for mosaic), the optimizer Ultralytics will build, AMP as this device runs it, and the headroom for CUDA
+        against a budget in bytes. Logs what it assumed (``self.run_spec``)."""
+        counts = self._data_counts()
+        objects, objects_text = objects_rule(counts, 0)
+        optimizer, optimizer_text = optimizer_rule(self.args.optimizer, counts.images, batch, self.args.nbs, self.epochs)
+        amp = amp_enabled(self.args.amp, self.device.type)
         model = copy.deepcopy(unwrap_model(self.model)).cpu()
         model.args = self.args  # the loss's hyperparameters (set_model_attributes has not run yet in setup_model)
-        amp = self.device.type == "cuda" and self.args.amp not in {False, "fp32"}
-        iterations = math.ceil(len(dataset) / max(batch, self.args.nbs)) * self.epochs  # as build_optimizer counts
-        optimizer = optimizer_for(self.args.optimizer, iterations)
-        return MemoryModel(model, self.args.imgsz, batch, objects=max(objects, 1), optimizer=optimizer, amp=amp)
+        self.run_spec = RunSpec(self.device.type, amp, optimizer, optimizer_text, objects, objects_text, int(model.yaml["nc"]))
+        LOGGER.info(f"{PREFIX}memory model {self.run_spec.describe()}")
+        headroom = headroom_for(self.args.memory_headroom, self.device.type, self.args.memory_budget)
+        return MemoryModel(model, self._planned_imgsz(), batch, objects=objects, optimizer=optimizer, amp=amp, headroom=headroom)
 
     def _plan_recompute(self) -> str:
-        """recompute=auto: the cheapest layer set that fits the budget at this run's batch and imgsz."""
+        """recompute=auto: the cheapest layer set that fits the budget at this run's batch and largest imgsz. With
+        batch=-1 the order is: recompute every layer, then take the largest batch that fits (:meth:`auto_batch`)."""
         if self.args.batch < 1:
             LOGGER.info(f"{PREFIX}recompute=auto with batch=-1: recompute every layer, then take the largest batch")
             return "all"
-        self.plan = self._memory_model(self.args.batch).plan(self._budget(), self.args.batch, self.args.imgsz)
+        imgsz = self._planned_imgsz()
+        self.plan = self._memory_model(self.args.batch).plan(self._budget(), self.args.batch, imgsz)
         LOGGER.info(
             f"{PREFIX}plan for memory_budget={self.plan.budget_bytes / 2**30:.2f} GiB: recompute={self.plan.recompute}, "
-            f"estimated peak {self.plan.estimated_peak_bytes / 2**30:.2f} GiB at batch={self.plan.batch} "
-            f"imgsz={self.plan.imgsz}, recompute cost {self.plan.recompute_cost:.1%} of a step's FLOPs"
+            f"estimated peak {self.plan.estimated_peak_bytes / 2**30:.2f} GiB + headroom {self.plan.headroom_bytes / 2**30:.2f} GiB "
+            f"at batch={self.plan.batch} imgsz={imgsz}, recompute cost {self.plan.recompute_cost:.1%} of a step's FLOPs"
         )
         return self.plan.recompute
 
     def auto_batch(self):
-        """batch=-1 (or a fraction): the largest batch whose estimated peak, with the policy applied, fits the
-        budget; on any device (Ultralytics' AutoBatch profiles CUDA only, and the unpatched model's needs).
+        """batch=-1 (or a fraction), with the recompute policy already applied to ``self.model``.
+
+        - CUDA: Ultralytics' AutoBatch (``BaseTrainer.auto_batch`` -> ``check_train_batch_size``) profiles real steps
+          of the patched model, so its pick reflects the recomputation; a byte ``memory_budget=`` reaches it as the
+          fraction it takes (budget / the memory it counts as available). The estimate's batch is logged beside it
+          as a cross-check; for segmentation, the only task with a loss region, the smaller of the two is taken
+          (AutoBatch models the detection loss, never a mask loss).
+        - CPU without ``memory_budget=``: stock (AutoBatch's default batch 16, with its warning, no dataset cap).
+        - CPU with ``memory_budget=``: the largest batch whose estimate fits, at the largest multi-scale imgsz,
+          capped by the dataset's images and AutoBatch's 1024.
 
         Raises:
-            ValueError: when not even batch 1 fits, saying the need.
+            ValueError: on the CPU, when not even batch 1 fits the budget, saying the need.
         """
-        budget, imgsz = self._budget(), self.args.imgsz
+        if self.device.type != "cuda" and self.args.memory_budget is None:
+            LOGGER.warning(f"{PREFIX}batch=-1 on the CPU without memory_budget=: AutoBatch's default batch 16, as stock; memory_budget= plans the largest batch that fits")
+            return super().auto_batch()
+        budget, imgsz = self._budget(), self._planned_imgsz()
         memory = self._memory_model(2)
-        batch = memory.largest_batch(self.policy.indices, budget, imgsz)
-        if batch < 1:
-            need = memory.peak(self.policy.indices, 1, imgsz)
+        images = self._data_counts().images
+        estimated = min(memory.largest_batch(self.policy.indices, budget, imgsz), images)
+        if self.device.type == "cuda":
+            batch = self._autobatch(budget)
+            LOGGER.info(f"{PREFIX}AutoBatch measured batch={batch}; the estimate's batch for {budget / 2**30:.2f} GiB is {estimated}")
+            if isinstance(self, SegmentationTrainer) and estimated < batch:  # AutoBatch never sees a mask loss
+                LOGGER.info(f"{PREFIX}batch={max(estimated, 1)}: the estimate counts the mask loss, AutoBatch does not")
+                batch = max(estimated, 1)
+        elif estimated < 1:
+            need = memory.headroom.need(memory.peak(self.policy.indices, 1, imgsz))
             raise ValueError(f"memory_budget={budget / 2**30:.2f} GiB is below batch=1's estimated need of {need / 2**30:.2f} GiB at imgsz={imgsz} with {self.policy}")
-        LOGGER.info(f"{PREFIX}batch={batch}: the largest that fits memory_budget={budget / 2**30:.2f} GiB at imgsz={imgsz} ({self.policy.spec})")
+        else:
+            batch = estimated
+        LOGGER.info(f"{PREFIX}batch={batch} for memory_budget={budget / 2**30:.2f} GiB at imgsz={imgsz} ({self.policy.spec})")
         self.plan = self.plan or memory.as_plan(self.policy.indices, memory.peak(self.policy.indices, batch, imgsz), budget, batch, imgsz)
         return batch
+
+    def _autobatch(self, budget: int) -> int:
+        """Ultralytics' AutoBatch on the patched model at the fraction ``budget`` is of the memory it counts as
+        available (``check_train_batch_size`` reads the fraction from the batch it is given)."""
+        counts = self._data_counts()
+        requested, self.batch_size = self.batch_size, min(budget / self._cuda_available(), 0.999)  # AutoBatch takes (0, 1)
+        try:
+            return BaseTrainer.auto_batch(self, counts.mosaic_objects, dataset_size=counts.images)
+        finally:
+            self.batch_size = requested
 
     def setup_model(self):
         """Build or load the model as Ultralytics does, then apply the recompute policy and log it."""
@@ -199,7 +268,11 @@ class CheckpointTrainerMixin:
         if is_auto(recompute):
             recompute = self._plan_recompute()
         self.policy = apply_checkpointing(
-            self.model, recompute, frozen=frozen_layers(self.args.freeze), mode=self.args.recompute_mode
+            self.model,
+            recompute,
+            frozen=frozen_layers(self.args.freeze),
+            mode=self.args.recompute_mode,
+            loss_chunk=self.args.loss_chunk,
         )
         if RANK in {-1, 0}:
             LOGGER.info(f"{PREFIX}activation checkpointing {self.policy}")
@@ -208,11 +281,30 @@ class CheckpointTrainerMixin:
         return ckpt
 
     def preprocess_batch(self, batch):
-        """Ultralytics' preprocessing; on the CPU the first batch is kept for the end-of-run memory probe."""
+        """Ultralytics' preprocessing; on the CPU the first full-size batch (the first of the most images, when the
+        dataset is smaller than the batch) is kept for the end-of-run memory probe."""
         batch = super().preprocess_batch(batch)
-        if self.device.type == "cpu" and self.ckpt_stats["probe_batch"] is None:
+        kept = self.ckpt_stats["probe_batch"]
+        if self.device.type == "cpu" and (kept is None or len(kept["img"]) < min(len(batch["img"]), self.batch_size)):
             self.ckpt_stats["probe_batch"] = dict(batch)
         return batch
+
+    def _setup_ddp(self):
+        """Ultralytics' process-group set-up on GPUs; on the CPU a gloo group (:mod:`yolo_ckpt.distributed`)."""
+        if self.device.type != "cpu":
+            return super()._setup_ddp()
+        distributed.init_cpu_process_group(self.world_size)
+
+    def _setup_train(self):
+        """Ultralytics' set-up; on the CPU under torchrun its DDP wrap builds a CPU DDP (:func:`~yolo_ckpt.distributed.cpu_ddp`)."""
+        with distributed.cpu_ddp() if self.device.type == "cpu" and self.world_size > 1 else contextlib.nullcontext():
+            return super()._setup_train()
+
+    def save_model(self):
+        """Ultralytics' ``save_model``, with ``last.pt``/``best.pt``/``epochN.pt`` written atomically: a kill during
+        the write leaves the previous complete checkpoint (:mod:`yolo_ckpt.atomic`)."""
+        with atomic_saves(self.wdir):
+            return super().save_model()
 
     def get_validator(self):
         """Ultralytics' validator, built from the args without yolo-ckpt's keys (its argument check rejects them)."""
@@ -230,60 +322,80 @@ class CheckpointTrainerMixin:
 
     def final_eval(self):
         """Ultralytics' final validation of ``best.pt``, with its CUDA peak counted as validation."""
-        with report.cuda_peak(self, "val"):
+        cpu_ranks = self.device.type == "cpu" and self.world_size > 1
+        with report.cuda_peak(self, "val"), distributed.cpu_validation() if cpu_ranks else contextlib.nullcontext():
             super().final_eval()
 
     def memory_probes(self) -> tuple[int, int]:
-        """CPU: peak live-tensor bytes of one training step and one validation batch of the final model.
+        """CPU: peak live-tensor bytes of one training step (forward, loss, backward and the step of the run's
+        optimizer, its state included: what the plan estimates) on the kept full-size batch, and of one validation
+        batch of the final model.
 
         Returns:
             ``(train_bytes, val_bytes)``; the validation batch is the validation loader's batch size.
         """
-        from .memory import probe_training_step, probe_validation_step
+        from .memory import optimizer_for, probe_validation_step, profile_step
 
         batch = self.ckpt_stats["probe_batch"]
         model = unwrap_model(self.model)
         val_batch = self.test_loader.batch_size or len(batch["img"])
         images = batch["img"].repeat((val_batch + len(batch["img"]) - 1) // len(batch["img"]), 1, 1, 1)[:val_batch]
-        return probe_training_step(model, batch), probe_validation_step(self.ema.ema, images)
+        step = profile_step(model, batch, self.policy.spec, self.policy.mode, optimizer_for(self.args.optimizer))
+        return step.peak_bytes, probe_validation_step(self.ema.ema, images)
 
 
-class CheckpointDetectionTrainer(CheckpointTrainerMixin, DetectionTrainer):
-    """``DetectionTrainer`` with activation checkpointing (``recompute=``) and a run report."""
+@functools.cache
+def checkpointed(trainer_cls: type) -> type:
+    """``trainer_cls`` (any Ultralytics trainer, a user's own subclass included) with activation checkpointing
+    (``recompute=``) and the run report: the class ``Checkpoint<Name>(CheckpointTrainerMixin, trainer_cls)``.
 
-
-class CheckpointSegmentationTrainer(CheckpointTrainerMixin, SegmentationTrainer):
-    """``SegmentationTrainer`` with activation checkpointing (``recompute=``) and a run report."""
-
-
-class CheckpointOBBTrainer(CheckpointTrainerMixin, OBBTrainer):
-    """``OBBTrainer`` with activation checkpointing (``recompute=``) and a run report."""
-
-
-class CheckpointPoseTrainer(CheckpointTrainerMixin, PoseTrainer):
-    """``PoseTrainer`` with activation checkpointing (``recompute=``) and a run report."""
-
-
-class CheckpointClassificationTrainer(CheckpointTrainerMixin, ClassificationTrainer):
-    """``ClassificationTrainer`` with activation checkpointing (``recompute=``) and a run report."""
-
-
-TRAINERS = {
-    "detect": CheckpointDetectionTrainer,
-    "segment": CheckpointSegmentationTrainer,
-    "obb": CheckpointOBBTrainer,
-    "pose": CheckpointPoseTrainer,
-    "classify": CheckpointClassificationTrainer,
-}
-
-
-def trainer_for(task: str) -> type:
-    """The Checkpoint*Trainer class for an Ultralytics task name.
+    Cached: the same class comes back for the same trainer. The classes made of Ultralytics' own trainers become
+    attributes of ``yolo_ckpt.trainer`` (``CheckpointDetectionTrainer``, ``CheckpointDepthTrainer``, ...), so pickle
+    and the DDP launcher's cloudpickle store them by reference; cloudpickle stores a user's class by value.
 
     Raises:
-        ValueError: for any other task (semantic, depth, and the RT-DETR, World and YOLOE trainers are not
-            supported), naming the supported tasks.
+        TypeError: if ``trainer_cls`` is not a subclass of Ultralytics' ``BaseTrainer``.
     """
-    if task not in TRAINERS:
-        raise ValueError(f"task={task!r} is not supported by yolo-ckpt; supported tasks: {list(TRAINERS)}")
-    return TRAINERS[task]
+    if not (isinstance(trainer_cls, type) and issubclass(trainer_cls, BaseTrainer)):
+        raise TypeError(f"checkpointed() takes an Ultralytics trainer class (a BaseTrainer subclass), got {trainer_cls!r}")
+    if issubclass(trainer_cls, CheckpointTrainerMixin):
+        return trainer_cls
+    name = f"Checkpoint{trainer_cls.__name__}"
+    doc = f"``{trainer_cls.__name__}`` with activation checkpointing (``recompute=``) and a run report."
+    cls = type(name, (CheckpointTrainerMixin, trainer_cls), {"__module__": __name__, "__qualname__": name, "__doc__": doc})
+    if trainer_cls.__module__.startswith("ultralytics."):  # importable by name, in a DDP worker too
+        globals().setdefault(name, cls)
+    return cls
+
+
+CheckpointDetectionTrainer = checkpointed(DetectionTrainer)
+CheckpointSegmentationTrainer = checkpointed(SegmentationTrainer)
+CheckpointOBBTrainer = checkpointed(OBBTrainer)
+CheckpointPoseTrainer = checkpointed(PoseTrainer)
+CheckpointClassificationTrainer = checkpointed(ClassificationTrainer)
+
+
+def task_of(trainer_cls: type) -> str:
+    """The Ultralytics task of a trainer class: the task in Ultralytics' task table whose trainer is its nearest
+    ancestor (``SegmentationTrainer`` subclasses ``DetectionTrainer``: its task is ``segment``)."""
+    from ultralytics import YOLO
+
+    mro = trainer_cls.__mro__
+    ancestors = {t: mro.index(row["trainer"]) for t, row in YOLO.task_map.fget(None).items() if row["trainer"] in mro}
+    return min(ancestors, key=ancestors.get)
+
+
+def trainer_for(task: str, model=None) -> type:
+    """The checkpointed trainer of an Ultralytics task, from Ultralytics' own task table: that of ``model`` (a
+    ``YOLO``, ``RTDETR``, ... instance, so an RT-DETR model gets ``RTDETRTrainer`` for task ``detect``, as
+    ``Model.train`` picks it), else ``YOLO.task_map``.
+
+    Raises:
+        ValueError: for a task the table does not have, naming the tasks it has.
+    """
+    from ultralytics import YOLO
+
+    table = model.task_map if model is not None else YOLO.task_map.fget(None)  # the property reads no instance state
+    if task not in table:
+        raise ValueError(f"task={task!r} is not an Ultralytics task; valid tasks: {', '.join(table)}")
+    return checkpointed(table[task]["trainer"])

@@ -1,0 +1,146 @@
+"""The run an estimate is for: device, AMP, optimizer, classes and objects per image, decided once from the keys.
+
+``yolo-ckpt train``, ``profile`` and ``plan`` read the same keys the same way, so the same keys mean the same run:
+
+- device: ``device=`` as given (``cpu``, ``mps``, or a CUDA device); without it, a CUDA device, the case a user
+  plans for. The trainers use the device Ultralytics selected.
+- AMP: Ultralytics' rule (``BaseTrainer._setup_train`` and ``check_amp``): on when ``amp`` is not ``False``/``"fp32"``
+  and the device is an accelerator; the CPU and MPS train in fp32. :func:`amp_enabled` is the one place that decides.
+- optimizer: ``optimizer=`` as given; ``auto`` is Ultralytics' ``BaseTrainer.build_optimizer`` rule (AdamW up to 10000
+  iterations, MuSGD beyond), with iterations counted as ``_build_train_pipeline`` counts them
+  (``ceil(images / max(batch, nbs)) * epochs``); without ``data=`` there are no images to count: AdamW.
+- classes and objects per image: from ``data=`` (Ultralytics' ``check_det_dataset`` and the training dataset the
+  trainer builds), the most objects in one image x 4 for mosaic, as ``DetectionTrainer.auto_batch`` counts them;
+  without ``data=``, the model YAML's ``nc`` and ``objects=``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from .memory import optimizer_for
+
+def device_type(device) -> str:
+    """The device type a ``device=`` value trains on, without selecting it: ``"cpu"``, ``"mps"`` or ``"cuda"``
+    (indices, ``cuda:0``, ``0,1``, ``-1`` and no value at all: planning is for the CUDA device the run will use)."""
+    value = str(device if device is not None else "").strip().lower()
+    return value if value in {"cpu", "mps"} else "cuda"
+
+
+def amp_enabled(amp, device: str) -> bool:
+    """Whether a training step runs under autocast: ``amp`` not ``False``/``"fp32"`` (as ``BaseTrainer._setup_train``
+    reads it) on an accelerator (``check_amp`` turns it off on the CPU and MPS). ``device``: a device type."""
+    return device not in {"cpu", "mps"} and amp not in {False, "fp32"}
+
+
+def optimizer_rule(name, images: int | None, batch: int, nbs: int, epochs: int) -> tuple[str, str]:
+    """The optimizer whose state a run carries and the rule that picked it.
+
+    Args:
+        name: ``optimizer=`` (``auto``, ``SGD``, ``AdamW``, ...).
+        images: training images (None when unknown: no ``data=``); batch, nbs, epochs: the run's keys.
+
+    Returns:
+        ``(optimizer, rule)``: the state to count (:func:`yolo_ckpt.memory.optimizer_for`: ``"AdamW"`` or ``"SGD"``)
+        and a sentence saying which optimizer Ultralytics will build and why.
+    """
+    if str(name).lower() != "auto":
+        return optimizer_for(name), f"optimizer={name}"
+    if images is None:
+        return optimizer_for("auto"), "optimizer=auto: AdamW, as Ultralytics picks for up to 10000 iterations (give data= and epochs= to count them)"
+    iterations = math.ceil(images / max(batch, nbs)) * epochs  # as BaseTrainer._build_train_pipeline counts them
+    picked = optimizer_for("auto", iterations)
+    return optimizer_for(picked), f"optimizer=auto: {picked} for {iterations} iterations ({images} images, {epochs} epochs; MuSGD above 10000)"
+
+
+@contextlib.contextmanager
+def rng_preserved():
+    """Put Python's, NumPy's and torch's (CPU) global random states back on exit. Counting the data builds the
+    training dataset, which draws from ``random``; training must then draw the same numbers (the same augmentations)
+    as it would without planning, or recompute=auto would not train exactly as stock."""
+    state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        try:
+            yield
+        finally:
+            random.setstate(state[0])
+            np.random.set_state(state[1])
+
+
+@dataclass(frozen=True)
+class DataCounts:
+    """What a detection-style training set (detect, segment, pose, obb) holds, for the memory model.
+
+    Attributes:
+        images: training images (after ``fraction=``).
+        max_objects: the most labelled objects in one image.
+    """
+
+    images: int
+    max_objects: int
+
+    @property
+    def mosaic_objects(self) -> int:
+        """Objects per image the loss is planned for: ``max_objects`` x 4 for mosaic (``DetectionTrainer.auto_batch``),
+        at least 1."""
+        return max(self.max_objects * 4, 1)
+
+
+def count_data(args, data: dict, stride: int) -> DataCounts:
+    """Build the training dataset as ``DetectionTrainer.build_dataset`` does (``cache=False``, as its ``auto_batch``)
+    and count its images and most objects per image; the global random states are left as they were.
+
+    Args:
+        args: the run's Ultralytics arguments (an ``IterableSimpleNamespace``: imgsz, task, fraction, classes, ...).
+        data: the dataset dict of ``check_det_dataset``; stride: the model's largest stride (at least 32).
+    """
+    from ultralytics.data import build_yolo_dataset
+    from ultralytics.utils.patches import override_configs
+
+    with rng_preserved(), override_configs(args, overrides={"cache": False}) as cfg:
+        dataset = build_yolo_dataset(cfg, data["train"], 16, data, mode="train", rect=False, stride=stride)
+    return DataCounts(len(dataset), max((len(label["cls"]) for label in dataset.labels), default=0))
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """The run an estimate or plan is for, and where each figure came from.
+
+    Attributes:
+        device: ``"cuda"``, ``"cpu"`` or ``"mps"``; amp: whether the step is estimated under autocast.
+        optimizer: whose state is counted; optimizer_rule: why (see :func:`optimizer_rule`).
+        objects: objects per image the loss is estimated for; objects_rule: where the number came from.
+        nc: classes of the model estimated.
+    """
+
+    device: str
+    amp: bool
+    optimizer: str
+    optimizer_rule: str
+    objects: int
+    objects_rule: str
+    nc: int
+
+    def describe(self) -> str:
+        """One line for logs and the text output of profile/plan."""
+        where = {"cpu": " as Ultralytics trains on the CPU", "mps": " as Ultralytics trains on MPS"}.get(self.device, "")
+        precision = "AMP on (2-byte activations)" if self.amp else f"AMP off (fp32){where}"
+        return f"assumed: device {self.device}, {precision}, {self.optimizer_rule}, {self.objects} objects per image ({self.objects_rule}), {self.nc} classes"
+
+    def to_dict(self) -> dict:
+        """The fields as a dict (JSON output, run reports)."""
+        return asdict(self)
+
+
+def objects_rule(counts: DataCounts | None, objects: int) -> tuple[int, str]:
+    """Objects per image for the loss and where they came from: the data's most x 4 (mosaic) when counted, else
+    ``objects``."""
+    if counts is None:
+        return objects, "objects=" + str(objects)
+    return counts.mosaic_objects, f"the data's most in one image, {counts.max_objects}, x 4 for mosaic"
