@@ -64,6 +64,7 @@ def test_unknown_key_suggests(tmp_path, capsys):
         ("memory_headroom=0.5x", "the factor 0.5 is below 1"),
         ("loss_chunk=0", "loss_chunk=0 is not valid"),
         ("task=segmentation", "valid tasks: classify, detect"),
+        ("imgsz=", "missing 'imgsz' value"),
     ],
 )
 def test_bad_values_exit_2_before_run_dir(arg, message, tmp_path, capsys):

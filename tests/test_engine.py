@@ -676,3 +676,25 @@ def test_shallow_copy_keeps_patch():
     apply_checkpointing(model, "all")
     layer = copy.copy(model.model[2])
     assert type(layer) is type(model.model[2]) and layer.cv1 is model.model[2].cv1
+
+
+@pytest.mark.parametrize("frozen", ["abc", 5, [1.5], [True], {"0": 1}])
+def test_bad_frozen_is_an_error(frozen):
+    """frozen= takes layer indices; anything else is named, not silently read as no frozen layer."""
+    m = build()
+    with pytest.raises(ValueError, match=r"frozen=.* is not valid; give layer indices"):
+        apply_checkpointing(m, "all", frozen=frozen)
+    assert checkpointed_layers(m) == []
+
+
+@pytest.mark.parametrize("grads", [False, True])
+def test_fused_model_refused(grads):
+    """model.fuse() sets forward = forward_fuse on its modules, which would bypass the recomputed classes: with
+    gradients off (as fuse() leaves them) or turned back on, the policy is refused, saying what to do."""
+    m = build()
+    m.fuse()
+    for p in m.parameters():
+        p.requires_grad_(grads)
+    with pytest.raises(ValueError, match=r"the model is fused .* build or load the model unfused"):
+        apply_checkpointing(m, "all")
+    assert checkpointed_layers(m) == [] and apply_checkpointing(m, "none").indices == ()

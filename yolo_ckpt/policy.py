@@ -268,6 +268,7 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
             hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
             raise ValueError(f"recompute={text!r}: unknown layer name or section '{token}'{hint}; {layout.describe()}")
         chosen.update(matches)
+    frozen = () if frozen is None else frozen
     if isinstance(frozen, (str, bytes)) or not isinstance(frozen, (list, tuple, set, frozenset, range)) or not all(
         isinstance(i, int) and not isinstance(i, bool) for i in frozen
     ):

@@ -15,6 +15,7 @@ byte-identical images and labels (for given numpy and OpenCV versions, which own
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -88,6 +89,32 @@ _VEHICLES = (
 _CARGO_COLOURS = ((205, 208, 210), (150, 150, 150), (60, 100, 160))
 
 
+def _cache_root(root) -> Path:
+    """The cache folder: ``root``, else ``$YOLO_CKPT_CACHE``, else ``~/.cache/yolo_ckpt``, absolute (data.yaml needs
+    an absolute path)."""
+    return Path(root if root is not None else os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "yolo_ckpt").expanduser().resolve()
+
+
+@contextlib.contextmanager
+def _staged(final: Path):
+    """Yield a temporary folder beside ``final`` to write a dataset into; on success rename it to ``final`` in one
+    step (a reader sees a complete dataset or none), else remove it. A concurrent writer's byte-identical copy that
+    was renamed into place first is kept."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", suffix=".tmp", dir=final.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o755)  # mkdtemp creates 0o700; the cache may be shared
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            if not final.is_dir():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def synthetic_dataset(task: str = "detect", *, seed: int = 0, root: str | Path | None = None) -> Path:
     """Return a synthetic aerial dataset for ``task``, generating it into the cache on first use.
 
@@ -134,32 +161,17 @@ def synthetic_dataset(task: str = "detect", *, seed: int = 0, root: str | Path |
         raise ValueError(f"seed must be non-negative, got {seed}")
     seed = int(seed)
 
-    cache = Path(root if root is not None else os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "yolo_ckpt")
-    cache = cache.expanduser().resolve()  # data.yaml needs an absolute path
-    final = cache / f"synthetic-v{GENERATOR_VERSION}-seed{seed}-{task}"
+    final = _cache_root(root) / f"synthetic-v{GENERATOR_VERSION}-seed{seed}-{task}"
     result = final if task == "classify" else final / "data.yaml"
-    if final.is_dir():  # only ever created by the atomic rename below, so it is complete
+    if final.is_dir():  # only ever created by the atomic rename of _staged, so it is complete
         return result
-
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", suffix=".tmp", dir=cache))
-    try:
+    with _staged(final) as tmp:
         if task == "classify":
             _write_classify(tmp, seed)
         elif task in ("semantic", "depth"):
             _write_dense(tmp, final, task, seed)
         else:
             _write_labelled(tmp, final, task, seed)
-        os.chmod(tmp, 0o755)  # mkdtemp creates 0o700; the cache may be shared
-        try:
-            os.replace(tmp, final)
-        except OSError:
-            if not final.is_dir():
-                raise
-            # A concurrent call renamed its (byte-identical) copy into place first: use that one.
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return result
 
 
@@ -574,13 +586,10 @@ def dense_segment_dataset(
     for name, value, low in (("objects", objects, 1), ("size", size, 32), ("images", images, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name}={value!r} must be an int >= {low}")
-    cache = Path(root if root is not None else os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "yolo_ckpt")
-    final = cache.expanduser().resolve() / f"dense-v{GENERATOR_VERSION}-seed{seed}-{objects}x{size}x{images}+1"
+    final = _cache_root(root) / f"dense-v{GENERATOR_VERSION}-seed{seed}-{objects}x{size}x{images}+1"
     if final.is_dir():
         return final / "data.yaml"
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", suffix=".tmp", dir=final.parent))
-    try:
+    with _staged(final) as tmp:
         for split, count in (("train", images), ("val", 1)):
             (tmp / "images" / split).mkdir(parents=True)
             (tmp / "labels" / split).mkdir(parents=True)
@@ -595,15 +604,6 @@ def dense_segment_dataset(
                 (tmp / "labels" / split / f"{i:03d}.txt").write_text("".join(f"{r}\n" for r in rows))
         data = {"path": str(final), "train": "images/train", "val": "images/val", "names": {0: "nucleus"}}
         (tmp / "data.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-        os.chmod(tmp, 0o755)
-        try:
-            os.replace(tmp, final)
-        except OSError:
-            if not final.is_dir():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return final / "data.yaml"
 
 
