@@ -32,7 +32,8 @@ def test_step_matrix(tmp_path, monkeypatch, one_thread):
     none, full = results.to_dict("records")
     assert none["status"] == full["status"] == "ok"
     assert none["time_ratio"] == 1 and none["flop_bound"] == 1 and none["recomputations_per_step"] == 0
-    assert full["layers"] == 17 and full["recomputations_per_step"] == 17  # every layer but Detect, once per step
+    # every layer but Detect and Detect's 6 branches (cv2, cv3 at 3 scales), each once per step
+    assert full["layers"] == 17 and full["recomputations_per_step"] == 17 + 6
     assert full["peak_MiB"] < none["peak_MiB"] and 1.1 < full["flop_bound"] < 1.4
     md = (out / "results.md").read_text()
     assert "| yolo11n.yaml | 128 | 1 | False | none | 0 | 0 |" in md and "+0.0%" in md and "Machine:" in md
@@ -50,7 +51,7 @@ def test_failed_cell_is_recorded_and_the_rest_run(tmp_path, one_thread):
     status = dict(zip(results["recompute"], results["status"]))
     assert status == {"none": "ok", "auto": "failed", "backbone": "ok"}
     reason = results.loc[results["recompute"] == "auto", "reason"].item()
-    assert "ValueError" in reason and "below the smallest plan's need" in reason  # 0.3x of none: even 'all' cannot fit
+    assert "PlanError" in reason and "below the smallest plan's need" in reason  # 0.3x of none: even 'all' cannot fit
     assert "Failed cells:" in (tmp_path / "out" / "results.md").read_text()
 
 
@@ -102,7 +103,7 @@ def test_val_subset_and_objects(tmp_path, shared_datasets):
         ({"grid": [{"model": "yolo11n.yaml", "recompute": ["none", "C3k3"]}]}, "did you mean 'C3k2'?"),
         ({"grid": [{"model": "yolo11n.yaml", "recompute": "all"}]}, "no baseline cell"),
         ({"grid": [{"model": "yolo11n.yaml", "recompute": ["none", "auto"]}]}, "recompute=auto need memory_budget="),
-        ({"grid": [{"model": "yolo11n-seg.yaml", "recompute": "none"}]}, "step cells measure detection models"),
+        ({"grid": [{"model": "yolo26n-sem.yaml", "recompute": "none"}]}, "step cells measure the tasks detect, segment, pose, obb, classify"),
         ({"grid": [{"model": "yolo11n.yaml", "imgsz": "big", "recompute": "none"}]}, "imgsz='big' is not valid"),
         ({"settings": {"pair": 3}}, "unknown settings ['pair']"),
         ({"kind": "train", "settings": {}, "grid": [{"dataset": "nowhere", "recompute": "none"}]}, "dataset='nowhere' not found"),
