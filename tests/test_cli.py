@@ -186,7 +186,7 @@ def test_profile_and_plan_estimate_the_run_of_the_data(synthetic, tmp_path):
     data = _one_class_data(synthetic, tmp_path)
     model, opts, spec, headroom = _estimate_setup([f"data={data}", "imgsz=128", "batch=1", "device=cpu", "epochs=20000", "memory_budget=8GB"])
     assert model.yaml["nc"] == spec.nc == 1 and spec.objects == 1200
-    assert (spec.device, spec.amp, spec.optimizer, str(headroom)) == ("cpu", False, "SGD", "1x+0MiB")  # MuSGD: 1 state
+    assert (spec.device, spec.amp, spec.optimizer, str(headroom)) == ("cpu", False, "MuSGD", "1x+0MiB")
     assert spec.describe() == (
         "assumed: device cpu, AMP off (fp32) as Ultralytics trains on the CPU, optimizer=auto: MuSGD for 20000 iterations "
         "(3 images, 20000 epochs; MuSGD above 10000), 1200 objects per image (the data's most in one image, 300, x 4 for mosaic), 1 classes"

@@ -47,8 +47,9 @@ def optimizer_rule(name, images: int | None, batch: int, nbs: int, epochs: int) 
         images: training images (None when unknown: no ``data=``); batch, nbs, epochs: the run's keys.
 
     Returns:
-        ``(optimizer, rule)``: the state to count (:func:`yolo_ckpt.memory.optimizer_for`: ``"AdamW"`` or ``"SGD"``)
-        and a sentence saying which optimizer Ultralytics will build and why.
+        ``(optimizer, rule)``: the optimizer Ultralytics builds, by its name (:func:`yolo_ckpt.memory.optimizer_for`:
+        ``"AdamW"``, ``"MuSGD"``, ``"SGD"``, ...; :func:`yolo_ckpt.memory.build_optimizer` counts its real state), and
+        a sentence saying which optimizer Ultralytics will build and why.
     """
     if str(name).lower() != "auto":
         return optimizer_for(name), f"optimizer={name}"
@@ -56,7 +57,7 @@ def optimizer_rule(name, images: int | None, batch: int, nbs: int, epochs: int) 
         return optimizer_for("auto"), "optimizer=auto: AdamW, as Ultralytics picks for up to 10000 iterations (give data= and epochs= to count them)"
     iterations = math.ceil(images / max(batch, nbs)) * epochs  # as BaseTrainer._build_train_pipeline counts them
     picked = optimizer_for("auto", iterations)
-    return optimizer_for(picked), f"optimizer=auto: {picked} for {iterations} iterations ({images} images, {epochs} epochs; MuSGD above 10000)"
+    return picked, f"optimizer=auto: {picked} for {iterations} iterations ({images} images, {epochs} epochs; MuSGD above 10000)"
 
 
 @contextlib.contextmanager
