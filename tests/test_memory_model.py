@@ -212,13 +212,14 @@ def test_bad_budgets(value, message):
         ({"recompute": "auto", "batch": -1}, "recompute=auto on the CPU needs memory_budget="),
         ({"recompute": "auto", "memory_budget": "7 apples"}, "unknown unit .apples."),
         ({"memory_headroom": "0.9x"}, "the factor 0.9 is below 1"),
-        ({"batch": -1, "memory_budget": "1GB"}, None),  # segment: no estimate for the task on this branch
+        ({"batch": -1, "memory_budget": "1GB"}, None),  # semantic: no estimate for the task
     ],
 )
 def test_planning_errors_before_run_dir(kw, message, synthetic, tmp_path):
-    task = "detect" if message else "segment"
-    with pytest.raises(ValueError, match=message or "exists for detect models; for segment give a named policy"):
-        YOLO(f"yolo11n{'-seg' if message is None else ''}.yaml").train(data=synthetic(task), trainer=trainer_for(task), device="cpu", project=str(tmp_path), **kw)
+    task = "detect" if message else "semantic"
+    model = "yolo11n.yaml" if message else "yolo26n-sem.yaml"
+    with pytest.raises(ValueError, match=message or "exists for YOLO models of the tasks detect, segment, pose, obb, classify"):
+        YOLO(model).train(data=synthetic(task), trainer=trainer_for(task), device="cpu", project=str(tmp_path), **kw)
     assert list(tmp_path.iterdir()) == []
 
 
