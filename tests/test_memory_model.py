@@ -343,6 +343,7 @@ def test_cli_profile_and_plan_json():
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout)
     assert result["assumed"]["device"] == "cpu" and not result["assumed"]["amp"] and result["memory_headroom"] == "1x+0MiB"
+    assert result["not_planned_regions"] == ["head"] and "not in plan's figures yet" in result["note"]  # said, not hidden
     rows = {r["recompute"].split(" ")[0]: r for r in result["policies"]}
     assert rows["all"]["max_imgsz_at_batch_2"] >= rows["backbone"]["max_imgsz_at_batch_2"] > rows["none"]["max_imgsz_at_batch_2"]
     assert rows["all"]["max_batch_at_imgsz_320"] > rows["none"]["max_batch_at_imgsz_320"]
