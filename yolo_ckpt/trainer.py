@@ -388,12 +388,18 @@ class CheckpointTrainerMixin:
         batch of the final model.
 
         Returns:
-            ``(train_bytes, val_bytes)``; the validation batch is the validation loader's batch size.
+            ``(train_bytes, val_bytes)``; the validation batch is the validation loader's batch size. With
+            ``distill_model=`` the training step is not probed (``None``): the harness measures one model's step,
+            and a distillation step runs the teacher too.
         """
+        from ultralytics.nn.tasks import BaseModel
+
         from .memory import optimizer_for, probe_validation_step, profile_step
 
         batch = self.ckpt_stats["probe_batch"]
         model = unwrap_model(self.model)
+        if not isinstance(model, BaseModel):  # DistillationModel (student and teacher)
+            return None, probe_validation_step(self.ema.ema, batch["img"])
         val_batch = self.test_loader.batch_size or len(batch["img"])
         images = batch["img"].repeat((val_batch + len(batch["img"]) - 1) // len(batch["img"]), 1, 1, 1)[:val_batch]
         step = profile_step(model, batch, self.policy.spec, self.policy.mode, optimizer_for(self.args.optimizer))
