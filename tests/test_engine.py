@@ -5,7 +5,6 @@ Models are built from YAML (no download); small images (64 px) except for the me
 
 import copy
 import os
-import io
 import subprocess
 import sys
 import textwrap
@@ -29,7 +28,6 @@ import yolo_ckpt.engine as engine
 from yolo_ckpt import apply_checkpointing, checkpointed_layers, count_recomputations, remove_checkpointing
 from yolo_ckpt.engine import checkpointed_modules
 from yolo_ckpt.memory import LiveTensorTracker, probe_training_step
-from yolo_ckpt.policy import ModelLayout
 
 from helpers import assert_grads_equal, surrogate_step
 

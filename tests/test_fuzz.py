@@ -74,6 +74,12 @@ def test_key_value_words_raise_only_syntax_errors(words):
     assert set(overrides) <= set(DEFAULT_CFG_DICT) | set(DEFAULTS) | {"task"}
 
 
+def test_bare_equals_after_bracket_is_a_syntax_error():
+    """Found by the fuzzer: Ultralytics' merge_equals_args raises IndexError on ['[', '=']."""
+    with pytest.raises(SyntaxError, match="has a '=' with no key before it"):
+        parse_train_args(["[", "="])
+
+
 @pytest.mark.parametrize("spec", ["²", "0-²", "٣x"])
 def test_unicode_digits_name_the_key(spec):
     """str.isdigit accepts digits int() rejects: the error still names recompute= and the valid choices."""

@@ -11,8 +11,8 @@ from ultralytics.nn.tasks import ClassificationModel, DetectionModel, OBBModel, 
 from ultralytics.utils import DEFAULT_CFG
 from ultralytics.utils.torch_utils import unwrap_model
 
-from yolo_ckpt import apply_checkpointing, trainer_for
-from yolo_ckpt.estimate import CALIBRATION_POINTS, calibrate_loss, estimate_step
+from yolo_ckpt import trainer_for
+from yolo_ckpt.estimate import CALIBRATION_POINTS, estimate_step
 from yolo_ckpt.memory import build_optimizer, detect_batch, optimizer_for, probe_training_step, profile_step, train_imgsz, training_batch
 from yolo_ckpt.planner import NO_HEADROOM, Headroom, MemoryModel, headroom_for, parse_budget, parse_headroom
 from yolo_ckpt.report import REPORT_NAME

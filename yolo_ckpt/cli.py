@@ -81,7 +81,11 @@ def parse_train_args(args: list[str], extra: dict | None = None) -> dict:
     """
     valid = {**DEFAULT_CFG_DICT, **DEFAULTS, **(extra or {})}
     overrides: dict = {}
-    for a in merge_equals_args(args):
+    try:
+        words = merge_equals_args(args)
+    except IndexError:  # Ultralytics' merger pops an empty list on a bare '=' after '[': report it as its own errors
+        raise SyntaxError(f"{' '.join(args)!r} has a '=' with no key before it") from None
+    for a in words:
         a = a.removeprefix("--").rstrip(",")
         if "=" in a:
             k, v = parse_key_value_pair(a)
