@@ -21,6 +21,17 @@ def surrogate_step(model: torch.nn.Module, img: torch.Tensor) -> torch.Tensor:
     return loss.detach()
 
 
+def sgd_steps(model: torch.nn.Module, forward, batch: dict, steps: int = 2) -> None:
+    """``steps`` training steps of ``model`` with the task loss on ``batch``, predictions from ``forward`` (the
+    model itself, or a compiled wrapper of it), SGD with momentum."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss, _ = model.loss(batch, forward(batch["img"]))
+        loss.sum().backward()
+        optimizer.step()
+
+
 def assert_grads_equal(a: torch.nn.Module, b: torch.nn.Module) -> None:
     """The two modules' parameters have bit-identical gradients (None where the other's is None), at least one."""
     ga = {k: p.grad for k, p in a.named_parameters()}

@@ -18,7 +18,7 @@ from yolo_ckpt import apply_checkpointing, checkpointed_layers, count_recomputat
 from yolo_ckpt.engine import checkpointed_modules, head_branches
 from yolo_ckpt.memory import LiveTensorTracker, detect_batch
 
-from helpers import assert_grads_equal, assert_state_equal, surrogate_step
+from helpers import assert_grads_equal, assert_state_equal, sgd_steps, surrogate_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -196,12 +196,7 @@ def test_nested_and_head_compile_aot_eager(saved_for_backward_bytes):
         model.args = ultralytics.utils.DEFAULT_CFG
         apply_checkpointing(model, spec)
         forward = model if spec == "none" else torch.compile(model, backend="aot_eager")
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        for _ in range(2):
-            optimizer.zero_grad()
-            loss, _ = model.loss(batch, forward(batch["img"]))
-            loss.sum().backward()
-            optimizer.step()
+        sgd_steps(model, forward, batch)
         bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
         assert all(bn.num_batches_tracked.item() == 2 for bn in bns)
         states[spec] = copy.deepcopy(model.state_dict())

@@ -12,7 +12,7 @@ from yolo_ckpt import apply_checkpointing, count_recomputations, trainer_for
 from yolo_ckpt.engine import SELECTIVE_SAVE_OPS, checkpointed_modules
 from yolo_ckpt.memory import LiveTensorTracker, detect_batch
 
-from helpers import TRAIN, assert_state_equal
+from helpers import TRAIN, assert_state_equal, sgd_steps
 
 
 
@@ -111,12 +111,7 @@ def test_compile_aot_eager_two_steps(saved_for_backward_bytes):
             assert explanation.graph_break_count == 0, explanation.break_reasons
             torch._dynamo.reset()
         compiled = torch.compile(model, backend="aot_eager")
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        for _ in range(2):
-            optimizer.zero_grad()
-            loss, _ = model.loss(batch, compiled(batch["img"]))
-            loss.sum().backward()
-            optimizer.step()
+        sgd_steps(model, compiled, batch)
         assert model.model[0].bn.num_batches_tracked.item() == 2
         states[mode] = copy.deepcopy(model.state_dict())
         saved[mode] = saved_for_backward_bytes(lambda: compiled(batch["img"]))
