@@ -289,16 +289,28 @@ def _inner_blocks(layer: nn.Module) -> list[tuple[str, nn.Module]]:
     return blocks
 
 
+def sub_regions(model: nn.Module) -> dict[int, list[tuple[str, nn.Module]]]:
+    """The modules below the layers that are recomputed on their own, per layer index of ``model.model``: the inner
+    blocks of a layer of a type in :data:`NESTED_BLOCKS` (with parameters) and, at the head's index, the head's
+    branches (:func:`head_branches`); ``(qualified name under model.model, module)``, e.g. ``("6.m.0.1", ...)``,
+    ``("23.cv2.0", ...)``; an empty list for other layers. The memory model accounts these one by one."""
+    layers = _layers(model).model
+    head = len(layers) - 1
+    return {
+        i: [(f"{i}.{name}", b) for name, b in (head_branches(layer) if i == head else _inner_blocks(layer)) if _has_params(b)]
+        for i, layer in enumerate(layers)
+    }
+
+
 def _regions(inner: nn.Module, policy: RecomputePolicy) -> list[tuple[str, nn.Module]]:
     """``(qualified name, module)`` of every module ``policy`` recomputes: layers, their inner blocks, head branches."""
     layers = inner.model  # stock classes here: apply_checkpointing removed any earlier policy
+    parts = sub_regions(inner)
     chosen = []
     for i in policy.indices:
-        chosen.append((str(i), layers[i]))
-        chosen += [(f"{i}.{name}", b) for name, b in _inner_blocks(layers[i]) if _has_params(b)]
+        chosen += [(str(i), layers[i]), *parts[i]]
     if policy.head:
-        head = len(layers) - 1
-        chosen += [(f"{head}.{name}", m) for name, m in head_branches(layers[head])]
+        chosen += parts[len(layers) - 1]
     return chosen
 
 

@@ -39,9 +39,9 @@ import torch
 from torch._subclasses.fake_tensor import FakeCopyMode, FakeTensorMode
 from torch.utils._pytree import tree_leaves, tree_map
 
-from .engine import apply_checkpointing, recompute_mode_of
-from .memory import LayerRow, LiveTensorTracker, StepProfile, _LayerAccounting, _nbytes, autocast_for
-from .memory import _run_step, anchors, build_optimizer, layer_flops, model_task, train_imgsz, training_batch
+from .engine import apply_checkpointing
+from .memory import LiveTensorTracker, StepProfile, _LayerAccounting, _nbytes, autocast_for
+from .memory import _run_step, anchors, build_optimizer, model_task, module_flops, train_imgsz, training_batch
 
 # (batch, imgsz, objects per image) at which the real loss is measured to fit its formula: small (imgsz <= 160), so
 # fast, and spread in every term (1 to 3 images, 1 to 240 objects: below and above the anchors' count) so that the
@@ -83,13 +83,17 @@ class LossModel:
         terms = [1.0, b * a, b * a * m, b * m]
         if self.task == "segment":
             pixels = (imgsz // self.mask_ratio) ** 2
-            if foreground is None:
-                one = sum(min(m * k, a) for k in self.topk)
-                foreground = (b * one, one)
+            foreground = foreground or self.foreground(batch, imgsz, objects)
             terms += [foreground[0] * pixels, b * m * pixels, foreground[1] * pixels, b * pixels]
             if self.chunk:
                 terms.append(min(self.chunk, foreground[1]) * pixels)
         return np.array(terms, dtype=float)
+
+    def foreground(self, batch: int, imgsz: int, objects: int) -> tuple[int, int]:
+        """The bound on a segmentation loss's foreground anchors (the batch's, one image's): one image's is the sum
+        over the loss's assigners of ``min(objects * topk, anchors)`` (module docstring)."""
+        one = sum(min(objects * k, anchors(imgsz, self.strides)) for k in self.topk)
+        return batch * one, one
 
     def forward_bytes(self, batch: int, imgsz: int, objects: int) -> int:
         """The loss's forward peak (bytes) above what was alive before it: its saved tensors and temporaries."""
@@ -235,7 +239,7 @@ def estimate_step(
     autocast = autocast_for(amp, "cpu")
     with fake_mode:
         data = training_batch(model, batch, imgsz, objects)
-        per_layer_flops = layer_flops(fake, data["img"]) if flops else [0] * len(fake.model)
+        flop_counts = module_flops(fake, data["img"]) if flops else {}
         opt = build_optimizer(fake, optimizer)
         for group in opt.param_groups:  # foreach kernels (CUDA's default): a few ops, not a few per parameter, on
             group["foreach"] = True  # fake tensors; the state they keep is the same
@@ -261,10 +265,7 @@ def estimate_step(
         "backward": max(peaks["backward"], fwd_end[0] + loss_model.backward_bytes(batch, imgsz, objects)),
         "optimizer": peaks["optimizer"],
     }
-    rows = [
-        LayerRow(i, str(m.type).rsplit(".", 1)[-1], *accounting.rows[i], per_layer_flops[i], recompute_mode_of(m))
-        for i, m in enumerate(fake.model)
-    ]
+    rows, modules = accounting.profile_rows(fake, flop_counts)
     return StepProfile(
         source="fake_estimate",
         recompute=policy.spec,
@@ -278,4 +279,5 @@ def estimate_step(
         peak_bytes=max(phases.values()),
         layers=rows,
         input_bytes=_nbytes(data),
+        modules=modules,
     )

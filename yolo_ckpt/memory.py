@@ -118,7 +118,8 @@ class LayerRow:
             first layer that saves each storage (so the rows add up to the step's total). A recomputed layer saves
             none: its input is kept by the checkpoint instead.
         freeable_bytes: the part of ``saved_bytes`` that recomputing the layer frees: all but its inputs, which
-            the checkpoint keeps (an input saved here is often the previous layer's output, alive anyway).
+            the checkpoint keeps (an input saved here is often the previous layer's output, alive anyway), and the
+            parameters and buffers (a convolution saves its weight), alive all step long.
         forward_flops: FLOPs of the layer's forward pass (``torch.utils.flop_counter``), the cost of recomputing it.
         recompute: ``"full"``, ``"selective"`` or ``None``: how the layer, or for the head its branches, is recomputed.
     """
@@ -130,6 +131,25 @@ class LayerRow:
     freeable_bytes: int
     forward_flops: int
     recompute: str | None
+
+
+@dataclass
+class ModuleRow:
+    """One module below the layers that is recomputed on its own (``yolo_ckpt.engine.sub_regions``: an inner block
+    of a nested layer, a head branch): its share of its layer's :class:`LayerRow`, counted by the same rules.
+
+    Attributes:
+        name: its qualified name under ``model.model`` (``"6.m.0.1"``, ``"23.cv2.0"``).
+        saved_bytes: bytes autograd saves for backward in its forward (the storages its layer's row counts first here).
+        freeable_bytes: the part of ``saved_bytes`` that recomputing it frees: all but its inputs, parameters
+            and buffers.
+        forward_flops: FLOPs of its forward pass (``torch.utils.flop_counter``).
+    """
+
+    name: str
+    saved_bytes: int
+    freeable_bytes: int
+    forward_flops: int
 
 
 @dataclass
@@ -146,6 +166,8 @@ class StepProfile:
         layers: one :class:`LayerRow` per layer of ``model.model``.
         input_bytes: the training batch's share of ``static_bytes`` (images, targets, masks); it scales with
             batch x imgsz^2 as activations do.
+        modules: one :class:`ModuleRow` per module recomputed on its own below the layers (inner blocks of nested
+            layers, head branches), by qualified name.
     """
 
     source: str
@@ -160,6 +182,7 @@ class StepProfile:
     peak_bytes: int
     layers: list = field(default_factory=list)
     input_bytes: int = 0
+    modules: dict = field(default_factory=dict)
 
 
 def anchors(imgsz: int, strides) -> int:
@@ -287,17 +310,38 @@ def _grid_masks(batch: int, size: int, objects: int, xywh: torch.Tensor, overlap
 
 
 class _LayerAccounting:
-    """Forward hooks on each layer that attribute output and saved-for-backward bytes to it."""
+    """Forward hooks on each layer that attribute output and saved-for-backward bytes to it, and on each module
+    recomputed on its own below the layers (``yolo_ckpt.engine.sub_regions``) that attribute its layer's saved bytes
+    to it too (``modules``: name -> [saved, freeable] bytes)."""
 
     def __init__(self, model):
+        from .engine import sub_regions
+
         self.rows = {i: [0, 0, 0] for i in range(len(model.model))}  # index -> [output, saved, freeable] bytes
+        self.modules: dict[str, list[int]] = {}
         self._seen: set[int] = set()
         self._inputs: set[int] = set()
+        # parameters and buffers live all step long (the static bytes): recomputation never frees them
+        self._static = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers())}
         self._stack: list = []
+        self._active: list[tuple[str, set[int]]] = []  # the sub-modules whose forward runs: name, input storages
         self._handles = []
         for i, layer in enumerate(model.model):
             self._handles.append(layer.register_forward_pre_hook(self._pre(i)))
             self._handles.append(layer.register_forward_hook(self._post(i), always_call=True))
+        for name, module in (part for parts in sub_regions(model).values() for part in parts):
+            self.modules[name] = [0, 0]
+            self._handles.append(module.register_forward_pre_hook(self._enter(name)))
+            self._handles.append(module.register_forward_hook(self._leave, always_call=True))
+
+    def _enter(self, name):
+        def hook(module, args):
+            self._active.append((name, {t.untyped_storage()._cdata for t in tree_leaves(args) if isinstance(t, torch.Tensor)}))
+
+        return hook
+
+    def _leave(self, module, args, output) -> None:
+        self._active.pop()
 
     def _pre(self, i):
         def hook(module, args):
@@ -321,9 +365,14 @@ class _LayerAccounting:
             key = t.untyped_storage()._cdata
             if key not in self._seen:
                 self._seen.add(key)
-                self.rows[i][1] += t.untyped_storage().nbytes()
-                if key not in self._inputs:
-                    self.rows[i][2] += t.untyped_storage().nbytes()
+                nbytes = t.untyped_storage().nbytes()
+                self.rows[i][1] += nbytes
+                if key not in self._inputs and key not in self._static:
+                    self.rows[i][2] += nbytes
+                for name, inputs in self._active:
+                    self.modules[name][0] += nbytes
+                    if key not in inputs and key not in self._static:
+                        self.modules[name][1] += nbytes
             return t
 
         return pack
@@ -332,14 +381,31 @@ class _LayerAccounting:
         for h in self._handles:
             h.remove()
 
+    def profile_rows(self, model, flops: dict[str, int]) -> tuple[list[LayerRow], dict[str, ModuleRow]]:
+        """The :class:`LayerRow` of each layer and the :class:`ModuleRow` of each sub-module of ``model`` (the model
+        hooked), with ``flops`` from :func:`module_flops` (0 where absent)."""
+        from .engine import recompute_mode_of
+
+        layers = [
+            LayerRow(i, str(m.type).rsplit(".", 1)[-1], *self.rows[i], flops.get(str(i), 0), recompute_mode_of(m))
+            for i, m in enumerate(model.model)
+        ]
+        return layers, {name: ModuleRow(name, *row, flops.get(name, 0)) for name, row in self.modules.items()}
+
+
+def module_flops(model, images: torch.Tensor) -> dict[str, int]:
+    """Forward FLOPs on ``images`` of every module under ``model.model``, by qualified name there (``"6"``,
+    ``"6.m.0.1"``, ``"23.cv2.0"``), from ``torch.utils.flop_counter`` (works on fake tensors too)."""
+    with FlopCounterMode(display=False) as counter:
+        model(images)
+    prefix = f"{type(model).__name__}.model."
+    return {k[len(prefix):]: int(sum(v.values())) for k, v in counter.get_flop_counts().items() if k.startswith(prefix)}
+
 
 def layer_flops(model, images: torch.Tensor) -> list[int]:
     """Forward FLOPs of each layer of ``model.model`` on ``images`` (works on fake tensors too)."""
-    with FlopCounterMode(display=False) as counter:
-        model(images)
-    counts = counter.get_flop_counts()
-    root = type(model).__name__
-    return [int(sum(counts.get(f"{root}.model.{i}", {}).values())) for i in range(len(model.model))]
+    counts = module_flops(model, images)
+    return [counts.get(str(i), 0) for i in range(len(model.model))]
 
 
 def _run_step(model, batch, optimizer, loss_fn, tracker, autocast=None):
@@ -460,7 +526,7 @@ def profile_step(
     Returns:
         The :class:`StepProfile` (``source`` says which counter; ``recompute`` the layers recomputed).
     """
-    from .engine import apply_checkpointing, checkpointed_layers, recompute_mode_of
+    from .engine import apply_checkpointing, checkpointed_layers
 
     cuda = batch["img"].device.type == "cuda"
     before = torch.cuda.memory_allocated() if cuda else 0
@@ -469,7 +535,7 @@ def profile_step(
     if recompute is not None:
         spec = apply_checkpointing(probe, recompute, mode=mode).spec
     opt = build_optimizer(probe, optimizer)
-    per_layer_flops = layer_flops(probe, batch["img"]) if flops else [0] * len(probe.model)
+    flop_counts = module_flops(probe, batch["img"]) if flops else {}
     autocast = autocast_for(amp, batch["img"].device.type)
 
     def loss_fn(preds):
@@ -492,10 +558,7 @@ def profile_step(
                     peaks, before_loss, state = _run_step(probe, batch, opt, loss_fn, tracker, autocast)
     finally:
         accounting.remove()
-    rows = [
-        LayerRow(i, str(m.type).rsplit(".", 1)[-1], *accounting.rows[i], per_layer_flops[i], recompute_mode_of(m))
-        for i, m in enumerate(probe.model)
-    ]
+    rows, modules = accounting.profile_rows(probe, flop_counts)
     return StepProfile(
         source="cuda_allocator" if cuda else "cpu_live_tensors",
         recompute=spec,
@@ -509,6 +572,7 @@ def profile_step(
         peak_bytes=max(peaks.values()),
         layers=rows,
         input_bytes=_nbytes(batch),
+        modules=modules,
     )
 
 

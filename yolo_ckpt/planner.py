@@ -21,12 +21,16 @@ the estimate counts live tensors, a CUDA process holds more (its context, the al
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import re
 from dataclasses import dataclass
 
-from .estimate import calibrate_loss, estimate_step
+from .engine import sub_regions
+from .estimate import LossModel, calibrate_loss, estimate_step
+from .losses import DEFAULT_CHUNK, apply_loss_region, check_loss_chunk, remove_loss_region
 from .memory import TASKS, StepProfile, train_imgsz
-from .policy import ModelLayout, resolve
+from .policy import REGIONS, ModelLayout, RecomputePolicy, resolve
 
 PLANNED_TASKS = TASKS  # the tasks yolo_ckpt.estimate estimates (yolo_ckpt.memory.training_batch builds their batches)
 _UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -145,13 +149,16 @@ class Plan:
     """A recompute plan.
 
     Attributes:
-        recompute: the chosen layers as a ``recompute=`` value (``"0-4,9"``, or ``"none"``).
-        indices: those layer indices.
+        recompute: the chosen units as a ``recompute=`` value (``"2,4,6,head,loss"``, or ``"none"``) that
+            :func:`yolo_ckpt.policy.resolve` reads back to the same units.
+        indices: the layer indices among them.
         estimated_peak_bytes: the fake-pass estimate of the plan's peak.
         budget_bytes: the budget it is held against.
         recompute_flops: forward FLOPs recomputed per step; step_flops: FLOPs of a step without recompute.
         batch, imgsz: the step the plan is for.
         headroom_bytes: what the :class:`Headroom` adds to the estimate (0 without one).
+        regions: the regions beyond the layers among them, in :data:`yolo_ckpt.policy.REGIONS` order (``("head",
+            "loss")``, ``()``).
     """
 
     recompute: str
@@ -163,6 +170,7 @@ class Plan:
     batch: int
     imgsz: int
     headroom_bytes: int = 0
+    regions: tuple[str, ...] = ()
 
     @property
     def margin_bytes(self) -> int:
@@ -180,52 +188,144 @@ class Plan:
         return self.recompute_flops / self.step_flops if self.step_flops else 0.0
 
 
+def _loss_models(model, amp: bool, chunk: int) -> dict[bool, LossModel]:
+    """The loss formula without (``False``) and, where the head has a loss region, with (``True``) the loss region
+    in ``chunk`` anchors per chunk, each calibrated on a copy of ``model`` with or without it
+    (:func:`yolo_ckpt.estimate.calibrate_loss`, which measures ``model.loss`` as patched)."""
+    variants = {False: None, True: chunk} if ModelLayout.from_model(model).has_loss_region else {False: None}
+    models = {}
+    for on, region_chunk in variants.items():
+        variant = model
+        if getattr(model, "loss_chunk", None) != region_chunk:  # the loss region is on, or off, where it must not be
+            variant = copy.deepcopy(model)
+            remove_loss_region(variant)
+            if on:
+                apply_loss_region(variant, region_chunk)
+        models[on] = calibrate_loss(variant, amp)
+    return models
+
+
 class MemoryModel:
-    """Per-layer figures of one ``recompute=none`` estimate, composed for any layer set, batch and imgsz.
+    """Per-unit figures of one ``recompute=none`` estimate, composed for any set of units, batch and imgsz.
+
+    A unit is what a plan recomputes or not: a layer index (a nested layer, :data:`yolo_ckpt.engine.NESTED_BLOCKS`,
+    with its inner blocks), ``"head"`` (the final head's branches) or, where the head has a loss region
+    (:data:`yolo_ckpt.policy.LOSS_HEADS`), ``"loss"``. Per unit, from the fake pass's per-layer and per-module
+    accounting (:class:`yolo_ckpt.memory.LayerRow`, :class:`yolo_ckpt.memory.ModuleRow`):
+
+    - a layer frees its ``freeable_bytes`` and rebuilds its ``saved_bytes`` in backward; a nested layer rebuilds its
+      own saved bytes less what its inner blocks free, plus its largest inner block's saved bytes (the blocks are
+      rebuilt one at a time inside the layer's recomputation);
+    - ``head`` frees what its branches free and rebuilds the largest branch's saved bytes;
+    - ``loss`` swaps the loss's forward and backward peaks for those of the loss-region formula (calibrated with the
+      region applied, in ``loss_chunk`` anchors per chunk).
+
+    Recompute cost (forward FLOPs recomputed per step): a layer's or the head branches' forward FLOPs
+    (``torch.utils.flop_counter``); the loss region's, :meth:`loss_flops`.
 
     Args:
-        model: an Ultralytics ``BaseModel`` of any task in :data:`yolo_ckpt.memory.TASKS`, with ``.args`` set.
+        model: an Ultralytics ``BaseModel`` of any task in :data:`yolo_ckpt.memory.TASKS`, with ``.args`` set
+            (a policy applied to it is ignored: its figures are of the stock model).
         imgsz, batch, objects: the step to base the figures on (activations are rescaled from it); ``imgsz`` as
             ``imgsz=`` takes it (int, list, string), here and in every method: the size that trains is planned.
         optimizer, amp: as in :func:`yolo_ckpt.estimate.estimate_step`.
         headroom: kept on top of every estimate when it is held against a budget (:func:`headroom_for`).
+        loss_chunk: anchors per forward chunk of the loss region (``loss_chunk=``); None: its default.
+
+    Raises:
+        ValueError: for a bad ``loss_chunk``, and as :func:`yolo_ckpt.estimate.estimate_step` raises.
     """
 
-    def __init__(self, model, imgsz, batch: int, objects: int = 20, optimizer: str = "AdamW", amp: bool = False, headroom: Headroom = NO_HEADROOM):
+    def __init__(
+        self, model, imgsz, batch: int, objects: int = 20, optimizer: str = "AdamW", amp: bool = False,
+        headroom: Headroom = NO_HEADROOM, loss_chunk: int | None = None,
+    ):
         self.model, self.objects, self.optimizer, self.amp, self.headroom = model, objects, optimizer, amp, headroom
-        self.loss_model = calibrate_loss(model, amp)
-        self.base = estimate_step(model, imgsz, batch, objects, "none", optimizer=optimizer, amp=amp, loss_model=self.loss_model)
         self.layout = ModelLayout.from_model(model)
-        self.candidates = resolve("all", self.layout).indices
+        self.loss_models = _loss_models(model, amp, check_loss_chunk(DEFAULT_CHUNK if loss_chunk is None else loss_chunk))
+        # The fake pass without the loss's share (a formula of zeros): the loss's peaks are composed per unit below.
+        zeros = (0.0,) * len(self.loss_models[False].forward)
+        no_loss = dataclasses.replace(self.loss_models[False], forward=zeros, backward=zeros)
+        self.base = estimate_step(model, imgsz, batch, objects, "none", optimizer=optimizer, amp=amp, loss_model=no_loss)
+        self.candidates = self.units("all")  # the layers, then "head" and, where there is one, "loss"
         self.strides = model.stride.tolist()
-        rows = self.base.layers
-        self.freed = {i: rows[i].freeable_bytes for i in self.candidates}
-        self.rebuilt = {i: rows[i].saved_bytes for i in self.candidates}
-        self.flops = {i: rows[i].forward_flops for i in self.candidates}
+        rows, modules, parts = self.base.layers, self.base.modules, sub_regions(model)
+        self.freed, self.rebuilt, self.flops = {}, {}, {}
+        for i in (u for u in self.candidates if not isinstance(u, str)):
+            blocks = [modules[name] for name, _ in parts[i]]
+            self.freed[i], self.flops[i] = rows[i].freeable_bytes, rows[i].forward_flops
+            self.rebuilt[i] = rows[i].saved_bytes - sum(b.freeable_bytes for b in blocks) + max((b.saved_bytes for b in blocks), default=0)
+        branches = [modules[name] for name, _ in parts[self.layout.head]]
+        self.freed["head"] = sum(b.freeable_bytes for b in branches)
+        self.rebuilt["head"] = max((b.saved_bytes for b in branches), default=0)
+        self.flops["head"] = sum(b.forward_flops for b in branches)
         self.step_flops = 3 * sum(r.forward_flops for r in rows)  # backward costs about twice the forward
 
-    def flops_of(self, recompute) -> int:
-        """Forward FLOPs recomputed per step by a ``recompute=`` value (at the base batch and imgsz)."""
-        return sum(self.flops[i] for i in resolve(recompute, self.layout).indices)
+    def units(self, recompute) -> tuple:
+        """The units of a ``recompute=`` value or a :class:`~yolo_ckpt.policy.RecomputePolicy`: its layer indices,
+        then ``"head"`` and ``"loss"`` where it recomputes them (``"all"`` -> every candidate).
+
+        Raises:
+            ValueError: as :func:`yolo_ckpt.policy.resolve` raises for a bad value.
+        """
+        policy = recompute if isinstance(recompute, RecomputePolicy) else resolve(recompute, self.layout)
+        return (*policy.indices, *policy.regions())
+
+    @staticmethod
+    def regions(units) -> tuple[str, ...]:
+        """The regions among ``units``, in :data:`yolo_ckpt.policy.REGIONS` order."""
+        return tuple(r for r in REGIONS if r in units)
+
+    @staticmethod
+    def spec(units) -> str:
+        """``units`` as a ``recompute=`` value: ``(6, 2, "loss", "head")`` -> ``"2,6,head,loss"``; ``()`` -> ``"none"``."""
+        layers = sorted(u for u in units if not isinstance(u, str))
+        return ",".join([*map(str, layers), *MemoryModel.regions(units)]) or "none"
 
     def _scale(self, batch: int, imgsz: int) -> float:
         return batch * imgsz**2 / (self.base.batch * self.base.imgsz**2)
 
-    def peak(self, indices, batch: int, imgsz) -> int:
-        """Composed peak bytes of a step recomputing ``indices`` at this batch and imgsz."""
+    def loss_flops(self, batch: int, imgsz) -> int:
+        """Forward FLOPs the loss region recomputes per step: each image's predicted masks (foreground anchors x
+        32 coefficients x prototype pixels, 2 FLOPs a product) twice, once per backward product's tiling
+        (``yolo_ckpt.losses._MaskLoss.backward``): ``4 * nm * Fb * (imgsz / 4)^2``, with ``Fb`` the loss formula's
+        bound on the batch's foreground anchors and ``nm`` the head's mask coefficients; 0 without a loss region."""
+        if True not in self.loss_models:
+            return 0
+        imgsz = train_imgsz(imgsz, self.model.stride)
+        batch_foreground, _ = self.loss_models[True].foreground(batch, imgsz, self.objects)
+        return 4 * int(self.model.model[-1].nm) * batch_foreground * (imgsz // 4) ** 2
+
+    def cost(self, units, batch: int, imgsz) -> int:
+        """Forward FLOPs recomputed per step by ``units`` at this batch and imgsz."""
+        imgsz = train_imgsz(imgsz, self.model.stride)
+        k = self._scale(batch, imgsz)
+        return int(k * sum(self.flops[u] for u in units if u != "loss")) + (self.loss_flops(batch, imgsz) if "loss" in units else 0)
+
+    def flops_of(self, recompute) -> int:
+        """Forward FLOPs recomputed per step by a ``recompute=`` value (at the base batch and imgsz)."""
+        return self.cost(self.units(recompute), self.base.batch, self.base.imgsz)
+
+    def _loss_peaks(self, loss: bool, batch: int, imgsz: int) -> tuple[int, int]:
+        model = self.loss_models[loss]
+        return model.forward_bytes(batch, imgsz, self.objects), model.backward_bytes(batch, imgsz, self.objects)
+
+    def peak(self, units, batch: int, imgsz) -> int:
+        """Composed peak bytes of a step recomputing ``units`` (layer indices, ``"head"``, ``"loss"``) at this
+        batch and imgsz."""
         imgsz = train_imgsz(imgsz, self.model.stride)
         base, k = self.base, self._scale(batch, imgsz)
         static = base.static_bytes + (k - 1) * base.input_bytes
-        freed = sum(self.freed[i] for i in indices)
-        rebuilt = max((self.rebuilt[i] for i in indices), default=0)
-        loss = self.loss_model.forward_bytes(batch, imgsz, self.objects)
-        loss_backward = self.loss_model.backward_bytes(batch, imgsz, self.objects)
+        layers = [u for u in units if u != "loss"]
+        freed = sum(self.freed[u] for u in layers)
+        rebuilt = max((self.rebuilt[u] for u in layers), default=0)
+        loss, loss_backward = self._loss_peaks("loss" in units, batch, imgsz)
         act = {p: base.phase_peak_bytes[p] - base.static_bytes for p in ("forward", "backward")}
         fwd_end = base.phase_peak_bytes["loss"] - base.loss_bytes - base.static_bytes
         return int(
             static
             + max(
-                k * (act["forward"] - freed),
+                k * (act["forward"] - freed + rebuilt),  # a recomputed unit's forward runs whole, saving nothing
                 k * (fwd_end - freed) + max(loss, loss_backward),
                 k * (act["backward"] - freed + rebuilt),
                 base.phase_peak_bytes["optimizer"] - base.static_bytes,
@@ -236,40 +336,58 @@ class MemoryModel:
         """Whether an estimated peak plus the headroom fits ``budget`` (bytes)."""
         return self.headroom.need(estimated_bytes) <= budget
 
-    def cheapest(self, budget: int, batch: int, imgsz: int) -> tuple[int, ...] | None:
-        """The least-FLOPs layer set whose composed peak (with the headroom) fits ``budget``; None if even ``all``
+    def _order(self, batch: int, imgsz: int) -> list:
+        """The candidates by bytes freed per recomputed FLOP at this batch and imgsz, most first (the loss region's
+        bytes: how much lower its loss peaks are)."""
+        k = self._scale(batch, imgsz)
+
+        def freed(u) -> float:
+            if u != "loss":
+                return k * self.freed[u]
+            return max(self._loss_peaks(False, batch, imgsz)) - max(self._loss_peaks(True, batch, imgsz))
+
+        return sorted(self.candidates, key=lambda u: -freed(u) / max(self.cost((u,), batch, imgsz), 1))
+
+    def cheapest(self, budget: int, batch: int, imgsz) -> tuple | None:
+        """The least-FLOPs set of units whose composed peak (with the headroom) fits ``budget``; None if even ``all``
         does not fit."""
+        imgsz = train_imgsz(imgsz, self.model.stride)
         if self.fits(self.peak((), batch, imgsz), budget):
             return ()
-        order = sorted(self.candidates, key=lambda i: -self.freed[i] / max(self.flops[i], 1))
-        chosen: list[int] = []
-        for i in order:
-            chosen.append(i)
+        chosen: list = []
+        for u in self._order(batch, imgsz):
+            chosen.append(u)
             if self.fits(self.peak(chosen, batch, imgsz), budget):
                 break
         else:
             return None
-        for i in sorted(chosen, key=lambda i: -self.flops[i]):  # drop what is no longer needed, dearest first
-            rest = [j for j in chosen if j != i]
+        for u in sorted(chosen, key=lambda u: -self.cost((u,), batch, imgsz)):  # drop what is no longer needed, dearest first
+            rest = [v for v in chosen if v != u]
             if self.fits(self.peak(rest, batch, imgsz), budget):
                 chosen = rest
-        named = [resolve(n, self.layout).indices for n in ("backbone", "all") + (("neck",) if len(self.layout.section("neck")) else ())]
-        fitting = [tuple(sorted(chosen))] + [n for n in named if self.fits(self.peak(n, batch, imgsz), budget)]
-        return min(fitting, key=lambda s: sum(self.flops[i] for i in s))
+        named = [self.units(n) for n in ("backbone", "all") + (("neck",) if len(self.layout.section("neck")) else ())]
+        fitting = [self._sorted(chosen)] + [n for n in named if self.fits(self.peak(n, batch, imgsz), budget)]
+        return min(fitting, key=lambda s: self.cost(s, batch, imgsz))
 
-    def plan(self, budget: int, batch: int, imgsz: int) -> Plan:
-        """``recompute=auto``: the cheapest layer set that fits with the headroom, checked with a fake pass (layers
-        are added while the check exceeds the budget).
+    def _sorted(self, units) -> tuple:
+        """``units`` in candidate order (layers ascending, then the regions)."""
+        return tuple(u for u in self.candidates if u in units)
+
+    def plan(self, budget: int, batch: int, imgsz) -> Plan:
+        """``recompute=auto``: the cheapest set of units that fits with the headroom, checked with a fake pass of
+        that policy, the loss region's formula with it (units are added, most bytes per FLOP first, while the check
+        exceeds the budget).
 
         Raises:
-            ValueError: when even recomputing every layer does not fit, saying the minimum and the headroom.
+            PlanError: when even recomputing every unit (``all``) does not fit, saying the minimum and the headroom.
         """
         imgsz = train_imgsz(imgsz, self.model.stride)
-        indices = self.cheapest(budget, batch, imgsz)
-        if indices is None:  # the composition is conservative: let the fake pass decide from 'all' down
-            indices = self.candidates
+        units = self.cheapest(budget, batch, imgsz)
+        if units is None:  # the composition is conservative: let the fake pass decide from 'all' down
+            units = self.candidates
+        order = self._order(batch, imgsz)
         while True:
-            if indices is None:
+            if units is None:
                 need = self.estimate("all", batch, imgsz).peak_bytes
                 raise PlanError(
                     f"memory_budget={budget / 2**30:.2f} GiB is below the smallest plan's need at batch={batch} "
@@ -277,43 +395,47 @@ class MemoryModel:
                     + (f" and {self.headroom.need(need) / 2**30:.2f} GiB with memory_headroom={self.headroom}" if self.headroom != NO_HEADROOM else "")
                     + ". Raise the budget, or lower batch or imgsz"
                 )
-            spec = ",".join(map(str, indices)) or "none"
-            check = self.estimate(spec, batch, imgsz)
+            check = self.estimate(self.spec(units), batch, imgsz)
             if self.fits(check.peak_bytes, budget):
-                return self.as_plan(indices, check.peak_bytes, budget, batch, imgsz)
-            rest = sorted(set(self.candidates) - set(indices), key=lambda i: -self.freed[i] / max(self.flops[i], 1))
-            indices = tuple(sorted((*indices, rest[0]))) if rest else None
+                return self.as_plan(units, check.peak_bytes, budget, batch, imgsz)
+            rest = [u for u in order if u not in units]
+            units = self._sorted((*units, rest[0])) if rest else None
 
-    def as_plan(self, indices, peak_bytes: int, budget: int, batch: int, imgsz: int) -> Plan:
-        """A :class:`Plan` of these layers, with their recompute FLOPs and the headroom at this batch and imgsz."""
+    def as_plan(self, units, peak_bytes: int, budget: int, batch: int, imgsz) -> Plan:
+        """A :class:`Plan` of these units, with their recompute FLOPs and the headroom at this batch and imgsz."""
         imgsz = train_imgsz(imgsz, self.model.stride)
-        k = self._scale(batch, imgsz)
-        spec = ",".join(map(str, sorted(indices))) or "none"
-        flops = int(k * sum(self.flops[i] for i in indices))
+        units = self._sorted(units)
         headroom = self.headroom.need(peak_bytes) - peak_bytes
-        return Plan(spec, tuple(sorted(indices)), peak_bytes, budget, flops, int(k * self.step_flops), batch, imgsz, headroom)
-
-    def estimate(self, recompute, batch: int, imgsz: int) -> StepProfile:
-        """A fake-pass estimate (no per-layer FLOPs) of ``recompute`` at this batch and imgsz."""
-        return estimate_step(
-            self.model, imgsz, batch, self.objects, recompute, optimizer=self.optimizer, amp=self.amp, loss_model=self.loss_model, flops=False
+        layers = tuple(u for u in units if not isinstance(u, str))
+        return Plan(
+            self.spec(units), layers, peak_bytes, budget, self.cost(units, batch, imgsz),
+            int(self._scale(batch, imgsz) * self.step_flops), batch, imgsz, headroom, self.regions(units),
         )
 
-    def largest_batch(self, indices, budget: int, imgsz: int, limit: int = 1024) -> int:
-        """The largest batch (>= 0, at most ``limit``, AutoBatch's cap) whose composed peak with ``indices`` and the
+    def estimate(self, recompute, batch: int, imgsz) -> StepProfile:
+        """A fake-pass estimate (no per-layer FLOPs) of ``recompute`` at this batch and imgsz, with the loss formula
+        of its loss region where it recomputes the loss."""
+        loss = "loss" in self.units(recompute)
+        return estimate_step(
+            self.model, imgsz, batch, self.objects, recompute, optimizer=self.optimizer, amp=self.amp,
+            loss_model=self.loss_models[loss], flops=False,
+        )
+
+    def largest_batch(self, units, budget: int, imgsz, limit: int = 1024) -> int:
+        """The largest batch (>= 0, at most ``limit``, AutoBatch's cap) whose composed peak with ``units`` and the
         headroom fits ``budget`` at ``imgsz``."""
         imgsz = train_imgsz(imgsz, self.model.stride)
         lo, hi = 0, limit
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if self.fits(self.peak(indices, mid, imgsz), budget) else (lo, mid - 1)
+            lo, hi = (mid, hi) if self.fits(self.peak(units, mid, imgsz), budget) else (lo, mid - 1)
         return lo
 
-    def largest_imgsz(self, indices, budget: int, batch: int, stride: int = 32, limit: int = 8192) -> int:
-        """The largest imgsz (a multiple of ``stride``, 0 if none) whose composed peak with the headroom fits at
-        ``batch``."""
+    def largest_imgsz(self, units, budget: int, batch: int, stride: int = 32, limit: int = 8192) -> int:
+        """The largest imgsz (a multiple of ``stride``, 0 if none) whose composed peak with ``units`` and the
+        headroom fits at ``batch``."""
         lo, hi = 0, limit // stride
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if self.fits(self.peak(indices, batch, mid * stride), budget) else (lo, mid - 1)
+            lo, hi = (mid, hi) if self.fits(self.peak(units, batch, mid * stride), budget) else (lo, mid - 1)
         return lo * stride
