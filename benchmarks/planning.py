@@ -9,7 +9,7 @@ import copy
 from ultralytics.utils import DEFAULT_CFG
 
 from yolo_ckpt.planner import MemoryModel, parse_budget
-from yolo_ckpt.policy import is_auto, resolve
+from yolo_ckpt.policy import is_auto
 
 
 def needs_memory_model(cell: dict) -> bool:
@@ -26,9 +26,9 @@ def memory_model(model, objects: int, optimizer: str = "AdamW", amp: bool = Fals
 
 
 def settle(cell: dict, memory: MemoryModel | None, cuda_available_bytes: int | None = None) -> dict:
-    """A cell's concrete ``imgsz``, ``batch``, ``recompute`` (a layer list for auto) and ``budget_bytes``.
+    """A cell's concrete ``imgsz``, ``batch``, ``recompute`` (for auto the planned units: layers, head, loss) and ``budget_bytes``.
 
-    ``recompute=auto`` plans the layers at the settled imgsz and batch; with ``batch=-1`` it recomputes every layer
+    ``recompute=auto`` plans the units at the settled imgsz and batch; with ``batch=-1`` it recomputes everything (all)
     and takes the largest batch, as the trainers do. ``imgsz=fit`` is the largest multiple of the model's largest
     stride whose estimated peak fits.
 
@@ -45,13 +45,13 @@ def settle(cell: dict, memory: MemoryModel | None, cuda_available_bytes: int | N
         out["budget_bytes"] = parse_budget(budget, cuda_available_bytes)
     auto = is_auto(cell["recompute"])
     spec = "all" if auto and cell["batch"] == -1 else cell["recompute"]
-    indices = () if auto and spec != "all" else resolve(spec, memory.layout).indices
+    units = () if auto and spec != "all" else memory.units(spec)
     if out["imgsz"] == "fit":
-        out["imgsz"] = memory.largest_imgsz(indices, out["budget_bytes"], out["batch"], int(max(memory.strides)))
+        out["imgsz"] = memory.largest_imgsz(units, out["budget_bytes"], out["batch"], int(max(memory.strides)))
         if out["imgsz"] == 0:
             raise ValueError(f"imgsz=fit: no imgsz fits memory_budget={cell['memory_budget']} at batch={cell['batch']} with recompute={spec}")
     if out["batch"] == -1:
-        out["batch"] = memory.largest_batch(indices, out["budget_bytes"], out["imgsz"])
+        out["batch"] = memory.largest_batch(units, out["budget_bytes"], out["imgsz"])
         if out["batch"] == 0:
             raise ValueError(f"batch=-1: not even batch 1 fits memory_budget={cell['memory_budget']} at imgsz={out['imgsz']} with recompute={spec}")
     out["recompute"] = memory.plan(out["budget_bytes"], out["batch"], out["imgsz"]).recompute if auto and spec != "all" else spec

@@ -238,7 +238,8 @@ def profile(args: list[str]) -> dict:
 
     from ultralytics.utils import TQDM
 
-    from .estimate import calibrate_loss, estimate_step
+    from .estimate import estimate_step
+    from .planner import loss_models
     from .policy import ModelLayout, resolve
 
     with _diagnostics_to_stderr():
@@ -246,11 +247,11 @@ def profile(args: list[str]) -> dict:
         recompute, mode = opts["recompute"], opts["recompute_mode"]
         policy = resolve(recompute, ModelLayout.from_model(model), mode=mode)
         steps = TQDM(total=3, desc="yolo-ckpt profile: calibrating the loss, estimating none, estimating the policy")
-        loss_model = calibrate_loss(model)
+        formulas = loss_models(model, spec.amp, opts["loss_chunk"])  # the stock loss's, and the loss region's
         steps.update()
         results = {}
-        for name, spec_name in (("none", "none"), ("policy", recompute)):
-            results[name] = estimate_step(model, opts["imgsz"], opts["batch"], spec.objects, spec_name, mode, spec.optimizer, spec.amp, loss_model)
+        for name, spec_name, loss in (("none", "none", False), ("policy", recompute, policy.loss)):
+            results[name] = estimate_step(model, opts["imgsz"], opts["batch"], spec.objects, spec_name, mode, spec.optimizer, spec.amp, formulas[loss])
             steps.update()
         steps.close()
     table = profile_table(results["none"], policy)
@@ -277,17 +278,17 @@ def profile(args: list[str]) -> dict:
 
 
 def plan(args: list[str]) -> list[dict]:
-    """``yolo-ckpt plan``: for none, backbone, all and auto, the estimated peak at ``imgsz=`` and ``batch=``, the
-    headroom kept on top of it (CUDA, against a budget in bytes) and the margin left in ``memory_budget=``, the
-    largest imgsz (at ``batch``) and batch (at ``imgsz``) that fit, and each policy's recompute cost; for the run
-    the keys describe (see :func:`_estimate_setup`). The result on stdout, progress and logs on stderr."""
+    """``yolo-ckpt plan``: for none, backbone, head, loss (segment models), all (layers, head branches and loss) and
+    auto, the estimated peak at ``imgsz=`` and ``batch=``, the headroom kept on top of it (CUDA, against a budget in
+    bytes) and the margin left in ``memory_budget=``, the largest imgsz (at ``batch``) and batch (at ``imgsz``) that
+    fit, and each policy's recompute cost; for the run the keys describe (see :func:`_estimate_setup`). The result
+    on stdout, progress and logs on stderr."""
     import json
 
     import pandas as pd
     from ultralytics.utils import TQDM
 
     from .planner import MemoryModel, parse_budget
-    from .policy import ModelLayout, resolve
 
     with _diagnostics_to_stderr():
         model, opts, spec, headroom = _estimate_setup(args)
@@ -296,42 +297,37 @@ def plan(args: list[str]) -> list[dict]:
         budget = parse_budget(opts["memory_budget"], None)
         imgsz, batch = opts["imgsz"], opts["batch"]
         stride = int(max(model.stride))
-        layout = ModelLayout.from_model(model)
         with TQDM(total=2, desc="yolo-ckpt plan: estimating the model, planning auto") as steps:
-            memory = MemoryModel(model, imgsz, batch, spec.objects, spec.optimizer, spec.amp, headroom)
+            memory = MemoryModel(model, imgsz, batch, spec.objects, spec.optimizer, spec.amp, headroom, opts["loss_chunk"])
             steps.update()
             try:
-                auto = memory.plan(budget, batch, imgsz).indices
+                auto = memory.units(memory.plan(budget, batch, imgsz).recompute)
             except ValueError:
                 auto = None  # even 'all' does not fit at this imgsz and batch
             steps.update()
     rows = []
-    for name in ("none", "backbone", "all", "auto"):
-        indices = resolve(name, layout).indices if name != "auto" else (auto if auto is not None else memory.candidates)
-        cost = memory.as_plan(indices, memory.peak(indices, batch, imgsz), budget, batch, imgsz)
+    names = ("none", "backbone", "head") + (("loss",) if "loss" in memory.candidates else ()) + ("all", "auto")
+    for name in names:
+        units = memory.units(name) if name != "auto" else (auto if auto is not None else memory.candidates)
+        cost = memory.as_plan(units, memory.peak(units, batch, imgsz), budget, batch, imgsz)
         rows.append({
-            "recompute": name if name != "auto" else f"auto ({','.join(map(str, indices)) or 'none'})",
+            "recompute": name if name != "auto" else f"auto ({cost.recompute})",
             "estimated_peak_MiB": cost.estimated_peak_bytes / 2**20,
             "headroom_MiB": cost.headroom_bytes / 2**20,
             "margin_MiB": cost.margin_bytes / 2**20,
             "fits": cost.fits if name != "auto" else auto is not None,
-            f"max_imgsz_at_batch_{batch}": memory.largest_imgsz(indices, budget, batch, stride),
-            f"max_batch_at_imgsz_{imgsz}": memory.largest_batch(indices, budget, imgsz),
+            f"max_imgsz_at_batch_{batch}": memory.largest_imgsz(units, budget, batch, stride),
+            f"max_batch_at_imgsz_{imgsz}": memory.largest_batch(units, budget, imgsz),
             "recompute_GFLOPs": cost.recompute_flops / 1e9,
             "recompute_pct_of_step": 100 * cost.recompute_cost,
         })
-    # The planner composes per-layer figures; the regions beyond the layers are estimated by profile's fake pass only.
-    unplanned = ["head"] + (["loss"] if layout.has_loss_region else [])
-    note = (f"rows count the layers only: the regions {', '.join(unplanned)} (part of recompute=all) are not in plan's "
-            "figures yet; 'yolo-ckpt profile recompute=all' estimates them")
-    result = {"model": opts["model"], "memory_budget_bytes": budget, "memory_headroom": str(headroom), "imgsz": imgsz, "batch": batch, "assumed": spec.to_dict(), "policies": rows, "not_planned_regions": unplanned, "note": note}
+    result = {"model": opts["model"], "memory_budget_bytes": budget, "memory_headroom": str(headroom), "imgsz": imgsz, "batch": batch, "assumed": spec.to_dict(), "policies": rows}
     if opts["format"] == "json":
         print(json.dumps(result, indent=2))
     else:
         print(f"{opts['model']} at imgsz={imgsz} batch={batch}, memory_budget={budget / 2**20:.0f} MiB, memory_headroom={headroom}")
         print(spec.describe())
         print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
-        print(note)
     return rows
 
 

@@ -133,19 +133,13 @@ def _calibrate(model, amp: bool) -> LossModel:
 def _loss_samples(model, shape: LossModel, points, amp: bool) -> tuple[np.ndarray, list[int], list[int]]:
     """CPU measurements of ``model``'s real loss at ``points`` (batch, imgsz, objects): the formula's terms (with
     the measured foreground anchors), and the loss's forward and backward peaks above what was alive before it."""
-    fake_mode = FakeTensorMode()
-    with FakeCopyMode(fake_mode):
-        fake = copy.deepcopy(model).train()
-    apply_checkpointing(fake, "none")
     autocast = autocast_for(amp, "cpu")
     g = torch.Generator().manual_seed(0)
     stride = int(max(model.stride.tolist()))
-    rows, forward, backward, specs = [], [], [], {}
+    points = [(batch, max(imgsz // stride, 1) * stride, objects) for batch, imgsz, objects in points]
+    specs = _prediction_specs(model, sorted({imgsz for _, imgsz, _ in points}), autocast)
+    rows, forward, backward = [], [], []
     for batch, imgsz, objects in points:
-        imgsz = max(imgsz // stride, 1) * stride
-        if imgsz not in specs:  # the predictions' shapes at one image (all are batch-first) and dtypes
-            with fake_mode, torch.no_grad(), autocast():
-                specs[imgsz] = tree_map(lambda t: (t.shape[1:], t.dtype), fake(torch.empty(1, 3, imgsz, imgsz)))
         # Random predictions of the model's shapes and dtypes: the loss's memory depends on shapes and targets, not
         # on the values, so no real forward pass is needed, whatever the model's size.
         preds = tree_map(lambda s: torch.rand(batch, *s[0], generator=g).to(s[1]).requires_grad_(), specs[imgsz], is_leaf=_is_spec)
@@ -169,6 +163,30 @@ def _loss_samples(model, shape: LossModel, points, amp: bool) -> tuple[np.ndarra
         per_image = torch.stack(fg).sum(0) if fg else torch.zeros(batch)
         rows.append(shape.terms(batch, imgsz, objects, (int(per_image.sum()), int(per_image.max()))))
     return np.array(rows), forward, backward
+
+
+def _prediction_specs(model, sizes: list[int], autocast) -> dict:
+    """Per imgsz in ``sizes``, the shapes (at one image: all are batch-first) and dtypes of ``model``'s training
+    predictions. A fake pass costs the same at any size (its cost is per op), so the whole model runs once, at the
+    first size, and the head alone at the others, on its inputs rescaled: each is a feature map at a fixed stride."""
+    fake_mode = FakeTensorMode()
+    with FakeCopyMode(fake_mode):
+        fake = copy.deepcopy(model).train()
+    apply_checkpointing(fake, "none")
+    head, first, inputs = fake.model[-1], sizes[0], []
+    hook = head.register_forward_pre_hook(lambda m, args: inputs.append(args))
+
+    def at(size):  # the head's inputs at another imgsz: (1, C, H, W) with H, W in proportion
+        return lambda t: t.new_empty(*t.shape[:2], *(d * size // first for d in t.shape[2:])) if isinstance(t, torch.Tensor) and t.dim() == 4 else t
+
+    spec = lambda out: tree_map(lambda t: (t.shape[1:], t.dtype), out)  # noqa: E731
+    with fake_mode, torch.no_grad(), autocast():
+        try:
+            specs = {first: spec(fake(torch.empty(1, 3, first, first)))}
+        finally:
+            hook.remove()
+        specs.update({size: spec(head(*tree_map(at(size), inputs[0]))) for size in sizes[1:]})
+    return specs
 
 
 def _is_spec(x) -> bool:

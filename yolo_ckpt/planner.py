@@ -1,19 +1,32 @@
-"""Plan recomputation for a memory budget: which layers (``recompute=auto``), and the largest batch or imgsz.
+"""Plan recomputation for a memory budget: which units (``recompute=auto``), and the largest batch or imgsz.
 
-The planner composes the per-layer figures of one fake-tensor estimate of ``recompute=none``
+A unit is what a plan recomputes or not: a layer of ``model.model`` (a nested layer with its inner blocks one at a
+time, :data:`yolo_ckpt.engine.NESTED_BLOCKS`), ``head`` (the final head's branches) and, for segmentation
+(:data:`yolo_ckpt.policy.LOSS_HEADS`), ``loss`` (the mask loss region, :mod:`yolo_ckpt.losses`). The planner
+composes the per-layer and per-module figures of one fake-tensor estimate of ``recompute=none``
 (:func:`yolo_ckpt.estimate.estimate_step`) instead of running a fake pass per candidate:
 
-- recomputing layer i frees what its forward saved for backward, less its inputs, which the checkpoint keeps
-  (outputs kept anyway for skip connections are attributed to the layer that saves them, so they are never
-  counted as freed twice);
-- in backward, recomputing a layer rebuilds its saved tensors for a moment: the largest of them is added back;
-- activations and the training batch scale with batch x imgsz^2, the loss/assigner (its forward and its backward
-  peak) with its own formula, parameters and optimizer state not at all;
+- recomputing a layer or the head's branches frees what their forward saved for backward, less their inputs,
+  which the checkpoint keeps, and the parameters (outputs kept anyway for skip connections are attributed to the
+  layer that saves them, so they are never counted as freed twice);
+- a recomputed unit's saved tensors exist for a moment (its forward, its rebuild in backward): the largest unit's
+  is added back; a nested layer rebuilds one inner block at a time, the head one branch at a time;
+- the loss's forward and backward peaks are a formula (:class:`yolo_ckpt.estimate.LossModel`), the stock loss's
+  or, with ``loss``, the loss region's, calibrated with the region applied in ``loss_chunk`` anchors per chunk;
+- activations and the training batch scale with batch x imgsz^2, the loss by its own formula, parameters and
+  optimizer state not at all;
 - an imgsz is planned at the size it trains at (:func:`yolo_ckpt.memory.train_imgsz`: 2736 -> 2752).
 
-Among the layer sets that fit, it picks the one with the least recompute cost (forward FLOPs of the recomputed
-layers): greedily by bytes freed per FLOP, then dropping layers that are no longer needed, and never worse than
-the cheapest named policy (backbone, neck, all) that fits. The chosen plan is checked with one more fake pass.
+The composition is conservative: the largest rebuilt unit is added at the ``none`` pass's backward peak, when the
+layers after it are still alive (``tests/test_memory_model.py`` holds it to the fake pass of the same policy).
+Among the unit sets that fit, it picks the one with the least recompute cost (forward FLOPs of the recomputed
+layers and head branches, and the loss region's mask products, :meth:`MemoryModel.loss_flops`): greedily by bytes
+freed per FLOP, then dropping units that are no longer needed, and never worse than the cheapest named policy
+(backbone, neck, all) that fits. The chosen plan is checked with one more fake pass of that policy. A plan is a
+``recompute=`` value, ``"2,4,6,head,loss"``, that :func:`yolo_ckpt.policy.resolve` reads back to its units.
+
+:class:`MemoryModel` is the one planning entry: ``recompute=auto`` and ``batch=-1`` in the trainers,
+``yolo-ckpt plan`` and the benchmark's planned cells (``benchmarks/planning.py``) all plan through it.
 
 On CUDA a plan against a budget in bytes keeps a :class:`Headroom` (``memory_headroom=``) on top of the estimate:
 the estimate counts live tensors, a CUDA process holds more (its context, the allocator's reserve, workspaces).
@@ -188,10 +201,15 @@ class Plan:
         return self.recompute_flops / self.step_flops if self.step_flops else 0.0
 
 
-def _loss_models(model, amp: bool, chunk: int) -> dict[bool, LossModel]:
+def loss_models(model, amp: bool, chunk: int | None = None) -> dict[bool, LossModel]:
     """The loss formula without (``False``) and, where the head has a loss region, with (``True``) the loss region
-    in ``chunk`` anchors per chunk, each calibrated on a copy of ``model`` with or without it
-    (:func:`yolo_ckpt.estimate.calibrate_loss`, which measures ``model.loss`` as patched)."""
+    in ``chunk`` anchors per chunk (None: its default), each calibrated on a copy of ``model`` with or without it
+    (:func:`yolo_ckpt.estimate.calibrate_loss`, which measures ``model.loss`` as patched) under ``amp``.
+
+    Raises:
+        ValueError: for a bad ``chunk`` (:func:`yolo_ckpt.losses.check_loss_chunk`).
+    """
+    chunk = check_loss_chunk(DEFAULT_CHUNK if chunk is None else chunk)
     variants = {False: None, True: chunk} if ModelLayout.from_model(model).has_loss_region else {False: None}
     models = {}
     for on, region_chunk in variants.items():
@@ -214,8 +232,8 @@ class MemoryModel:
     accounting (:class:`yolo_ckpt.memory.LayerRow`, :class:`yolo_ckpt.memory.ModuleRow`):
 
     - a layer frees its ``freeable_bytes`` and rebuilds its ``saved_bytes`` in backward; a nested layer rebuilds its
-      own saved bytes less what its inner blocks free, plus its largest inner block's saved bytes (the blocks are
-      rebuilt one at a time inside the layer's recomputation);
+      saved bytes less what its inner blocks free, plus what its largest inner block frees (the blocks are rebuilt
+      one at a time inside the layer's recomputation);
     - ``head`` frees what its branches free and rebuilds the largest branch's saved bytes;
     - ``loss`` swaps the loss's forward and backward peaks for those of the loss-region formula (calibrated with the
       region applied, in ``loss_chunk`` anchors per chunk).
@@ -242,7 +260,7 @@ class MemoryModel:
     ):
         self.model, self.objects, self.optimizer, self.amp, self.headroom = model, objects, optimizer, amp, headroom
         self.layout = ModelLayout.from_model(model)
-        self.loss_models = _loss_models(model, amp, check_loss_chunk(DEFAULT_CHUNK if loss_chunk is None else loss_chunk))
+        self.loss_models = loss_models(model, amp, loss_chunk)
         # The fake pass without the loss's share (a formula of zeros): the loss's peaks are composed per unit below.
         zeros = (0.0,) * len(self.loss_models[False].forward)
         no_loss = dataclasses.replace(self.loss_models[False], forward=zeros, backward=zeros)
@@ -254,7 +272,8 @@ class MemoryModel:
         for i in (u for u in self.candidates if not isinstance(u, str)):
             blocks = [modules[name] for name, _ in parts[i]]
             self.freed[i], self.flops[i] = rows[i].freeable_bytes, rows[i].forward_flops
-            self.rebuilt[i] = rows[i].saved_bytes - sum(b.freeable_bytes for b in blocks) + max((b.saved_bytes for b in blocks), default=0)
+            # a nested layer's recomputation holds its own saved tensors and one inner block's at a time
+            self.rebuilt[i] = rows[i].saved_bytes - sum(b.freeable_bytes for b in blocks) + max((b.freeable_bytes for b in blocks), default=0)
         branches = [modules[name] for name, _ in parts[self.layout.head]]
         self.freed["head"] = sum(b.freeable_bytes for b in branches)
         self.rebuilt["head"] = max((b.saved_bytes for b in branches), default=0)

@@ -112,6 +112,7 @@ def build_run_report(trainer) -> dict:
         "train_steps_timed": len(steps),
         "plan": None if trainer.plan is None else {
             "recompute": trainer.plan.recompute,
+            "regions": list(trainer.plan.regions),
             "budget_bytes": trainer.plan.budget_bytes,
             "estimated_peak_bytes": trainer.plan.estimated_peak_bytes,
             "batch": trainer.plan.batch,

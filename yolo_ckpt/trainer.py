@@ -242,13 +242,16 @@ class CheckpointTrainerMixin:
         self.run_spec = RunSpec(self.device.type, amp, optimizer, optimizer_text, objects, objects_text, int(model.yaml["nc"]))
         LOGGER.info(f"{PREFIX}memory model {self.run_spec.describe()}")
         headroom = headroom_for(self.args.memory_headroom, self.device.type, self.args.memory_budget)
-        return MemoryModel(model, self._planned_imgsz(), batch, objects=objects, optimizer=optimizer, amp=amp, headroom=headroom)
+        return MemoryModel(
+            model, self._planned_imgsz(), batch, objects=objects, optimizer=optimizer, amp=amp, headroom=headroom, loss_chunk=self.args.loss_chunk
+        )
 
     def _plan_recompute(self) -> str:
-        """recompute=auto: the cheapest layer set that fits the budget at this run's batch and largest imgsz. With
-        batch=-1 the order is: recompute every layer, then take the largest batch that fits (:meth:`auto_batch`)."""
+        """recompute=auto: the cheapest set of layers, head branches and loss region that fits the budget at this
+        run's batch and largest imgsz (:meth:`yolo_ckpt.planner.MemoryModel.plan`). With batch=-1 the order is:
+        recompute everything (``all``), then take the largest batch that fits (:meth:`auto_batch`)."""
         if self.args.batch < 1:
-            LOGGER.info(f"{PREFIX}recompute=auto with batch=-1: recompute every layer, then take the largest batch")
+            LOGGER.info(f"{PREFIX}recompute=auto with batch=-1: recompute everything (all), then take the largest batch")
             return "all"
         imgsz = self._planned_imgsz()
         self.plan = self._memory_model(self.args.batch).plan(self._budget(), self.args.batch, imgsz)
@@ -280,7 +283,8 @@ class CheckpointTrainerMixin:
         budget, imgsz = self._budget(), self._planned_imgsz()
         memory = self._memory_model(2)
         images = self._data_counts().images
-        estimated = min(memory.largest_batch(self.policy.indices, budget, imgsz), images)
+        units = memory.units(self.policy)
+        estimated = min(memory.largest_batch(units, budget, imgsz), images)
         if self.device.type == "cuda":
             batch = self._autobatch(budget)
             LOGGER.info(f"{PREFIX}AutoBatch measured batch={batch}; the estimate's batch for {budget / 2**30:.2f} GiB is {estimated}")
@@ -288,12 +292,12 @@ class CheckpointTrainerMixin:
                 LOGGER.info(f"{PREFIX}batch={max(estimated, 1)}: the estimate counts the mask loss, AutoBatch does not")
                 batch = max(estimated, 1)
         elif estimated < 1:
-            need = memory.headroom.need(memory.peak(self.policy.indices, 1, imgsz))
+            need = memory.headroom.need(memory.peak(units, 1, imgsz))
             raise PlanError(f"memory_budget={budget / 2**30:.2f} GiB is below batch=1's estimated need of {need / 2**30:.2f} GiB at imgsz={imgsz} with {self.policy}")
         else:
             batch = estimated
         LOGGER.info(f"{PREFIX}batch={batch} for memory_budget={budget / 2**30:.2f} GiB at imgsz={imgsz} ({self.policy.spec})")
-        self.plan = self.plan or memory.as_plan(self.policy.indices, memory.peak(self.policy.indices, batch, imgsz), budget, batch, imgsz)
+        self.plan = self.plan or memory.as_plan(units, memory.peak(units, batch, imgsz), budget, batch, imgsz)
         return batch
 
     def _autobatch(self, budget: int) -> int:
