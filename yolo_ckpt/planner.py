@@ -9,8 +9,8 @@ composes the per-layer and per-module figures of one fake-tensor estimate of ``r
 - recomputing a layer or the head's branches frees what their forward saved for backward, less their inputs,
   which the checkpoint keeps, and the parameters (outputs kept anyway for skip connections are attributed to the
   layer that saves them, so they are never counted as freed twice);
-- a recomputed unit's saved tensors exist for a moment (its forward, its rebuild in backward): the largest unit's
-  is added back; a nested layer rebuilds one inner block at a time, the head one branch at a time;
+- a recomputed unit's freed tensors exist again for a moment (its forward, its rebuild in backward): the largest
+  unit's are added back; a nested layer rebuilds one inner block at a time, the head one branch at a time;
 - the loss's forward and backward peaks are a formula (:class:`yolo_ckpt.estimate.LossModel`), the stock loss's
   or, with ``loss``, the loss region's, calibrated with the region applied in ``loss_chunk`` anchors per chunk;
 - activations and the training batch scale with batch x imgsz^2, the loss by its own formula, parameters and
@@ -231,10 +231,10 @@ class MemoryModel:
     (:data:`yolo_ckpt.policy.LOSS_HEADS`), ``"loss"``. Per unit, from the fake pass's per-layer and per-module
     accounting (:class:`yolo_ckpt.memory.LayerRow`, :class:`yolo_ckpt.memory.ModuleRow`):
 
-    - a layer frees its ``freeable_bytes`` and rebuilds its ``saved_bytes`` in backward; a nested layer rebuilds its
-      saved bytes less what its inner blocks free, plus what its largest inner block frees (the blocks are rebuilt
-      one at a time inside the layer's recomputation);
-    - ``head`` frees what its branches free and rebuilds the largest branch's saved bytes;
+    - a layer frees its ``freeable_bytes`` and rebuilds them in backward (its inputs and parameters stay alive); a
+      nested layer rebuilds them less what its inner blocks free, plus what its largest inner block frees (the
+      blocks are rebuilt one at a time inside the layer's recomputation);
+    - ``head`` frees what its branches free and rebuilds what the largest branch frees;
     - ``loss`` swaps the loss's forward and backward peaks for those of the loss-region formula (calibrated with the
       region applied, in ``loss_chunk`` anchors per chunk).
 
@@ -273,10 +273,10 @@ class MemoryModel:
             blocks = [modules[name] for name, _ in parts[i]]
             self.freed[i], self.flops[i] = rows[i].freeable_bytes, rows[i].forward_flops
             # a nested layer's recomputation holds its own saved tensors and one inner block's at a time
-            self.rebuilt[i] = rows[i].saved_bytes - sum(b.freeable_bytes for b in blocks) + max((b.freeable_bytes for b in blocks), default=0)
+            self.rebuilt[i] = rows[i].freeable_bytes - sum(b.freeable_bytes for b in blocks) + max((b.freeable_bytes for b in blocks), default=0)
         branches = [modules[name] for name, _ in parts[self.layout.head]]
         self.freed["head"] = sum(b.freeable_bytes for b in branches)
-        self.rebuilt["head"] = max((b.saved_bytes for b in branches), default=0)
+        self.rebuilt["head"] = max((b.freeable_bytes for b in branches), default=0)
         self.flops["head"] = sum(b.forward_flops for b in branches)
         self.step_flops = 3 * sum(r.forward_flops for r in rows)  # backward costs about twice the forward
 
@@ -384,9 +384,12 @@ class MemoryModel:
             rest = [v for v in chosen if v != u]
             if self.fits(self.peak(rest, batch, imgsz), budget):
                 chosen = rest
-        named = [self.units(n) for n in ("backbone", "all") + (("neck",) if len(self.layout.section("neck")) else ())]
-        fitting = [self._sorted(chosen)] + [n for n in named if self.fits(self.peak(n, batch, imgsz), budget)]
+        fitting = [self._sorted(chosen)] + [n for n in self._named() if self.fits(self.peak(n, batch, imgsz), budget)]
         return min(fitting, key=lambda s: self.cost(s, batch, imgsz))
+
+    def _named(self) -> list[tuple]:
+        """The units of the named policies a plan is never worse than: backbone, neck (where there is one), all."""
+        return [self.units(n) for n in ("backbone", "all") + (("neck",) if len(self.layout.section("neck")) else ())]
 
     def _sorted(self, units) -> tuple:
         """``units`` in candidate order (layers ascending, then the regions)."""
@@ -395,7 +398,8 @@ class MemoryModel:
     def plan(self, budget: int, batch: int, imgsz) -> Plan:
         """``recompute=auto``: the cheapest set of units that fits with the headroom, checked with a fake pass of
         that policy, the loss region's formula with it (units are added, most bytes per FLOP first, while the check
-        exceeds the budget).
+        exceeds the budget). A named policy cheaper than the composed choice is checked first, cheapest first: the
+        composition is conservative, the fake pass decides.
 
         Raises:
             PlanError: when even recomputing every unit (``all``) does not fit, saying the minimum and the headroom.
@@ -404,6 +408,12 @@ class MemoryModel:
         units = self.cheapest(budget, batch, imgsz)
         if units is None:  # the composition is conservative: let the fake pass decide from 'all' down
             units = self.candidates
+        # ... and a cheaper named policy that the composition rejects may fit: its fake pass decides, cheapest first
+        cost = self.cost(units, batch, imgsz)
+        for named in sorted((n for n in self._named() if self.cost(n, batch, imgsz) < cost), key=lambda n: self.cost(n, batch, imgsz)):
+            check = self.estimate(self.spec(named), batch, imgsz)
+            if self.fits(check.peak_bytes, budget):
+                return self.as_plan(named, check.peak_bytes, budget, batch, imgsz)
         order = self._order(batch, imgsz)
         while True:
             if units is None:
