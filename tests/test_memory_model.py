@@ -143,15 +143,13 @@ def seg_memory():
 
 
 def test_composed_regions_against_fake_pass(seg_memory):
-    """The head's branches and the loss region as planner units: their composed peak is the fake pass's of the same
-    policy, from 0 to +1%: composition adds the largest rebuilt unit at the none pass's backward peak (conservative,
-    never under); here the loss's backward peak is the step's, which both count by the same formula."""
+    """The loss region as a planner unit: its composed peak is the fake pass's of the same policy (to 0.1%; both
+    count the loss region's peaks by its formula, the rest from the same none pass), and most of the saving here."""
     model, memory = seg_memory
     assert memory.candidates[-2:] == ("head", "loss") and memory.freed["head"] > 0 and memory.flops["head"] > 0
-    for spec in ("head", "loss"):
-        composed, fake = memory.peak(memory.units(spec), 2, 256), memory.estimate(spec, 2, 256).peak_bytes
-        assert 0 <= composed / fake - 1 < 0.01, (spec, composed, fake)
-    assert memory.peak(("loss",), 2, 256) < 0.7 * memory.peak((), 2, 256)  # the loss region is most of the saving here
+    composed, fake = memory.peak(("loss",), 2, 256), memory.estimate("loss", 2, 256).peak_bytes
+    assert abs(composed / fake - 1) < 0.001, (composed, fake)
+    assert composed < 0.7 * memory.peak((), 2, 256)
 
 
 def test_loss_region_flops_counted_as_recomputed(seg_memory):
@@ -198,10 +196,11 @@ def test_plan_with_the_loss_region_fits_when_measured(seg_memory):
 
 def test_nested_layer_rebuilds_one_block_and_auto_plans_yolo12n():
     """yolo12n's area-attention layers (A2C2f, nested): the backward rebuilds one inner block at a time, so a nested
-    layer of several blocks rebuilds less than the whole layer's freed (and saved) bytes (one of a single block, all);
-    the composed peak of the first is the fake pass's from 0 to +8% (its rebuilt block counted at the none pass's
-    backward peak, where the layers after it are still alive); auto for 0.6x of the none estimate finds a plan,
-    which fits when checked."""
+    layer of several blocks rebuilds less than the whole layer's freed (and saved) bytes (one of a single block, all).
+    Composed peaks against the fake pass of the same policy: the first nested layer's to 0.1% (both from the same
+    none pass's per-layer peaks); the head's branches' from -2.5% to +0.5% (its recompute holds a little more than
+    its largest branch: measured -0.8% here, -0.9% to -2.1% for yolo11n at 640 with and without layers), the plan's
+    own fake pass catching that. auto for 0.6x of the none estimate finds a plan, which fits when checked."""
     model = _task_model(DetectionModel, "yolo12n.yaml", 80)
     memory = MemoryModel(model, 320, 1, 20)
     blocks = {i: len(parts) for i, parts in sub_regions(model).items() if memory.layout.types[i] in NESTED_BLOCKS}
@@ -210,7 +209,9 @@ def test_nested_layer_rebuilds_one_block_and_auto_plans_yolo12n():
     assert [i for i, n in blocks.items() if n > 1] == [6, 8] and all(memory.rebuilt[i] < 0.6 * freed[i] for i in (6, 8))
     assert all(memory.rebuilt[i] == freed[i] for i, n in blocks.items() if n == 1)
     composed, fake = memory.peak((6,), 1, 320), memory.estimate("6", 1, 320).peak_bytes
-    assert 0 <= composed / fake - 1 < 0.08, (composed, fake)
+    assert abs(composed / fake - 1) < 0.001, (composed, fake)
+    composed, fake = memory.peak(("head",), 1, 320), memory.estimate("head", 1, 320).peak_bytes
+    assert -0.025 < composed / fake - 1 < 0.005, (composed, fake)
     budget = int(0.6 * memory.peak((), 1, 320))
     plan = memory.plan(budget, 1, 320)
     assert plan.fits and plan.estimated_peak_bytes <= budget and resolve(plan.recompute, memory.layout).indices == plan.indices

@@ -265,6 +265,7 @@ def estimate_step(
         with LiveTensorTracker() as tracker:
             tracker.track(list(fake.parameters()), list(fake.buffers()), data)
             static = tracker.live_bytes
+            accounting.tracker = tracker  # each layer's backward peak (LayerRow.backward_peak_bytes)
 
             def stand_in_loss(preds):  # dense gradients of the predictions' shapes, as the real loss gives
                 fwd_end[0] = tracker.live_bytes
@@ -274,6 +275,8 @@ def estimate_step(
             peaks, _, state = _run_step(fake, data, opt, stand_in_loss, tracker, autocast)
         accounting.remove()
     static, fwd_end[0] = static + state, fwd_end[0] + state  # the optimizer state, counted in every phase
+    for peaks_of in (accounting.forward_peaks, accounting.backward_peaks):
+        peaks_of.update({i: peak + state for i, peak in peaks_of.items()})
     loss_forward = loss_model.forward_bytes(batch, imgsz, objects)
     phases = {
         "forward": peaks["forward"],

@@ -46,12 +46,18 @@ class LiveTensorTracker(TorchDispatchMode):
         self.live_bytes = 0
         self.peak_bytes = 0
         self.phase_peak_bytes = 0
+        self.mark_peak_bytes = 0
         self._live: dict[int, int] = {}
 
     def start_phase(self) -> int:
         """Restart ``phase_peak_bytes`` from the bytes alive now, and return them."""
         self.phase_peak_bytes = self.live_bytes
         return self.live_bytes
+
+    def mark(self) -> int:
+        """The peak bytes since the last mark (or since the tracker began); the next mark's starts from now."""
+        peak, self.mark_peak_bytes = self.mark_peak_bytes, self.live_bytes
+        return peak
 
     def track(self, *tensors) -> None:
         """Count these tensors' storages (nested lists/dicts allowed) as alive from now on."""
@@ -70,6 +76,7 @@ class LiveTensorTracker(TorchDispatchMode):
         self.live_bytes += self._live[key]
         self.peak_bytes = max(self.peak_bytes, self.live_bytes)
         self.phase_peak_bytes = max(self.phase_peak_bytes, self.live_bytes)
+        self.mark_peak_bytes = max(self.mark_peak_bytes, self.live_bytes)
         weakref.finalize(storage, self._free, key)
 
     def _free(self, key: int) -> None:
@@ -122,6 +129,9 @@ class LayerRow:
             parameters and buffers (a convolution saves its weight), alive all step long.
         forward_flops: FLOPs of the layer's forward pass (``torch.utils.flop_counter``), the cost of recomputing it.
         recompute: ``"full"``, ``"selective"`` or ``None``: how the layer, or for the head its branches, is recomputed.
+        forward_peak_bytes, backward_peak_bytes: the step's peak live bytes while the layer's forward ran, and while
+            its backward ran (from its outputs' gradients to the next layer's), static bytes included; 0 where not
+            measured (the fake estimate measures them).
     """
 
     index: int
@@ -131,6 +141,8 @@ class LayerRow:
     freeable_bytes: int
     forward_flops: int
     recompute: str | None
+    forward_peak_bytes: int = 0
+    backward_peak_bytes: int = 0
 
 
 @dataclass
@@ -312,7 +324,9 @@ def _grid_masks(batch: int, size: int, objects: int, xywh: torch.Tensor, overlap
 class _LayerAccounting:
     """Forward hooks on each layer that attribute output and saved-for-backward bytes to it, and on each module
     recomputed on its own below the layers (``yolo_ckpt.engine.sub_regions``) that attribute its layer's saved bytes
-    to it too (``modules``: name -> [saved, freeable] bytes)."""
+    to it too (``modules``: name -> [saved, freeable] bytes). With ``tracker`` set, also each layer's peak live bytes
+    in its forward and in its backward (gradient hooks on its outputs, the last segment closed when the backward
+    ends)."""
 
     def __init__(self, model):
         from .engine import sub_regions
@@ -325,6 +339,10 @@ class _LayerAccounting:
         self._static = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers())}
         self._stack: list = []
         self._active: list[tuple[str, set[int]]] = []  # the sub-modules whose forward runs: name, input storages
+        self.tracker: LiveTensorTracker | None = None  # set it to measure each layer's forward and backward peak
+        self.forward_peaks: dict[int, int] = {}
+        self.backward_peaks: dict[int, int] = {}
+        self._in_backward: int | None = None  # the layer whose backward runs now
         self._handles = []
         for i, layer in enumerate(model.model):
             self._handles.append(layer.register_forward_pre_hook(self._pre(i)))
@@ -346,6 +364,8 @@ class _LayerAccounting:
     def _pre(self, i):
         def hook(module, args):
             self._inputs = {t.untyped_storage()._cdata for t in tree_leaves(args) if isinstance(t, torch.Tensor)}
+            if self.tracker is not None:
+                self.tracker.mark()
             ctx = torch.autograd.graph.saved_tensors_hooks(self._pack(i), lambda t: t)
             ctx.__enter__()
             self._stack.append(ctx)
@@ -357,8 +377,33 @@ class _LayerAccounting:
             self._stack.pop().__exit__(None, None, None)
             outs = {t.untyped_storage()._cdata: t.untyped_storage().nbytes() for t in tree_leaves(output) if isinstance(t, torch.Tensor)}
             self.rows[i][0] += sum(outs.values())
+            if self.tracker is not None:
+                self.forward_peaks[i] = self.tracker.mark()
+            if self.tracker is not None and torch.is_grad_enabled():
+                for t in tree_leaves(output):
+                    if isinstance(t, torch.Tensor) and t.requires_grad:
+                        t.register_hook(self._backward_reaches(i))
 
         return hook
+
+    def _backward_reaches(self, i):
+        """A gradient hook on layer i's outputs: its gradient is there, so its backward starts; the peak since the
+        last mark was the previous layer's (or, before the first layer, the loss's)."""
+
+        def hook(grad):
+            peak = self.tracker.mark()
+            if self._in_backward is None:  # the first layer reached: its backward and the rest end with the pass's
+                torch.autograd.Variable._execution_engine.queue_callback(self._backward_ends)
+            else:
+                self.backward_peaks[self._in_backward] = max(self.backward_peaks.get(self._in_backward, 0), peak)
+            self._in_backward = i
+
+        return hook
+
+    def _backward_ends(self) -> None:
+        peak = self.tracker.mark()
+        self.backward_peaks[self._in_backward] = max(self.backward_peaks.get(self._in_backward, 0), peak)
+        self._in_backward = None
 
     def _pack(self, i):
         def pack(t):
@@ -387,7 +432,10 @@ class _LayerAccounting:
         from .engine import recompute_mode_of
 
         layers = [
-            LayerRow(i, str(m.type).rsplit(".", 1)[-1], *self.rows[i], flops.get(str(i), 0), recompute_mode_of(m))
+            LayerRow(
+                i, str(m.type).rsplit(".", 1)[-1], *self.rows[i], flops.get(str(i), 0), recompute_mode_of(m),
+                self.forward_peaks.get(i, 0), self.backward_peaks.get(i, 0),
+            )
             for i, m in enumerate(model.model)
         ]
         return layers, {name: ModuleRow(name, *row, flops.get(name, 0)) for name, row in self.modules.items()}

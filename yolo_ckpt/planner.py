@@ -9,16 +9,20 @@ composes the per-layer and per-module figures of one fake-tensor estimate of ``r
 - recomputing a layer or the head's branches frees what their forward saved for backward, less their inputs,
   which the checkpoint keeps, and the parameters (outputs kept anyway for skip connections are attributed to the
   layer that saves them, so they are never counted as freed twice);
-- a recomputed unit's freed tensors exist again for a moment (its forward, its rebuild in backward): the largest
-  unit's are added back; a nested layer rebuilds one inner block at a time, the head one branch at a time;
+- the fake pass measures, per layer, the peak live bytes while its forward ran and while its backward ran
+  (:class:`yolo_ckpt.memory.LayerRow`); in layer i's forward or backward the recomputed units before it hold only
+  their inputs, and a recomputed unit i itself holds its freed tensors again, a nested layer one inner block at a
+  time and the head one branch at a time;
 - the loss's forward and backward peaks are a formula (:class:`yolo_ckpt.estimate.LossModel`), the stock loss's
   or, with ``loss``, the loss region's, calibrated with the region applied in ``loss_chunk`` anchors per chunk;
 - activations and the training batch scale with batch x imgsz^2, the loss by its own formula, parameters and
   optimizer state not at all;
 - an imgsz is planned at the size it trains at (:func:`yolo_ckpt.memory.train_imgsz`: 2736 -> 2752).
 
-The composition is conservative: the largest rebuilt unit is added at the ``none`` pass's backward peak, when the
-layers after it are still alive (``tests/test_memory_model.py`` holds it to the fake pass of the same policy).
+In the tests (``tests/test_memory_model.py``) the composed peak equals the fake pass's of the same policy for layer
+sets and the loss region, and is up to 2.5% below it where the head's branches are recomputed (the head holds a
+little more than its largest branch); the plan's own fake pass catches that.
+
 Among the unit sets that fit, it picks the one with the least recompute cost (forward FLOPs of the recomputed
 layers and head branches, and the loss region's mask products, :meth:`MemoryModel.loss_flops`): greedily by bytes
 freed per FLOP, then dropping units that are no longer needed, and never worse than the cheapest named policy
@@ -231,10 +235,11 @@ class MemoryModel:
     (:data:`yolo_ckpt.policy.LOSS_HEADS`), ``"loss"``. Per unit, from the fake pass's per-layer and per-module
     accounting (:class:`yolo_ckpt.memory.LayerRow`, :class:`yolo_ckpt.memory.ModuleRow`):
 
-    - a layer frees its ``freeable_bytes`` and rebuilds them in backward (its inputs and parameters stay alive); a
-      nested layer rebuilds them less what its inner blocks free, plus what its largest inner block frees (the
-      blocks are rebuilt one at a time inside the layer's recomputation);
-    - ``head`` frees what its branches free and rebuilds what the largest branch frees;
+    - a layer frees its ``freeable_bytes`` and holds them again while it runs (its inputs and parameters stay
+      alive); a nested layer holds them less what its inner blocks free, plus what its largest inner block frees
+      (the blocks run one at a time inside the layer's recomputation);
+    - ``head`` frees what its branches free and holds again what the largest branch frees;
+    - these are composed with the per-layer forward and backward peaks of the ``none`` pass (module docstring);
     - ``loss`` swaps the loss's forward and backward peaks for those of the loss-region formula (calibrated with the
       region applied, in ``loss_chunk`` anchors per chunk).
 
@@ -335,18 +340,26 @@ class MemoryModel:
         imgsz = train_imgsz(imgsz, self.model.stride)
         base, k = self.base, self._scale(batch, imgsz)
         static = base.static_bytes + (k - 1) * base.input_bytes
-        layers = [u for u in units if u != "loss"]
-        freed = sum(self.freed[u] for u in layers)
-        rebuilt = max((self.rebuilt[u] for u in layers), default=0)
+        layers = {self.layout.head if u == "head" else u: u for u in units if u != "loss"}  # layer index -> unit
+        freed = sum(self.freed[u] for u in layers.values())
         loss, loss_backward = self._loss_peaks("loss" in units, batch, imgsz)
-        act = {p: base.phase_peak_bytes[p] - base.static_bytes for p in ("forward", "backward")}
         fwd_end = base.phase_peak_bytes["loss"] - base.loss_bytes - base.static_bytes
+        # In the backward of layer i the none pass held what the layers before it saved: a recomputed one among them
+        # holds only its inputs; a recomputed layer i itself rebuilds its freed bytes (a nested one block at a time).
+        # The same in its forward (a recomputed layer's runs whole, a nested one's or the head's a block at a time).
+        def held(r, peak: int) -> int:
+            before = sum(self.freed[u] for i, u in layers.items() if i < r.index)
+            own = self.freed[layers[r.index]] - self.rebuilt[layers[r.index]] if r.index in layers else 0
+            return peak - base.static_bytes - before - own
+
+        backward = max(held(r, r.backward_peak_bytes) for r in base.layers)
+        forward = max(held(r, r.forward_peak_bytes) for r in base.layers)
         return int(
             static
             + max(
-                k * (act["forward"] - freed + rebuilt),  # a recomputed unit's forward runs whole, saving nothing
+                k * forward,
                 k * (fwd_end - freed) + max(loss, loss_backward),
-                k * (act["backward"] - freed + rebuilt),
+                k * backward,
                 base.phase_peak_bytes["optimizer"] - base.static_bytes,
             )
         )
@@ -399,16 +412,16 @@ class MemoryModel:
         """``recompute=auto``: the cheapest set of units that fits with the headroom, checked with a fake pass of
         that policy, the loss region's formula with it (units are added, most bytes per FLOP first, while the check
         exceeds the budget). A named policy cheaper than the composed choice is checked first, cheapest first: the
-        composition is conservative, the fake pass decides.
+        composition is close, not exact, the fake pass decides.
 
         Raises:
             PlanError: when even recomputing every unit (``all``) does not fit, saying the minimum and the headroom.
         """
         imgsz = train_imgsz(imgsz, self.model.stride)
         units = self.cheapest(budget, batch, imgsz)
-        if units is None:  # the composition is conservative: let the fake pass decide from 'all' down
+        if units is None:  # the composition is close, not exact: let the fake pass decide from 'all' down
             units = self.candidates
-        # ... and a cheaper named policy that the composition rejects may fit: its fake pass decides, cheapest first
+        # ... and a cheaper named policy that the composition rejects may still fit: its fake pass decides
         cost = self.cost(units, batch, imgsz)
         for named in sorted((n for n in self._named() if self.cost(n, batch, imgsz) < cost), key=lambda n: self.cost(n, batch, imgsz)):
             check = self.estimate(self.spec(named), batch, imgsz)
