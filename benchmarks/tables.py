@@ -10,7 +10,8 @@ from yolo_ckpt.report import add_deltas
 COLUMNS = {  # Markdown columns per kind: results column -> header
     "step": {
         "model": "model", "imgsz_used": "imgsz", "batch_used": "batch", "amp": "amp", "policy": "recompute",
-        "layers": "layers", "recomputations_per_step": "recomputed per step", "peak_MiB": "peak MiB",
+        "layers": "layers", "recomputations_per_step": "recomputed per step",
+        "loss_images_recomputed_per_step": "loss images recomputed", "peak_MiB": "peak MiB",
         "memory_change_pct": "memory", "step_time_s": "step s", "time_ratio": "time vs none",
         "flop_bound": "FLOP bound", "status": "status",
     },

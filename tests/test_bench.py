@@ -27,13 +27,14 @@ def test_step_matrix(tmp_path, monkeypatch, one_thread):
     out = tmp_path / "out"
     assert main(["bench", f"matrix={write_matrix(tmp_path, STEP)}", f"out={out}"]) == 0
     results = pd.read_csv(out / "results.csv")
-    for column in ("cell", "status", "model", "imgsz", "batch", "recompute", "recompute_mode", "peak_MiB", "step_time_s", "time_ratio", "flop_bound", "layers", "recomputations_per_step"):
+    for column in ("cell", "status", "model", "imgsz", "batch", "recompute", "recompute_mode", "peak_MiB", "step_time_s", "time_ratio", "flop_bound", "layers", "recomputations_per_step", "loss_images_recomputed_per_step"):
         assert column in results, column
     none, full = results.to_dict("records")
     assert none["status"] == full["status"] == "ok"
     assert none["time_ratio"] == 1 and none["flop_bound"] == 1 and none["recomputations_per_step"] == 0
     # every layer but Detect and Detect's 6 branches (cv2, cv3 at 3 scales), each once per step
     assert full["layers"] == 17 and full["recomputations_per_step"] == 17 + 6
+    assert none["loss_images_recomputed_per_step"] == full["loss_images_recomputed_per_step"] == 0  # detect: no loss region
     assert full["peak_MiB"] < none["peak_MiB"] and 1.1 < full["flop_bound"] < 1.4
     md = (out / "results.md").read_text()
     assert "| yolo11n.yaml | 128 | 1 | False | none | 0 | 0 |" in md and "+0.0%" in md and "Machine:" in md
