@@ -33,6 +33,7 @@ from yolo_ckpt import apply_checkpointing, count_recomputations
 from yolo_ckpt.memory import autocast_for, build_optimizer, layer_flops, profile_step, training_batch
 from yolo_ckpt.runspec import amp_enabled
 
+from .cells import failed
 from .planning import memory_model, needs_memory_model, settle
 
 
@@ -40,7 +41,7 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
     """Rows of a group of step cells; ``cells[0]`` is their ``recompute=none`` baseline.
 
     Args:
-        cells: matrix cells (:data:`yolo_ckpt_bench.matrix.CELL_KEYS`) of one model.
+        cells: matrix cells (:data:`yolo_ckpt.bench.cells.CELL_KEYS`) of one model.
         settings: ``objects`` per image, ``pairs`` of timed steps, ``device`` (default: CUDA if present), ``seed``.
 
     Returns:
@@ -53,8 +54,6 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
         Whatever the baseline cell raises (without it there is no ratio), or what a timed step raises: the whole
         group fails.
     """
-    from .matrix import failed
-
     device = torch.device(settings["device"] or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.manual_seed(settings["seed"])
     model = YOLO(cells[0]["model"], task=cells[0]["task"]).model.train()  # the task's model class, built from its YAML
