@@ -12,27 +12,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATASETS = ROOT.parent / "shared" / "datasets"
 
 
-def _checkout_bench() -> None:
-    """Test the checkout's bench: when ``yolo_ckpt`` is this checkout's (``PYTHONPATH=.``, ``python -m pytest``),
-    ``yolo_ckpt.bench`` is its ``benchmarks/`` (pyproject maps the folder there only in an install, where an
-    editable install's finder would otherwise bring another checkout's)."""
-    import importlib.util
-    import sys
-
-    import yolo_ckpt
-
-    if Path(yolo_ckpt.__file__).resolve().parent != ROOT / "yolo_ckpt":
-        return
-    folder = ROOT / "benchmarks"
-    spec = importlib.util.spec_from_file_location("yolo_ckpt.bench", folder / "__init__.py", submodule_search_locations=[str(folder)])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["yolo_ckpt.bench"] = yolo_ckpt.bench = module
-    spec.loader.exec_module(module)
-
-
-_checkout_bench()
-
-
 @pytest.fixture(scope="session", autouse=True)
 def synthetic_cache(tmp_path_factory):
     """A per-session cache for the built-in synthetic datasets, also seen by the CLI in subprocesses."""
