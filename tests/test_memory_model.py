@@ -142,10 +142,10 @@ def seg_memory():
     return model, MemoryModel(model, 256, 2, 150, loss_chunk=64)
 
 
-def test_composed_regions_against_fake_pass(seg_memory):
+def test_composed_loss_region_against_fake_pass(seg_memory):
     """The loss region as a planner unit: its composed peak is the fake pass's of the same policy (to 0.1%; both
     count the loss region's peaks by its formula, the rest from the same none pass), and most of the saving here."""
-    model, memory = seg_memory
+    _, memory = seg_memory
     assert memory.candidates[-2:] == ("head", "loss") and memory.freed["head"] > 0 and memory.flops["head"] > 0
     composed, fake = memory.peak(("loss",), 2, 256), memory.estimate("loss", 2, 256).peak_bytes
     assert abs(composed / fake - 1) < 0.001, (composed, fake)
