@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
@@ -43,11 +44,13 @@ class CudaFp32Ops(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs, name = kwargs or {}, func.overloadpacket.__name__
-        if torch.is_grad_enabled() and name in CUDA_FP32_OPS:
+        if torch.is_grad_enabled() and name in ("_softmax", "_log_softmax") and args[0].dtype in _HALF and isinstance(args[0], FakeTensor):
+            args = (*args[:2], True)  # half_to_float, as CUDA autocast calls it: an fp32 output, no fp32 copy of the input
+        elif torch.is_grad_enabled() and name in CUDA_FP32_OPS:
             upcast = lambda t: t.float() if isinstance(t, torch.Tensor) and t.dtype in _HALF else t  # noqa: E731
             args, kwargs = tree_map(upcast, args), tree_map(upcast, kwargs)
             if name in ("_softmax", "_log_softmax"):
-                args = (*args[:2], False)  # half_to_float: the input is fp32 now
+                args = (*args[:2], False)  # real CPU tensors have no half_to_float: an fp32 copy of the input instead
         elif name in ("_softmax_backward_data", "_log_softmax_backward_data") and args[3] in _HALF and args[0].dtype == torch.float32:
             # autograd recorded the fp16 input; the fp32 output's gradient is fp32 (autograd casts it back to fp16,
             # as CUDA's backward of its fp32 copy does)
