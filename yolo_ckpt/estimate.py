@@ -6,7 +6,7 @@ counts the live storages as on the CPU: parameters, buffers, gradients, the opti
 builder gives (:func:`~yolo_ckpt.memory.build_optimizer`), the task's training batch
 (:func:`~yolo_ckpt.memory.training_batch`) and activations. Fake tensors cannot run the loss: its task-aligned
 assigner has data-dependent ops (``nonzero``, ``topk`` over the targets). Its memory is a formula per task
-(:class:`LossModel`), fitted by least squares to CPU measurements of the real loss at small sizes
+(:class:`LossModel`), fitted to CPU measurements of the real loss at small sizes
 (:func:`calibrate_loss`); the fake pass backpropagates a stand-in loss with dense gradients of the same shapes.
 
 The formula's terms, in batch B, anchors A, objects per image M: ``1, B*A, B*A*M, B*M`` (assigner and box losses:
