@@ -48,8 +48,8 @@ from torch._subclasses.fake_tensor import FakeCopyMode, FakeTensorMode
 from torch.utils._pytree import tree_leaves, tree_map
 from ultralytics.utils.tal import SegTaskAlignedAssigner
 
-from .engine import apply_checkpointing, recompute_mode_of
 from .amp import cuda_amp_emulated
+from .engine import apply_checkpointing, recompute_mode_of
 from .memory import LayerRow, LiveTensorTracker, StepProfile, _LayerAccounting, _nbytes
 from .memory import _run_step, anchors, build_optimizer, layer_flops, model_task, train_imgsz, training_batch
 
