@@ -6,26 +6,33 @@ counts the live storages as on the CPU: parameters, buffers, gradients, the opti
 builder gives (:func:`~yolo_ckpt.memory.build_optimizer`), the task's training batch
 (:func:`~yolo_ckpt.memory.training_batch`) and activations. Fake tensors cannot run the loss: its task-aligned
 assigner has data-dependent ops (``nonzero``, ``topk`` over the targets). Its memory is a formula per task
-(:class:`LossModel`), fitted by least squares to CPU measurements of the real loss at small sizes
+(:class:`LossModel`), fitted to CPU measurements of the real loss at small sizes
 (:func:`calibrate_loss`); the fake pass backpropagates a stand-in loss with dense gradients of the same shapes.
 
 The formula's terms, in batch B, anchors A, objects per image M: ``1, B*A, B*A*M, B*M`` (assigner and box losses:
 detect, pose, obb), plus for segmentation the mask loss, whose per-image tensors grow with foreground anchors x
-mask pixels P = (imgsz / mask_ratio)^2: ``Fb*P, B*M*P, F1*P, B*P``, with Fb the batch's foreground anchors and F1
-one image's. Calibration counts the real foreground (the assigner's ``fg_mask``); the estimate takes its bound,
-``F1 = sum over the loss's assigners of min(M * topk, A)`` and ``Fb = B * F1``, so it does not under-estimate where
-objects overlap or are small and claim fewer anchors. With the loss region (``yolo_ckpt.losses``: the mask loss
-recomputed in backward, its forward chunked) one more term, ``min(chunk, F1)*P``, and the same fit measures the
-recomputed loss. Classification: ``1, B``. Two fits: the loss's forward peak
-and its backward peak (above what was alive before the loss), since the mask loss's backward peaks above its
-forward.
+mask pixels P = (imgsz / mask_ratio)^2: ``Fb*P, B*M*P, F1*P, B*P``, with Fb the batch's foreground anchors (over
+the loss's assigners: an end-to-end loss has two) and F1 the most that one assigner gives one image (the
+temporaries of one image's mask loss). Calibration counts the real foreground (the assigner's ``fg_mask``); the
+estimate takes its bound, ``min(M * topk, A)`` per image and assigner, so it does not under-estimate where objects
+overlap or are small and claim fewer anchors. YOLO26's ``SegTaskAlignedAssigner`` also decodes the predicted
+masks of each object's ``3 * topk`` best candidates (its mask IoU), in chunks of 2^27 mask pixels: one more term
+per such assigner, the pixels decoded at once (:func:`_decoded`, at the bound ``min(M * 3 * topk, A)`` per
+image). With the loss region (``yolo_ckpt.losses``: the mask loss recomputed in backward, its forward chunked)
+one more term, ``min(chunk, F1)*P``, and the same fit measures the recomputed loss. Classification: ``1, B``. Two
+fits: the loss's forward peak and its backward peak (above what was alive before the loss), since the mask loss's
+backward peaks above its forward. Least-squares fits, but for segmentation, whose estimate must not fall under the
+measurement, an upper bound of its calibration measurements (a linear program, ``scipy.optimize.linprog``:
+non-negative coefficients, no measurement under-estimated, the least total relative over-estimate), since its peak
+is a maximum over moments of the loss (two assigners' decoding, each image's mask loss) that a sum of terms only
+approximates.
 
 Not counted: the dataloader and its workers, validation (a separate phase), CUDA's context and cuDNN workspaces,
 allocator fragmentation (``memory_reserved`` above ``memory_allocated``), GradScaler and DDP buffers.
 
-AMP: the fake pass and the loss calibration run under CPU bf16 autocast, whose 2-byte activations match fp16's;
-the GPU's fp16 autocast keeps some ops in fp32 that CPU bf16 autocast casts (and vice versa), so AMP estimates are
-approximate.
+AMP (Ultralytics runs it on CUDA only): the fake pass and the loss calibration run under CUDA fp16 autocast's dtypes,
+emulated on the CPU (:func:`yolo_ckpt.amp.cuda_amp_emulated`: CPU autocast in fp16, with the ops CUDA autocast
+keeps in fp32, softmax among them, run in fp32).
 """
 
 from __future__ import annotations
@@ -36,11 +43,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from scipy.optimize import linprog
 from torch._subclasses.fake_tensor import FakeCopyMode, FakeTensorMode
 from torch.utils._pytree import tree_leaves, tree_map
+from ultralytics.utils.tal import SegTaskAlignedAssigner
 
+from .amp import cuda_amp_emulated
 from .engine import apply_checkpointing
-from .memory import LiveTensorTracker, StepProfile, _LayerAccounting, _nbytes, autocast_for
+from .memory import LiveTensorTracker, StepProfile, _LayerAccounting, _nbytes
 from .memory import _run_step, anchors, build_optimizer, model_task, module_flops, train_imgsz, training_batch
 
 # (batch, imgsz, objects per image) at which the real loss is measured to fit its formula: small (imgsz <= 160), so
@@ -64,6 +74,8 @@ class LossModel:
             backward peak.
         chunk: anchors per chunk of the loss region (``yolo_ckpt.losses``: the mask loss recomputed in backward,
             its forward run in chunks), which adds a term in ``min(chunk, F1) * P``; None for the stock loss.
+        mask_topk: per mask-scoring assigner (YOLO26's ``SegTaskAlignedAssigner``), the candidates per object whose
+            masks it decodes (``3 * topk``); empty for other losses.
     """
 
     task: str
@@ -73,10 +85,12 @@ class LossModel:
     forward: tuple[float, ...]
     backward: tuple[float, ...]
     chunk: int | None = None
+    mask_topk: tuple[int, ...] = ()
 
     def terms(self, batch: int, imgsz: int, objects: int, foreground: tuple[int, int] | None = None) -> np.ndarray:
-        """The formula's terms for this step; ``foreground`` (batch's, largest image's foreground anchors) is
-        measured in calibration and otherwise its bound."""
+        """The formula's terms for this step; ``foreground`` (the batch's foreground anchors over the loss's
+        assigners, and the most one assigner gives one image) is measured in calibration and otherwise its bound,
+        ``min(objects * topk, anchors)`` per image and assigner."""
         if self.task == "classify":
             return np.array([1.0, batch])
         b, a, m = batch, anchors(imgsz, self.strides), objects
@@ -87,13 +101,14 @@ class LossModel:
             terms += [foreground[0] * pixels, b * m * pixels, foreground[1] * pixels, b * pixels]
             if self.chunk:
                 terms.append(min(self.chunk, foreground[1]) * pixels)
+            terms += [_decoded(b, min(m * k, a), pixels) for k in self.mask_topk]  # each assigner's decoding
         return np.array(terms, dtype=float)
 
     def foreground(self, batch: int, imgsz: int, objects: int) -> tuple[int, int]:
-        """The bound on a segmentation loss's foreground anchors (the batch's, one image's): one image's is the sum
-        over the loss's assigners of ``min(objects * topk, anchors)`` (module docstring)."""
-        one = sum(min(objects * k, anchors(imgsz, self.strides)) for k in self.topk)
-        return batch * one, one
+        """The bound on a segmentation loss's foreground anchors: the batch's, summed over the loss's assigners, and
+        the most one assigner gives one image, each ``min(objects * topk, anchors)`` per image (module docstring)."""
+        per_loss = [min(objects * k, anchors(imgsz, self.strides)) for k in self.topk]
+        return batch * sum(per_loss), max(per_loss)
 
     def forward_bytes(self, batch: int, imgsz: int, objects: int) -> int:
         """The loss's forward peak (bytes) above what was alive before it: its saved tensors and temporaries."""
@@ -103,6 +118,13 @@ class LossModel:
         """The loss's backward peak (bytes) above what was alive before the loss (the predictions' gradients
         included)."""
         return max(0, int(self.terms(batch, imgsz, objects) @ np.array(self.backward)))
+
+
+def _decoded(batch: int, anchors_per_image: int, pixels: int) -> int:
+    """Mask pixels that ``SegTaskAlignedAssigner.pair_overlaps`` (ultralytics/utils/tal.py) decodes at once: the masks
+    of ``anchors_per_image`` candidate anchors of as many images as fit its chunk of 2^27 mask pixels (at least one)."""
+    images = min(batch, max(1, (1 << 27) // max(anchors_per_image * pixels, 1)))
+    return images * anchors_per_image * pixels
 
 
 _LOSS_MODELS: dict[str, LossModel] = {}  # per model YAML, class count, mask settings and amp
@@ -124,20 +146,36 @@ def _calibrate(model, amp: bool) -> LossModel:
         (),
         (),
         getattr(model, "loss_chunk", None),
+        tuple(3 * a.topk for a in _assigners(model.criterion) if isinstance(a, SegTaskAlignedAssigner)),
     )
     rows, forward, backward = _loss_samples(model, shape, CALIBRATION_POINTS, amp)
-    fit = lambda y: tuple(float(c) for c in np.linalg.lstsq(rows, np.array(y, float), rcond=None)[0])  # noqa: E731
+    fit = lambda y: _fit(rows, np.array(y, float), upper=shape.task == "segment")  # noqa: E731
     return dataclasses.replace(shape, forward=fit(forward), backward=fit(backward))
+
+
+def _fit(rows: np.ndarray, y: np.ndarray, upper: bool) -> tuple[float, ...]:
+    """Coefficients (one per column of ``rows``, samples x terms) of the loss formula fitted to ``y`` (bytes): least
+    squares, or with ``upper`` an upper bound of every sample (non-negative coefficients, ``rows @ c >= y``, the least
+    total relative over-estimate: a linear program, ``scipy.optimize.linprog``).
+
+    Raises:
+        RuntimeError: when the linear program has no solution (it has one whenever a term is constant).
+    """
+    if not upper:
+        return tuple(float(c) for c in np.linalg.lstsq(rows, y, rcond=None)[0])
+    fit = linprog((rows / np.maximum(y, 1)[:, None]).sum(0), A_ub=-rows, b_ub=-y, bounds=(0, None), method="highs")
+    if not fit.success:
+        raise RuntimeError(f"the loss calibration's fit failed: {fit.message}")
+    return tuple(float(c) for c in fit.x)
 
 
 def _loss_samples(model, shape: LossModel, points, amp: bool) -> tuple[np.ndarray, list[int], list[int]]:
     """CPU measurements of ``model``'s real loss at ``points`` (batch, imgsz, objects): the formula's terms (with
     the measured foreground anchors), and the loss's forward and backward peaks above what was alive before it."""
-    autocast = autocast_for(amp, "cpu")
     g = torch.Generator().manual_seed(0)
     stride = int(max(model.stride.tolist()))
     points = [(batch, max(imgsz // stride, 1) * stride, objects) for batch, imgsz, objects in points]
-    specs = _prediction_specs(model, sorted({imgsz for _, imgsz, _ in points}), autocast)
+    specs = _prediction_specs(model, sorted({imgsz for _, imgsz, _ in points}), amp)
     rows, forward, backward = [], [], []
     for batch, imgsz, objects in points:
         # Random predictions of the model's shapes and dtypes: the loss's memory depends on shapes and targets, not
@@ -147,7 +185,7 @@ def _loss_samples(model, shape: LossModel, points, amp: bool) -> tuple[np.ndarra
         fg = []
         hooks = [a.register_forward_hook(lambda m, args, out: fg.append(out[3].sum(1))) for a in _assigners(model.criterion)]
         try:
-            with LiveTensorTracker() as tracker:
+            with LiveTensorTracker() as tracker, cuda_amp_emulated(amp) as autocast:  # the tracker sees its fp32 copies
                 tracker.track(preds, data)  # views of them are not new memory
                 before = tracker.start_phase()
                 with autocast():
@@ -160,12 +198,12 @@ def _loss_samples(model, shape: LossModel, points, amp: bool) -> tuple[np.ndarra
             for h in hooks:
                 h.remove()
         del loss, preds
-        per_image = torch.stack(fg).sum(0) if fg else torch.zeros(batch)
+        per_image = torch.stack(fg) if fg else torch.zeros(1, batch)  # (assigners, images)
         rows.append(shape.terms(batch, imgsz, objects, (int(per_image.sum()), int(per_image.max()))))
     return np.array(rows), forward, backward
 
 
-def _prediction_specs(model, sizes: list[int], autocast) -> dict:
+def _prediction_specs(model, sizes: list[int], amp: bool) -> dict:
     """Per imgsz in ``sizes``, the shapes (at one image: all are batch-first) and dtypes of ``model``'s training
     predictions. A fake pass costs the same at any size (its cost is per op), so the whole model runs once, at the
     first size, and the head alone at the others, on its inputs rescaled: each is a feature map at a fixed stride."""
@@ -180,7 +218,7 @@ def _prediction_specs(model, sizes: list[int], autocast) -> dict:
         return lambda t: t.new_empty(*t.shape[:2], *(d * size // first for d in t.shape[2:])) if isinstance(t, torch.Tensor) and t.dim() == 4 else t
 
     spec = lambda out: tree_map(lambda t: (t.shape[1:], t.dtype), out)  # noqa: E731
-    with fake_mode, torch.no_grad(), autocast():
+    with fake_mode, torch.no_grad(), cuda_amp_emulated(amp) as autocast, autocast():
         try:
             specs = {first: spec(fake(torch.empty(1, 3, first, first)))}
         finally:
@@ -232,7 +270,7 @@ def estimate_step(
         objects: targets per image (the loss grows with it: take the dataset's maximum, as AutoBatch does).
         recompute, mode: the policy and ``recompute_mode`` to estimate.
         optimizer: an Ultralytics optimizer name (:func:`yolo_ckpt.memory.build_optimizer`); its state as built.
-        amp: estimate with 2-byte activations (see the module docstring).
+        amp: estimate a CUDA AMP step: CUDA fp16 autocast's dtypes (see the module docstring).
         loss_model: the loss formula; when None :func:`calibrate_loss` of ``model``, or where ``recompute`` applies
             the loss region (``yolo_ckpt.losses``), of a copy of ``model`` with it applied.
         flops: count per-layer forward FLOPs (a second fake forward pass).
@@ -254,7 +292,6 @@ def estimate_step(
             region = copy.deepcopy(model)
             apply_checkpointing(region, recompute, mode=mode)
         loss_model = calibrate_loss(region, amp)
-    autocast = autocast_for(amp, "cpu")
     with fake_mode:
         data = training_batch(model, batch, imgsz, objects)
         flop_counts = module_flops(fake, data["img"]) if flops else {}
@@ -262,7 +299,7 @@ def estimate_step(
         for group in opt.param_groups:  # foreach kernels (CUDA's default): a few ops, not a few per parameter, on
             group["foreach"] = True  # fake tensors; the state they keep is the same
         accounting = _LayerAccounting(fake)
-        with LiveTensorTracker() as tracker:
+        with LiveTensorTracker() as tracker, cuda_amp_emulated(amp) as autocast:  # backward included: yolo_ckpt.amp
             tracker.track(list(fake.parameters()), list(fake.buffers()), data)
             static = tracker.live_bytes
             accounting.tracker = tracker  # each layer's backward peak (LayerRow.backward_peak_bytes)
