@@ -17,10 +17,10 @@ import torch
 from ultralytics.nn.tasks import DetectionModel
 from ultralytics.utils import DEFAULT_CFG
 
-from .results_io import provenance, publish
-
 from yolo_ckpt.estimate import calibrate_loss, estimate_step
 from yolo_ckpt.planner import MemoryModel
+
+from .results_io import provenance, publish
 
 
 def build(cfg: str) -> DetectionModel:

@@ -6,10 +6,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from yolo_ckpt_bench import matrix as bench, step_cell, train_cell
 
 from yolo_ckpt.cli import main
-from yolo_ckpt_bench import matrix as bench
-from yolo_ckpt_bench import step_cell, train_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 

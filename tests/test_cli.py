@@ -6,10 +6,10 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 
 from yolo_ckpt.cli import main, parse_train_args

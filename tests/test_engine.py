@@ -14,6 +14,7 @@ import cloudpickle
 import pytest
 import torch
 import ultralytics
+from helpers import assert_grads_equal, surrogate_step
 from torch import nn
 from torch.utils._pytree import tree_leaves
 from ultralytics.nn.tasks import (
@@ -28,8 +29,6 @@ import yolo_ckpt.engine as engine
 from yolo_ckpt import apply_checkpointing, checkpointed_layers, count_recomputations, remove_checkpointing
 from yolo_ckpt.engine import checkpointed_modules
 from yolo_ckpt.memory import LiveTensorTracker, probe_training_step
-
-from helpers import assert_grads_equal, surrogate_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -8,13 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 import ultralytics
+from helpers import assert_grads_equal, assert_state_equal, surrogate_step
 from ultralytics import RTDETR, YOLO
 from ultralytics.nn.tasks import yaml_model_load
 
 from yolo_ckpt import apply_checkpointing, count_recomputations
 from yolo_ckpt.policy import ModelLayout, resolve
-
-from helpers import assert_grads_equal, assert_state_equal, surrogate_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

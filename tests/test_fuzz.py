@@ -2,8 +2,7 @@
 and memory_budget=. No input may raise anything but the documented error, and that error names the key."""
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from yolo_ckpt.cli import parse_train_args
 from yolo_ckpt.planner import parse_budget

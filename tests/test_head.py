@@ -10,6 +10,7 @@ import pickle
 import pytest
 import torch
 import ultralytics
+from helpers import assert_grads_equal, assert_state_equal, sgd_steps, surrogate_step
 from torch import nn
 from ultralytics import YOLO
 
@@ -17,8 +18,6 @@ import yolo_ckpt.engine as engine
 from yolo_ckpt import apply_checkpointing, checkpointed_layers, count_recomputations, remove_checkpointing
 from yolo_ckpt.engine import checkpointed_modules, head_branches
 from yolo_ckpt.memory import LiveTensorTracker, detect_batch
-
-from helpers import assert_grads_equal, assert_state_equal, sgd_steps, surrogate_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -10,6 +10,7 @@ import pickle
 
 import pytest
 import torch
+from helpers import assert_state_equal, train
 from torch.utils._pytree import tree_leaves, tree_map
 from ultralytics import YOLO
 from ultralytics.cfg import get_cfg
@@ -29,8 +30,6 @@ from yolo_ckpt.losses import (
 from yolo_ckpt.memory import probe_training_step
 from yolo_ckpt.synthetic import dense_segment_batch, dense_segment_dataset
 from yolo_ckpt.trainer import DEFAULTS
-
-from helpers import assert_state_equal, train
 
 IMGSZ, OBJECTS = 256, 150
 

@@ -8,13 +8,12 @@ Each run takes >= 3 optimizer steps (batch == nbs == 2); weights, BatchNorm buff
 
 import pytest
 import torch
+from helpers import assert_state_equal, train
 from ultralytics import YOLO
 from ultralytics.nn.tasks import DetectionModel
 
 from yolo_ckpt import checkpointed_layers, trainer_for
 from yolo_ckpt.engine import RecomputedLayer
-
-from helpers import assert_state_equal, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

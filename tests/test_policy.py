@@ -39,13 +39,13 @@ Y11_ALL = Y11_BACKBONE + Y11_NECK
 Y11_C3K2 = (2, 4, 6, 8, 13, 16, 19, 22)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def built(yaml_name):
     torch.manual_seed(0)
     return MODELS[yaml_name](yaml_name, verbose=False)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def layout(yaml_name="yolo11n.yaml"):
     return ModelLayout.from_model(built(yaml_name))
 

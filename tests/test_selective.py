@@ -4,6 +4,7 @@ import copy
 
 import pytest
 import torch
+from helpers import TRAIN, assert_state_equal, sgd_steps
 from ultralytics import YOLO
 from ultralytics.nn.tasks import DetectionModel
 from ultralytics.utils import DEFAULT_CFG
@@ -11,9 +12,6 @@ from ultralytics.utils import DEFAULT_CFG
 from yolo_ckpt import apply_checkpointing, count_recomputations, trainer_for
 from yolo_ckpt.engine import SELECTIVE_SAVE_OPS, checkpointed_modules
 from yolo_ckpt.memory import LiveTensorTracker, detect_batch
-
-from helpers import TRAIN, assert_state_equal, sgd_steps
-
 
 
 def build(cfg="yolo11n.yaml"):

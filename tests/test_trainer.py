@@ -12,15 +12,14 @@ import textwrap
 
 import pytest
 import torch
+from helpers import TRAIN, assert_state_equal, train
 from ultralytics import YOLO
 from ultralytics.utils import LOGGER
 
 from yolo_ckpt import CheckpointDetectionTrainer, checkpointed_layers, count_recomputations, trainer_for
 from yolo_ckpt.engine import checkpointed_modules, head_branches
-from yolo_ckpt.trainer import CheckpointTrainerMixin
 from yolo_ckpt.report import REPORT_NAME
-
-from helpers import TRAIN, assert_state_equal, train
+from yolo_ckpt.trainer import CheckpointTrainerMixin
 
 
 @pytest.mark.parametrize(

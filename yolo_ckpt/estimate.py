@@ -40,8 +40,21 @@ from torch._subclasses.fake_tensor import FakeCopyMode, FakeTensorMode
 from torch.utils._pytree import tree_leaves, tree_map
 
 from .engine import apply_checkpointing, recompute_mode_of
-from .memory import LayerRow, LiveTensorTracker, StepProfile, _LayerAccounting, _nbytes, autocast_for
-from .memory import _run_step, anchors, build_optimizer, layer_flops, model_task, train_imgsz, training_batch
+from .memory import (
+    LayerRow,
+    LiveTensorTracker,
+    StepProfile,
+    _LayerAccounting,
+    _nbytes,
+    _run_step,
+    anchors,
+    autocast_for,
+    build_optimizer,
+    layer_flops,
+    model_task,
+    train_imgsz,
+    training_batch,
+)
 
 # (batch, imgsz, objects per image) at which the real loss is measured to fit its formula: small (imgsz <= 160), so
 # fast, and spread in every term (1 to 3 images, 1 to 240 objects: below and above the anchors' count) so that the
@@ -144,10 +157,10 @@ def _loss_samples(model, shape: LossModel, points, amp: bool) -> tuple[np.ndarra
                 specs[imgsz] = tree_map(lambda t: (t.shape[1:], t.dtype), fake(torch.empty(1, 3, imgsz, imgsz)))
         # Random predictions of the model's shapes and dtypes: the loss's memory depends on shapes and targets, not
         # on the values, so no real forward pass is needed, whatever the model's size.
-        preds = tree_map(lambda s: torch.rand(batch, *s[0], generator=g).to(s[1]).requires_grad_(), specs[imgsz], is_leaf=_is_spec)
+        preds = tree_map(lambda s, batch=batch: torch.rand(batch, *s[0], generator=g).to(s[1]).requires_grad_(), specs[imgsz], is_leaf=_is_spec)
         data = training_batch(model, batch, imgsz, objects)
         fg = []
-        hooks = [a.register_forward_hook(lambda m, args, out: fg.append(out[3].sum(1))) for a in _assigners(model.criterion)]
+        hooks = [a.register_forward_hook(lambda m, args, out, fg=fg: fg.append(out[3].sum(1))) for a in _assigners(model.criterion)]
         try:
             with LiveTensorTracker() as tracker:
                 tracker.track(preds, data)  # views of them are not new memory

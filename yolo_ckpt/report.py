@@ -12,9 +12,13 @@ import contextlib
 import json
 import statistics
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import ultralytics
+
+if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
+    import pandas
 
 REPORT_NAME = "ckpt_report.json"
 SCHEMA_VERSION = 2
@@ -163,7 +167,7 @@ def primary_metrics(task: str, metrics: dict) -> dict:
     }
 
 
-def add_deltas(table, base) -> "pandas.DataFrame":
+def add_deltas(table, base) -> pandas.DataFrame:
     """``table`` with delta columns against ``base`` (a frame of the same length: each row's baseline):
     ``memory_change_pct`` (peak MiB, %), ``time_ratio`` (step time), ``<metric>_change_pts`` (accuracy points,
     100 x the fraction's change) for mAP50, mAP50-95, top1 and top5. Columns absent from ``table`` are skipped."""
@@ -179,7 +183,7 @@ def add_deltas(table, base) -> "pandas.DataFrame":
     return table
 
 
-def compare_runs(run_dirs) -> "pandas.DataFrame":
+def compare_runs(run_dirs) -> pandas.DataFrame:
     """Delta table of runs against the first (the baseline): training peak memory (MiB, % change), median step
     time (s, ratio), mAP50 and mAP50-95 of the task's output (boxes, masks or keypoints) or classify's top-1/top-5
     accuracy (change in points), epochs.

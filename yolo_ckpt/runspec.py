@@ -26,6 +26,7 @@ import torch
 
 from .memory import optimizer_for
 
+
 def device_type(device) -> str:
     """The device type a ``device=`` value trains on, without selecting it: ``"cpu"``, ``"mps"`` or ``"cuda"``
     (indices, ``cuda:0``, ``0,1``, ``-1`` and no value at all: planning is for the CUDA device the run will use)."""
