@@ -10,7 +10,7 @@ from ultralytics.nn.tasks import DetectionModel
 from ultralytics.utils import DEFAULT_CFG
 
 from yolo_ckpt import apply_checkpointing, count_recomputations, trainer_for
-from yolo_ckpt.engine import SELECTIVE_SAVE_OPS, checkpointed_modules
+from yolo_ckpt.engine import SELECTIVE_SAVE_OP_NAMES, SELECTIVE_SAVE_OPS, _save_ops, checkpointed_modules
 from yolo_ckpt.memory import LiveTensorTracker, detect_batch
 
 
@@ -65,6 +65,26 @@ def test_selective_keeps_expensive_outputs_and_saves_less():
     assert peaks["full"] < peaks["selective"] < 0.85 * peaks["none"]
     assert torch.ops.aten.convolution.default in SELECTIVE_SAVE_OPS
     assert torch.ops.aten.native_batch_norm.default not in SELECTIVE_SAVE_OPS
+
+
+def test_save_list_built_from_the_ops_this_torch_has(monkeypatch):
+    """A torch build without one private attention op, or without its default overload, still imports: the save
+    list leaves that op out and keeps the others (this build has all of them)."""
+    aten = torch.ops.aten
+    assert SELECTIVE_SAVE_OPS == {getattr(aten, name).default for name in SELECTIVE_SAVE_OP_NAMES}
+
+    class NoDefault:  # an op packet whose .default overload this build lacks
+        def __getattr__(self, name):
+            raise AttributeError(name)
+
+    class Build:  # torch.ops.aten of an older build: no cuDNN attention, mm without .default
+        def __getattr__(self, name):
+            if name == "_scaled_dot_product_cudnn_attention":
+                raise AttributeError(name)
+            return NoDefault() if name == "mm" else getattr(aten, name)
+
+    monkeypatch.setattr(torch.ops, "aten", Build())
+    assert _save_ops() == SELECTIVE_SAVE_OPS - {aten._scaled_dot_product_cudnn_attention.default, aten.mm.default}
 
 
 @pytest.mark.parametrize("mode", ["full", "selective"])
