@@ -254,14 +254,6 @@ def test_resume_restores_and_may_change_policy(synthetic, tmp_path):
     assert (tmp_path / "ckpt" / "args.yaml").read_text() == args_yaml
 
 
-@pytest.mark.parametrize("freeze, frozen", [(3, [0, 1, 2]), ([0, 2, "3.cv1"], [0, 2]), ((0, 1, 2), []), (False, [])])
-def test_frozen_layers_read_like_ultralytics(freeze, frozen):
-    """Only an int or a list freezes layers in BaseTrainer._setup_train (the CLI's freeze=0,1,2 is a tuple: none)."""
-    from yolo_ckpt.trainer import frozen_layers
-
-    assert frozen_layers(freeze) == frozen
-
-
 def test_users_own_trainer_checkpointed(synthetic, tmp_path):
     """checkpointed(UserTrainer) trains as UserTrainer does, bit for bit, with its own behaviour kept, recomputes
     (counted), is cached, and survives the DDP launcher's cloudpickle."""

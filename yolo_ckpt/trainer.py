@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import math
 import shutil
 import time
 from pathlib import Path
@@ -45,7 +44,6 @@ from ultralytics.utils import (
     IterableSimpleNamespace,
     colorstr,
 )
-from ultralytics.utils.checks import check_imgsz
 from ultralytics.utils.torch_utils import unwrap_model
 
 from . import distributed, report
@@ -64,8 +62,11 @@ from .policy import check_mode, check_spec, is_auto, layout_of, resolve
 from .runspec import (
     RunSpec,
     amp_enabled,
+    autobatch_fraction,
+    autobatch_imgsz,
     count_data,
     device_type,
+    frozen_layers,
     objects_rule,
     optimizer_rule,
 )
@@ -78,16 +79,6 @@ PREFIX = colorstr("yolo-ckpt: ")
 TASK_DEFAULTS = {"segment": {"recompute": "backbone,loss"}}
 # Trainers of a planned task (detect, segment) whose models and losses the estimate does not know: named policies only
 NOT_PLANNED = (RTDETRTrainer, WorldTrainer, YOLOETrainer, YOLOEPETrainer, YOLOEPESegTrainer)
-
-
-def frozen_layers(freeze) -> list[int]:
-    """Layer indices that Ultralytics' ``freeze=`` freezes, as ``BaseTrainer._setup_train`` reads it: an int ``n``
-    -> ``0..n-1``, a list -> its integer entries, anything else (a tuple included) -> none."""
-    if isinstance(freeze, list):
-        return [int(x) for x in freeze if str(x).isdigit()]
-    if isinstance(freeze, int) and not isinstance(freeze, bool):
-        return list(range(freeze))
-    return []
 
 
 def _model_source(overrides: dict):
@@ -199,14 +190,15 @@ class CheckpointTrainerMixin:
             )
 
     def _budget(self) -> int:
-        """memory_budget= in bytes; on CUDA by default batch=-1's fraction (AutoBatch's 0.6) of the memory available.
+        """memory_budget= in bytes; on CUDA by default AutoBatch's fraction for batch= (:func:`~yolo_ckpt.runspec.autobatch_fraction`)
+        of the memory available.
 
         Raises:
             ValueError: for a budget in bytes above the CUDA memory available, which no plan can honour.
         """
         available = self._cuda_available() if self.device.type == "cuda" else None
         if self.args.memory_budget is None:
-            return int((self.args.batch if 0 < self.args.batch < 1 else 0.6) * available)
+            return int(autobatch_fraction(self.args.batch) * available)
         budget = parse_budget(self.args.memory_budget, available)
         if available is not None and budget > available:
             raise PlanError(f"memory_budget={self.args.memory_budget} ({budget / 2**30:.2f} GiB) is more than the {available / 2**30:.2f} GiB of CUDA memory available on {self.device}")
@@ -217,11 +209,8 @@ class CheckpointTrainerMixin:
         return torch.cuda.mem_get_info(self.device)[0] + torch.cuda.memory_reserved(self.device)
 
     def _planned_imgsz(self) -> int:
-        """The largest imgsz a step trains at: imgsz rounded as ``_setup_train`` rounds it, x (1 + multi_scale) on
-        the stride grid, as ``BaseTrainer.auto_batch`` sizes it (mirrored: it computes it inline)."""
-        stride = max(int(unwrap_model(self.model).stride.max()), 32)
-        imgsz = check_imgsz(self.args.imgsz, stride=stride, floor=stride, max_dim=1)
-        return math.ceil(imgsz * (1 + self.args.multi_scale) / stride) * stride
+        """The largest imgsz a step trains at, as ``BaseTrainer.auto_batch`` sizes it (:func:`~yolo_ckpt.runspec.autobatch_imgsz`)."""
+        return autobatch_imgsz(self.args.imgsz, self.args.multi_scale, max(int(unwrap_model(self.model).stride.max()), 32))
 
     def _data_counts(self):
         """Images and most objects per image of the training set (counted once per run, RNG untouched)."""
