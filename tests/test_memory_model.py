@@ -16,7 +16,7 @@ from yolo_ckpt.estimate import CALIBRATION_POINTS, estimate_step
 from yolo_ckpt.memory import build_optimizer, detect_batch, optimizer_for, probe_training_step, profile_step, train_imgsz, training_batch
 from yolo_ckpt.planner import NO_HEADROOM, Headroom, MemoryModel, headroom_for, parse_budget, parse_headroom
 from yolo_ckpt.report import REPORT_NAME
-from yolo_ckpt.runspec import amp_enabled, device_type
+from yolo_ckpt.runspec import device_type
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 GiB = 2**30
@@ -245,10 +245,8 @@ def test_headroom_only_on_cuda_against_bytes():
     assert Headroom(1.15, 500 * 2**20).need(1000 * 2**20) == 1650 * 2**20
 
 
-def test_amp_and_device_as_ultralytics_decides():
-    """One rule for AMP everywhere: on for amp=True/'bf16'/'fp16' on CUDA, off for False/'fp32' and on the CPU/MPS."""
-    assert [amp_enabled(a, "cuda") for a in (True, "bf16", "fp16", False, "fp32")] == [True, True, True, False, False]
-    assert not amp_enabled(True, "cpu") and not amp_enabled("bf16", "mps")
+def test_device_type_of_device_values():
+    """The device a device= value plans for (AMP's rule is tested against Ultralytics in test_runspec.py)."""
     assert [device_type(d) for d in (None, "", 0, "0,1", "cuda:1", "cpu", "CPU", "mps", -1)] == ["cuda"] * 5 + ["cpu", "cpu", "mps", "cuda"]
 
 
