@@ -1,8 +1,10 @@
 """Checkpoint*Trainer: Ultralytics' task trainers with activation checkpointing applied where the model is built.
 
 The policy is applied in ``setup_model``, the first step of ``BaseTrainer._setup_train``, so the model that
-``attempt_compile``, the freeze step, ``DistributedDataParallel``, AutoBatch (``batch=-1``) and ``ModelEMA``
-(a ``deepcopy``) see is already patched. ``setup_model`` runs in every path: ``Model.train(trainer=...)`` (which
+``attempt_compile``, the freeze step, ``DistributedDataParallel`` and ``ModelEMA`` (a ``deepcopy``) see is already
+patched. ``batch=-1`` goes through :meth:`CheckpointTrainerMixin.auto_batch`, which overrides Ultralytics': on CUDA
+it runs Ultralytics' AutoBatch on the patched model (beside the memory model's batch), on the CPU with
+``memory_budget=`` it takes the memory model's batch, on the CPU without one stock AutoBatch's batch 16. ``setup_model`` runs in every path: ``Model.train(trainer=...)`` (which
 builds the model with ``get_model`` beforehand), a bare ``trainer.train()``, ``resume=True`` and each DDP worker
 (which receives a pickled, hence stock, model).
 
