@@ -10,9 +10,8 @@ import pickle
 import pytest
 import torch
 import ultralytics
-from helpers import assert_grads_equal, assert_state_equal, sgd_steps, surrogate_step
+from helpers import assert_grads_equal, assert_state_equal, build_model, sgd_steps, surrogate_step
 from torch import nn
-from ultralytics import YOLO
 
 import yolo_ckpt.engine as engine
 from yolo_ckpt import apply_checkpointing, checkpointed_layers, count_recomputations, remove_checkpointing
@@ -40,13 +39,6 @@ HEADS = {
 }
 
 
-def build(yaml_name):
-    torch.manual_seed(0)
-    model = YOLO(yaml_name).model
-    model.args = ultralytics.utils.DEFAULT_CFG
-    return model.train()
-
-
 def expected_branches(yaml_name, model):
     head = len(model.model) - 1
     names = []
@@ -59,7 +51,7 @@ def expected_branches(yaml_name, model):
 def test_head_branches_recomputed_once_and_exact(yaml_name):
     """recompute=head on every head class: its branches (and only those) are patched, each recomputed once per
     backward; gradients and BN buffers (num_batches_tracked once per forward) equal stock."""
-    stock, patched = build(yaml_name), build(yaml_name)
+    stock, patched = build_model(yaml_name), build_model(yaml_name)
     head = patched.model[-1]
     assert type(head).__name__ == HEADS[yaml_name][0]
     policy = apply_checkpointing(patched, "head")
@@ -82,7 +74,7 @@ def test_head_branches_recomputed_once_and_exact(yaml_name):
 
 def test_head_with_layers_in_selective_mode_exact():
     """recompute=all, recompute_mode=selective on YOLO26n-pose (end2end, Pose26): every layer and branch counted."""
-    stock, patched = build("yolo26n-pose.yaml"), build("yolo26n-pose.yaml")
+    stock, patched = build_model("yolo26n-pose.yaml"), build_model("yolo26n-pose.yaml")
     apply_checkpointing(patched, "all", mode="selective")
     assert type(patched.model[-1].cv4[0]).__name__ == "SelectiveRecomputedSequential"
     assert type(patched.model[-1].cv4_kpts[0]).__name__ == "SelectiveRecomputedConv2d"
@@ -98,7 +90,7 @@ def test_head_with_layers_in_selective_mode_exact():
 def test_branches_copy_pickle_remove_and_reapply(tmp_path):
     """Deepcopies keep the branches patched and named; pickles hold stock classes and no yolo_ckpt attribute;
     remove_checkpointing restores every module; applying twice patches once."""
-    model = build("yolo11n-seg.yaml")
+    model = build_model("yolo11n-seg.yaml")
     stock_types = [type(m) for m in model.modules()]
     apply_checkpointing(model, "all")
     names = checkpointed_modules(model)
@@ -133,7 +125,7 @@ def test_a2c2f_blocks_nested_exact_and_counted():
     num_batches_tracked once per forward."""
     batch = detect_batch(2, 64, 3)
     for mode in ("full", "selective"):
-        stock, patched = build("yolo12n.yaml"), build("yolo12n.yaml")
+        stock, patched = build_model("yolo12n.yaml"), build_model("yolo12n.yaml")
         policy = apply_checkpointing(patched, "6", mode=mode)
         assert policy.indices == (6,) and engine.NESTED_BLOCKS["A2C2f"] == "m"
         blocks = ["6.m.0.0", "6.m.0.1", "6.m.1.0", "6.m.1.1"]  # each ABlock of the two m[j]
@@ -159,7 +151,7 @@ def test_nested_blocks_lower_the_recompute_peak(monkeypatch):
     for nested in (True, False):
         if not nested:
             monkeypatch.setattr(engine, "NESTED_BLOCKS", {})
-        model = build("yolo12n.yaml")
+        model = build_model("yolo12n.yaml")
         apply_checkpointing(model, "all")
         with LiveTensorTracker() as tracker:
             tracker.track(list(model.parameters()), batch)

@@ -4,21 +4,12 @@ import copy
 
 import pytest
 import torch
-from helpers import TRAIN, assert_state_equal, sgd_steps
+from helpers import TRAIN, assert_state_equal, build_model, sgd_steps
 from ultralytics import YOLO
-from ultralytics.nn.tasks import DetectionModel
-from ultralytics.utils import DEFAULT_CFG
 
 from yolo_ckpt import apply_checkpointing, count_recomputations, trainer_for
 from yolo_ckpt.engine import SELECTIVE_SAVE_OP_NAMES, SELECTIVE_SAVE_OPS, _save_ops, checkpointed_modules
 from yolo_ckpt.memory import LiveTensorTracker, detect_batch
-
-
-def build(cfg="yolo11n.yaml"):
-    torch.manual_seed(0)
-    model = DetectionModel(cfg, verbose=False).train()
-    model.args = DEFAULT_CFG
-    return model
 
 
 @pytest.mark.parametrize("model, task", [("yolo11n.yaml", "detect"), ("yolo11n-seg.yaml", "segment")])
@@ -54,7 +45,7 @@ def test_selective_keeps_expensive_outputs_and_saves_less():
     batch = detect_batch(2, 256, 5)
     peaks = {}
     for mode in ("none", "full", "selective"):
-        model = build()
+        model = build_model()
         if mode != "none":
             apply_checkpointing(model, "all", mode=mode)
         with LiveTensorTracker() as tracker:
@@ -91,7 +82,7 @@ def test_save_list_built_from_the_ops_this_torch_has(monkeypatch):
 def test_bf16_autocast_gradients_equal(mode):
     """Recomputation runs under the forward's autocast state: bf16 gradients equal those without it (6)."""
     batch = detect_batch(2, 64, 5)
-    ref, ckpt = build(), build()
+    ref, ckpt = build_model(), build_model()
     apply_checkpointing(ckpt, "all", mode=mode)
     with count_recomputations() as counter:
         for model in (ref, ckpt):
@@ -122,7 +113,7 @@ def test_compile_aot_eager_two_steps(saved_for_backward_bytes):
     states, saved = {}, {}
     for mode in ("none", "full", "selective"):
         torch._dynamo.reset()
-        model = build()
+        model = build_model()
         if mode != "none":
             apply_checkpointing(model, "backbone", mode=mode)
             explanation = torch._dynamo.explain(copy.deepcopy(model))(batch["img"])
