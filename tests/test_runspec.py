@@ -3,6 +3,7 @@ its trainer's set-up is run up to the point where it has applied the rule, and w
 
 import pytest
 import torch
+from helpers import TRAIN
 from ultralytics.engine import trainer as engine_trainer
 from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.utils import autobatch as ultralytics_autobatch
@@ -23,8 +24,7 @@ def reached(*args, **kwargs):
 
 def stock_trainer(synthetic, tmp_path, **overrides) -> DetectionTrainer:
     """Ultralytics' own DetectionTrainer on the synthetic detection data, nothing run yet."""
-    args = dict(model="yolo11n.yaml", data=synthetic(), imgsz=64, batch=2, nbs=2, device="cpu", workers=0, plots=False)
-    return DetectionTrainer(overrides={**args, "project": str(tmp_path), "name": "stock", "exist_ok": True, **overrides})
+    return DetectionTrainer(overrides={**TRAIN, "model": "yolo11n.yaml", "data": synthetic(), "project": str(tmp_path), "name": "stock", **overrides})
 
 
 def set_up_until_pipeline(trainer: DetectionTrainer) -> DetectionTrainer:
