@@ -168,31 +168,33 @@ TINY_A2 = {
 }
 
 
-def test_nested_and_head_compile_aot_eager(saved_for_backward_bytes):
-    """Compiled (aot_eager) training with the layers, the A2C2f's nested blocks and the head's branches recomputed:
-    one graph, no graph break, BN updated once per forward, weights and BN buffers after 2 optimizer steps equal
-    eager training without recomputation (tolerance 0), less saved for backward. Selective nesting is tested eagerly above, selective
-    under compile in test_selective.py."""
+def test_compile_aot_eager_both_modes(saved_for_backward_bytes):
+    """Compiled (aot_eager) training with the layers, the A2C2f's nested blocks and the head's branches recomputed,
+    in both modes: one graph, no graph break, BN updated once per forward, weights and BN buffers after 2 optimizer
+    steps equal eager training without recomputation (tolerance 0), and less saved for backward (full < selective
+    < none: selective keeps the convolutions' and attention's outputs). One eager reference serves both modes."""
     import torch._dynamo
     from torch._dynamo.utils import counters
     from ultralytics.nn.tasks import DetectionModel
 
     batch = detect_batch(2, 64, 3)
     states, saved = {}, {}
-    for spec in ("none", "all"):
+    for mode in ("none", "full", "selective"):
         torch._dynamo.reset()
         counters.clear()
         torch.manual_seed(0)
         model = DetectionModel(copy.deepcopy(TINY_A2), verbose=False).train()
         model.args = ultralytics.utils.DEFAULT_CFG
-        apply_checkpointing(model, spec)
-        forward = model if spec == "none" else torch.compile(model, backend="aot_eager")
+        apply_checkpointing(model, "none" if mode == "none" else "all", mode="full" if mode == "none" else mode)
+        forward = model if mode == "none" else torch.compile(model, backend="aot_eager")
         sgd_steps(model, forward, batch)
         bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
         assert all(bn.num_batches_tracked.item() == 2 for bn in bns)
-        states[spec] = copy.deepcopy(model.state_dict())
-        saved[spec] = saved_for_backward_bytes(lambda: forward(batch["img"]))
-    assert checkpointed_modules(model) == ["0", "1", "2", "2.m.0.0", "2.m.0.1", "2.m.1.0", "2.m.1.1", "3.cv2.0", "3.cv3.0"]
-    assert not counters["graph_break"] and counters["stats"]["unique_graphs"] == 1
-    assert all(torch.equal(states["none"][k], states["all"][k]) for k in states["none"])
-    assert saved["all"] < 0.5 * saved["none"], saved
+        states[mode] = copy.deepcopy(model.state_dict())
+        saved[mode] = saved_for_backward_bytes(lambda: forward(batch["img"]))
+        if mode != "none":
+            assert checkpointed_modules(model) == ["0", "1", "2", "2.m.0.0", "2.m.0.1", "2.m.1.0", "2.m.1.1", "3.cv2.0", "3.cv3.0"]
+            assert type(model.model[2].m[0][0]).__name__ == ("SelectiveRecomputedABlock" if mode == "selective" else "RecomputedABlock")
+            assert not counters["graph_break"] and counters["stats"]["unique_graphs"] == 1, mode
+            assert all(torch.equal(states["none"][k], states[mode][k]) for k in states["none"]), mode
+    assert saved["full"] < 0.5 * saved["none"] and saved["full"] < saved["selective"] < 0.9 * saved["none"], saved
