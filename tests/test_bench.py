@@ -22,6 +22,7 @@ def write_matrix(folder: Path, spec: dict, name: str = "m.yaml") -> Path:
 STEP = {"kind": "step", "settings": {"objects": 2, "pairs": 1}, "grid": [{"model": "yolo11n.yaml", "imgsz": 128, "batch": 1, "recompute": ["none", "all"]}]}
 
 
+@pytest.mark.slow
 def test_step_matrix(tmp_path, monkeypatch, one_thread):
     out = tmp_path / "out"
     assert main(["bench", f"matrix={write_matrix(tmp_path, STEP)}", f"out={out}"]) == 0
@@ -54,6 +55,7 @@ def test_failed_cell_is_recorded_and_the_rest_run(tmp_path, one_thread):
     assert "Failed cells:" in (tmp_path / "out" / "results.md").read_text()
 
 
+@pytest.mark.slow
 def test_train_matrix_same_weights(tmp_path, synthetic, one_thread):
     spec = {
         "kind": "train",

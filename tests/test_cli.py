@@ -97,6 +97,7 @@ def test_console_script_and_dependencies_declared():
     assert {"ultralytics", "torch", "cloudpickle"} <= {r.name for r in requirements}  # failure mode 23: DDP pickles with cloudpickle
 
 
+@pytest.mark.slow
 def test_builtin_default_offline(tmp_path):
     """No data=, no model=: yolo11n.yaml on the built-in synthetic dataset, with every network call refused (20)."""
     script = textwrap.dedent(f"""
@@ -116,6 +117,7 @@ def test_builtin_default_offline(tmp_path):
     assert report["train_peak_allocated_bytes"] > 0 and report["imgsz"] == 96
 
 
+@pytest.mark.slow
 def test_aerial_cars_at_1536(shared_datasets, tmp_path):
     """The main job on real drone images: yolo-ckpt train data=aerial-cars imgsz=1536, 1 epoch on a small fraction."""
     src = shared_datasets / "aerial-cars"
@@ -146,6 +148,7 @@ def test_aerial_cars_at_1536(shared_datasets, tmp_path):
     assert (tmp_path / "aerial" / "weights" / "best.pt").exists()
 
 
+@pytest.mark.slow
 def test_compare_two_runs(synthetic, tmp_path, capsys):
     """compare: the baseline row has delta 0, the other run its deltas; bad input fails before writing."""
     from ultralytics import YOLO

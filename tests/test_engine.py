@@ -434,6 +434,7 @@ SUBPROCESS = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_pickles_hold_only_stock_classes(tmp_path):
     """Failure mode 16: torch.save and cloudpickle of a patched model load where yolo_ckpt is absent."""
     m = build_model()
@@ -596,6 +597,7 @@ def test_probe_training_step_leaves_model_untouched():
     assert checkpointed_layers(m) == list(range(11))
 
 
+@pytest.mark.slow
 def test_probe_memory_reduction_640():
     """Peak live-tensor bytes of a training step at imgsz 640, batch 2, 20 objects per image.
 
@@ -622,6 +624,7 @@ def test_probe_memory_reduction_640():
     assert peaks["all"] < peaks["all-selective"] < 0.75 * none, peaks
 
 
+@pytest.mark.slow
 def test_head_lowers_the_layers_only_peak_640():
     """The head's branches are worth recomputing: on YOLO11n at imgsz 640, batch 2, 20 objects per image, with the
     optimizer state (profile_step), recompute=all lowers the peak of backbone,neck (every layer, no head) by at

@@ -168,6 +168,7 @@ TINY_A2 = {
 }
 
 
+@pytest.mark.slow
 def test_compile_aot_eager_both_modes(saved_for_backward_bytes):
     """Compiled (aot_eager) training with the layers, the A2C2f's nested blocks and the head's branches recomputed,
     in both modes: one graph, no graph break, BN updated once per forward, weights and BN buffers after 2 optimizer

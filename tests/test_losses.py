@@ -244,6 +244,7 @@ def dense_data(synthetic_cache):
     return str(dense_segment_dataset(objects=OBJECTS, size=IMGSZ, images=4))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["yolo11n-seg.yaml", "yolo26n-seg.yaml"])
 def test_trainer_all_equals_stock_fresh_and_resumed(model, dense_data, tmp_path, one_thread):
     """recompute=all (layers, head branches, loss) trains exactly as stock, through a resume (YOLO26's end-to-end

@@ -40,6 +40,7 @@ def measured(model):
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("imgsz", [320, 640])
 @pytest.mark.parametrize("policy", ["none", "backbone", "all"])
 def test_estimate_within_2_percent_of_cpu_measurement(model, measured, imgsz, policy):
@@ -61,6 +62,7 @@ def test_estimate_knows_selective_mode_and_sgd(model):
     assert adamw.static_bytes - fake.static_bytes == pytest.approx(params, rel=0.01)
 
 
+@pytest.mark.slow
 def test_per_layer_rows_add_up(model, measured, saved_for_backward_bytes):
     """The saved-for-backward rows add up to what autograd saves in the whole forward (counted independently)."""
     prof = measured[640, "none"]
@@ -78,6 +80,7 @@ def test_per_layer_rows_add_up(model, measured, saved_for_backward_bytes):
     assert [r.index for r in recomputed if r.recompute] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 13, 16, 17, 19, 20, 22, 23]  # 23: the head's branches
 
 
+@pytest.mark.slow
 def test_plan_fits_when_measured(model, measured):
     """A budget between the 'all' and 'none' peaks: the plan chosen fits it when the step is measured."""
     low, high = measured[640, "all"].peak_bytes, measured[640, "none"].peak_bytes
@@ -301,6 +304,7 @@ class _OutOfMemoryOnce(trainer_for("detect")):
         return super().preprocess_batch(batch)
 
 
+@pytest.mark.slow
 def test_cpu_batch_minus_one_is_stock_and_report_says_what_trained(synthetic, tmp_path):
     """batch=-1 on the CPU without a budget: AutoBatch's default 16, as stock (not an error: Ultralytics' own tests
     call it). An out-of-memory error in the first epoch halves it to 8: the report records the batch that trained,
@@ -319,6 +323,7 @@ def test_cpu_batch_minus_one_is_stock_and_report_says_what_trained(synthetic, tm
     assert report["train_peak_allocated_bytes"] > 4 * parameter_bytes
 
 
+@pytest.mark.slow
 def test_trainer_auto_plan_and_batch(synthetic, tmp_path):
     """recompute=auto picks layers for the budget; batch=-1 the largest batch; both written in the report."""
     kw = dict(epochs=1, imgsz=160, workers=0, device="cpu", plots=False, val=False, project=str(tmp_path))
@@ -331,6 +336,7 @@ def test_trainer_auto_plan_and_batch(synthetic, tmp_path):
     assert report["batch"] == report["plan"]["batch"] > 2 and report["plan"]["estimated_peak_bytes"] <= 200_000_000
 
 
+@pytest.mark.slow
 def test_cli_profile_and_plan_json():
     run = lambda *a: subprocess.run([sys.executable, "-m", "yolo_ckpt.cli", *a], capture_output=True, text=True, timeout=600)  # noqa: E731
     out = run("profile", "model=yolo11n.yaml", "imgsz=320", "batch=2", "recompute=all", "format=json")

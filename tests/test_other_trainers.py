@@ -22,6 +22,7 @@ class Interrupted(Exception):
     """Raised by a callback to stop a run as a crash would."""
 
 
+@pytest.mark.slow
 def test_distillation_interrupted_and_resumed_as_stock(synthetic, tmp_path):
     """distill_model= (a teacher .pt made here): the student's layers are recomputed, the teacher's never; the run,
     interrupted after its first epoch's checkpoint and resumed (its policy restored from last.pt), trains as stock."""
@@ -85,6 +86,7 @@ def test_synthetic_dense_targets(synthetic):
     assert metres[masks == SEMANTIC_NAMES.index("building")].mean() < metres[masks == SEMANTIC_NAMES.index("road")].mean() - 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task, model", [("semantic", "yolo26n-sem.yaml"), ("depth", "yolo26n-depth.yaml")])
 def test_dense_task_trains_as_stock(task, model, synthetic, tmp_path):
     """Semantic segmentation (full-resolution class masks) and depth (metric depth maps) on the built-in synthetic
@@ -99,6 +101,7 @@ def test_dense_task_trains_as_stock(task, model, synthetic, tmp_path):
     assert_state_equal(stock.ema.ema, ckpt.ema.ema)
 
 
+@pytest.mark.slow
 def test_rtdetr_trains_as_stock_with_the_same_denoising_queries(synthetic, tmp_path, monkeypatch):
     """yolov8n-rtdetr.yaml through RTDETRTrainer: recompute=all (backbone and neck; the decoder stays stock) trains
     as stock, with the same contrastive denoising queries (random noise drawn in the decoder) and the same global

@@ -11,6 +11,7 @@ from yolo_ckpt.engine import SELECTIVE_SAVE_OP_NAMES, SELECTIVE_SAVE_OPS, _save_
 from yolo_ckpt.memory import LiveTensorTracker, detect_batch
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model, task", [("yolo11n.yaml", "detect"), ("yolo11n-seg.yaml", "segment")])
 def test_selective_training_equals_stock(model, task, synthetic, tmp_path):
     """Weights, BN buffers and EMA after >= 3 optimizer steps equal stock training, recomputation counted."""

@@ -22,6 +22,7 @@ from yolo_ckpt.report import REPORT_NAME
 from yolo_ckpt.trainer import CheckpointTrainerMixin
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "model, task",
     [
@@ -61,6 +62,7 @@ def test_same_training_result_as_stock(model, task, synthetic, tmp_path):
     assert_state_equal(stock.ema.ema, ckpt.ema.ema)
 
 
+@pytest.mark.slow
 def test_auto_plan_trains_as_stock(synthetic, tmp_path):
     """recompute=auto plans (building the dataset, which draws from Python's RNG) and then trains exactly as stock."""
     stock, _ = train("yolo11n.yaml", synthetic(), tmp_path, "stock", imgsz=160)
@@ -72,6 +74,7 @@ def test_auto_plan_trains_as_stock(synthetic, tmp_path):
     assert_state_equal(stock.ema.ema, auto.ema.ema)
 
 
+@pytest.mark.slow
 def test_policy_logged_and_seen_by_ema_and_autobatch_copy(synthetic, tmp_path):
     """Applied in setup_model: EMA's deepcopy and AutoBatch's deepcopy probe are patched too (failure modes 14, 15)."""
     import copy
@@ -105,6 +108,7 @@ def test_policy_logged_and_seen_by_ema_and_autobatch_copy(synthetic, tmp_path):
     assert logged and "0:Conv" in logged[0] and "9:SPPF" in logged[0] and "10:C2PSA" in logged[0]
 
 
+@pytest.mark.slow
 def test_frozen_layers_are_skipped(synthetic, tmp_path):
     trainer, counter = train(
         "yolo11n.yaml", synthetic(), tmp_path, "frozen", trainer=CheckpointDetectionTrainer, recompute="all", freeze=3
@@ -136,6 +140,7 @@ def test_bad_recompute_fails_before_run_dir(spec, message, synthetic, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_neck_on_classify_model(synthetic, tmp_path):
     with pytest.raises(ValueError, match="this model has no neck"):
         YOLO("yolo11n-cls.yaml").train(
@@ -159,6 +164,7 @@ def trained(synthetic, tmp_path_factory):
     return trainer
 
 
+@pytest.mark.slow
 def test_saved_files_are_stock(trained, synthetic, tmp_path):
     """best.pt/last.pt load, validate and export in a process where yolo_ckpt cannot be imported (16)."""
     for f in (trained.best, trained.last):
@@ -198,6 +204,7 @@ def test_run_report(trained):
     assert report["metrics"]["box_mAP50-95"] == report["ultralytics_metrics"]["metrics/mAP50-95(B)"]
 
 
+@pytest.mark.slow
 def test_ddp_file_round_trip(synthetic, tmp_path):
     """The DDP launcher's file (cloudpickled trainer class, args, model, callbacks) rebuilds the policy (22, 23)."""
     from ultralytics.utils.dist import ddp_cleanup, generate_ddp_file
@@ -220,6 +227,7 @@ def test_ddp_file_round_trip(synthetic, tmp_path):
     assert report["train_steps_timed"] == 4 - 3  # 8 images, batch 2: callbacks registered once in the worker
 
 
+@pytest.mark.slow
 def test_resume_restores_and_may_change_policy(synthetic, tmp_path):
     """An interrupted run resumed with yolo-ckpt equals the same stock resume, with its policy restored (24)."""
 
@@ -254,6 +262,7 @@ def test_resume_restores_and_may_change_policy(synthetic, tmp_path):
     assert (tmp_path / "ckpt" / "args.yaml").read_text() == args_yaml
 
 
+@pytest.mark.slow
 def test_users_own_trainer_checkpointed(synthetic, tmp_path):
     """checkpointed(UserTrainer) trains as UserTrainer does, bit for bit, with its own behaviour kept, recomputes
     (counted), is cached, and survives the DDP launcher's cloudpickle."""
