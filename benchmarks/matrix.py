@@ -1,11 +1,14 @@
-"""``yolo-ckpt bench matrix=cfg/bench/<name>.yaml``: run a benchmark matrix, cell by cell, into ``results.csv``.
+"""``yolo-ckpt bench matrix=NAME``: run a benchmark matrix, cell by cell, into ``results.csv``.
+
+``NAME`` is a shipped matrix (``cpu-step``: ``cfg/bench/cpu-step.yaml`` in the repository, installed as package data
+of yolo-ckpt) or a path to a matrix file (a path that exists wins).
 
 A matrix file (YAML) has:
 
 - ``kind``: ``step`` (one measured training step per cell, :mod:`.step_cell`) or ``train`` (a training run per
   cell through the Checkpoint*Trainers, :mod:`.train_cell`).
-- ``grid``: a list of blocks; each maps cell keys (:data:`CELL_KEYS`) to a value or a list of values, and
-  the cells are the union of the blocks' products. ``settings``: what every cell shares (:data:`SETTINGS`, and for
+- ``grid``: a list of blocks; each maps cell keys (:data:`.cells.CELL_KEYS`) to a value or a list of values, and
+  the cells are the union of the blocks' products. ``settings``: what every cell shares (:data:`.cells.SETTINGS`, and for
   ``train`` any ``yolo train`` argument: epochs, fraction, seed, ...).
 - ``baseline_keys`` (optional): the keys whose values a cell shares with its baseline, the ``recompute=none``
   (``recompute_mode=full``) cell of its group; default: every key but ``recompute`` and ``recompute_mode``.
@@ -22,7 +25,6 @@ its reason, and the matrix goes on. At the end ``results.md`` (deltas against ea
 from __future__ import annotations
 
 import gc
-import hashlib
 import itertools
 import json
 import shutil
@@ -35,28 +37,15 @@ from ultralytics.cfg import check_dict_alignment
 from ultralytics.utils import DEFAULT_CFG_DICT, LOGGER, SETTINGS as ULTRALYTICS_SETTINGS, TQDM, YAML
 
 from yolo_ckpt.memory import TASKS
-from yolo_ckpt.planner import PLANNED_TASKS
-from yolo_ckpt.policy import check_mode, is_auto, layout_of, resolve, spec_string
+from yolo_ckpt.planner import PLANNED_TASKS, parse_budget
+from yolo_ckpt.policy import check_mode, is_auto, layout_of, resolve
+from yolo_ckpt.shipped import resolve_yaml
 
+from . import plots, step_cell, tables, train_cell
+from .cells import CELL_KEYS, SETTINGS, cell_id, failed, is_none, run_name
 from .results_io import provenance
 
 KINDS = ("step", "train")
-CELL_KEYS = {  # key: default
-    "study": "",  # a free label that groups cells, e.g. "same-settings"
-    "model": "yolo11n.yaml",
-    "task": None,  # default: the model's
-    "dataset": "synthetic",  # train cells only
-    "imgsz": 640,  # an int, or "fit": the largest that fits memory_budget with the cell's policy
-    "batch": 2,  # -1: the largest that fits memory_budget with the cell's policy
-    "amp": False,
-    "recompute": "none",
-    "recompute_mode": "full",
-    "memory_budget": None,  # bytes with a unit; "0.6x" (step cells): 0.6 x the estimated peak of recompute=none
-}
-SETTINGS = {
-    "step": {"objects": 20, "pairs": 5, "device": None, "seed": 0},
-    "train": {"val_images": None, "device": None},  # plus any 'yolo train' argument
-}
 
 
 @dataclass
@@ -81,36 +70,18 @@ class Matrix:
         return None
 
 
-def is_none(cell: dict) -> bool:
-    """Whether a cell is a baseline (no recomputation)."""
-    return spec_string(cell["recompute"]).strip().lower() in {"none", ""} and cell["recompute_mode"] == "full"
-
-
-def cell_id(cell: dict) -> str:
-    """A cell's stable name in ``results.csv``: its keys and values, ``model=yolo11n.yaml,imgsz=640,...``."""
-    return ",".join(f"{k}={spec_string(v) if k == 'recompute' else v}" for k, v in cell.items())
-
-
-def run_name(cell: dict) -> str:
-    """A short, file-safe run directory name for a cell: readable prefix and a hash of its id."""
-    digest = hashlib.sha1(cell_id(cell).encode()).hexdigest()[:8]
-    stem = Path(str(cell["model"])).stem
-    recompute = spec_string(cell["recompute"]).replace(",", "+")[:20]
-    return f"{cell['study'] or 'cell'}-{Path(str(cell['dataset'])).stem}-{stem}-{cell['imgsz']}-{recompute}-{cell['recompute_mode']}-{digest}"
-
-
 def load_matrix(path, overrides: dict | None = None) -> Matrix:
     """Read and check a matrix file, before anything runs; ``overrides`` replace some of its ``settings``
-    (``yolo-ckpt bench ... epochs=10``).
+    (``yolo-ckpt bench ... epochs=10``). ``path``: a file, or the name of a shipped matrix (``cpu-step``,
+    :func:`yolo_ckpt.shipped.resolve_yaml`; a file wins).
 
     Raises:
-        FileNotFoundError: for a missing matrix file, model YAML or dataset. ValueError / SyntaxError: for an
+        FileNotFoundError: for a matrix that is neither a file nor a shipped name (listing the shipped names), a
+        missing model YAML or dataset. ValueError / SyntaxError: for an
         unknown kind or key, a bad recompute, recompute_mode, imgsz, batch or memory_budget value, a step cell of a
         non-detection model, or a cell without a baseline; each names the bad value and the valid choices.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"matrix={path}: no such file (the shipped matrices are in cfg/bench/)")
+    path = resolve_yaml(path, "bench", "matrix")
     spec = YAML.load(path) or {}
     top = {"name", "kind", "description", "settings", "grid", "baseline_keys", "datasets_dir"}
     if set(spec) - top:
@@ -158,8 +129,6 @@ def load_matrix(path, overrides: dict | None = None) -> Matrix:
 
 def _check_cell(matrix: Matrix, cell: dict) -> None:
     """Check one cell's values against its model and the matrix kind (see :func:`load_matrix`)."""
-    from yolo_ckpt.planner import parse_budget
-
     where = f"{matrix.path}: cell {cell_id(cell)}"
     layout = layout_of(cell["model"])  # FileNotFoundError for a missing model YAML
     task = cell["task"] or _model_task(cell["model"])
@@ -246,8 +215,6 @@ def run_matrix(path, out=None, command: str | None = None, overrides: dict | Non
         What :func:`load_matrix` raises, and ValueError for a fraction ``memory_budget`` without a CUDA device, all
         before anything is written.
     """
-    from . import plots, tables
-
     matrix = load_matrix(path, overrides)
     fractions = [c for c in matrix.cells if str(c["memory_budget"]).replace(".", "", 1).isdigit()]
     if fractions and not torch.cuda.is_available():
@@ -295,8 +262,6 @@ def _groups(matrix: Matrix, todo: list[dict]) -> list[list[dict]]:
 
 def _run_group(matrix: Matrix, cells: list[dict], out: Path) -> list[dict]:
     """Rows of a group of cells; an exception (out of memory included) fails the cells it hit, not the matrix."""
-    from . import step_cell, train_cell
-
     try:
         if matrix.kind == "step":
             rows = step_cell.measure(cells, matrix.settings)
@@ -310,12 +275,6 @@ def _run_group(matrix: Matrix, cells: list[dict], out: Path) -> list[dict]:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     return rows
-
-
-def failed(error: BaseException) -> dict:
-    """The row of a cell that raised: status ``failed`` and the reason (``OutOfMemoryError: ...``)."""
-    reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-    return {"status": "failed", "reason": reason[:300]}
 
 
 def _write_csv(matrix: Matrix, rows: dict, out: Path) -> None:

@@ -5,7 +5,7 @@ take on this machine, and the recompute cost of the auto plan against the cheape
 same budget (a budget halfway between the 'all' and 'none' estimates). Then the timing target: a plan for
 yolo11x at imgsz 2048 batch 16.
 
-    python -m yolo_ckpt_bench.memory_model_benchmark out=benchmarks/results/memory-model
+    python -m yolo_ckpt.bench.memory_model_benchmark out=benchmarks/results/memory-model
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def main(argv: list[str]) -> dict:
     MemoryModel(model, 2048, 16).plan(128 * 2**30, 16, 2048)  # all needs about 87 GiB there
     target = {"model": "yolo11x.yaml", "imgsz": 2048, "batch": 16, "budget": "128GiB", "plan_s": time.perf_counter() - t, "target_s": 30}
     result = {
-        **provenance(" ".join(["python -m yolo_ckpt_bench.memory_model_benchmark", *argv])),
+        **provenance(" ".join(["python -m yolo_ckpt.bench.memory_model_benchmark", *argv])),
         "cases": cases,
         "plan_timing_target": target,
     }

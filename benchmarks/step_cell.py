@@ -9,12 +9,14 @@ parameters, gradients, optimizer state, the batch and activations; on CUDA the a
 ``max_memory_allocated`` (less what was on the device before), elsewhere the live tensor storages
 (:class:`yolo_ckpt.memory.LiveTensorTracker`). Step time is the median
 over interleaved pairs (cell, baseline): a noisy shared machine slows both alike, and the ratio is what is
-reported. Beside it the FLOP bound of the overhead: 1 + forward FLOPs of the recomputed layers / FLOPs of a
-whole step without recompute (``torch.utils.flop_counter``). It is a bound in FLOPs, not in time: recomputed
+reported. Beside it the FLOP bound of the overhead: 1 + forward FLOPs of the recomputed layers (and of the whole
+final head layer when its branches are recomputed: its decode is a small part) / FLOPs of a whole step without
+recompute (``torch.utils.flop_counter``); the loss region's recomputed mask loss is not in it. It is a bound in FLOPs, not in time: recomputed
 forward convolutions cost less time per FLOP than a step's average (its backward convolutions are slower), so
 measured ratios can come in under it; for ``selective`` it counts the whole forward of each layer, more than is
 recomputed. The recomputations of one step are counted
-(:func:`yolo_ckpt.count_recomputations`): a policy that recomputed nothing would show 0.
+(:func:`yolo_ckpt.count_recomputations`): modules (layers, inner blocks, head branches) and, apart, the images
+whose mask loss the loss region recomputed; a policy that recomputed nothing would show 0.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from yolo_ckpt import apply_checkpointing, count_recomputations
 from yolo_ckpt.memory import autocast_for, build_optimizer, layer_flops, profile_step, training_batch
 from yolo_ckpt.runspec import amp_enabled
 
+from .cells import failed
 from .planning import memory_model, needs_memory_model, settle
 
 
@@ -38,12 +41,12 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
     """Rows of a group of step cells; ``cells[0]`` is their ``recompute=none`` baseline.
 
     Args:
-        cells: matrix cells (:data:`yolo_ckpt_bench.matrix.CELL_KEYS`) of one model.
+        cells: matrix cells (:data:`yolo_ckpt.bench.cells.CELL_KEYS`) of one model.
         settings: ``objects`` per image, ``pairs`` of timed steps, ``device`` (default: CUDA if present), ``seed``.
 
     Returns:
         Per cell: status, imgsz and batch used, recompute (the layers, for auto), layers recomputed, recomputations
-        per step, peak bytes and MiB, median step time (s), time ratio against the baseline of this process, FLOP
+        per step (modules) and images whose mask loss was recomputed per step, peak bytes and MiB, median step time (s), time ratio against the baseline of this process, FLOP
         bound, and the step's FLOPs. A cell that raises while it is set up or its peak measured gets a
         ``failed`` row; the others go on.
 
@@ -51,8 +54,6 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
         Whatever the baseline cell raises (without it there is no ratio), or what a timed step raises: the whole
         group fails.
     """
-    from .matrix import failed
-
     device = torch.device(settings["device"] or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.manual_seed(settings["seed"])
     model = YOLO(cells[0]["model"], task=cells[0]["task"]).model.train()  # the task's model class, built from its YAML
@@ -71,7 +72,7 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
             autocast = autocast_for(cell["amp"], device.type)  # peak may count another cell's batch on the device
             with count_recomputations() as counter:  # the policy as applied, measured on a copy of the model
                 peak = profile_step(model, _to(batch, device), None, cell["recompute_mode"], "AdamW", cell["amp"], flops=False).peak_bytes
-            runs.append((cell, plan, batch, policy, autocast, peak, counter.total))
+            runs.append((cell, plan, batch, policy, autocast, peak, (counter.total, counter.loss_images)))
             rows.append(None)
         except Exception as e:
             if cell is cells[0]:
@@ -79,7 +80,8 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
             rows.append(failed(e))
     times = _interleaved_times(runs, model, optimizer, settings["pairs"])
     flops = {}
-    for (cell, plan, batch, policy, _, peak, recomputations), seconds in zip(runs, times):
+    head = len(model.model) - 1  # the final task head: its branches are the 'head' region
+    for (cell, plan, batch, policy, _, peak, (recomputations, loss_images)), seconds in zip(runs, times):
         key = (plan["imgsz"], plan["batch"])
         if key not in flops:
             flops[key] = _step_flops(model, _to(batch, device))
@@ -92,11 +94,12 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
             "recomputed": policy.spec if cell["recompute"] != policy.spec else "",
             "layers": len(policy.indices),
             "recomputations_per_step": recomputations,
+            "loss_images_recomputed_per_step": loss_images,
             "peak_bytes": peak,
             "peak_MiB": peak / 2**20,
             "step_time_s": statistics.median(seconds),
             "time_ratio": statistics.median(seconds) / statistics.median(times[0]),
-            "flop_bound": 1 + sum(per_layer[i] for i in policy.indices) / step_flops,
+            "flop_bound": 1 + sum(per_layer[i] for i in (*policy.indices, *((head,) if policy.head else ()))) / step_flops,
             "step_GFLOPs": step_flops / 1e9,
             "device": str(device),
         }

@@ -7,10 +7,13 @@ import pandas as pd
 from yolo_ckpt.planner import parse_budget
 from yolo_ckpt.report import add_deltas
 
+from .cells import cell_id
+
 COLUMNS = {  # Markdown columns per kind: results column -> header
     "step": {
         "model": "model", "imgsz_used": "imgsz", "batch_used": "batch", "amp": "amp", "policy": "recompute",
-        "layers": "layers", "recomputations_per_step": "recomputed per step", "peak_MiB": "peak MiB",
+        "layers": "layers", "recomputations_per_step": "recomputed per step",
+        "loss_images_recomputed_per_step": "loss images recomputed", "peak_MiB": "peak MiB",
         "memory_change_pct": "memory", "step_time_s": "step s", "time_ratio": "time vs none",
         "flop_bound": "FLOP bound", "status": "status",
     },
@@ -38,8 +41,6 @@ def delta_table(matrix, results: pd.DataFrame) -> pd.DataFrame:
     ``memory_change_pct``, ``time_ratio`` (step cells: measured in one process, interleaved), accuracy points,
     ``same_weights`` (train: SHA-256 of the final weights equal to the baseline's) and ``fits_budget``
     (peak <= ``memory_budget``, where one is given in bytes)."""
-    from .matrix import cell_id
-
     by_id = {r["cell"]: r for r in results.to_dict("records")}
     rows, bases = [], []
     group = {id(c): matrix.cells.index(matrix.baseline_of(c)) for c in matrix.cells}

@@ -18,6 +18,7 @@ from ultralytics.utils import YAML
 
 from yolo_ckpt.runspec import amp_enabled, device_type
 
+from .cells import SETTINGS, run_name
 from .planning import memory_model, settle
 
 
@@ -37,8 +38,6 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
 
     from yolo_ckpt import count_recomputations, trainer_for
     from yolo_ckpt.report import load_report, primary_metrics
-
-    from .matrix import SETTINGS, run_name
 
     if data == "synthetic":
         from yolo_ckpt.synthetic import synthetic_dataset

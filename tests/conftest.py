@@ -8,7 +8,8 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-SHARED_DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATASETS = ROOT.parent / "shared" / "datasets"
 
 
 def pytest_collection_modifyitems(items):

@@ -6,9 +6,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from yolo_ckpt_bench import matrix as bench, step_cell, train_cell
 
+from yolo_ckpt.bench import matrix as bench, step_cell, train_cell
 from yolo_ckpt.cli import main
+from yolo_ckpt.shipped import shipped
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,13 +28,14 @@ def test_step_matrix(tmp_path, monkeypatch, one_thread):
     out = tmp_path / "out"
     assert main(["bench", f"matrix={write_matrix(tmp_path, STEP)}", f"out={out}"]) == 0
     results = pd.read_csv(out / "results.csv")
-    for column in ("cell", "status", "model", "imgsz", "batch", "recompute", "recompute_mode", "peak_MiB", "step_time_s", "time_ratio", "flop_bound", "layers", "recomputations_per_step"):
+    for column in ("cell", "status", "model", "imgsz", "batch", "recompute", "recompute_mode", "peak_MiB", "step_time_s", "time_ratio", "flop_bound", "layers", "recomputations_per_step", "loss_images_recomputed_per_step"):
         assert column in results, column
     none, full = results.to_dict("records")
     assert none["status"] == full["status"] == "ok"
     assert none["time_ratio"] == 1 and none["flop_bound"] == 1 and none["recomputations_per_step"] == 0
     # every layer but Detect and Detect's 6 branches (cv2, cv3 at 3 scales), each once per step
     assert full["layers"] == 17 and full["recomputations_per_step"] == 17 + 6
+    assert none["loss_images_recomputed_per_step"] == full["loss_images_recomputed_per_step"] == 0  # detect: no loss region
     assert full["peak_MiB"] < none["peak_MiB"] and 1.1 < full["flop_bound"] < 1.4
     md = (out / "results.md").read_text()
     assert "| yolo11n.yaml | 128 | 1 | False | none | 0 | 0 |" in md and "+0.0%" in md and "Machine:" in md
@@ -124,7 +126,7 @@ def test_bad_matrix_fails_before_anything_runs(tmp_path, capsys, change, message
 
 
 def test_fits_budget_only_for_bytes():
-    from yolo_ckpt_bench.tables import _fits
+    from yolo_ckpt.bench.tables import _fits
 
     assert (_fits("1GB", 100.0), _fits("1MB", 100.0)) == ("yes", "no")  # 100 MiB against 1e9 and 1e6 bytes
     assert _fits("0.6", 100.0) == _fits("0.6x", 100.0) == _fits(float("nan"), 100.0) == ""  # CUDA fraction, factor, none
@@ -132,12 +134,14 @@ def test_fits_budget_only_for_bytes():
 
 def test_bench_arguments(tmp_path, capsys):
     assert main(["bench", "cfg/bench/cpu-step.yaml"]) == 2  # a bare word: matrix= is required
-    assert "bench takes matrix=FILE" in capsys.readouterr().err
-    assert main(["bench", f"matrix={tmp_path / 'none.yaml'}"]) == 2
-    assert "no such file" in capsys.readouterr().err
+    assert "bench takes matrix=NAME or matrix=FILE" in capsys.readouterr().err
+    for missing in (tmp_path / "none.yaml", "cpu-stepp"):  # neither a file nor a shipped name: one line, the names
+        assert main(["bench", f"matrix={missing}"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"matrix={missing}: no such file" in err and "shipped: accuracy, cpu-step, dense-seg, gpu" in err
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "cfg" / "bench").glob("*.yaml")))
+@pytest.mark.parametrize("name", sorted(shipped("bench")))
 def test_shipped_matrices_are_valid(name, shared_datasets):
-    m = bench.load_matrix(ROOT / "cfg" / "bench" / name)
+    m = bench.load_matrix(name)
     assert m.cells and all(m.baseline_of(c) is not None for c in m.cells)

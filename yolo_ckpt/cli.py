@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from ultralytics.cfg import TASKS, check_dict_alignment, merge_equals_args, parse_key_value_pair
 from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT, LOGGER, YAML
 
+from .shipped import resolve_yaml, shipped
 from .trainer import DEFAULTS, DEFAULTS_PATH
 
 if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
@@ -31,7 +32,7 @@ COMMANDS = {
     "profile": "per-layer memory and FLOPs table and estimated peak of a training step: none against recompute=",
     "plan": "largest imgsz and batch that fit memory_budget= for none, backbone, all and auto",
     "compare": "delta table of runs against the first: RUN_DIR_A RUN_DIR_B ... [out=DIR]",
-    "bench": "run a benchmark matrix: matrix=cfg/bench/NAME.yaml [out=DIR] [setting=value] (out: runs/bench/NAME)",
+    "bench": "run a benchmark matrix: matrix=NAME|FILE [out=DIR] [setting=value] (out: runs/bench/NAME)",
     "help": "show this help",
 }
 ESTIMATE_KEYS = {"objects": 20}  # profile/plan without data=: objects per image the loss is estimated for
@@ -59,7 +60,10 @@ def help_text() -> str:
         "examples:\n  yolo-ckpt train data=path/to/data.yaml model=yolo11s.yaml imgsz=1536 recompute=backbone\n"
         "  yolo-ckpt profile model=yolo11s.yaml imgsz=1536 batch=8 recompute=all\n"
         "  yolo-ckpt plan model=yolo11s.yaml memory_budget=16GB imgsz=1536 batch=8 format=json\n"
-        "  yolo-ckpt bench matrix=cfg/bench/cpu-step.yaml out=benchmarks/results/cpu-step\n\n"
+        "  yolo-ckpt bench matrix=cpu-step out=benchmarks/results/cpu-step\n"
+        "  yolo-ckpt train cfg=heavy-blocks data=path/to/data.yaml\n\n"
+        f"shipped matrices (bench matrix=NAME): {', '.join(shipped('bench'))}\n"
+        f"shipped policies (train cfg=NAME): {', '.join(shipped('policies'))}\n\n"
         "train takes every 'yolo train' argument (see 'yolo cfg'), with the same syntax and defaults, except:\n"
         "  data   default: the built-in synthetic dataset of the task (1600 px aerial-like scenes)\n"
         "  model  default: yolo11n.yaml (yolo11n-seg.yaml, ...; yolo26n-sem.yaml, yolo26n-depth.yaml) built from\n"
@@ -81,7 +85,8 @@ def parse_train_args(args: list[str], extra: dict | None = None) -> dict:
 
     Raises:
         SyntaxError: for an unknown key (with Ultralytics' suggestions of similar keys) or a bare word that is
-            neither a task nor a boolean key.
+            neither a task nor a boolean key. FileNotFoundError: for a ``cfg=`` that is neither a file nor a shipped
+            policy (``cfg=heavy-blocks``, :func:`yolo_ckpt.shipped.resolve_yaml`), listing the shipped ones.
     """
     valid = {**DEFAULT_CFG_DICT, **DEFAULTS, **(extra or {})}
     overrides: dict = {}
@@ -93,8 +98,8 @@ def parse_train_args(args: list[str], extra: dict | None = None) -> dict:
         a = a.removeprefix("--").rstrip(",")
         if "=" in a:
             k, v = parse_key_value_pair(a)
-            if k == "cfg" and v is not None:  # a YAML of overrides, as in 'yolo train cfg=custom.yaml'
-                overrides = {**{k2: v2 for k2, v2 in YAML.load(v).items() if k2 != "cfg"}, **overrides}
+            if k == "cfg" and v is not None:  # a YAML of overrides, as in 'yolo train cfg=custom.yaml', or a shipped policy's name
+                overrides = {**{k2: v2 for k2, v2 in YAML.load(resolve_yaml(v, "policies", "cfg")).items() if k2 != "cfg"}, **overrides}
             else:
                 overrides[k] = v
         elif a in TASKS:
@@ -364,15 +369,15 @@ def compare(args: list[str]):
 
 
 def bench(args: list[str]):
-    """``yolo-ckpt bench matrix=FILE [out=DIR] [setting=value ...]``: run a benchmark matrix (see
-    ``yolo_ckpt_bench.matrix``); other ``key=value`` pairs replace the matrix's settings (``epochs=10``). Cells
+    """``yolo-ckpt bench matrix=NAME|FILE [out=DIR] [setting=value ...]``: run a benchmark matrix, shipped or a file
+    (see :mod:`yolo_ckpt.bench.matrix`); other ``key=value`` pairs replace the matrix's settings (``epochs=10``). Cells
     already in ``out``'s results.csv with the same settings are skipped."""
-    from yolo_ckpt_bench.matrix import run_matrix
+    from .bench.matrix import run_matrix
 
     bare = [a for a in args if "=" not in a]
     options = dict(parse_key_value_pair(a) for a in args if "=" in a)
     if bare or "matrix" not in options:
-        raise SyntaxError(f"bench takes matrix=FILE, optionally out=DIR and settings as key=value; got {' '.join(args) or 'nothing'}")
+        raise SyntaxError(f"bench takes matrix=NAME or matrix=FILE, optionally out=DIR and settings as key=value; got {' '.join(args) or 'nothing'}")
     matrix, out = str(options.pop("matrix")), options.pop("out", None)
     return run_matrix(matrix, out, command=" ".join(["yolo-ckpt bench", *args]), overrides=options)
 

@@ -1,0 +1,53 @@
+"""A matrix cell: its keys and defaults, the settings a kind of matrix shares, a cell's names and its failed row.
+
+Imported by the matrix reader (:mod:`.matrix`) and by the cells that run (:mod:`.step_cell`, :mod:`.train_cell`)
+and the tables (:mod:`.tables`); it imports none of them, so the bench's modules import in one direction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from yolo_ckpt.policy import spec_string
+
+CELL_KEYS = {  # key: default
+    "study": "",  # a free label that groups cells, e.g. "same-settings"
+    "model": "yolo11n.yaml",
+    "task": None,  # default: the model's
+    "dataset": "synthetic",  # train cells only
+    "imgsz": 640,  # an int, or "fit": the largest that fits memory_budget with the cell's policy
+    "batch": 2,  # -1: the largest that fits memory_budget with the cell's policy
+    "amp": False,
+    "recompute": "none",
+    "recompute_mode": "full",
+    "memory_budget": None,  # bytes with a unit; "0.6x" (step cells): 0.6 x the estimated peak of recompute=none
+}
+SETTINGS = {
+    "step": {"objects": 20, "pairs": 5, "device": None, "seed": 0},
+    "train": {"val_images": None, "device": None},  # plus any 'yolo train' argument
+}
+
+
+def is_none(cell: dict) -> bool:
+    """Whether a cell is a baseline (no recomputation)."""
+    return spec_string(cell["recompute"]).strip().lower() in {"none", ""} and cell["recompute_mode"] == "full"
+
+
+def cell_id(cell: dict) -> str:
+    """A cell's stable name in ``results.csv``: its keys and values, ``model=yolo11n.yaml,imgsz=640,...``."""
+    return ",".join(f"{k}={spec_string(v) if k == 'recompute' else v}" for k, v in cell.items())
+
+
+def run_name(cell: dict) -> str:
+    """A short, file-safe run directory name for a cell: readable prefix and a hash of its id."""
+    digest = hashlib.sha1(cell_id(cell).encode()).hexdigest()[:8]
+    stem = Path(str(cell["model"])).stem
+    recompute = spec_string(cell["recompute"]).replace(",", "+")[:20]
+    return f"{cell['study'] or 'cell'}-{Path(str(cell['dataset'])).stem}-{stem}-{cell['imgsz']}-{recompute}-{cell['recompute_mode']}-{digest}"
+
+
+def failed(error: BaseException) -> dict:
+    """The row of a cell that raised: status ``failed`` and the reason (``OutOfMemoryError: ...``)."""
+    reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    return {"status": "failed", "reason": reason[:300]}

@@ -1,0 +1,48 @@
+"""yolo-ckpt's shipped YAML files, by name or by path: benchmark matrices (``bench``) and example policies
+(``policies``, for ``cfg=``).
+
+Installed, they are package data in ``yolo_ckpt/cfg/<kind>/`` (pyproject maps the repository's ``cfg/<kind>/``
+there); in a checkout on ``sys.path`` or an editable install they are the repository's ``cfg/<kind>/`` beside the
+package. ``matrix=cpu-step`` and ``cfg=heavy-blocks`` name them; a path that exists wins over a name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+KINDS = ("bench", "policies")
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def shipped_dir(kind: str) -> Path:
+    """The folder of the shipped ``kind`` files: ``yolo_ckpt/cfg/<kind>`` installed, else ``<checkout>/cfg/<kind>``.
+
+    Raises:
+        ValueError: for a ``kind`` not in :data:`KINDS`.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind={kind!r} is not valid; valid: {', '.join(KINDS)}")
+    installed = _PACKAGE / "cfg" / kind
+    return installed if installed.is_dir() else _PACKAGE.parent / "cfg" / kind
+
+
+def shipped(kind: str) -> dict[str, Path]:
+    """The shipped ``kind`` files by name (the file's stem), sorted: ``{"cpu-step": .../cpu-step.yaml, ...}``."""
+    return {p.stem: p for p in sorted(shipped_dir(kind).glob("*.yaml"))}
+
+
+def resolve_yaml(value, kind: str, key: str) -> Path:
+    """The file ``key=value`` names: ``value`` itself when it is a file, else the shipped ``kind`` file of that name
+    (``cpu-step`` or ``cpu-step.yaml``).
+
+    Raises:
+        FileNotFoundError: neither a file nor a shipped name; the one-line message lists the shipped names.
+    """
+    path = Path(str(value))
+    if path.is_file():
+        return path
+    names = shipped(kind)
+    name = path.name.removesuffix(".yaml") if path.parent == Path(".") else None
+    if name in names:
+        return names[name]
+    raise FileNotFoundError(f"{key}={value}: no such file and no shipped file of that name; shipped: {', '.join(names) or 'none'}")
