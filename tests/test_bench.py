@@ -47,6 +47,7 @@ def test_step_matrix(tmp_path, monkeypatch, one_thread):
     assert pd.read_csv(out / "results.csv").equals(results)
 
 
+@pytest.mark.slow
 def test_failed_cell_is_recorded_and_the_rest_run(tmp_path, one_thread):
     spec = {**STEP, "grid": [{**STEP["grid"][0], "recompute": ["none", "auto", "backbone"], "memory_budget": "0.3x"}]}
     results = bench.run_matrix(write_matrix(tmp_path, spec), tmp_path / "out")

@@ -52,6 +52,7 @@ def test_unknown_key_suggests(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "arg, message",
     [
@@ -189,6 +190,7 @@ def _one_class_data(synthetic, tmp_path, crowded: int = 300) -> Path:
     return tmp_path / "data.yaml"
 
 
+@pytest.mark.slow
 def test_profile_and_plan_estimate_the_run_of_the_data(synthetic, tmp_path):
     """profile/plan read data= as train does: the data's classes (1, not the YAML's 80), its most objects per image
     x 4 for mosaic (300 -> 1200) and its images for optimizer=auto; device=cpu estimates fp32; without device= a
@@ -210,6 +212,7 @@ def test_profile_and_plan_estimate_the_run_of_the_data(synthetic, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_plan_ultralytics_21100_does_not_fit_12gb(capsys):
     """ultralytics#21100: yolo12s at imgsz 2048, batch 1, out of memory on a 12 GB GPU. Its fp32 estimate (11167 MiB)
     is under 12 GB = 11444 MiB; with the default headroom (1.15x + 500 MiB) plan no longer says recompute=none fits,
@@ -234,6 +237,7 @@ def test_model_yaml_without_backbone_exits_2(tmp_path, capsys):
     assert "has no 'backbone:' section" in capsys.readouterr().err and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("existing", [False, True])
 def test_budget_too_small_leaves_the_run_dir_as_it_was(existing, synthetic, tmp_path, capsys):
     """recompute=auto with a budget no plan fits: one line, exit 2, and the run folder removed (a new run) or its

@@ -103,6 +103,7 @@ def test_sections_resolve_on_every_yaml(path):
         assert neck and every == backbone | neck and not backbone & neck
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BUILT)
 def test_recompute_all_equals_stock_on_every_family(name):
     """One forward/backward with recompute=all: loss, gradients and BatchNorm buffers bit-identical to stock, and

@@ -21,6 +21,7 @@ SPECS = st.one_of(st.text(max_size=20), st.lists(PIECES, max_size=8).map("".join
                   st.none(), st.booleans(), st.floats(allow_nan=True))
 
 
+@pytest.mark.slow
 @FUZZ
 @given(SPECS)
 def test_recompute_grammar_raises_only_value_errors_naming_the_key(spec):

@@ -85,6 +85,7 @@ def assert_all_equal(a, b):
     assert not different, f"tensors {different} differ"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overlap", [True, False])
 def test_v8_mask_loss_bit_exact_at_every_chunk(heads, overlap, monkeypatch):
     """Loss value and every gradient equal stock's for chunks of 7 and 64 anchors (with remainders), one chunk for
@@ -144,6 +145,7 @@ def test_yolo26_mask_loss_bit_exact(heads):
         assert images == 2 * 2  # two images, one-to-many and one-to-one
 
 
+@pytest.mark.slow
 def test_bf16_autocast_bit_exact(heads):
     """Under autocast the forward and the backward's recomputation run in the forward's autocast state."""
     model, preds, batch = heads("yolo11n-seg.yaml")
@@ -164,6 +166,7 @@ def test_inert_without_grad(heads):
         assert counter.loss_images == 0
 
 
+@pytest.mark.slow
 def test_model_hook_copies_pickles_and_removes(heads):
     """init_criterion builds the recomputed criterion (also on deepcopies: EMA); the chunk travels with the class;
     pickles hold stock classes only; remove_loss_region restores the stock classes; a torch.compile wrapper is
@@ -200,6 +203,7 @@ def test_bad_model_and_chunk():
     assert type(model) is SegmentationModel
 
 
+@pytest.mark.slow
 def test_memory_floor(heads):
     """A dense step (yolo11n-seg, imgsz 256, batch 2, 150 objects, chunk 64): the loss region alone lowers the
     peak by >= 12%."""

@@ -52,6 +52,7 @@ def test_estimate_within_2_percent_of_cpu_measurement(model, measured, imgsz, po
     assert real.loss_bytes > 0.04 * real.peak_bytes  # and it is a real share, reported apart
 
 
+@pytest.mark.slow
 def test_estimate_knows_selective_mode_and_sgd(model):
     """recompute_mode=selective and an SGD optimizer (1 state per parameter) are estimated like they measure."""
     real = profile_step(model, detect_batch(2, 320, 20), "all", mode="selective", optimizer="SGD")
@@ -115,6 +116,7 @@ TASK_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", list(TASK_CASES))
 def test_estimate_every_task_against_cpu_measurement(task):
     """Every task, any nc, at two sizes: within 2% of the measured step; segmentation (hundreds of objects, where
@@ -150,6 +152,7 @@ def test_train_imgsz_is_ultralytics_rule(imgsz, trained):
     assert train_imgsz(imgsz, torch.tensor([8.0, 16.0, 32.0])) == trained
 
 
+@pytest.mark.slow
 def test_odd_and_list_imgsz_are_planned_at_the_size_that_trains():
     """imgsz 2736 and 65 and a list do not crash the estimate or the planner: they plan what trains (2752, 96)."""
     model = _task_model(DetectionModel, "yolo11n.yaml", 1)
@@ -162,6 +165,7 @@ def test_odd_and_list_imgsz_are_planned_at_the_size_that_trains():
         estimate_step(model, 3.5, 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, states", [("AdamW", 2), ("SGD", 1), ("RMSprop", 2), ("MuSGD", None)])
 def test_optimizer_state_counted_as_built(name, states):
     """Ultralytics' builder's optimizer, its real state: MuSGD (optimizer=auto past 10k iterations) keeps 2 states
@@ -208,6 +212,7 @@ def test_bad_budgets(value, message):
         parse_budget(value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "kw, message",
     [
@@ -253,6 +258,7 @@ def test_device_type_of_device_values():
     assert [device_type(d) for d in (None, "", 0, "0,1", "cuda:1", "cpu", "CPU", "mps", -1)] == ["cuda"] * 5 + ["cpu", "cpu", "mps", "cuda"]
 
 
+@pytest.mark.slow
 def test_headroom_moves_the_plan(model):
     """A budget that fits recompute=none on its own no longer does with the headroom; the plan says by how much."""
     memory = MemoryModel(model, 320, 2, 20)
@@ -271,6 +277,7 @@ def _planning_trainer(data, tmp_path, **kw):
     return trainer
 
 
+@pytest.mark.slow
 def test_batch_minus_one_capped_by_data_and_sized_for_multi_scale(synthetic, tmp_path, monkeypatch):
     """batch=-1 with a budget on the CPU: never more than the dataset's 8 images (not 1024); multi_scale=0.5 is
     sized at ceil(96 * 1.5 / 32) * 32 = 160, as BaseTrainer.auto_batch sizes it, not at imgsz=96. With

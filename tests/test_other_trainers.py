@@ -60,6 +60,7 @@ def test_distillation_interrupted_and_resumed_as_stock(synthetic, tmp_path):
     assert resumed.args.recompute == "0-4"
 
 
+@pytest.mark.slow
 def test_synthetic_dense_targets(synthetic):
     """The semantic and depth datasets hold the detect dataset's scenes (the same JPEG bytes) with full-resolution
     targets: a class id of SEMANTIC_NAMES per pixel (all six in the train split), metric depths of the drone view

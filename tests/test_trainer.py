@@ -187,6 +187,7 @@ def test_saved_files_are_stock(trained, synthetic, tmp_path):
     assert "MAP " in out.stdout and ".torchscript" in out.stdout
 
 
+@pytest.mark.slow
 def test_run_report(trained):
     report = json.loads((trained.save_dir / REPORT_NAME).read_text())
     assert report["schema_version"] == 2
