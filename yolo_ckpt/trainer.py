@@ -4,9 +4,10 @@ The policy is applied in ``setup_model``, the first step of ``BaseTrainer._setup
 ``attempt_compile``, the freeze step, ``DistributedDataParallel`` and ``ModelEMA`` (a ``deepcopy``) see is already
 patched. ``batch=-1`` goes through :meth:`CheckpointTrainerMixin.auto_batch`, which overrides Ultralytics': on CUDA
 it runs Ultralytics' AutoBatch on the patched model (beside the memory model's batch), on the CPU with
-``memory_budget=`` it takes the memory model's batch, on the CPU without one stock AutoBatch's batch 16. ``setup_model`` runs in every path: ``Model.train(trainer=...)`` (which
-builds the model with ``get_model`` beforehand), a bare ``trainer.train()``, ``resume=True`` and each DDP worker
-(which receives a pickled, hence stock, model).
+``memory_budget=`` it takes the memory model's batch, on the CPU without one stock AutoBatch's batch 16.
+``setup_model`` runs in every path: ``Model.train(trainer=...)`` (which builds the model with ``get_model``
+beforehand), a bare ``trainer.train()``, ``resume=True`` and each DDP worker (which receives a pickled, hence stock,
+model).
 
 yolo-ckpt's own keys (``yolo_ckpt/cfg/default.yaml``) are taken out of ``overrides`` before Ultralytics' argument
 check sees them, validated before the run directory is created, and set on ``trainer.args`` afterwards. So they
