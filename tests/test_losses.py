@@ -269,6 +269,7 @@ def test_trainer_all_equals_stock_fresh_and_resumed(model, dense_data, tmp_path,
     assert_state_equal(stock.ema.ema, ckpt.ema.ema)
 
 
+@pytest.mark.slow
 def test_trainer_segmentation_default_and_bad_input(synthetic, dense_data, tmp_path):
     """The segmentation trainer defaults to backbone,loss (others: backbone) with the default chunk; recompute=loss
     on a detection model and a bad loss_chunk fail before any folder is written."""

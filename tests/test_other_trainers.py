@@ -140,6 +140,7 @@ def test_rtdetr_trains_as_stock_with_the_same_denoising_queries(synthetic, tmp_p
     assert_state_equal(stock.ema.ema, ckpt.ema.ema)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, model_cls, trainer_name, data",
     [
