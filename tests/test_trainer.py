@@ -21,6 +21,7 @@ from yolo_ckpt.engine import checkpointed_modules, head_branches
 from yolo_ckpt.report import REPORT_NAME
 from yolo_ckpt.trainer import CheckpointTrainerMixin
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # two threads spin on the shared 2-core machine
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
