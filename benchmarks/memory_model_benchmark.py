@@ -19,10 +19,10 @@ from ultralytics import YOLO
 from ultralytics.nn.tasks import BaseModel
 from ultralytics.utils import DEFAULT_CFG
 
-from .results_io import provenance, publish
-
 from yolo_ckpt.estimate import calibrate_loss, estimate_step
 from yolo_ckpt.planner import MemoryModel, parse_budget
+
+from .results_io import provenance, publish
 
 
 def build(cfg: str) -> BaseModel:

@@ -44,7 +44,6 @@ def _arm(recompute: str, epochs: int, data: str, project: str, queue) -> None:
     """One soak run in this (fresh) process; puts its per-epoch rows on ``queue``."""
     os.environ["YOLO_OFFLINE"] = "1"
     from ultralytics import YOLO
-
     from ultralytics.models.yolo.detect import DetectionTrainer
 
     from yolo_ckpt import CheckpointDetectionTrainer

@@ -13,7 +13,6 @@ import hashlib
 from pathlib import Path
 
 import torch
-
 from ultralytics.data.utils import IMG_FORMATS, img2label_paths
 from ultralytics.utils import YAML
 

@@ -12,6 +12,14 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATASETS = ROOT.parent / "shared" / "datasets"
 
 
+def pytest_collection_modifyitems(items):
+    """Every test that takes the ``shared_datasets`` fixture is marked ``real_data``: -m "not real_data" leaves out
+    what needs ../shared/datasets."""
+    for item in items:
+        if "shared_datasets" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.real_data)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def synthetic_cache(tmp_path_factory):
     """A per-session cache for the built-in synthetic datasets, also seen by the CLI in subprocesses."""

@@ -15,6 +15,19 @@ def assert_state_equal(a: torch.nn.Module, b: torch.nn.Module) -> None:
     assert not different, f"{len(different)} tensors differ, e.g. {different[:5]}"
 
 
+def build_model(name: str = "yolo11n.yaml") -> torch.nn.Module:
+    """The nn model of ``name`` (a model YAML) as Ultralytics' CLI builds it, RTDETR for an 'rtdetr' name, else YOLO
+    (which picks the task's model class, World and YOLOE included): seed 0, the default hyperparameters in
+    ``model.args``, training mode."""
+    import ultralytics
+    from ultralytics import RTDETR, YOLO
+
+    torch.manual_seed(0)
+    model = (RTDETR if "rtdetr" in name else YOLO)(name).model
+    model.args = ultralytics.utils.DEFAULT_CFG
+    return model.train()
+
+
 def surrogate_step(model: torch.nn.Module, img: torch.Tensor) -> torch.Tensor:
     """Forward in training mode and backward of a target-free loss over every floating-point output tensor (reaches
     every head branch of every task); returns the loss."""

@@ -72,6 +72,7 @@ def test_atomic_saves_only_inside_the_folder(tmp_path, monkeypatch):
     assert calls == ["last.pt"] and (tmp_path / "other.txt").read_bytes() == b"y"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["half", "written"])
 def test_kill_during_save_resumes_from_last_complete_checkpoint(point, synthetic, tmp_path):
     """SIGKILL of a real training process while it writes epoch 1's last.pt: the file still holds epoch 0's complete

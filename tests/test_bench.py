@@ -7,8 +7,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from yolo_ckpt.bench import matrix as bench
-from yolo_ckpt.bench import step_cell, train_cell
+from yolo_ckpt.bench import matrix as bench, step_cell, train_cell
 from yolo_ckpt.cli import main
 from yolo_ckpt.shipped import shipped
 
@@ -24,6 +23,7 @@ def write_matrix(folder: Path, spec: dict, name: str = "m.yaml") -> Path:
 STEP = {"kind": "step", "settings": {"objects": 2, "pairs": 1}, "grid": [{"model": "yolo11n.yaml", "imgsz": 128, "batch": 1, "recompute": ["none", "all"]}]}
 
 
+@pytest.mark.slow
 def test_step_matrix(tmp_path, monkeypatch, one_thread):
     out = tmp_path / "out"
     assert main(["bench", f"matrix={write_matrix(tmp_path, STEP)}", f"out={out}"]) == 0
@@ -47,6 +47,7 @@ def test_step_matrix(tmp_path, monkeypatch, one_thread):
     assert pd.read_csv(out / "results.csv").equals(results)
 
 
+@pytest.mark.slow
 def test_failed_cell_is_recorded_and_the_rest_run(tmp_path, one_thread):
     spec = {**STEP, "grid": [{**STEP["grid"][0], "recompute": ["none", "auto", "backbone"], "memory_budget": "0.3x"}]}
     results = bench.run_matrix(write_matrix(tmp_path, spec), tmp_path / "out")
@@ -57,6 +58,7 @@ def test_failed_cell_is_recorded_and_the_rest_run(tmp_path, one_thread):
     assert "Failed cells:" in (tmp_path / "out" / "results.md").read_text()
 
 
+@pytest.mark.slow
 def test_train_matrix_same_weights(tmp_path, synthetic, one_thread):
     spec = {
         "kind": "train",

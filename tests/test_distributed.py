@@ -8,6 +8,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 # Each rank trains twice in one torchrun job (none, then all) and writes what it ended with.
 WORKER = textwrap.dedent(
     """
@@ -40,6 +42,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_node_torchrun_on_cpu(synthetic, tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)

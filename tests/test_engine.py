@@ -13,23 +13,17 @@ import zipfile
 import cloudpickle
 import pytest
 import torch
-import ultralytics
+from helpers import assert_grads_equal, assert_state_equal, build_model, surrogate_step
 from torch import nn
 from torch.utils._pytree import tree_leaves
 from ultralytics.nn.tasks import (
-    ClassificationModel,
     DetectionModel,
-    OBBModel,
-    PoseModel,
-    SegmentationModel,
 )
 
 import yolo_ckpt.engine as engine
 from yolo_ckpt import apply_checkpointing, checkpointed_layers, count_recomputations, remove_checkpointing
 from yolo_ckpt.engine import checkpointed_modules
-from yolo_ckpt.memory import LiveTensorTracker, probe_training_step
-
-from helpers import assert_grads_equal, surrogate_step
+from yolo_ckpt.memory import LiveTensorTracker, detect_batch, probe_training_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -41,24 +35,6 @@ Y11_PARAM_FREE = {11, 12, 14, 15, 18, 21}
 
 
 # --------------------------------------------------------------------------------------------- helpers
-
-
-def build(yaml_name="yolo11n.yaml", cls=DetectionModel):
-    torch.manual_seed(0)
-    m = cls(yaml_name, verbose=False)
-    m.args = ultralytics.utils.DEFAULT_CFG
-    return m.train()
-
-
-def det_batch(b=2, imgsz=64, per_image=3, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    n = b * per_image
-    return {
-        "img": torch.rand(b, 3, imgsz, imgsz, generator=g),
-        "batch_idx": torch.arange(b).repeat_interleave(per_image).float(),
-        "cls": torch.randint(0, 80, (n, 1), generator=g).float(),
-        "bboxes": torch.cat([torch.rand(n, 2, generator=g) * 0.6 + 0.2, torch.rand(n, 2, generator=g) * 0.2 + 0.05], 1),
-    }
 
 
 def cls_batch(b=2, imgsz=64, seed=1):
@@ -75,13 +51,6 @@ def train_step(model, batch, opt=None):
     if opt is not None:
         opt.step()
     return loss.detach()
-
-
-def assert_state_equal(a, b):
-    sa, sb = a.state_dict(), b.state_dict()
-    assert list(sa) == list(sb)
-    for k in sa:
-        assert torch.equal(sa[k], sb[k]), k
 
 
 def snapshot(model):
@@ -125,9 +94,9 @@ def test_checkpoint_without_use_reentrant_is_an_error_here():
 
 
 def test_engine_passes_use_reentrant_false(checkpoint_calls):
-    m = build()
+    m = build_model()
     apply_checkpointing(m, "backbone")
-    train_step(m, det_batch())
+    train_step(m, detect_batch(2, 64, 3))
     assert len(checkpoint_calls) == 11
     assert set(checkpoint_calls) == {False}
 
@@ -138,7 +107,7 @@ def test_engine_passes_use_reentrant_false(checkpoint_calls):
 def test_all_equals_stock_training():
     """Loss, gradients, parameters and BN buffers bit-identical to stock after 1 and after 3 training steps;
     BN statistics updated once per forward pass (failure mode 1); one recomputation per layer and head branch per pass."""
-    stock, patched = build(), build()
+    stock, patched = build_model(), build_model()
     untouched = snapshot(patched)
     policy = apply_checkpointing(patched, "all")
     assert policy.indices == Y11_ALL
@@ -147,7 +116,7 @@ def test_all_equals_stock_training():
     opt_p = torch.optim.SGD(patched.parameters(), lr=0.01, momentum=0.9)
     with count_recomputations() as counter:
         for passes in (1, 2, 3):
-            batch = det_batch(seed=passes)
+            batch = detect_batch(2, 64, 3, seed=passes)
             ls = train_step(stock, batch)
             lp = train_step(patched, batch)
             assert torch.equal(ls, lp), passes
@@ -172,12 +141,12 @@ def test_all_equals_stock_training():
 
 def test_bn_buffers_without_optimizer():
     """Same, gradient accumulation without optimizer steps: BN running stats equal after 2 forward passes."""
-    stock, patched = build(), build()
+    stock, patched = build_model(), build_model()
     apply_checkpointing(patched, "backbone")
     with count_recomputations() as counter:
         for k in range(2):
-            train_step(stock, det_batch(seed=10 + k))
-            train_step(patched, det_batch(seed=10 + k))
+            train_step(stock, detect_batch(2, 64, 3, seed=10 + k))
+            train_step(patched, detect_batch(2, 64, 3, seed=10 + k))
     assert counter.total == 2 * 11
     assert_grads_equal(stock, patched)  # accumulated
     assert_state_equal(stock, patched)
@@ -188,9 +157,9 @@ def test_bn_buffers_without_optimizer():
 
 def test_layer0_image_input_gets_gradients():
     """Failure mode 2: layer 0's input (the image) has no grad; its parameters still get the stock gradient."""
-    stock, patched = build(), build()
+    stock, patched = build_model(), build_model()
     apply_checkpointing(patched, "0-1")
-    batch = det_batch()
+    batch = detect_batch(2, 64, 3)
     assert not batch["img"].requires_grad
     train_step(stock, batch)
     with count_recomputations() as counter:
@@ -206,13 +175,13 @@ def test_layer0_image_input_gets_gradients():
 def test_frozen_layers():
     """Frozen layers (requires_grad False) are not recomputed at run time; the first trainable layer after them
     gets its gradient; frozen= drops them from the policy."""
-    stock, patched = build(), build()
+    stock, patched = build_model(), build_model()
     for m in (stock, patched):
         for p in list(m.model[0].parameters()) + list(m.model[1].parameters()):
             p.requires_grad_(False)
     policy = apply_checkpointing(patched, "all")  # frozen not passed: patched, but inert at run time
     assert 0 in policy.indices and 1 in policy.indices
-    batch = det_batch()
+    batch = detect_batch(2, 64, 3)
     train_step(stock, batch)
     with count_recomputations() as counter:
         train_step(patched, batch)
@@ -240,13 +209,13 @@ def test_frozen_layers():
 
 def test_inert_in_eval_no_grad_inference_mode(checkpoint_calls):
     """Failure mode 3: eval / no_grad / inference_mode run the stock forward, bit-identical, no recomputation."""
-    stock, patched = build(), build()
+    stock, patched = build_model(), build_model()
     apply_checkpointing(patched, "all")
-    img = det_batch()["img"]
+    img = detect_batch(2, 64, 3)["img"]
 
     # sanity: the spy sees the engine in training
-    train_step(patched, det_batch())
-    train_step(stock, det_batch())
+    train_step(patched, detect_batch(2, 64, 3))
+    train_step(stock, detect_batch(2, 64, 3))
     assert len(checkpoint_calls) == len(Y11_ALL) + len(Y11_HEAD)
     checkpoint_calls.clear()
 
@@ -274,13 +243,13 @@ def test_inert_in_eval_no_grad_inference_mode(checkpoint_calls):
 
 def test_selective_mode_equals_stock_training():
     """recompute_mode="selective" (conv/matmul outputs kept, the rest recomputed): same exactness guarantees."""
-    stock, patched = build(), build()
+    stock, patched = build_model(), build_model()
     policy = apply_checkpointing(patched, "all", mode="selective")
     assert policy.indices == Y11_ALL
     assert type(patched.model[2]).__name__ == "SelectiveRecomputedC3k2"
     with count_recomputations() as counter:
         for k in range(2):
-            batch = det_batch(seed=20 + k)
+            batch = detect_batch(2, 64, 3, seed=20 + k)
             assert torch.equal(train_step(stock, batch), train_step(patched, batch))
             assert_grads_equal(stock, patched)
             stock.zero_grad(set_to_none=True), patched.zero_grad(set_to_none=True)
@@ -299,7 +268,7 @@ def test_selective_mode_equals_stock_training():
 
 def test_layer_attributes_and_state_dict_unchanged():
     """Failure mode 13: .f/.i/.type/.np, model.save and state_dict keys are those of the stock model."""
-    stock, patched = build(), build()
+    stock, patched = build_model(), build_model()
     keys = list(patched.state_dict())
     apply_checkpointing(patched, "all")
     assert list(patched.state_dict()) == keys == list(stock.state_dict())
@@ -318,7 +287,7 @@ def test_layer_attributes_and_state_dict_unchanged():
 
 
 def test_param_free_layers_never_patched():
-    m = build()
+    m = build_model()
     for spec in ("all", "neck", "0-22", "Upsample,Concat,C3k2"):
         policy = apply_checkpointing(m, spec)
         assert not set(policy.indices) & Y11_PARAM_FREE
@@ -329,16 +298,16 @@ def test_param_free_layers_never_patched():
 
 
 def test_apply_twice_is_idempotent_and_replaces():
-    m = build()
+    m = build_model()
     p1 = apply_checkpointing(m, "all")
     cls2 = type(m.model[2])
     p2 = apply_checkpointing(m, "all")
     assert p1 == p2
     assert type(m.model[2]) is cls2
-    assert cls2.__bases__ == (engine.RecomputedLayer, type(build().model[2]))  # not Recomputed(RecomputedC3k2)
+    assert cls2.__bases__ == (engine.RecomputedLayer, type(build_model().model[2]))  # not Recomputed(RecomputedC3k2)
     assert checkpointed_layers(m) == list(Y11_ALL)
     with count_recomputations() as counter:
-        train_step(m, det_batch())
+        train_step(m, detect_batch(2, 64, 3))
     assert counter.total == len(Y11_ALL) + len(Y11_HEAD)  # once per layer and branch, not twice
     assert dict(counter.per_layer) == {i: 1 for i in Y11_ALL}
 
@@ -353,7 +322,7 @@ def test_apply_twice_is_idempotent_and_replaces():
 
 
 def test_remove_checkpointing_restores_stock():
-    stock, m = build(), build()
+    stock, m = build_model(), build_model()
     stock_types = [type(layer) for layer in m.model]
     apply_checkpointing(m, "all")
     assert checkpointed_modules(m) == [*map(str, Y11_ALL), *Y11_HEAD]
@@ -364,8 +333,8 @@ def test_remove_checkpointing_restores_stock():
         assert "forward" not in vars(layer)
         assert type(layer).forward is stock_types[layer.i].forward
     with count_recomputations() as counter:
-        train_step(m, det_batch())
-        train_step(stock, det_batch())
+        train_step(m, detect_batch(2, 64, 3))
+        train_step(stock, detect_batch(2, 64, 3))
     assert counter.total == 0
     assert_grads_equal(stock, m)
     remove_checkpointing(m)  # no-op on a stock model
@@ -381,7 +350,7 @@ def test_type_error_for_non_ultralytics_models():
 
 def test_ddp_like_wrapper():
     """A model wrapped like DDP (.module) is patched in place."""
-    m = build()
+    m = build_model()
 
     class Wrapper(nn.Module):
         def __init__(self, module):
@@ -401,7 +370,7 @@ def test_ddp_like_wrapper():
 
 def test_deepcopy_is_independent_patched_copy():
     """Failure mode 15: a deepcopy (EMA, AutoBatch probe) is patched, and training it leaves the original alone."""
-    m = build()
+    m = build_model()
     apply_checkpointing(m, "all")
     before = snapshot(m)
     c = copy.deepcopy(m)
@@ -414,8 +383,8 @@ def test_deepcopy_is_independent_patched_copy():
             assert pc is not pm and pc.data_ptr() != pm.data_ptr()
     opt = torch.optim.SGD(c.parameters(), lr=0.01)
     with count_recomputations() as counter:
-        train_step(c, det_batch(), opt)
-        train_step(c, det_batch(seed=2), opt)
+        train_step(c, detect_batch(2, 64, 3), opt)
+        train_step(c, detect_batch(2, 64, 3, seed=2), opt)
     assert counter.total == 2 * (len(Y11_ALL) + len(Y11_HEAD))
     # the original: parameters, BN buffers and grads untouched
     for k, v in m.state_dict().items():
@@ -465,11 +434,12 @@ SUBPROCESS = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_pickles_hold_only_stock_classes(tmp_path):
     """Failure mode 16: torch.save and cloudpickle of a patched model load where yolo_ckpt is absent."""
-    m = build()
+    m = build_model()
     apply_checkpointing(m, "all")
-    train_step(m, det_batch())  # a used model, as saved by a trainer
+    train_step(m, detect_batch(2, 64, 3))  # a used model, as saved by a trainer
     m.zero_grad(set_to_none=True)
     torch.save(m, tmp_path / "model.pt")
     blob = cloudpickle.dumps(m)
@@ -508,9 +478,9 @@ def test_pickles_hold_only_stock_classes(tmp_path):
 
 
 def test_rng_state_unchanged_by_recomputation():
-    stock, patched = build(), build()
+    stock, patched = build_model(), build_model()
     apply_checkpointing(patched, "all")
-    batch = det_batch()
+    batch = detect_batch(2, 64, 3)
     torch.manual_seed(123)
     train_step(stock, batch)
     rng_stock = torch.get_rng_state()
@@ -524,11 +494,11 @@ def test_rng_state_unchanged_by_recomputation():
 def test_rng_inside_recomputed_layer_replayed():
     """A random op inside a recomputed layer (dropout) sees the same random numbers in the recompute; the global
     RNG ends where it ends without checkpointing."""
-    stock, patched = build(), build()
+    stock, patched = build_model(), build_model()
     for m in (stock, patched):
         m.model[2].cv1.act = nn.Sequential(nn.SiLU(), nn.Dropout(0.3))  # no parameters: state_dict unchanged
     apply_checkpointing(patched, "2")
-    batch = det_batch()
+    batch = detect_batch(2, 64, 3)
     torch.manual_seed(7)
     ls = train_step(stock, batch)
     rng_stock = torch.get_rng_state()
@@ -546,10 +516,10 @@ def test_rng_inside_recomputed_layer_replayed():
 
 @pytest.mark.parametrize("yaml_name", ["yolov8n.yaml", "yolo12n.yaml", "yolo26n.yaml"])
 def test_other_detect_models_equal_gradients(yaml_name):
-    stock, patched = build(yaml_name), build(yaml_name)
+    stock, patched = build_model(yaml_name), build_model(yaml_name)
     policy = apply_checkpointing(patched, "all")
     assert len(policy.indices) > 10
-    batch = det_batch()
+    batch = detect_batch(2, 64, 3)
     ls = train_step(stock, batch)
     with count_recomputations() as counter:
         lp = train_step(patched, batch)
@@ -561,7 +531,7 @@ def test_other_detect_models_equal_gradients(yaml_name):
 
 
 def test_classify_equal_gradients():
-    stock, patched = build("yolo11n-cls.yaml", ClassificationModel), build("yolo11n-cls.yaml", ClassificationModel)
+    stock, patched = build_model("yolo11n-cls.yaml"), build_model("yolo11n-cls.yaml")
     policy = apply_checkpointing(patched, "all")
     assert policy.indices == tuple(range(10)) and policy.head
     batch = cls_batch()
@@ -574,15 +544,13 @@ def test_classify_equal_gradients():
     assert_state_equal(stock, patched)
 
 
-@pytest.mark.parametrize(
-    "yaml_name, cls", [("yolo11n-seg.yaml", SegmentationModel), ("yolo11n-obb.yaml", OBBModel), ("yolo11n-pose.yaml", PoseModel)]
-)
-def test_other_tasks_equal_gradients(yaml_name, cls):
+@pytest.mark.parametrize("yaml_name", ["yolo11n-seg.yaml", "yolo11n-obb.yaml", "yolo11n-pose.yaml"])
+def test_other_tasks_equal_gradients(yaml_name):
     """Segment/OBB/Pose with a target-free surrogate loss over every training output."""
-    stock, patched = build(yaml_name, cls), build(yaml_name, cls)
+    stock, patched = build_model(yaml_name), build_model(yaml_name)
     policy = apply_checkpointing(patched, "all")
     assert policy.indices == Y11_ALL
-    img = det_batch()["img"]
+    img = detect_batch(2, 64, 3)["img"]
     ls = surrogate_step(stock, img)
     with count_recomputations() as counter:
         lp = surrogate_step(patched, img)
@@ -615,12 +583,12 @@ def test_live_tensor_tracker_counts_storages():
 
 
 def test_probe_training_step_leaves_model_untouched():
-    m = build()
+    m = build_model()
     apply_checkpointing(m, "backbone")
     before = snapshot(m)
     torch.manual_seed(3)
     rng = torch.get_rng_state()
-    peak = probe_training_step(m, det_batch())
+    peak = probe_training_step(m, detect_batch(2, 64, 3))
     assert peak > 10 * 2**20  # at least the parameters + grads + activations
     assert torch.equal(torch.get_rng_state(), rng)
     for k, v in m.state_dict().items():
@@ -629,16 +597,17 @@ def test_probe_training_step_leaves_model_untouched():
     assert checkpointed_layers(m) == list(range(11))
 
 
+@pytest.mark.slow
 def test_probe_memory_reduction_640():
     """Peak live-tensor bytes of a training step at imgsz 640, batch 2, 20 objects per image.
 
     Measured (torch 2.14.1, ultralytics 8.4.190, CPU, 1 thread): none 474 MiB, backbone 0.591x, all (layers and
     head) 0.321x, all with recompute_mode="selective" 0.563x.
     """
-    batch = det_batch(b=2, imgsz=640, per_image=20, seed=0)
+    batch = detect_batch(2, 640, 20)
     peaks = {}
     for spec, mode in (("none", "full"), ("backbone", "full"), ("all", "full"), ("all", "selective")):
-        m = build()
+        m = build_model()
         policy = apply_checkpointing(m, spec, mode=mode)
         assert len(policy.indices) == {"none": 0, "backbone": 11, "all": 17}[spec]
         with count_recomputations() as counter:
@@ -655,13 +624,14 @@ def test_probe_memory_reduction_640():
     assert peaks["all"] < peaks["all-selective"] < 0.75 * none, peaks
 
 
+@pytest.mark.slow
 def test_head_lowers_the_layers_only_peak_640():
     """The head's branches are worth recomputing: on YOLO11n at imgsz 640, batch 2, 20 objects per image, with the
     optimizer state (profile_step), recompute=all lowers the peak of backbone,neck (every layer, no head) by at
     least 15% of it (measured 23.6%: 237.1 -> 181.2 MiB)."""
-    from yolo_ckpt.memory import detect_batch, profile_step
+    from yolo_ckpt.memory import profile_step
 
-    model, batch = build(), detect_batch(2, 640, 20)
+    model, batch = build_model(), detect_batch(2, 640, 20)
     layers_only = profile_step(model, batch, "backbone,neck")
     everything = profile_step(model, batch, "all")
     assert layers_only.layers[23].recompute is None and everything.layers[23].recompute == "full"
@@ -679,7 +649,7 @@ def test_shallow_copy_keeps_patch():
 @pytest.mark.parametrize("frozen", ["abc", 5, [1.5], [True], {"0": 1}])
 def test_bad_frozen_is_an_error(frozen):
     """frozen= takes layer indices; anything else is named, not silently read as no frozen layer."""
-    m = build()
+    m = build_model()
     with pytest.raises(ValueError, match=r"frozen=.* is not valid; give layer indices"):
         apply_checkpointing(m, "all", frozen=frozen)
     assert checkpointed_layers(m) == []
@@ -689,7 +659,7 @@ def test_bad_frozen_is_an_error(frozen):
 def test_fused_model_refused(grads):
     """model.fuse() sets forward = forward_fuse on its modules, which would bypass the recomputed classes: with
     gradients off (as fuse() leaves them) or turned back on, the policy is refused, saying what to do."""
-    m = build()
+    m = build_model()
     m.fuse()
     for p in m.parameters():
         p.requires_grad_(grads)

@@ -8,13 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 import ultralytics
-from ultralytics import RTDETR, YOLO
+from helpers import assert_grads_equal, assert_state_equal, build_model, surrogate_step
 from ultralytics.nn.tasks import yaml_model_load
 
 from yolo_ckpt import apply_checkpointing, count_recomputations
 from yolo_ckpt.policy import ModelLayout, resolve
-
-from helpers import assert_grads_equal, assert_state_equal, surrogate_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -105,21 +103,13 @@ def test_sections_resolve_on_every_yaml(path):
         assert neck and every == backbone | neck and not backbone & neck
 
 
-def build(name: str) -> torch.nn.Module:
-    """The nn model of ``name`` as Ultralytics' CLI builds it (RTDETR for an 'rtdetr' name, else YOLO, which picks
-    World and YOLOE models itself), in training mode with the default hyperparameters."""
-    torch.manual_seed(0)
-    model = (RTDETR if "rtdetr" in name else YOLO)(name).model
-    model.args = ultralytics.utils.DEFAULT_CFG
-    return model.train()
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BUILT)
 def test_recompute_all_equals_stock_on_every_family(name):
     """One forward/backward with recompute=all: loss, gradients and BatchNorm buffers bit-identical to stock, and
     each recomputed layer recomputed exactly once. imgsz 64 (128 for P6 models, twice their largest
     stride): at one cell per image YOLO12's area attention cannot split its rows."""
-    stock = build(name)
+    stock = build_model(name)
     patched = copy.deepcopy(stock)
     policy = apply_checkpointing(patched, "all")
     assert len(policy.indices) >= 5

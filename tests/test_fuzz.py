@@ -2,8 +2,7 @@
 and memory_budget=. No input may raise anything but the documented error, and that error names the key."""
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from yolo_ckpt.cli import parse_train_args
 from yolo_ckpt.planner import parse_budget
@@ -22,6 +21,7 @@ SPECS = st.one_of(st.text(max_size=20), st.lists(PIECES, max_size=8).map("".join
                   st.none(), st.booleans(), st.floats(allow_nan=True))
 
 
+@pytest.mark.slow
 @FUZZ
 @given(SPECS)
 def test_recompute_grammar_raises_only_value_errors_naming_the_key(spec):

@@ -10,15 +10,13 @@ import pickle
 import pytest
 import torch
 import ultralytics
+from helpers import assert_grads_equal, assert_state_equal, build_model, sgd_steps, surrogate_step
 from torch import nn
-from ultralytics import YOLO
 
 import yolo_ckpt.engine as engine
 from yolo_ckpt import apply_checkpointing, checkpointed_layers, count_recomputations, remove_checkpointing
 from yolo_ckpt.engine import checkpointed_modules, head_branches
 from yolo_ckpt.memory import LiveTensorTracker, detect_batch
-
-from helpers import assert_grads_equal, assert_state_equal, sgd_steps, surrogate_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -41,13 +39,6 @@ HEADS = {
 }
 
 
-def build(yaml_name):
-    torch.manual_seed(0)
-    model = YOLO(yaml_name).model
-    model.args = ultralytics.utils.DEFAULT_CFG
-    return model.train()
-
-
 def expected_branches(yaml_name, model):
     head = len(model.model) - 1
     names = []
@@ -60,7 +51,7 @@ def expected_branches(yaml_name, model):
 def test_head_branches_recomputed_once_and_exact(yaml_name):
     """recompute=head on every head class: its branches (and only those) are patched, each recomputed once per
     backward; gradients and BN buffers (num_batches_tracked once per forward) equal stock."""
-    stock, patched = build(yaml_name), build(yaml_name)
+    stock, patched = build_model(yaml_name), build_model(yaml_name)
     head = patched.model[-1]
     assert type(head).__name__ == HEADS[yaml_name][0]
     policy = apply_checkpointing(patched, "head")
@@ -83,7 +74,7 @@ def test_head_branches_recomputed_once_and_exact(yaml_name):
 
 def test_head_with_layers_in_selective_mode_exact():
     """recompute=all, recompute_mode=selective on YOLO26n-pose (end2end, Pose26): every layer and branch counted."""
-    stock, patched = build("yolo26n-pose.yaml"), build("yolo26n-pose.yaml")
+    stock, patched = build_model("yolo26n-pose.yaml"), build_model("yolo26n-pose.yaml")
     apply_checkpointing(patched, "all", mode="selective")
     assert type(patched.model[-1].cv4[0]).__name__ == "SelectiveRecomputedSequential"
     assert type(patched.model[-1].cv4_kpts[0]).__name__ == "SelectiveRecomputedConv2d"
@@ -99,7 +90,7 @@ def test_head_with_layers_in_selective_mode_exact():
 def test_branches_copy_pickle_remove_and_reapply(tmp_path):
     """Deepcopies keep the branches patched and named; pickles hold stock classes and no yolo_ckpt attribute;
     remove_checkpointing restores every module; applying twice patches once."""
-    model = build("yolo11n-seg.yaml")
+    model = build_model("yolo11n-seg.yaml")
     stock_types = [type(m) for m in model.modules()]
     apply_checkpointing(model, "all")
     names = checkpointed_modules(model)
@@ -134,7 +125,7 @@ def test_a2c2f_blocks_nested_exact_and_counted():
     num_batches_tracked once per forward."""
     batch = detect_batch(2, 64, 3)
     for mode in ("full", "selective"):
-        stock, patched = build("yolo12n.yaml"), build("yolo12n.yaml")
+        stock, patched = build_model("yolo12n.yaml"), build_model("yolo12n.yaml")
         policy = apply_checkpointing(patched, "6", mode=mode)
         assert policy.indices == (6,) and engine.NESTED_BLOCKS["A2C2f"] == "m"
         blocks = ["6.m.0.0", "6.m.0.1", "6.m.1.0", "6.m.1.1"]  # each ABlock of the two m[j]
@@ -160,7 +151,7 @@ def test_nested_blocks_lower_the_recompute_peak(monkeypatch):
     for nested in (True, False):
         if not nested:
             monkeypatch.setattr(engine, "NESTED_BLOCKS", {})
-        model = build("yolo12n.yaml")
+        model = build_model("yolo12n.yaml")
         apply_checkpointing(model, "all")
         with LiveTensorTracker() as tracker:
             tracker.track(list(model.parameters()), batch)
@@ -177,31 +168,34 @@ TINY_A2 = {
 }
 
 
-def test_nested_and_head_compile_aot_eager(saved_for_backward_bytes):
-    """Compiled (aot_eager) training with the layers, the A2C2f's nested blocks and the head's branches recomputed:
-    one graph, no graph break, BN updated once per forward, weights and BN buffers after 2 optimizer steps equal
-    eager training without recomputation (tolerance 0), less saved for backward. Selective nesting is tested eagerly above, selective
-    under compile in test_selective.py."""
+@pytest.mark.slow
+def test_compile_aot_eager_both_modes(saved_for_backward_bytes):
+    """Compiled (aot_eager) training with the layers, the A2C2f's nested blocks and the head's branches recomputed,
+    in both modes: one graph, no graph break, BN updated once per forward, weights and BN buffers after 2 optimizer
+    steps equal eager training without recomputation (tolerance 0), and less saved for backward (full < selective
+    < none: selective keeps the convolutions' and attention's outputs). One eager reference serves both modes."""
     import torch._dynamo
     from torch._dynamo.utils import counters
     from ultralytics.nn.tasks import DetectionModel
 
     batch = detect_batch(2, 64, 3)
     states, saved = {}, {}
-    for spec in ("none", "all"):
+    for mode in ("none", "full", "selective"):
         torch._dynamo.reset()
         counters.clear()
         torch.manual_seed(0)
         model = DetectionModel(copy.deepcopy(TINY_A2), verbose=False).train()
         model.args = ultralytics.utils.DEFAULT_CFG
-        apply_checkpointing(model, spec)
-        forward = model if spec == "none" else torch.compile(model, backend="aot_eager")
+        apply_checkpointing(model, "none" if mode == "none" else "all", mode="full" if mode == "none" else mode)
+        forward = model if mode == "none" else torch.compile(model, backend="aot_eager")
         sgd_steps(model, forward, batch)
         bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
         assert all(bn.num_batches_tracked.item() == 2 for bn in bns)
-        states[spec] = copy.deepcopy(model.state_dict())
-        saved[spec] = saved_for_backward_bytes(lambda: forward(batch["img"]))
-    assert checkpointed_modules(model) == ["0", "1", "2", "2.m.0.0", "2.m.0.1", "2.m.1.0", "2.m.1.1", "3.cv2.0", "3.cv3.0"]
-    assert not counters["graph_break"] and counters["stats"]["unique_graphs"] == 1
-    assert all(torch.equal(states["none"][k], states["all"][k]) for k in states["none"])
-    assert saved["all"] < 0.5 * saved["none"], saved
+        states[mode] = copy.deepcopy(model.state_dict())
+        saved[mode] = saved_for_backward_bytes(lambda: forward(batch["img"]))
+        if mode != "none":
+            assert checkpointed_modules(model) == ["0", "1", "2", "2.m.0.0", "2.m.0.1", "2.m.1.0", "2.m.1.1", "3.cv2.0", "3.cv3.0"]
+            assert type(model.model[2].m[0][0]).__name__ == ("SelectiveRecomputedABlock" if mode == "selective" else "RecomputedABlock")
+            assert not counters["graph_break"] and counters["stats"]["unique_graphs"] == 1, mode
+            assert all(torch.equal(states["none"][k], states[mode][k]) for k in states["none"]), mode
+    assert saved["full"] < 0.5 * saved["none"] and saved["full"] < saved["selective"] < 0.9 * saved["none"], saved

@@ -10,6 +10,7 @@ import pickle
 
 import pytest
 import torch
+from helpers import assert_state_equal, train
 from torch.utils._pytree import tree_leaves, tree_map
 from ultralytics import YOLO
 from ultralytics.cfg import get_cfg
@@ -29,8 +30,6 @@ from yolo_ckpt.losses import (
 from yolo_ckpt.memory import probe_training_step
 from yolo_ckpt.synthetic import dense_segment_batch, dense_segment_dataset
 from yolo_ckpt.trainer import DEFAULTS
-
-from helpers import assert_state_equal, train
 
 IMGSZ, OBJECTS = 256, 150
 
@@ -86,6 +85,7 @@ def assert_all_equal(a, b):
     assert not different, f"tensors {different} differ"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overlap", [True, False])
 def test_v8_mask_loss_bit_exact_at_every_chunk(heads, overlap, monkeypatch):
     """Loss value and every gradient equal stock's for chunks of 7 and 64 anchors (with remainders), one chunk for
@@ -145,6 +145,7 @@ def test_yolo26_mask_loss_bit_exact(heads):
         assert images == 2 * 2  # two images, one-to-many and one-to-one
 
 
+@pytest.mark.slow
 def test_bf16_autocast_bit_exact(heads):
     """Under autocast the forward and the backward's recomputation run in the forward's autocast state."""
     model, preds, batch = heads("yolo11n-seg.yaml")
@@ -165,6 +166,7 @@ def test_inert_without_grad(heads):
         assert counter.loss_images == 0
 
 
+@pytest.mark.slow
 def test_model_hook_copies_pickles_and_removes(heads):
     """init_criterion builds the recomputed criterion (also on deepcopies: EMA); the chunk travels with the class;
     pickles hold stock classes only; remove_loss_region restores the stock classes; a torch.compile wrapper is
@@ -201,6 +203,7 @@ def test_bad_model_and_chunk():
     assert type(model) is SegmentationModel
 
 
+@pytest.mark.slow
 def test_memory_floor(heads):
     """A dense step (yolo11n-seg, imgsz 256, batch 2, 150 objects, chunk 64): the loss region alone lowers the
     peak by >= 12%."""
@@ -245,6 +248,7 @@ def dense_data(synthetic_cache):
     return str(dense_segment_dataset(objects=OBJECTS, size=IMGSZ, images=4))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["yolo11n-seg.yaml", "yolo26n-seg.yaml"])
 def test_trainer_all_equals_stock_fresh_and_resumed(model, dense_data, tmp_path, one_thread):
     """recompute=all (layers, head branches, loss) trains exactly as stock, through a resume (YOLO26's end-to-end
@@ -265,6 +269,7 @@ def test_trainer_all_equals_stock_fresh_and_resumed(model, dense_data, tmp_path,
     assert_state_equal(stock.ema.ema, ckpt.ema.ema)
 
 
+@pytest.mark.slow
 def test_trainer_segmentation_default_and_bad_input(synthetic, dense_data, tmp_path):
     """The segmentation trainer defaults to backbone,loss (others: backbone) with the default chunk; recompute=loss
     on a detection model and a bad loss_chunk fail before any folder is written."""

@@ -7,12 +7,12 @@ import sys
 
 import pytest
 import torch
+from torch.utils._pytree import tree_map
+from torch.utils.flop_counter import FlopCounterMode
 from ultralytics import YOLO
 from ultralytics.nn.tasks import ClassificationModel, DetectionModel, OBBModel, PoseModel, SegmentationModel
 from ultralytics.utils import DEFAULT_CFG
 from ultralytics.utils.torch_utils import unwrap_model
-from torch.utils._pytree import tree_map
-from torch.utils.flop_counter import FlopCounterMode
 
 from yolo_ckpt import apply_checkpointing, count_recomputations, trainer_for
 from yolo_ckpt.engine import NESTED_BLOCKS, sub_regions
@@ -21,7 +21,7 @@ from yolo_ckpt.memory import build_optimizer, detect_batch, optimizer_for, probe
 from yolo_ckpt.planner import NO_HEADROOM, Headroom, MemoryModel, headroom_for, parse_budget, parse_headroom
 from yolo_ckpt.policy import resolve
 from yolo_ckpt.report import REPORT_NAME
-from yolo_ckpt.runspec import amp_enabled, device_type
+from yolo_ckpt.runspec import device_type
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 GiB = 2**30
@@ -45,6 +45,7 @@ def measured(model):
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("imgsz", [320, 640])
 @pytest.mark.parametrize("policy", ["none", "backbone", "all"])
 def test_estimate_within_2_percent_of_cpu_measurement(model, measured, imgsz, policy):
@@ -56,6 +57,7 @@ def test_estimate_within_2_percent_of_cpu_measurement(model, measured, imgsz, po
     assert real.loss_bytes > 0.04 * real.peak_bytes  # and it is a real share, reported apart
 
 
+@pytest.mark.slow
 def test_estimate_knows_selective_mode_and_sgd(model):
     """recompute_mode=selective and an SGD optimizer (1 state per parameter) are estimated like they measure."""
     real = profile_step(model, detect_batch(2, 320, 20), "all", mode="selective", optimizer="SGD")
@@ -66,6 +68,7 @@ def test_estimate_knows_selective_mode_and_sgd(model):
     assert adamw.static_bytes - fake.static_bytes == pytest.approx(params, rel=0.01)
 
 
+@pytest.mark.slow
 def test_per_layer_rows_add_up(model, measured, saved_for_backward_bytes):
     """The saved-for-backward rows add up to what autograd saves in the whole forward (counted independently)."""
     prof = measured[640, "none"]
@@ -83,6 +86,7 @@ def test_per_layer_rows_add_up(model, measured, saved_for_backward_bytes):
     assert [r.index for r in recomputed if r.recompute] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 13, 16, 17, 19, 20, 22, 23]  # 23: the head's branches
 
 
+@pytest.mark.slow
 def test_plan_fits_when_measured(model, measured):
     """A budget between the 'all' and 'none' peaks: the plan chosen fits it when the step is measured."""
     low, high = measured[640, "all"].peak_bytes, measured[640, "none"].peak_bytes
@@ -126,6 +130,7 @@ TASK_CASES = {
 ERROR_WINDOW = {"segment": (0.0, 0.05), "segment26": (-0.01, 0.07)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", list(TASK_CASES))
 def test_estimate_every_task_against_cpu_measurement(task):
     """Every task, any nc, at two sizes: within 2% of the measured step; segmentation (hundreds of objects, where
@@ -245,6 +250,7 @@ def test_train_imgsz_is_ultralytics_rule(imgsz, trained):
     assert train_imgsz(imgsz, torch.tensor([8.0, 16.0, 32.0])) == trained
 
 
+@pytest.mark.slow
 def test_odd_and_list_imgsz_are_planned_at_the_size_that_trains():
     """imgsz 2736 and 65 and a list do not crash the estimate or the planner: they plan what trains (2752, 96)."""
     model = _task_model(DetectionModel, "yolo11n.yaml", 1)
@@ -257,6 +263,7 @@ def test_odd_and_list_imgsz_are_planned_at_the_size_that_trains():
         estimate_step(model, 3.5, 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, states", [("AdamW", 2), ("SGD", 1), ("RMSprop", 2), ("MuSGD", None)])
 def test_optimizer_state_counted_as_built(name, states):
     """Ultralytics' builder's optimizer, its real state: MuSGD (optimizer=auto past 10k iterations) keeps 2 states
@@ -303,6 +310,7 @@ def test_bad_budgets(value, message):
         parse_budget(value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "kw, message",
     [
@@ -343,13 +351,12 @@ def test_headroom_only_on_cuda_against_bytes():
     assert Headroom(1.15, 500 * 2**20).need(1000 * 2**20) == 1650 * 2**20
 
 
-def test_amp_and_device_as_ultralytics_decides():
-    """One rule for AMP everywhere: on for amp=True/'bf16'/'fp16' on CUDA, off for False/'fp32' and on the CPU/MPS."""
-    assert [amp_enabled(a, "cuda") for a in (True, "bf16", "fp16", False, "fp32")] == [True, True, True, False, False]
-    assert not amp_enabled(True, "cpu") and not amp_enabled("bf16", "mps")
+def test_device_type_of_device_values():
+    """The device a device= value plans for (AMP's rule is tested against Ultralytics in test_runspec.py)."""
     assert [device_type(d) for d in (None, "", 0, "0,1", "cuda:1", "cpu", "CPU", "mps", -1)] == ["cuda"] * 5 + ["cpu", "cpu", "mps", "cuda"]
 
 
+@pytest.mark.slow
 def test_headroom_moves_the_plan(model):
     """A budget that fits recompute=none on its own no longer does with the headroom; the plan says by how much."""
     memory = MemoryModel(model, 320, 2, 20)
@@ -368,6 +375,7 @@ def _planning_trainer(data, tmp_path, **kw):
     return trainer
 
 
+@pytest.mark.slow
 def test_batch_minus_one_capped_by_data_and_sized_for_multi_scale(synthetic, tmp_path, monkeypatch):
     """batch=-1 with a budget on the CPU: never more than the dataset's 8 images (not 1024); multi_scale=0.5 is
     sized at ceil(96 * 1.5 / 32) * 32 = 160, as BaseTrainer.auto_batch sizes it, not at imgsz=96. With
@@ -401,6 +409,7 @@ class _OutOfMemoryOnce(trainer_for("detect")):
         return super().preprocess_batch(batch)
 
 
+@pytest.mark.slow
 def test_cpu_batch_minus_one_is_stock_and_report_says_what_trained(synthetic, tmp_path):
     """batch=-1 on the CPU without a budget: AutoBatch's default 16, as stock (not an error: Ultralytics' own tests
     call it). An out-of-memory error in the first epoch halves it to 8: the report records the batch that trained,
@@ -419,6 +428,7 @@ def test_cpu_batch_minus_one_is_stock_and_report_says_what_trained(synthetic, tm
     assert report["train_peak_allocated_bytes"] > 4 * parameter_bytes
 
 
+@pytest.mark.slow
 def test_trainer_auto_plan_and_batch(synthetic, tmp_path):
     """recompute=auto picks layers for the budget; batch=-1 the largest batch; both written in the report."""
     kw = dict(epochs=1, imgsz=160, workers=0, device="cpu", plots=False, val=False, project=str(tmp_path))
@@ -432,6 +442,7 @@ def test_trainer_auto_plan_and_batch(synthetic, tmp_path):
     assert report["batch"] == report["plan"]["batch"] > 2 and report["plan"]["estimated_peak_bytes"] <= 200_000_000
 
 
+@pytest.mark.slow
 def test_cli_profile_and_plan_json(tmp_path):
     run = lambda *a: subprocess.run([sys.executable, "-m", "yolo_ckpt.cli", *a], capture_output=True, text=True, timeout=600)  # noqa: E731
     out = run("profile", "model=yolo11n.yaml", "imgsz=320", "batch=2", "recompute=all", "format=json", "plot=True", f"project={tmp_path}", "name=p")

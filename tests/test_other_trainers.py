@@ -8,13 +8,12 @@ Each run takes >= 3 optimizer steps (batch == nbs == 2); weights, BatchNorm buff
 
 import pytest
 import torch
+from helpers import assert_state_equal, train
 from ultralytics import YOLO
 from ultralytics.nn.tasks import DetectionModel
 
 from yolo_ckpt import checkpointed_layers, trainer_for
 from yolo_ckpt.engine import RecomputedLayer
-
-from helpers import assert_state_equal, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -23,6 +22,7 @@ class Interrupted(Exception):
     """Raised by a callback to stop a run as a crash would."""
 
 
+@pytest.mark.slow
 def test_distillation_interrupted_and_resumed_as_stock(synthetic, tmp_path):
     """distill_model= (a teacher .pt made here): the student's layers are recomputed, the teacher's never; the run,
     interrupted after its first epoch's checkpoint and resumed (its policy restored from last.pt), trains as stock."""
@@ -60,6 +60,7 @@ def test_distillation_interrupted_and_resumed_as_stock(synthetic, tmp_path):
     assert resumed.args.recompute == "0-4"
 
 
+@pytest.mark.slow
 def test_synthetic_dense_targets(synthetic):
     """The semantic and depth datasets hold the detect dataset's scenes (the same JPEG bytes) with full-resolution
     targets: a class id of SEMANTIC_NAMES per pixel (all six in the train split), metric depths of the drone view
@@ -86,6 +87,7 @@ def test_synthetic_dense_targets(synthetic):
     assert metres[masks == SEMANTIC_NAMES.index("building")].mean() < metres[masks == SEMANTIC_NAMES.index("road")].mean() - 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task, model", [("semantic", "yolo26n-sem.yaml"), ("depth", "yolo26n-depth.yaml")])
 def test_dense_task_trains_as_stock(task, model, synthetic, tmp_path):
     """Semantic segmentation (full-resolution class masks) and depth (metric depth maps) on the built-in synthetic
@@ -100,6 +102,7 @@ def test_dense_task_trains_as_stock(task, model, synthetic, tmp_path):
     assert_state_equal(stock.ema.ema, ckpt.ema.ema)
 
 
+@pytest.mark.slow
 def test_rtdetr_trains_as_stock_with_the_same_denoising_queries(synthetic, tmp_path, monkeypatch):
     """yolov8n-rtdetr.yaml through RTDETRTrainer: recompute=all (backbone and neck; the decoder stays stock) trains
     as stock, with the same contrastive denoising queries (random noise drawn in the decoder) and the same global
@@ -137,6 +140,7 @@ def test_rtdetr_trains_as_stock_with_the_same_denoising_queries(synthetic, tmp_p
     assert_state_equal(stock.ema.ema, ckpt.ema.ema)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, model_cls, trainer_name, data",
     [

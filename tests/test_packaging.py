@@ -33,6 +33,7 @@ def test_shipped_by_name_or_path(tmp_path, monkeypatch):
         shipped("matrix")
 
 
+@pytest.mark.slow
 def test_wheel_ships_the_bench_and_its_yaml(tmp_path):
     source = tmp_path / "src"  # built from a copy: the build writes build/ and *.egg-info beside the sources
     source.mkdir()

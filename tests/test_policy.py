@@ -39,13 +39,13 @@ Y11_ALL = Y11_BACKBONE + Y11_NECK
 Y11_C3K2 = (2, 4, 6, 8, 13, 16, 19, 22)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def built(yaml_name):
     torch.manual_seed(0)
     return MODELS[yaml_name](yaml_name, verbose=False)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def layout(yaml_name="yolo11n.yaml"):
     return ModelLayout.from_model(built(yaml_name))
 
@@ -402,6 +402,13 @@ def test_check_spec_accepts_valid_forms_without_model():
         check_spec(spec)  # form only: names are checked against a model by resolve
 
 
-def test_sections_constant():
-    assert policy.SECTIONS == ("backbone", "neck", "all")
-    assert policy.REGIONS == ("head", "loss")
+def test_every_section_and_region_offered_resolves():
+    """Each token of SECTIONS and REGIONS is offered by the error message's choices and resolves on yolo11n-seg to
+    what its name says; regions() lists the regions in REGIONS' order."""
+    offered = re.findall(r"[a-z]+", policy.CHOICES.split("layer indices")[0])
+    assert set(policy.SECTIONS + policy.REGIONS) <= set(offered)
+    got = {token: resolve(token, layout("yolo11n-seg.yaml")) for token in policy.SECTIONS + policy.REGIONS}
+    assert got["backbone"].indices == Y11_BACKBONE and got["neck"].indices == Y11_NECK and got["all"].indices == Y11_ALL
+    assert got["all"].regions() == ["head", "loss"] and not got["backbone"].regions() and not got["neck"].regions()
+    assert got["head"].regions() == ["head"] and got["loss"].regions() == ["loss"]
+    assert got["head"].indices == got["loss"].indices == ()

@@ -11,17 +11,19 @@ import textwrap
 
 import pytest
 import torch
+from helpers import TRAIN, assert_state_equal, logged_messages, train
 from ultralytics import YOLO
 
 from yolo_ckpt import CheckpointDetectionTrainer, checkpointed_layers, count_recomputations, trainer_for
 from yolo_ckpt.engine import checkpointed_modules, head_branches
-from yolo_ckpt.report import REPORT_NAME, load_report
 from yolo_ckpt.layer_plot import layer_plot
+from yolo_ckpt.report import REPORT_NAME, load_report
 from yolo_ckpt.trainer import LAYER_PLOT_NAME, CheckpointTrainerMixin, _on_train_end
 
-from helpers import TRAIN, assert_state_equal, logged_messages, train
+pytestmark = pytest.mark.usefixtures("one_thread")  # two threads spin on the shared 2-core machine
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "model, task",
     [
@@ -61,6 +63,7 @@ def test_same_training_result_as_stock(model, task, synthetic, tmp_path):
     assert_state_equal(stock.ema.ema, ckpt.ema.ema)
 
 
+@pytest.mark.slow
 def test_auto_plan_trains_as_stock(synthetic, tmp_path):
     """recompute=auto plans (building the dataset, which draws from Python's RNG) and then trains exactly as stock."""
     stock, _ = train("yolo11n.yaml", synthetic(), tmp_path, "stock", imgsz=160)
@@ -72,6 +75,7 @@ def test_auto_plan_trains_as_stock(synthetic, tmp_path):
     assert_state_equal(stock.ema.ema, auto.ema.ema)
 
 
+@pytest.mark.slow
 def test_policy_logged_and_seen_by_ema_and_autobatch_copy(synthetic, tmp_path):
     """Applied in setup_model: EMA's deepcopy and AutoBatch's deepcopy probe are patched too (failure modes 14, 15)."""
     import copy
@@ -99,6 +103,7 @@ def test_policy_logged_and_seen_by_ema_and_autobatch_copy(synthetic, tmp_path):
     assert logged and "0:Conv" in logged[0] and "9:SPPF" in logged[0] and "10:C2PSA" in logged[0]
 
 
+@pytest.mark.slow
 def test_frozen_layers_are_skipped(synthetic, tmp_path):
     trainer, counter = train(
         "yolo11n.yaml", synthetic(), tmp_path, "frozen", trainer=CheckpointDetectionTrainer, recompute="all", freeze=3
@@ -130,6 +135,7 @@ def test_bad_recompute_fails_before_run_dir(spec, message, synthetic, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_neck_on_classify_model(synthetic, tmp_path):
     with pytest.raises(ValueError, match="this model has no neck"):
         YOLO("yolo11n-cls.yaml").train(
@@ -153,6 +159,7 @@ def trained(synthetic, tmp_path_factory):
     return trainer
 
 
+@pytest.mark.slow
 def test_saved_files_are_stock(trained, synthetic, tmp_path):
     """best.pt/last.pt load, validate and export in a process where yolo_ckpt cannot be imported (16)."""
     for f in (trained.best, trained.last):
@@ -175,6 +182,7 @@ def test_saved_files_are_stock(trained, synthetic, tmp_path):
     assert "MAP " in out.stdout and ".torchscript" in out.stdout
 
 
+@pytest.mark.slow
 def test_run_report(trained):
     report = json.loads((trained.save_dir / REPORT_NAME).read_text())
     assert report["schema_version"] == 3
@@ -193,6 +201,7 @@ def test_run_report(trained):
     assert report["estimated_none_peak_bytes"] is None  # a named policy: no memory model was built
 
 
+@pytest.mark.slow
 def test_layer_picture_of_the_run(trained, monkeypatch):
     """With plots=True the run directory gets the per-layer picture of the run report's CPU probe: its rows are the
     model's layers, marked as recompute=all recomputes them (every layer and the head), its peak is the report's."""
@@ -210,6 +219,7 @@ def test_layer_picture_of_the_run(trained, monkeypatch):
     assert 0 < data.static_bytes < data.peak_bytes and sum(r["saved_bytes"] for r in data.layers) > 0
 
 
+@pytest.mark.slow
 def test_run_end_message(trained):
     """The end of a run says where the report is and its headline: the peak in MiB and GiB, what measured it, the step time."""
     with logged_messages() as messages:
@@ -223,6 +233,7 @@ def test_run_end_message(trained):
     assert message.endswith(f"; median step {step:.3f} s") and peak > 0 and step > 0
 
 
+@pytest.mark.slow
 def test_ddp_file_round_trip(synthetic, tmp_path):
     """The DDP launcher's file (cloudpickled trainer class, args, model, callbacks) rebuilds the policy (22, 23)."""
     from ultralytics.utils.dist import ddp_cleanup, generate_ddp_file
@@ -245,6 +256,7 @@ def test_ddp_file_round_trip(synthetic, tmp_path):
     assert report["train_steps_timed"] == 4 - 3  # 8 images, batch 2: callbacks registered once in the worker
 
 
+@pytest.mark.slow
 def test_resume_restores_and_may_change_policy(synthetic, tmp_path):
     """An interrupted run resumed with yolo-ckpt equals the same stock resume, with its policy restored (24)."""
 
@@ -279,14 +291,7 @@ def test_resume_restores_and_may_change_policy(synthetic, tmp_path):
     assert (tmp_path / "ckpt" / "args.yaml").read_text() == args_yaml
 
 
-@pytest.mark.parametrize("freeze, frozen", [(3, [0, 1, 2]), ([0, 2, "3.cv1"], [0, 2]), ((0, 1, 2), []), (False, [])])
-def test_frozen_layers_read_like_ultralytics(freeze, frozen):
-    """Only an int or a list freezes layers in BaseTrainer._setup_train (the CLI's freeze=0,1,2 is a tuple: none)."""
-    from yolo_ckpt.trainer import frozen_layers
-
-    assert frozen_layers(freeze) == frozen
-
-
+@pytest.mark.slow
 def test_users_own_trainer_checkpointed(synthetic, tmp_path):
     """checkpointed(UserTrainer) trains as UserTrainer does, bit for bit, with its own behaviour kept, recomputes
     (counted), is cached, and survives the DDP launcher's cloudpickle."""

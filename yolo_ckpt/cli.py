@@ -16,12 +16,16 @@ import contextlib
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ultralytics.cfg import TASKS, check_dict_alignment, merge_equals_args, parse_key_value_pair
 from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT, LOGGER, YAML
 
 from .shipped import resolve_yaml, shipped
 from .trainer import DEFAULTS, DEFAULTS_PATH
+
+if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
+    import pandas
 
 COMMANDS = {
     "train": "train a model with activation checkpointing",
@@ -218,7 +222,7 @@ def _estimate_setup(args: list[str], extra: dict | None = None):
     return model, opts, spec, headroom
 
 
-def profile_table(profile, policy) -> "pandas.DataFrame":
+def profile_table(profile, policy) -> pandas.DataFrame:
     """Per-layer rows of a ``recompute=none`` :class:`~yolo_ckpt.memory.StepProfile` (MiB, GFLOPs), the layers of
     ``policy`` marked (the final head's row when ``policy.head``: its branches), and a total row: the saved-for-backward column adds up to the total."""
     import pandas as pd

@@ -52,23 +52,31 @@ NESTED_BLOCKS = {"A2C2f": "m"}
 # The head's single-module branches, beside the elements of its ModuleLists: Segment's and Segment26's mask
 # prototypes, Classify's convolution (its pooling and linear layer are glue).
 HEAD_BRANCHES = ("proto", "conv")
-aten = torch.ops.aten
 # What recompute_mode="selective" keeps: the outputs of convolutions, matrix products and attention, which are
 # expensive to recompute; BatchNorm, activations, elementwise ops and cat/split are recomputed (Chen et al. 2016,
-# section 4.2). Kept as data, as in torchtitan's activation_checkpoint.py op save-list.
-SELECTIVE_SAVE_OPS = frozenset(
-    {
-        aten.convolution.default,
-        aten.mm.default,
-        aten.addmm.default,
-        aten.bmm.default,
-        aten.baddbmm.default,
-        aten._scaled_dot_product_flash_attention.default,
-        aten._scaled_dot_product_flash_attention_for_cpu.default,
-        aten._scaled_dot_product_efficient_attention.default,
-        aten._scaled_dot_product_cudnn_attention.default,
-    }
+# section 4.2). Kept as data, as in torchtitan's activation_checkpoint.py op save-list. The attention ops are
+# private and differ between torch builds: the list is built from the ones this build has (:func:`_save_ops`).
+SELECTIVE_SAVE_OP_NAMES = (
+    "convolution",
+    "mm",
+    "addmm",
+    "bmm",
+    "baddbmm",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
 )
+
+
+def _save_ops(names=SELECTIVE_SAVE_OP_NAMES) -> frozenset:
+    """The ``.default`` overloads of the ``torch.ops.aten`` ops named in ``names``, leaving out any this torch build
+    lacks (the op or its default overload): a missing private op must not fail ``import yolo_ckpt``."""
+    packets = (getattr(torch.ops.aten, name, None) for name in names)
+    return frozenset(op for op in (getattr(p, "default", None) for p in packets if p is not None) if op is not None)
+
+
+SELECTIVE_SAVE_OPS = _save_ops()
 
 
 class RecomputeCounter:

@@ -50,8 +50,19 @@ from ultralytics.utils.tal import SegTaskAlignedAssigner
 
 from .amp import cuda_amp_emulated
 from .engine import apply_checkpointing
-from .memory import LiveTensorTracker, StepProfile, _LayerAccounting, _nbytes
-from .memory import _run_step, anchors, build_optimizer, model_task, module_flops, train_imgsz, training_batch
+from .memory import (
+    LiveTensorTracker,
+    StepProfile,
+    _LayerAccounting,
+    _nbytes,
+    _run_step,
+    anchors,
+    build_optimizer,
+    model_task,
+    module_flops,
+    train_imgsz,
+    training_batch,
+)
 
 # (batch, imgsz, objects per image) at which the real loss is measured to fit its formula: small (imgsz <= 160), so
 # fast, and spread in every term (1 to 3 images, 1 to 240 objects: below and above the anchors' count) so that the
@@ -180,10 +191,10 @@ def _loss_samples(model, shape: LossModel, points, amp: bool) -> tuple[np.ndarra
     for batch, imgsz, objects in points:
         # Random predictions of the model's shapes and dtypes: the loss's memory depends on shapes and targets, not
         # on the values, so no real forward pass is needed, whatever the model's size.
-        preds = tree_map(lambda s: torch.rand(batch, *s[0], generator=g).to(s[1]).requires_grad_(), specs[imgsz], is_leaf=_is_spec)
+        preds = tree_map(lambda s, batch=batch: torch.rand(batch, *s[0], generator=g).to(s[1]).requires_grad_(), specs[imgsz], is_leaf=_is_spec)
         data = training_batch(model, batch, imgsz, objects)
         fg = []
-        hooks = [a.register_forward_hook(lambda m, args, out: fg.append(out[3].sum(1))) for a in _assigners(model.criterion)]
+        hooks = [a.register_forward_hook(lambda m, args, out, fg=fg: fg.append(out[3].sum(1))) for a in _assigners(model.criterion)]
         try:
             with LiveTensorTracker() as tracker, cuda_amp_emulated(amp) as autocast:  # the tracker sees its fp32 copies
                 tracker.track(preds, data)  # views of them are not new memory

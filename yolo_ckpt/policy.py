@@ -272,7 +272,7 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
     if isinstance(frozen, (str, bytes)) or not isinstance(frozen, (list, tuple, set, frozenset, range)) or not all(
         isinstance(i, int) and not isinstance(i, bool) for i in frozen
     ):
-        raise ValueError(f"frozen={frozen!r} is not valid; give layer indices (ints), as yolo_ckpt.trainer.frozen_layers(freeze=) reads freeze=")
+        raise ValueError(f"frozen={frozen!r} is not valid; give layer indices (ints), as yolo_ckpt.runspec.frozen_layers(freeze=) reads freeze=")
     chosen -= layout.param_free | set(frozen)
     indices = tuple(sorted(chosen - {head}))
     return RecomputePolicy(

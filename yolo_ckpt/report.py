@@ -14,6 +14,10 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
+    import pandas
 
 REPORT_NAME = "ckpt_report.json"
 SCHEMA_VERSION = 3
@@ -184,7 +188,7 @@ def primary_metrics(task: str, metrics: dict) -> dict:
     }
 
 
-def add_deltas(table, base) -> "pandas.DataFrame":
+def add_deltas(table, base) -> pandas.DataFrame:
     """``table`` with delta columns against ``base`` (a frame of the same length: each row's baseline):
     ``memory_change_pct`` (peak MiB, %), ``time_ratio`` (step time), ``<metric>_change_pts`` (accuracy points,
     100 x the fraction's change) for mAP50, mAP50-95, top1 and top5. Columns absent from ``table`` are skipped."""
@@ -239,7 +243,7 @@ def markdown_table(table, columns: dict) -> list[str]:
     return lines + ["| " + " | ".join(format_value(row[c], c) for c in shown) + " |" for _, row in table.iterrows()]
 
 
-def compare_runs(run_dirs) -> "pandas.DataFrame":
+def compare_runs(run_dirs) -> pandas.DataFrame:
     """Delta table of runs against the first (the baseline): training peak memory (MiB and GiB, % change), median
     step time (s, ratio), mAP50 and mAP50-95 of the task's output (boxes, masks or keypoints) or classify's
     top-1/top-5 accuracy (change in points), epochs. Metric columns no run has (a task's absent metrics, runs

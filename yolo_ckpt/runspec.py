@@ -12,6 +12,11 @@
 - classes and objects per image: from ``data=`` (Ultralytics' ``check_det_dataset`` and the training dataset the
   trainer builds), the most objects in one image x 4 for mosaic, as ``DetectionTrainer.auto_batch`` counts them;
   without ``data=``, the model YAML's ``nc`` and ``objects=``.
+
+The trainers read three more Ultralytics rules here: which layers ``freeze=`` freezes (:func:`frozen_layers`), the
+memory fraction AutoBatch fills (:func:`autobatch_fraction`) and the imgsz it sizes for (:func:`autobatch_imgsz`). Each
+rule that Ultralytics computes inline, and so cannot be called, is mirrored once, here, naming the Ultralytics
+function it mirrors; tests/test_runspec.py checks each against Ultralytics itself.
 """
 
 from __future__ import annotations
@@ -23,14 +28,42 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
+from ultralytics.utils.checks import check_imgsz
 
 from .memory import optimizer_for
+
 
 def device_type(device) -> str:
     """The device type a ``device=`` value trains on, without selecting it: ``"cpu"``, ``"mps"`` or ``"cuda"``
     (indices, ``cuda:0``, ``0,1``, ``-1`` and no value at all: planning is for the CUDA device the run will use)."""
     value = str(device if device is not None else "").strip().lower()
     return value if value in {"cpu", "mps"} else "cuda"
+
+
+def frozen_layers(freeze) -> list[int]:
+    """Layer indices whose parameters Ultralytics' ``freeze=`` freezes, as ``BaseTrainer._setup_train`` reads it
+    (mirrored: it freezes inline, by the parameter-name prefixes ``model.{x}.``): an int ``n`` -> ``0..n-1`` (a bool
+    too, as ``range(True)``), a list -> its entries that name a layer index (``3``, ``"3"``; not ``"03"`` or
+    ``"3.cv1"``, which freeze no whole layer), anything else (a tuple included) -> none."""
+    if isinstance(freeze, list):
+        return [int(s) for s in map(str, freeze) if s.isdecimal() and s == str(int(s))]
+    if isinstance(freeze, int):
+        return list(range(freeze))
+    return []
+
+
+def autobatch_fraction(batch: float) -> float:
+    """The fraction of the CUDA memory AutoBatch fills for ``batch=`` (-1, or a fraction in (0, 1)): the fraction
+    itself, else 0.6 (mirrored: ``ultralytics/utils/autobatch.py`` ``check_train_batch_size`` computes it inline)."""
+    return batch if 0.0 < batch < 1.0 else 0.6
+
+
+def autobatch_imgsz(imgsz, multi_scale: float, stride: int) -> int:
+    """The largest imgsz (pixels) a step trains at, which AutoBatch sizes for: ``imgsz`` rounded as
+    ``BaseTrainer._setup_train`` rounds it (``check_imgsz``), x (1 + ``multi_scale``), up to the stride grid
+    (mirrored: ``BaseTrainer.auto_batch`` computes it inline). ``stride``: the model's largest stride, at least 32."""
+    imgsz = check_imgsz(imgsz, stride=stride, floor=stride, max_dim=1)
+    return math.ceil(imgsz * (1 + multi_scale) / stride) * stride
 
 
 def amp_enabled(amp, device: str) -> bool:

@@ -1,10 +1,13 @@
 """Checkpoint*Trainer: Ultralytics' task trainers with activation checkpointing applied where the model is built.
 
 The policy is applied in ``setup_model``, the first step of ``BaseTrainer._setup_train``, so the model that
-``attempt_compile``, the freeze step, ``DistributedDataParallel``, AutoBatch (``batch=-1``) and ``ModelEMA``
-(a ``deepcopy``) see is already patched. ``setup_model`` runs in every path: ``Model.train(trainer=...)`` (which
-builds the model with ``get_model`` beforehand), a bare ``trainer.train()``, ``resume=True`` and each DDP worker
-(which receives a pickled, hence stock, model).
+``attempt_compile``, the freeze step, ``DistributedDataParallel`` and ``ModelEMA`` (a ``deepcopy``) see is already
+patched. ``batch=-1`` goes through :meth:`CheckpointTrainerMixin.auto_batch`, which overrides Ultralytics': on CUDA
+it runs Ultralytics' AutoBatch on the patched model (beside the memory model's batch), on the CPU with
+``memory_budget=`` it takes the memory model's batch, on the CPU without one stock AutoBatch's batch 16.
+``setup_model`` runs in every path: ``Model.train(trainer=...)`` (which builds the model with ``get_model``
+beforehand), a bare ``trainer.train()``, ``resume=True`` and each DDP worker (which receives a pickled, hence stock,
+model).
 
 yolo-ckpt's own keys (``yolo_ckpt/cfg/default.yaml``) are taken out of ``overrides`` before Ultralytics' argument
 check sees them, validated before the run directory is created, and set on ``trainer.args`` afterwards. So they
@@ -17,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import math
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -46,7 +48,6 @@ from ultralytics.utils import (
     IterableSimpleNamespace,
     colorstr,
 )
-from ultralytics.utils.checks import check_imgsz
 from ultralytics.utils.torch_utils import unwrap_model
 
 from . import distributed, report
@@ -66,8 +67,11 @@ from .policy import check_mode, check_spec, is_auto, layout_of, resolve
 from .runspec import (
     RunSpec,
     amp_enabled,
+    autobatch_fraction,
+    autobatch_imgsz,
     count_data,
     device_type,
+    frozen_layers,
     objects_rule,
     optimizer_rule,
 )
@@ -81,16 +85,6 @@ LAYER_PLOT_NAME = "ckpt_layers.png"
 TASK_DEFAULTS = {"segment": {"recompute": "backbone,loss"}}
 # Trainers of a planned task (detect, segment) whose models and losses the estimate does not know: named policies only
 NOT_PLANNED = (RTDETRTrainer, WorldTrainer, YOLOETrainer, YOLOEPETrainer, YOLOEPESegTrainer)
-
-
-def frozen_layers(freeze) -> list[int]:
-    """Layer indices that Ultralytics' ``freeze=`` freezes, as ``BaseTrainer._setup_train`` reads it: an int ``n``
-    -> ``0..n-1``, a list -> its integer entries, anything else (a tuple included) -> none."""
-    if isinstance(freeze, list):
-        return [int(x) for x in freeze if str(x).isdigit()]
-    if isinstance(freeze, int) and not isinstance(freeze, bool):
-        return list(range(freeze))
-    return []
 
 
 def _model_source(overrides: dict):
@@ -230,14 +224,15 @@ class CheckpointTrainerMixin:
             )
 
     def _budget(self) -> int:
-        """memory_budget= in bytes; on CUDA by default batch=-1's fraction (AutoBatch's 0.6) of the memory available.
+        """memory_budget= in bytes; on CUDA by default AutoBatch's fraction for batch= (:func:`~yolo_ckpt.runspec.autobatch_fraction`)
+        of the memory available.
 
         Raises:
             ValueError: for a budget in bytes above the CUDA memory available, which no plan can honour.
         """
         available = self._cuda_available() if self.device.type == "cuda" else None
         if self.args.memory_budget is None:
-            return int((self.args.batch if 0 < self.args.batch < 1 else 0.6) * available)
+            return int(autobatch_fraction(self.args.batch) * available)
         budget = parse_budget(self.args.memory_budget, available)
         if available is not None and budget > available:
             raise PlanError(f"memory_budget={self.args.memory_budget} ({budget / 2**30:.2f} GiB) is more than the {available / 2**30:.2f} GiB of CUDA memory available on {self.device}")
@@ -248,11 +243,8 @@ class CheckpointTrainerMixin:
         return torch.cuda.mem_get_info(self.device)[0] + torch.cuda.memory_reserved(self.device)
 
     def _planned_imgsz(self) -> int:
-        """The largest imgsz a step trains at: imgsz rounded as ``_setup_train`` rounds it, x (1 + multi_scale) on
-        the stride grid, as ``BaseTrainer.auto_batch`` sizes it (mirrored: it computes it inline)."""
-        stride = max(int(unwrap_model(self.model).stride.max()), 32)
-        imgsz = check_imgsz(self.args.imgsz, stride=stride, floor=stride, max_dim=1)
-        return math.ceil(imgsz * (1 + self.args.multi_scale) / stride) * stride
+        """The largest imgsz a step trains at, as ``BaseTrainer.auto_batch`` sizes it (:func:`~yolo_ckpt.runspec.autobatch_imgsz`)."""
+        return autobatch_imgsz(self.args.imgsz, self.args.multi_scale, max(int(unwrap_model(self.model).stride.max()), 32))
 
     def _data_counts(self):
         """Images and most objects per image of the training set (counted once per run, RNG untouched)."""
