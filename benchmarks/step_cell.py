@@ -3,7 +3,8 @@ the same process.
 
 A step is forward, loss with targets (a fixed number of objects per image on a fixed synthetic batch of the model's
 classes, :func:`yolo_ckpt.memory.training_batch`), backward and an AdamW step (the optimizer ``optimizer=auto``
-picks for short runs, built by Ultralytics' builder; its state exists, as in every step after the first). Peak
+picks for short runs, built by Ultralytics' builder; its state exists, as in every step after the first), under
+AMP as Ultralytics trains a cell's ``amp``: fp16 autocast on CUDA, fp32 on the CPU (where Ultralytics turns it off). Peak
 memory is measured by yolo-ckpt's one step harness, :func:`yolo_ckpt.memory.profile_step`, on a copy of the model:
 parameters, gradients, optimizer state, the batch and activations; on CUDA the allocator's
 ``max_memory_allocated`` (less what was on the device before), elsewhere the live tensor storages
@@ -58,7 +59,7 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
     torch.manual_seed(settings["seed"])
     model = YOLO(cells[0]["model"], task=cells[0]["task"]).model.train()  # the task's model class, built from its YAML
     model.args = DEFAULT_CFG  # the loss's hyperparameters: their values do not change its memory or time
-    amp = amp_enabled(cells[0]["amp"], device.type)  # as trainers plan
+    amp = amp_enabled(cells[0]["amp"], device.type)  # as Ultralytics trains (fp32 on the CPU); one per group: a baseline key
     memory = memory_model(model, settings["objects"], amp=amp) if any(needs_memory_model(c) for c in cells) else None
     model.to(device)
     optimizer = build_optimizer(model, "AdamW")
@@ -69,9 +70,9 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
             plan = settle(cell, memory, free)
             batch = training_batch(model, plan["batch"], plan["imgsz"], settings["objects"], settings["seed"])  # kept on
             policy = apply_checkpointing(model, plan["recompute"], mode=cell["recompute_mode"])  # the CPU: no cell's
-            autocast = autocast_for(cell["amp"], device.type)  # peak may count another cell's batch on the device
+            autocast = autocast_for(amp, device.type)  # peak may count another cell's batch on the device
             with count_recomputations() as counter:  # the policy as applied, measured on a copy of the model
-                peak = profile_step(model, _to(batch, device), None, cell["recompute_mode"], "AdamW", cell["amp"], flops=False).peak_bytes
+                peak = profile_step(model, _to(batch, device), None, cell["recompute_mode"], "AdamW", amp, flops=False).peak_bytes
             runs.append((cell, plan, batch, policy, autocast, peak, (counter.total, counter.loss_images)))
             rows.append(None)
         except Exception as e:
