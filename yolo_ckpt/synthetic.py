@@ -660,15 +660,16 @@ _SMALL_SHAPES = (_CROSS, _RING, _DOT)
 
 
 def small_object_dataset(
-    size: int = 640, train: int = 48, val: int = 12, *, seed: int = 0, root: str | Path | None = None
+    size: int = 320, train: int = 48, val: int = 12, *, seed: int = 0, root: str | Path | None = None
 ) -> Path:
     """A one-class small-object detection dataset, generated once into the cache: ``train`` and ``val`` images of
     ``size`` x ``size`` px, each with 20-60 crosses (class ``cross``, ``SMALL_OBJECT_PX`` px square boxes) among
-    40-100 distractors of the same size and colours (hollow squares, 3 px dots), on a cluttered background (smooth
-    colour fields, grain and thin lines).
+    40-100 distractors of the same size and colours (hollow squares, 3 px dots) per 320 x 320 px (at least one
+    cross), on a cluttered background (smooth colour fields, grain and thin lines).
 
-    At full resolution a cross is told from a distractor by its shape; downscaled by 0.55 (where ``imgsz=fit``
-    puts recompute=none under the budget that recompute=all needs at full size) every shape becomes a 2-3 px blob.
+    At full resolution a cross is told from a distractor by its shape; downscaled to 0.7x (224 of 320 px: where
+    ``imgsz=fit`` puts recompute=none of YOLO26n under the budget that recompute=all needs at full size) every shape
+    becomes an alike 3-4 px blob.
     Objects sit one per cell of a 16 px grid (jittered), so boxes never touch. Same arguments give byte-identical
     files. Labels: ``0 xc yc w h`` normalised.
 
@@ -708,7 +709,8 @@ def _small_scene(rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.nd
         a, b = rng.integers(0, size, 2), rng.integers(0, size, 2)
         cv2.line(image, tuple(map(int, a)), tuple(map(int, b)), rng.uniform(170, 250, 3).tolist(), 1)
     side = size // _SMALL_CELL
-    crosses, distractors = int(rng.integers(20, 61)), int(rng.integers(40, 101))
+    per_400 = side * side / 400  # the counts below are per 400 cells (a 320 px image), scaled to this image
+    crosses, distractors = max(int(rng.integers(20, 61) * per_400), 1), int(rng.integers(40, 101) * per_400)
     cells = rng.permutation(side * side)[: crosses + distractors]
     kinds = np.r_[np.zeros(crosses, np.int64), rng.integers(1, len(_SMALL_SHAPES), distractors)]
     corner = np.stack([cells % side, cells // side], 1) * _SMALL_CELL + rng.integers(0, _SMALL_CELL - SMALL_OBJECT_PX + 1, (len(cells), 2))
