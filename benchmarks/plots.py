@@ -10,8 +10,8 @@ import pandas as pd
 
 def write_plots(matrix, table: pd.DataFrame, out: Path) -> list[Path]:
     """Write ``memory_vs_time.png`` (every kind) and, for train matrices, ``map_vs_imgsz.png`` and ``curves.png``
-    (validation mAP50-95 per epoch of each cell, from its run's Ultralytics ``results.csv``, also written as
-    ``curves.csv``; a tiles cell's curve is its validation on tiles, its full-image result a star) into ``out``.
+    (validation mAP50-95 per epoch of each cell, from its run's Ultralytics ``results.csv``, also written with
+    mAP50 and the elapsed seconds as ``curves.csv``; a tiles cell's curve is its validation on tiles, its full-image result a star) into ``out``.
 
     Returns:
         The files written (none when no cell has finished).
@@ -54,7 +54,7 @@ def _curves(matrix, ok: pd.DataFrame, out: Path) -> list[Path]:
             continue
         tiled = isinstance(row.get("tiles"), str) and row["tiles"].strip() not in {"", "nan", "None"}
         label = f"{row['dataset']} {row['policy']} @{row['imgsz_used']}" + (" tiles (val on tiles)" if tiled else "")
-        curve = pd.read_csv(csv).rename(columns=str.strip)[["epoch", "metrics/mAP50(B)", "metrics/mAP50-95(B)"]]
+        curve = pd.read_csv(csv).rename(columns=str.strip)[["epoch", "time", "metrics/mAP50(B)", "metrics/mAP50-95(B)"]]
         frames.append(curve.assign(cell=label, full_mAP50_95=row["mAP50-95"] if tiled else float("nan")))
     if not frames:
         return []

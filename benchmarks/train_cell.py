@@ -16,6 +16,7 @@ the full-resolution cells.
 from __future__ import annotations
 
 import hashlib
+import time
 from pathlib import Path
 
 import torch
@@ -36,7 +37,8 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
     Returns:
         status, the run directory, imgsz and batch used, recompute (the layers planned, for auto), layers,
         recomputations (layer forwards recomputed in backward over the whole run: 0 proves a baseline), epochs,
-        training and validation peak memory (MiB) and their source, median step time (s), mAP50 and mAP50-95 of the
+        training and validation peak memory (MiB) and their source, median step time (s), wall time of the training
+        and its validations (s; a tiles cell's full-image validation included), mAP50 and mAP50-95 of the
         task's output or top-1/top-5 (fractions; a tiles cell's on the full val images), ``val_imgsz`` (the imgsz
         they were validated at), ``train_images`` (tiles for a tiles cell) and ``weights_sha256`` of the final
         model and EMA state.
@@ -70,6 +72,7 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
     overrides = {k: v for k, v in settings.items() if k not in SETTINGS["train"]}
     if settings["device"] is not None:
         overrides["device"] = settings["device"]
+    start = time.perf_counter()
     with count_recomputations() as counter:
         yolo.train(
             trainer=trainer_for(yolo.task),
@@ -93,6 +96,7 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
     if tiles is not None:  # yolo holds the best weights now; validate them on the full images, as the others were
         full = yolo.val(data=data, imgsz=cell["imgsz"], batch=cell["batch"], plots=False, project=str(trainer.save_dir), name="val-full", **({"device": settings["device"]} if settings["device"] is not None else {}))
         metrics.update({"mAP50": float(full.box.map50), "mAP50-95": float(full.box.map)})
+    wall = time.perf_counter() - start
     return {
         "status": "ok",
         "run_dir": str(trainer.save_dir),
@@ -106,6 +110,7 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
         "val_peak_MiB": val_peak / 2**20 if val_peak is not None else float("nan"),
         "memory_source": report["memory_source"],
         "step_time_s": report["train_step_time_median_s"],
+        "wall_s": wall,
         "train_images": len(split_images(train_root, train_spec["train"])),  # tiles for a tiles cell
         **metrics,
         "val_imgsz": cell["imgsz"] if tiles is not None else report["imgsz"],

@@ -100,7 +100,7 @@ def test_tiles_cell_trains_on_tiles_and_validates_on_full_images(tmp_path, one_t
     assert main(["bench", f"matrix={write_matrix(tmp_path, spec)}", f"out={out}"]) == 0
     row = pd.read_csv(out / "results.csv").iloc[0]
     assert row["status"] == "ok" and row["imgsz_used"] == 32 and row["val_imgsz"] == 64
-    assert row["train_images"] == 8  # 2 images of 64 px in 2 x 2 tiles of 32 px
+    assert row["train_images"] == 8 and row["wall_s"] > 0  # 2 images of 64 px in 2 x 2 tiles of 32 px
     assert (Path(row["run_dir"]) / "val-full").is_dir()  # the full-image validation ran
     assert "tiles={'overlap': 0, 'size': 32}" in row["cell"] and (out / "curves.csv").is_file() and (out / "curves.png").is_file()
     tiles = next((out / "data").glob("tiles-*"))
