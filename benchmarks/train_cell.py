@@ -9,8 +9,8 @@ without recomputation can be shown identical.
 A ``tiles`` cell trains on a tile dataset (:func:`yolo_ckpt.tiles.tile_dataset`, written once into
 ``<out>/data/``) and validates on those tiles during training; its mAP figures are those of the best weights
 validated afterwards on the full val images at the cell's ``imgsz`` (``val_imgsz``). Every epoch of it passes each
-source pixel once (pixels in tile overlaps more often), in more, smaller steps: the same source pixels per epoch as
-the full-resolution cells.
+source pixel at least once (pixels in tile overlaps more often), in more, smaller steps; to match the pixels
+processed by full-image cells, give it fewer epochs (``cfg/bench/small-objects-tiles.yaml`` says how).
 """
 
 from __future__ import annotations
