@@ -10,8 +10,9 @@ import pandas as pd
 
 def write_plots(matrix, table: pd.DataFrame, out: Path) -> list[Path]:
     """Write ``memory_vs_time.png`` (every kind) and, for train matrices, ``map_vs_imgsz.png`` and ``curves.png``
-    (validation mAP50-95 per epoch of each cell, from its run's Ultralytics ``results.csv``, also written with
-    mAP50 and the elapsed seconds as ``curves.csv``; a tiles cell's curve is its validation on tiles, its full-image result a star) into ``out``.
+    (validation mAP50 per epoch of each cell, from its run's Ultralytics ``results.csv``, also written with
+    mAP50-95 and the elapsed seconds as ``curves.csv``; a tiles cell's curve is its validation on tiles, its
+    full-image result a star: :func:`curves_plot`) into ``out``.
 
     Returns:
         The files written (none when no cell has finished).
@@ -45,27 +46,37 @@ def write_plots(matrix, table: pd.DataFrame, out: Path) -> list[Path]:
 
 def _curves(matrix, ok: pd.DataFrame, out: Path) -> list[Path]:
     """``curves.csv`` and ``curves.png`` of the cells whose run folder still holds its ``results.csv``."""
-    import matplotlib.pyplot as plt
-
     frames = []
     for _, row in ok.iterrows():
         csv = Path(str(row.get("run_dir", ""))) / "results.csv"
         if not csv.is_file():
             continue
         tiled = isinstance(row.get("tiles"), str) and row["tiles"].strip() not in {"", "nan", "None"}
-        label = f"{row['dataset']} {row['policy']} @{row['imgsz_used']}" + (" tiles (val on tiles)" if tiled else "")
+        label = f"{row['dataset']} {row['policy']} @{row['imgsz_used']}" + (f" tiles ({row['train_images']:.0f}, val on tiles)" if tiled else "")
         curve = pd.read_csv(csv).rename(columns=str.strip)[["epoch", "time", "metrics/mAP50(B)", "metrics/mAP50-95(B)"]]
-        frames.append(curve.assign(cell=label, full_mAP50_95=row["mAP50-95"] if tiled else float("nan")))
+        nan = float("nan")
+        frames.append(curve.assign(cell=label, full_mAP50=row["mAP50"] if tiled else nan, full_mAP50_95=row["mAP50-95"] if tiled else nan))
     if not frames:
         return []
     curves = pd.concat(frames)
     curves.to_csv(out / "curves.csv", index=False)
+    return [curves_plot(curves, out / "curves.png", f"{matrix.name}: training curves")]
+
+
+def curves_plot(curves: pd.DataFrame, path: Path, title: str) -> Path:
+    """Plot ``curves.csv`` rows (of one matrix, or several concatenated) to ``path``: validation mAP50 per epoch of
+    each cell; a tiles cell's curve is its validation on tiles, its best weights on the full images a star."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(7, 5))
     for label, curve in curves.groupby("cell", sort=False):
-        (line,) = ax.plot(curve["epoch"], curve["metrics/mAP50-95(B)"], marker=".", label=label)
-        if curve["full_mAP50_95"].notna().any():
-            ax.scatter(curve["epoch"].max(), curve["full_mAP50_95"].iloc[0], marker="*", s=120, color=line.get_color(), label=f"{label}: best, full images")
-    return [_save(fig, ax, out / "curves.png", xlabel="epoch", ylabel="validation mAP50-95", title=f"{matrix.name}: training curves")]
+        (line,) = ax.plot(curve["epoch"], curve["metrics/mAP50(B)"], marker=".", label=label)
+        if curve["full_mAP50"].notna().any():
+            ax.scatter(curve["epoch"].max(), curve["full_mAP50"].iloc[0], marker="*", s=120, color=line.get_color(), label=f"{label}: best, full images")
+    return _save(fig, ax, path, xlabel="epoch", ylabel="validation mAP50", title=title)
 
 
 def _save(fig, ax, path: Path, **labels) -> Path:
