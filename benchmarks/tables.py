@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from yolo_ckpt.planner import parse_budget
-from yolo_ckpt.report import add_deltas
+from yolo_ckpt.report import add_deltas, markdown_table
 
 from .cells import cell_id
 
@@ -79,27 +79,10 @@ def _fits(budget, peak_mib) -> str:
     return "yes" if peak_mib * 2**20 <= parse_budget(budget, None) else "no"
 
 
-def _cell(value, column: str) -> str:
-    if isinstance(value, float):
-        if pd.isna(value):
-            return ""
-        if column == "memory_change_pct" or column.endswith("_pts"):
-            return f"{value:+.1f}" + ("%" if column == "memory_change_pct" else "")
-        if column in {"time_ratio", "flop_bound"}:
-            return f"{value:.2f}x"
-        if column in {"mAP50", "mAP50-95", "top1"}:
-            return f"{value:.3f}"
-        return f"{value:.3g}" if column == "step_time_s" else f"{value:.0f}"
-    return str(value)
-
-
 def markdown(matrix, table: pd.DataFrame, record: dict) -> str:
     """``results.md``: what was run, the delta table, failed cells with their reasons, machine and command."""
-    columns = {k: v for k, v in COLUMNS[matrix.kind].items() if k in table}
     lines = [f"# {matrix.name}", "", matrix.description.strip(), ""] if matrix.description else [f"# {matrix.name}", ""]
-    lines += ["| " + " | ".join(columns.values()) + " |", "|" + "---|" * len(columns)]
-    for _, row in table.iterrows():
-        lines.append("| " + " | ".join(_cell(row[c], c) for c in columns) + " |")
+    lines += markdown_table(table, COLUMNS[matrix.kind])
     if "reason" in table:
         failed = table[table["status"] == "failed"]
         lines += ["", "Failed cells:"] + [f"- `{r['cell']}`: {r['reason']}" for _, r in failed.iterrows()] if len(failed) else []

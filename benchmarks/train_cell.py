@@ -3,7 +3,7 @@
 The run takes the cell's model, data, imgsz, batch, amp and policy plus the matrix's ``settings`` (any ``yolo
 train`` argument: epochs, fraction, seed, nbs, ...). ``val_images: N`` validates on the first N validation images
 (sorted by path): validating dense high-resolution images dominates CPU time. Peak memory, step time and accuracy
-come from ``ckpt_report.json`` (:mod:`yolo_ckpt.report`); the final weights are hashed so that runs with and
+come from the run's :class:`yolo_ckpt.report.RunReport` (``ckpt_report.json``); the final weights are hashed so that runs with and
 without recomputation can be shown identical.
 
 A ``tiles`` cell trains on a tile dataset (:func:`yolo_ckpt.tiles.tile_dataset`, written once into
@@ -89,8 +89,8 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
         )
     trainer = yolo.trainer
     report = load_report(trainer.save_dir)
-    peak, val_peak = report["train_peak_allocated_bytes"], report["val_peak_allocated_bytes"]
-    metrics = primary_metrics(report["task"], report["metrics"])
+    peak, val_peak = report.train_peak_allocated_bytes, report.val_peak_allocated_bytes
+    metrics = primary_metrics(report.task, report.metrics)
     train_spec, train_root = dataset_root(train_data)
     weights = weights_sha256(trainer)  # before validating anew, which fuses the model it validates
     if tiles is not None:  # yolo holds the best weights now; validate them on the full images, as the others were
@@ -100,22 +100,22 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
     return {
         "status": "ok",
         "run_dir": str(trainer.save_dir),
-        "imgsz_used": report["imgsz"],
-        "batch_used": report["batch"],
-        "recomputed": report["recompute"],
-        "layers": len(report["recomputed_layers"]),
+        "imgsz_used": report.imgsz,
+        "batch_used": report.batch,
+        "recomputed": report.recompute,
+        "layers": len(report.recomputed_layers),
         "recomputations": counter.total,
-        "epochs_run": report["epochs"],
+        "epochs_run": report.epochs,
         "peak_MiB": peak / 2**20 if peak is not None else float("nan"),
         "val_peak_MiB": val_peak / 2**20 if val_peak is not None else float("nan"),
-        "memory_source": report["memory_source"],
-        "step_time_s": report["train_step_time_median_s"],
+        "memory_source": report.memory_source,
+        "step_time_s": report.train_step_time_median_s,
         "wall_s": wall,
         "train_images": len(split_images(train_root, train_spec["train"])),  # tiles for a tiles cell
         **metrics,
-        "val_imgsz": cell["imgsz"] if tiles is not None else report["imgsz"],
+        "val_imgsz": cell["imgsz"] if tiles is not None else report.imgsz,
         "weights_sha256": weights,
-        "device": report["device"],
+        "device": report.device,
     }
 
 

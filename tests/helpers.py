@@ -1,5 +1,8 @@
 """Assertions and steps shared by the test modules (tests/ is on sys.path under pytest's default import mode)."""
 
+import contextlib
+import logging
+
 import torch
 from torch.utils._pytree import tree_leaves
 
@@ -61,3 +64,18 @@ def train(model, data, project, name, trainer=None, callbacks=(), **kw):
     with count_recomputations() as counter:
         m.train(data=data, trainer=trainer, project=str(project), name=name, **{**TRAIN, **kw})
     return m.trainer, counter
+
+
+@contextlib.contextmanager
+def logged_messages():
+    """The messages Ultralytics' ``LOGGER`` (yolo-ckpt logs through it) emits inside the block, as a list."""
+    from ultralytics.utils import LOGGER
+
+    messages = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())
+    LOGGER.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        LOGGER.removeHandler(handler)

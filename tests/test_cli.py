@@ -155,7 +155,9 @@ def test_compare_two_runs(synthetic, tmp_path, capsys):
     assert table.loc[0, "memory_change_pct"] == 0 and table.loc[0, "time_ratio"] == 1
     assert table.loc[0, "mAP50-95_change_pts"] == 0
     assert table.loc[1, "memory_change_pct"] < -30  # recompute=all frees activations
-    assert "| run" in (out / "compare.md").read_text() and "memory_change_pct" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"Baseline: {tmp_path / 'none'} (recompute=none)" in printed and "| peak MiB | peak GiB | memory |" in printed
+    assert (out / "compare.md").read_text() in printed
     assert main(["compare", str(tmp_path / "none"), str(tmp_path / "missing"), f"out={tmp_path / 'bad'}"]) == 2
     assert main(["compare", str(tmp_path / "none")]) == 2
     assert not (tmp_path / "bad").exists()

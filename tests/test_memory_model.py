@@ -311,7 +311,7 @@ def test_cpu_batch_minus_one_is_stock_and_report_says_what_trained(synthetic, tm
     yolo.train(data=synthetic(), trainer=_OutOfMemoryOnce, batch=-1, epochs=1, imgsz=96, workers=0, device="cpu", plots=False, val=False, project=str(tmp_path), name="oom")
     report = json.loads((tmp_path / "oom" / REPORT_NAME).read_text())
     assert (report["batch_at_start"], report["batch"], report["plan"]) == (16, 8, None)
-    probe = yolo.trainer.ckpt_stats["probe_batch"]
+    probe = yolo.trainer.ckpt_stats.probe_batch
     assert (report["memory_probe_images"], report["memory_probe_imgsz"]) == (8, 96)
     assert report["memory_probe_objects"] == len(probe["bboxes"]) > 8
     # the probe is a whole step with the run's optimizer (AdamW for this short run): parameters, gradients and
@@ -328,16 +328,18 @@ def test_trainer_auto_plan_and_batch(synthetic, tmp_path):
     report = json.loads((tmp_path / "auto" / REPORT_NAME).read_text())
     assert report["plan"]["budget_bytes"] == 60_000_000 and report["plan"]["estimated_peak_bytes"] <= 60_000_000
     assert report["recompute"] == report["plan"]["recompute"] != "none" and report["recomputed_layers"]
+    assert report["estimated_none_peak_bytes"] > 60_000_000  # why it recomputes: none's peak is over the budget
     YOLO("yolo11n.yaml").train(data=synthetic(), trainer=trainer_for("detect"), recompute="all", memory_budget="200MB", batch=-1, name="batch", **kw)
     report = json.loads((tmp_path / "batch" / REPORT_NAME).read_text())
     assert report["batch"] == report["plan"]["batch"] > 2 and report["plan"]["estimated_peak_bytes"] <= 200_000_000
 
 
-def test_cli_profile_and_plan_json():
+def test_cli_profile_and_plan_json(tmp_path):
     run = lambda *a: subprocess.run([sys.executable, "-m", "yolo_ckpt.cli", *a], capture_output=True, text=True, timeout=600)  # noqa: E731
-    out = run("profile", "model=yolo11n.yaml", "imgsz=320", "batch=2", "recompute=all", "format=json")
+    out = run("profile", "model=yolo11n.yaml", "imgsz=320", "batch=2", "recompute=all", "format=json", "plot=True", f"project={tmp_path}", "name=p")
     assert out.returncode == 0, out.stderr[-2000:]
     prof = json.loads(out.stdout)  # stdout is only the JSON: progress and logs went to stderr
+    assert prof["plot"] == str(tmp_path / "p" / "layers.png") and (tmp_path / "p" / "layers.png").stat().st_size > 10_000
     assert "yolo-ckpt profile" in out.stderr and prof["assumed"]["device"] == "cuda" and prof["amp"] is True
     assert prof["estimated_peak_bytes"]["policy"] < 0.7 * prof["estimated_peak_bytes"]["none"]
     assert prof["layers"][-1]["layer"] == "total" and len(prof["recomputed_layers"]) == 17

@@ -5,7 +5,6 @@ written, saved files load without yolo_ckpt, the DDP file round trip and resume 
 """
 
 import json
-import logging
 import subprocess
 import sys
 import textwrap
@@ -13,14 +12,14 @@ import textwrap
 import pytest
 import torch
 from ultralytics import YOLO
-from ultralytics.utils import LOGGER
 
 from yolo_ckpt import CheckpointDetectionTrainer, checkpointed_layers, count_recomputations, trainer_for
 from yolo_ckpt.engine import checkpointed_modules, head_branches
-from yolo_ckpt.trainer import CheckpointTrainerMixin
-from yolo_ckpt.report import REPORT_NAME
+from yolo_ckpt.report import REPORT_NAME, load_report
+from yolo_ckpt.layer_plot import layer_plot
+from yolo_ckpt.trainer import LAYER_PLOT_NAME, CheckpointTrainerMixin, _on_train_end
 
-from helpers import TRAIN, assert_state_equal, train
+from helpers import TRAIN, assert_state_equal, logged_messages, train
 
 
 @pytest.mark.parametrize(
@@ -84,11 +83,7 @@ def test_policy_logged_and_seen_by_ema_and_autobatch_copy(synthetic, tmp_path):
         seen["ema"] = checkpointed_layers(trainer.ema.ema)
         seen["probe"] = checkpointed_layers(copy.deepcopy(trainer.model))  # what check_train_batch_size profiles
 
-    records = []
-    handler = logging.Handler()
-    handler.emit = lambda record: records.append(record.getMessage())
-    LOGGER.addHandler(handler)
-    try:
+    with logged_messages() as records:
         trainer, _ = train(
             "yolo11n.yaml",
             synthetic(),
@@ -98,8 +93,6 @@ def test_policy_logged_and_seen_by_ema_and_autobatch_copy(synthetic, tmp_path):
             recompute="backbone",
             callbacks=[("on_pretrain_routine_end", on_pretrain_routine_end)],
         )
-    finally:
-        LOGGER.removeHandler(handler)
     expected = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
     assert seen == {"model": expected, "ema": expected, "probe": expected}
     logged = [r for r in records if "activation checkpointing recompute=backbone" in r]
@@ -184,19 +177,50 @@ def test_saved_files_are_stock(trained, synthetic, tmp_path):
 
 def test_run_report(trained):
     report = json.loads((trained.save_dir / REPORT_NAME).read_text())
-    assert report["schema_version"] == 2
+    assert report["schema_version"] == 3
     assert report["recompute"] == "all"
     assert [r["index"] for r in report["recomputed_layers"]] == list(trained.policy.indices)
     assert report["recomputed_layers"][2] == {"index": 2, "type": "C3k2"}
     assert report["recomputed_regions"] == ["head"]
     assert (report["device"], report["imgsz"], report["batch"], report["batch_at_start"], report["amp"]) == ("cpu", 64, 2, 2, False)
-    probe = trained.ckpt_stats["probe_batch"]  # the first full-size batch (at 64 px mosaic crops may hold no object)
+    probe = trained.ckpt_stats.probe_batch  # the first full-size batch (at 64 px mosaic crops may hold no object)
     assert (report["memory_probe_images"], report["memory_probe_imgsz"], report["memory_probe_objects"]) == (2, 64, len(probe["bboxes"]))
     assert report["memory_source"] == "cpu_probe_live_tensors"
     assert report["train_peak_allocated_bytes"] > report["val_peak_allocated_bytes"] > 0
     assert report["train_steps_timed"] == trained.ema.updates - 3 and report["train_step_time_median_s"] > 0
     assert set(report["metrics"]) >= {"box_mAP50", "box_mAP50-95"}
     assert report["metrics"]["box_mAP50-95"] == report["ultralytics_metrics"]["metrics/mAP50-95(B)"]
+    assert report["estimated_none_peak_bytes"] is None  # a named policy: no memory model was built
+
+
+def test_layer_picture_of_the_run(trained, monkeypatch):
+    """With plots=True the run directory gets the per-layer picture of the run report's CPU probe: its rows are the
+    model's layers, marked as recompute=all recomputes them (every layer and the head), its peak is the report's."""
+    from ultralytics.utils.torch_utils import unwrap_model
+
+    monkeypatch.setattr(trained.args, "plots", True)
+    _on_train_end(trained)
+    assert (trained.save_dir / LAYER_PLOT_NAME).stat().st_size > 10_000
+    data = layer_plot(trained.train_probe, trained.policy, "run")
+    layers = unwrap_model(trained.model).model
+    assert [(r["index"], r["type"]) for r in data.layers] == [(i, m.type.rsplit(".", 1)[-1]) for i, m in enumerate(layers)]
+    assert [r["index"] for r in data.layers if r["recomputed"]] == [*trained.policy.indices, len(layers) - 1] and data.layers[-1]["head"]
+    record = load_report(trained.save_dir)
+    assert data.peak_bytes == record.train_peak_allocated_bytes == data.phase_peak_bytes[data.peak_phase] == max(data.phase_peak_bytes.values())
+    assert 0 < data.static_bytes < data.peak_bytes and sum(r["saved_bytes"] for r in data.layers) > 0
+
+
+def test_run_end_message(trained):
+    """The end of a run says where the report is and its headline: the peak in MiB and GiB, what measured it, the step time."""
+    with logged_messages() as messages:
+        _on_train_end(trained)
+    record = load_report(trained.save_dir)
+    peak, step = record.train_peak_allocated_bytes, record.train_step_time_median_s
+    (message,) = [m for m in messages if "run report" in m]
+    assert f"run report {trained.save_dir / REPORT_NAME}\n" in message
+    assert f"recompute=all: training peak {peak / 2**20:.1f} MiB ({peak / 2**30:.2f} GiB, CPU live tensors of one step)" in message
+    assert "recompute=none's peak: yolo-ckpt profile with this run's keys estimates it" in message  # named policy: no estimate
+    assert message.endswith(f"; median step {step:.3f} s") and peak > 0 and step > 0
 
 
 def test_ddp_file_round_trip(synthetic, tmp_path):

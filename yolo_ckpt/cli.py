@@ -32,6 +32,7 @@ COMMANDS = {
     "help": "show this help",
 }
 ESTIMATE_KEYS = {"objects": 20}  # profile/plan without data=: objects per image the loss is estimated for
+PROFILE_KEYS = {"plot": False}  # profile: also draw the per-layer picture (yolo_ckpt.layer_plot)
 # model= default per task, built from its YAML (nothing downloads): YOLO11n, or YOLO26n where only YOLO26 has the task
 DEFAULT_MODELS = {
     "detect": "yolo11n.yaml",
@@ -66,7 +67,8 @@ def help_text() -> str:
         "         scratch, nothing is downloaded; RT-DETR YAMLs (rtdetr-l.yaml, ...) train with RTDETRTrainer\n\n"
         f"yolo-ckpt's keys (defaults from {DEFAULTS_PATH.name}):\n{keys}\n"
         f"  objects: {ESTIMATE_KEYS['objects']} # profile and plan without data=: objects per image for the loss estimate (with data=: the data's most x 4 for mosaic)\n"
-        "  format: text # profile and plan: text or json (stdout holds only the result; progress and logs go to stderr)\n\n"
+        "  format: text # profile and plan: text or json (stdout holds only the result; progress and logs go to stderr)\n"
+        f"  plot: {PROFILE_KEYS['plot']} # profile: also write the per-layer picture (saved memory per layer, kept or recomputed; the peak per phase), into project=/name= (default runs/profile/profileN)\n\n"
         "profile and plan read train's keys as train does: data= (classes, objects, images for optimizer=auto), device=\n"
         "(default: a CUDA device; cpu estimates fp32), amp=, optimizer=, epochs=, nbs=; the output states what it assumed.\n"
     )
@@ -162,8 +164,9 @@ def _diagnostics_to_stderr():
             h.setStream(stream)
 
 
-def _estimate_setup(args: list[str]):
-    """Parse profile/plan arguments into the run ``yolo-ckpt train`` would make of the same keys.
+def _estimate_setup(args: list[str], extra: dict | None = None):
+    """Parse profile/plan arguments into the run ``yolo-ckpt train`` would make of the same keys; ``extra``: keys
+    only this command takes, with their defaults (profile's ``plot=``).
 
     The model is built from ``model=`` (no download) as the trainer builds it: with the data's classes and channels
     when ``data=`` is given (Ultralytics' ``check_det_dataset``). What the estimate assumes comes from
@@ -187,8 +190,9 @@ def _estimate_setup(args: list[str]):
     from .policy import check_mode
     from .runspec import RunSpec, amp_enabled, count_data, device_type, objects_rule, optimizer_rule
 
-    given = parse_train_args(args, ESTIMATE_KEYS)
-    opts = {**DEFAULT_CFG_DICT, **DEFAULTS, **ESTIMATE_KEYS, "format": "text", **given}
+    keys = {**ESTIMATE_KEYS, **(extra or {})}
+    given = parse_train_args(args, keys)
+    opts = {**DEFAULT_CFG_DICT, **DEFAULTS, **keys, "format": "text", **given}
     check_mode(opts["recompute_mode"])
     if opts["format"] not in {"text", "json"}:
         raise ValueError(f"format={opts['format']!r} is not valid here; valid: text, json")
@@ -219,6 +223,8 @@ def profile_table(profile, policy) -> "pandas.DataFrame":
     ``policy`` marked (the final head's row when ``policy.head``: its branches), and a total row: the saved-for-backward column adds up to the total."""
     import pandas as pd
 
+    from .layer_plot import is_recomputed
+
     rows = [
         {
             "layer": r.index,
@@ -227,7 +233,7 @@ def profile_table(profile, policy) -> "pandas.DataFrame":
             "saved_MiB": r.saved_bytes / 2**20,
             "freed_if_recomputed_MiB": r.freeable_bytes / 2**20,
             "forward_GFLOPs": r.forward_flops / 1e9,
-            "recompute": policy.mode if r.index in policy.indices or (policy.head and r is profile.layers[-1]) else "",
+            "recompute": policy.mode if is_recomputed(policy, r.index, len(profile.layers)) else "",
         }
         for r in profile.layers
     ]
@@ -238,7 +244,10 @@ def profile_table(profile, policy) -> "pandas.DataFrame":
 
 def profile(args: list[str]) -> dict:
     """``yolo-ckpt profile``: estimate one training step for none and for ``recompute=`` (default: backbone), for the
-    run the keys describe (see :func:`_estimate_setup`); the result on stdout, progress and logs on stderr."""
+    run the keys describe (see :func:`_estimate_setup`); the result on stdout, progress and logs on stderr. With
+    ``plot=True`` the per-layer picture of the ``none`` estimate, ``recompute=``'s layers marked
+    (:mod:`yolo_ckpt.layer_plot`), goes to ``layers.png`` in a new folder named as ``yolo`` names runs (``project=``,
+    ``name=``; default ``<runs_dir>/profile/profile<N>``); its path is the result's ``plot``."""
     import json
 
     from ultralytics.utils import TQDM
@@ -247,7 +256,7 @@ def profile(args: list[str]) -> dict:
     from .policy import ModelLayout, resolve
 
     with _diagnostics_to_stderr():
-        model, opts, spec, _ = _estimate_setup(args)
+        model, opts, spec, _ = _estimate_setup(args, PROFILE_KEYS)
         recompute, mode = opts["recompute"], opts["recompute_mode"]
         policy = resolve(recompute, ModelLayout.from_model(model), mode=mode)
         steps = TQDM(total=3, desc="yolo-ckpt profile: calibrating the loss, estimating none, estimating the policy")
@@ -268,6 +277,19 @@ def profile(args: list[str]) -> dict:
         "loss_bytes": results["none"].loss_bytes, "static_bytes": results["none"].static_bytes,
         "layers": table.to_dict("records"),
     }
+    if opts["plot"]:
+        from types import SimpleNamespace
+
+        from ultralytics.cfg import get_save_dir
+
+        from .layer_plot import layer_plot, write_layer_plot
+
+        title = f"{Path(str(opts['model'])).stem} at imgsz={opts['imgsz']} batch={opts['batch']}, recompute=none (estimate); orange: recompute={policy.spec}"
+        # the folder as 'yolo' names a run's: project=, name= (default profile, profile2, ...), exist_ok=
+        folder = get_save_dir(SimpleNamespace(project=opts["project"], name=opts["name"], exist_ok=opts["exist_ok"], task="profile", mode="profile"))
+        folder.mkdir(parents=True, exist_ok=True)
+        summary["plot"] = str(write_layer_plot(layer_plot(results["none"], policy, title), folder / "layers.png"))
+        print(f"per-layer picture written to {summary['plot']}", file=sys.stderr)
     if opts["format"] == "json":
         print(json.dumps(summary, indent=2))
     else:
@@ -347,14 +369,14 @@ def compare(args: list[str]):
     from ultralytics.utils import SETTINGS
     from ultralytics.utils.files import increment_path
 
-    from .report import compare_runs
+    from .report import compare_markdown, compare_runs
 
     dirs = [a for a in args if "=" not in a]
     options = dict(a.split("=", 1) for a in args if "=" in a)
     if set(options) - {"out"}:
         raise SyntaxError(f"compare takes run directories and out=; unknown keys {sorted(set(options) - {'out'})}")
     table = compare_runs(dirs)
-    markdown = table.to_markdown(index=False, floatfmt=".3g")
+    markdown = compare_markdown(table)
     print(markdown)
     out = Path(options["out"]) if "out" in options else increment_path(Path(SETTINGS["runs_dir"]) / "compare" / "compare")
     out.mkdir(parents=True, exist_ok=True)

@@ -205,7 +205,9 @@ class RecomputedLayer(PickledAsStock, nn.Module):
             if self.recompute_mode == "selective":
                 options["context_fn"] = functools.partial(create_selective_checkpoint_contexts, _selective_policy)
         else:
-            options = {"context_fn": functools.partial(_eager_contexts, self, self.recompute_mode)}
+            # SAC's saved tensors go through the surrounding saved-tensor hooks, as every other saved tensor does
+            # (save_on_cpu, the per-layer accounting of yolo_ckpt.memory); torch 2.14 warns that this becomes the default
+            options = {"context_fn": functools.partial(_eager_contexts, self, self.recompute_mode), "respect_saved_tensors_hooks": True}
         return checkpoint(stock_forward, *args, use_reentrant=False, **options, **kwargs)
 
 

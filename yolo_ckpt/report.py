@@ -1,45 +1,129 @@
-"""The run report ``ckpt_report.json``: policy, settings, peak memory, step time and final metrics of a run.
+"""The run report ``ckpt_report.json``: one :class:`RunReport` record per run (policy, settings, peak memory, step time,
+final metrics), written by the trainer (:meth:`yolo_ckpt.trainer.CheckpointTrainerMixin.run_report`) and read back
+by ``yolo-ckpt compare`` and the bench's train cells.
 
-Key names carry their units (``_bytes``, ``_s``). The memory and benchmark tools read this file; bump
-``SCHEMA_VERSION`` when a key changes meaning (2: the CPU probe measures the first full-size batch with the
-optimizer step and says which batch it measured; ``batch`` is the batch that trained, ``batch_at_start`` the one
-training started with; plans carry their headroom and what the estimate assumed).
+Field names carry their units (``_bytes``, ``_s``). Bump :data:`SCHEMA_VERSION` when a field changes meaning
+(2: the CPU probe measures the first full-size batch with the optimizer step and says which batch it measured;
+``batch`` is the batch that trained, ``batch_at_start`` the one training started with; plans carry their headroom
+and what the estimate assumed. 3: ``estimated_none_peak_bytes``). :func:`load_report` reads schemas 2 and 3.
 """
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import json
-import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-import ultralytics
-
 REPORT_NAME = "ckpt_report.json"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+READABLE_SCHEMAS = (2, 3)  # 3 only added a field, which a schema-2 file lacks (None)
 WARMUP_STEPS = 3  # steps left out of the median step time: first-call allocations, lazy init
 _SUFFIX = {"(B)": "box", "(M)": "mask", "(P)": "pose"}
 
 
-@contextlib.contextmanager
-def cuda_peak(trainer, section: str):
-    """Count the CUDA allocator's peak inside the block as ``section`` ("val") and the peak before it as "train"."""
-    if trainer.device.type != "cuda":
-        yield
-        return
-    _bank_cuda_peak(trainer, "train")
-    try:
-        yield
-    finally:
-        _bank_cuda_peak(trainer, section)
+@dataclass
+class RunReport:
+    """The record of one finished run: the content of ``ckpt_report.json``, one JSON key per field.
+
+    Attributes:
+        versions: ``yolo_ckpt``, ``ultralytics`` and ``torch`` versions. task, model, data: as the run was given.
+        recompute, recompute_mode: the policy that trained (``recompute`` its spec, the planned layers for auto);
+            recomputed_layers: ``{"index", "type"}`` per layer; recomputed_regions: ``head``, ``loss``.
+        device, imgsz (px), batch (images, after Ultralytics' out-of-memory halvings), batch_at_start, amp, epochs.
+        memory_source: ``cuda_allocator`` or ``cpu_probe_live_tensors`` (a live-tensor probe of one step at the end).
+        memory_probe_images, memory_probe_objects, memory_probe_imgsz: the batch the CPU probe measured (None on CUDA).
+        train_peak_allocated_bytes, train_peak_reserved_bytes, val_peak_allocated_bytes, val_peak_reserved_bytes:
+            peak memory (reserved: CUDA only; None where not measured).
+        train_step_time_median_s: median training step (after :data:`WARMUP_STEPS`), train_steps_timed: steps in it.
+        estimated_none_peak_bytes: the memory model's ``recompute=none`` peak of this run's step, where the run
+            planned (recompute=auto, batch=-1); None otherwise.
+        plan: the plan of recompute=auto / batch=-1 (``budget_bytes``, ``estimated_peak_bytes``, ``headroom_bytes``,
+            ``margin_bytes``, ``assumed``, ...) or None.
+        metrics: :func:`task_metrics` names (fractions); ultralytics_metrics: Ultralytics' own.
+    """
+
+    versions: dict
+    task: str
+    model: str
+    data: str
+    recompute: str | None
+    recompute_mode: str
+    recomputed_layers: list
+    recomputed_regions: list
+    device: str
+    imgsz: int
+    batch: int
+    batch_at_start: int | None
+    amp: bool
+    epochs: int
+    memory_source: str
+    memory_probe_images: int | None = None
+    memory_probe_objects: int | None = None
+    memory_probe_imgsz: int | None = None
+    train_peak_allocated_bytes: int | None = None
+    train_peak_reserved_bytes: int | None = None
+    val_peak_allocated_bytes: int | None = None
+    val_peak_reserved_bytes: int | None = None
+    train_step_time_median_s: float | None = None
+    train_steps_timed: int = 0
+    estimated_none_peak_bytes: int | None = None
+    plan: dict | None = None
+    metrics: dict = field(default_factory=dict)
+    ultralytics_metrics: dict = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict:
+        """The JSON object of ``ckpt_report.json`` (``schema_version`` first)."""
+        data = dataclasses.asdict(self)
+        return {"schema_version": data.pop("schema_version"), **data}
+
+    @classmethod
+    def from_dict(cls, data: dict, where="the report") -> RunReport:
+        """A record from a ``ckpt_report.json`` object of a schema in :data:`READABLE_SCHEMAS`.
+
+        Raises:
+            ValueError: for another schema, or keys the schema does not have, naming them and ``where``.
+        """
+        schema = data.get("schema_version")
+        if schema not in READABLE_SCHEMAS:
+            raise ValueError(f"{where}: schema_version={schema!r} is not readable by yolo-ckpt {_version()}; readable: {', '.join(map(str, READABLE_SCHEMAS))}")
+        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"{where}: unknown keys {sorted(unknown)} for schema_version={schema}")
+        return cls(**data)
+
+    def headline(self) -> str:
+        """One line a person reads at the end of a run: the training peak in MiB and GiB and what measured it, the
+        saving against the estimated ``recompute=none`` peak (where the run estimated it), the median step time."""
+        peak = self.train_peak_allocated_bytes
+        if peak is None:
+            text = "training peak not measured"
+        else:
+            source = {"cuda_allocator": "CUDA allocated", "cpu_probe_live_tensors": "CPU live tensors of one step"}.get(self.memory_source, self.memory_source)
+            text = f"training peak {peak / 2**20:.1f} MiB ({peak / 2**30:.2f} GiB, {source})"
+            none = self.estimated_none_peak_bytes
+            if none:
+                saving = none - peak
+                side = "below" if saving >= 0 else "above"
+                text += f", {abs(saving) / 2**20:.1f} MiB ({abs(saving) / none:.0%}) {side} recompute=none's estimated {none / 2**20:.1f} MiB"
+            elif self.recompute not in {None, "none"}:
+                text += " (recompute=none's peak: yolo-ckpt profile with this run's keys estimates it)"
+        step = self.train_step_time_median_s
+        text += f"; median step {step:.3f} s" if step is not None else "; step time not measured (too few steps)"
+        return f"recompute={self.recompute}: {text}"
+
+    def write(self, run_dir) -> Path:
+        """Write ``<run_dir>/ckpt_report.json``; returns its path."""
+        path = Path(run_dir) / REPORT_NAME
+        path.write_text(json.dumps(self.to_dict(), indent=2))
+        return path
 
 
-def _bank_cuda_peak(trainer, section: str) -> None:
-    peaks = trainer.ckpt_stats[f"{section}_peak"]
-    peaks["allocated"] = max(peaks.get("allocated", 0), torch.cuda.max_memory_allocated(trainer.device))
-    peaks["reserved"] = max(peaks.get("reserved", 0), torch.cuda.max_memory_reserved(trainer.device))
-    torch.cuda.reset_peak_memory_stats(trainer.device)
+def _version() -> str:
+    from . import __version__
+
+    return __version__
 
 
 def task_metrics(metrics: dict) -> dict:
@@ -70,80 +154,17 @@ def probe_counts(batch: dict | None) -> dict:
     }
 
 
-def build_run_report(trainer) -> dict:
-    """The report of a finished run of a Checkpoint*Trainer (see the module docstring for the keys)."""
-    from . import __version__
-
-    args = trainer.args
-    stats = trainer.ckpt_stats
-    steps = stats["step_s"][WARMUP_STEPS:]
-    if trainer.device.type == "cuda":
-        _bank_cuda_peak(trainer, "train")
-        source = "cuda_allocator"
-        train, val = stats["train_peak"], stats["val_peak"]
-    else:
-        source = "cpu_probe_live_tensors"
-        t, v = trainer.memory_probes() if stats["probe_batch"] is not None else (None, None)
-        train, val = {"allocated": t}, {"allocated": v}
-    policy = trainer.policy
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "versions": {"yolo_ckpt": __version__, "ultralytics": ultralytics.__version__, "torch": torch.__version__},
-        "task": args.task,
-        "model": str(args.model),
-        "data": str(args.data),
-        "recompute": policy.spec if policy else None,
-        "recompute_mode": args.recompute_mode,
-        "recomputed_layers": policy.layers() if policy else [],
-        "recomputed_regions": policy.regions() if policy else [],
-        "device": str(trainer.device),
-        "imgsz": args.imgsz,
-        "batch": trainer.batch_size,  # after Ultralytics' halvings on an out-of-memory error in the first epoch
-        "batch_at_start": stats["batch_at_start"],
-        "amp": bool(trainer.amp),
-        "epochs": trainer.epoch + 1,
-        "memory_source": source,
-        **probe_counts(stats["probe_batch"]),
-        "train_peak_allocated_bytes": train.get("allocated"),
-        "train_peak_reserved_bytes": train.get("reserved"),
-        "val_peak_allocated_bytes": val.get("allocated"),
-        "val_peak_reserved_bytes": val.get("reserved"),
-        "train_step_time_median_s": statistics.median(steps) if steps else None,
-        "train_steps_timed": len(steps),
-        "plan": None if trainer.plan is None else {
-            "recompute": trainer.plan.recompute,
-            "budget_bytes": trainer.plan.budget_bytes,
-            "estimated_peak_bytes": trainer.plan.estimated_peak_bytes,
-            "batch": trainer.plan.batch,
-            "imgsz": trainer.plan.imgsz,
-            "recompute_flops": trainer.plan.recompute_flops,
-            "recompute_cost_fraction": trainer.plan.recompute_cost,
-            "headroom_bytes": trainer.plan.headroom_bytes,
-            "margin_bytes": trainer.plan.margin_bytes,
-            "assumed": trainer.run_spec.to_dict() if trainer.run_spec else None,
-        },
-        "metrics": task_metrics(trainer.metrics),
-        "ultralytics_metrics": {k: float(v) for k, v in (trainer.metrics or {}).items()},
-    }
-
-
-def write_run_report(trainer) -> dict:
-    """Write :func:`build_run_report` to ``<save_dir>/ckpt_report.json`` and return it."""
-    data = build_run_report(trainer)
-    (trainer.save_dir / REPORT_NAME).write_text(json.dumps(data, indent=2))
-    return data
-
-
-def load_report(run_dir) -> dict:
-    """The ``ckpt_report.json`` of a run directory.
+def load_report(run_dir) -> RunReport:
+    """The :class:`RunReport` in a run directory's ``ckpt_report.json`` (schemas in :data:`READABLE_SCHEMAS`).
 
     Raises:
         FileNotFoundError: naming the directory, when it holds no report (not a yolo-ckpt run, or unfinished).
+        ValueError: for a report of another schema (:meth:`RunReport.from_dict`).
     """
     path = Path(run_dir) / REPORT_NAME
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} has no {REPORT_NAME}: give run directories of finished yolo-ckpt runs")
-    return json.loads(path.read_text())
+    return RunReport.from_dict(json.loads(path.read_text()), path)
 
 
 PRIMARY_KIND = {"detect": "box", "obb": "box", "segment": "mask", "pose": "pose"}
@@ -179,10 +200,50 @@ def add_deltas(table, base) -> "pandas.DataFrame":
     return table
 
 
+COMPARE_COLUMNS = {  # compare.csv column -> the header a person reads in compare.md
+    "run": "run", "task": "task", "recompute": "recompute", "mode": "mode", "imgsz": "imgsz", "batch": "batch",
+    "epochs": "epochs", "peak_MiB": "peak MiB", "peak_GiB": "peak GiB", "memory_change_pct": "memory",
+    "step_time_s": "step s", "time_ratio": "time", "mAP50": "mAP50", "mAP50_change_pts": "mAP50 pts",
+    "mAP50-95": "mAP50-95", "mAP50-95_change_pts": "mAP50-95 pts", "top1": "top-1", "top1_change_pts": "top-1 pts",
+    "top5": "top-5", "top5_change_pts": "top-5 pts",
+}
+
+
+def format_value(value, column: str) -> str:
+    """A table cell as a person reads it: ``""`` for a missing number, ``-42.0%`` for ``memory_change_pct``,
+    ``+1.5`` for accuracy points (``*_change_pts``), ``0.87x`` for ratios (``time_ratio``, ``flop_bound``), 3
+    decimals for accuracy fractions, 2 for GiB, 3 significant digits for seconds, whole MiB otherwise."""
+    import pandas as pd
+
+    if not isinstance(value, float):
+        return str(value)
+    if pd.isna(value):
+        return ""
+    if column == "memory_change_pct":
+        return f"{value:+.1f}%"
+    if column.endswith("_pts"):
+        return f"{value:+.1f}"
+    if column in {"time_ratio", "flop_bound"}:
+        return f"{value:.2f}x"
+    if column in {"mAP50", "mAP50-95", "top1", "top5"}:
+        return f"{value:.3f}"
+    if column.endswith("_GiB"):
+        return f"{value:.2f}"
+    return f"{value:.3g}" if column.endswith("_s") else f"{value:.0f}"
+
+
+def markdown_table(table, columns: dict) -> list[str]:
+    """The Markdown lines of ``table``'s ``columns`` (column -> header) that it has, cells by :func:`format_value`."""
+    shown = {k: v for k, v in columns.items() if k in table}
+    lines = ["| " + " | ".join(shown.values()) + " |", "|" + "---|" * len(shown)]
+    return lines + ["| " + " | ".join(format_value(row[c], c) for c in shown) + " |" for _, row in table.iterrows()]
+
+
 def compare_runs(run_dirs) -> "pandas.DataFrame":
-    """Delta table of runs against the first (the baseline): training peak memory (MiB, % change), median step
-    time (s, ratio), mAP50 and mAP50-95 of the task's output (boxes, masks or keypoints) or classify's top-1/top-5
-    accuracy (change in points), epochs.
+    """Delta table of runs against the first (the baseline): training peak memory (MiB and GiB, % change), median
+    step time (s, ratio), mAP50 and mAP50-95 of the task's output (boxes, masks or keypoints) or classify's
+    top-1/top-5 accuracy (change in points), epochs. Metric columns no run has (a task's absent metrics, runs
+    without validation) are left out.
 
     Raises:
         FileNotFoundError: for a directory without a report. ValueError: for fewer than two runs.
@@ -194,17 +255,31 @@ def compare_runs(run_dirs) -> "pandas.DataFrame":
     rows = []
     for run_dir in run_dirs:
         r = load_report(run_dir)
+        peak = r.train_peak_allocated_bytes if r.train_peak_allocated_bytes is not None else float("nan")
         rows.append({
             "run": str(run_dir),
-            "task": r["task"],
-            "recompute": r["recompute"],
-            "mode": r.get("recompute_mode", "full"),
-            "imgsz": r["imgsz"],
-            "batch": r["batch"],
-            "epochs": r["epochs"],
-            "peak_MiB": (r["train_peak_allocated_bytes"] or float("nan")) / 2**20,
-            "step_time_s": r["train_step_time_median_s"] if r["train_step_time_median_s"] is not None else float("nan"),
-            **primary_metrics(r["task"], r["metrics"]),
+            "task": r.task,
+            "recompute": r.recompute,
+            "mode": r.recompute_mode,
+            "imgsz": r.imgsz,
+            "batch": r.batch,
+            "epochs": r.epochs,
+            "peak_MiB": peak / 2**20,
+            "peak_GiB": peak / 2**30,
+            "step_time_s": r.train_step_time_median_s if r.train_step_time_median_s is not None else float("nan"),
+            **primary_metrics(r.task, r.metrics),
         })
     table = pd.DataFrame(rows)
-    return add_deltas(table, table.iloc[[0] * len(table)])
+    table = add_deltas(table, table.iloc[[0] * len(table)])
+    metrics = [c for c in table if c.startswith(("mAP50", "top1", "top5"))]
+    return table.drop(columns=[c for c in metrics if table[c].isna().all()])
+
+
+def compare_markdown(table) -> str:
+    """``compare.md``: a line naming the baseline (the first run) and what the deltas mean, then the table."""
+    base = table.iloc[0]
+    header = (
+        f"Baseline: {base['run']} (recompute={base['recompute']}). memory: training peak change against it; "
+        "time: step time ratio; pts: accuracy change in points."
+    )
+    return "\n".join([header, "", *markdown_table(table, COMPARE_COLUMNS)])

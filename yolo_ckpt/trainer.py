@@ -20,6 +20,7 @@ import functools
 import math
 import shutil
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -51,6 +52,7 @@ from ultralytics.utils.torch_utils import unwrap_model
 from . import distributed, report
 from .atomic import atomic_saves, atomic_write_bytes
 from .engine import apply_checkpointing
+from .layer_plot import layer_plot, write_layer_plot
 from .losses import check_loss_chunk
 from .planner import (
     PLANNED_TASKS,
@@ -73,6 +75,7 @@ from .runspec import (
 DEFAULTS_PATH = Path(__file__).parent / "cfg" / "default.yaml"
 DEFAULTS: dict = YAML.load(DEFAULTS_PATH)
 PREFIX = colorstr("yolo-ckpt: ")
+LAYER_PLOT_NAME = "ckpt_layers.png"
 # yolo-ckpt keys whose default differs for a task from cfg/default.yaml. Segmentation recomputes its mask loss (the
 # loss region, yolo_ckpt.losses): exact and, with many objects per image, it frees more memory than any layer policy.
 TASK_DEFAULTS = {"segment": {"recompute": "backbone,loss"}}
@@ -98,22 +101,48 @@ def _model_source(overrides: dict):
     return overrides.get("model")
 
 
+@dataclass
+class RunStats:
+    """What a run measures for its report as it trains.
+
+    Attributes:
+        step_s: seconds of each training step (callbacks around it; CUDA synchronised). t0: the current step's start.
+        probe_batch: the CPU's kept full-size training batch, for the end-of-run memory probe.
+        batch_at_start: the batch training started with (after batch=-1).
+        train_peak, val_peak: the CUDA allocator's peaks, ``{"allocated": bytes, "reserved": bytes}``.
+    """
+
+    step_s: list = field(default_factory=list)
+    t0: float = 0.0
+    probe_batch: dict | None = None
+    batch_at_start: int | None = None
+    train_peak: dict = field(default_factory=dict)
+    val_peak: dict = field(default_factory=dict)
+
+
 def _on_train_batch_start(trainer) -> None:
-    trainer.ckpt_stats["t0"] = time.perf_counter()
+    trainer.ckpt_stats.t0 = time.perf_counter()
 
 
 def _on_train_batch_end(trainer) -> None:
     if trainer.device.type == "cuda":
         torch.cuda.synchronize(trainer.device)
-    trainer.ckpt_stats["step_s"].append(time.perf_counter() - trainer.ckpt_stats["t0"])
+    trainer.ckpt_stats.step_s.append(time.perf_counter() - trainer.ckpt_stats.t0)
 
 
 def _on_train_end(trainer) -> None:
-    report.write_run_report(trainer)
+    """Write the run report and log where it is and its headline; with ``plots=True`` and a CPU probe, the per-layer
+    picture of the probed step (``ckpt_layers.png``, :mod:`yolo_ckpt.layer_plot`)."""
+    record = trainer.run_report()
+    path = record.write(trainer.save_dir)
+    LOGGER.info(f"{PREFIX}run report {path}\n{PREFIX}{record.headline()}")
+    if trainer.args.plots and trainer.train_probe is not None:
+        title = f"{Path(str(trainer.args.model)).stem}, recompute={record.recompute}: one training step on the CPU (the run report's probe)"
+        write_layer_plot(layer_plot(trainer.train_probe, trainer.policy, title), trainer.save_dir / LAYER_PLOT_NAME)
 
 
 def _on_pretrain_routine_end(trainer) -> None:
-    trainer.ckpt_stats["batch_at_start"] = trainer.batch_size  # after batch=-1; an OOM halving may lower it later
+    trainer.ckpt_stats.batch_at_start = trainer.batch_size  # after batch=-1; an OOM halving may lower it later
 
 
 CALLBACKS = {
@@ -145,7 +174,9 @@ class CheckpointTrainerMixin:
         if RANK in {-1, 0}:
             YAML.save(self.save_dir / "args.yaml", vars(self.args))  # again, now with yolo-ckpt's keys
         self.policy = self.plan = self.run_spec = self._counts = None
-        self.ckpt_stats = {"step_s": [], "probe_batch": None, "batch_at_start": None, "train_peak": {}, "val_peak": {}}
+        self.ckpt_stats = RunStats()
+        self.estimated_none_peak_bytes = None  # the memory model's recompute=none peak, where the run plans
+        self.train_probe = None  # the CPU probe's StepProfile of one training step, at the end of the run
         for event, callback in CALLBACKS.items():  # the DDP worker gets them back in _callbacks already
             if callback not in self.callbacks[event]:
                 self.add_callback(event, callback)
@@ -251,7 +282,9 @@ class CheckpointTrainerMixin:
             LOGGER.info(f"{PREFIX}recompute=auto with batch=-1: recompute every layer, then take the largest batch")
             return "all"
         imgsz = self._planned_imgsz()
-        self.plan = self._memory_model(self.args.batch).plan(self._budget(), self.args.batch, imgsz)
+        memory = self._memory_model(self.args.batch)
+        self.plan = memory.plan(self._budget(), self.args.batch, imgsz)
+        self.estimated_none_peak_bytes = memory.peak((), self.args.batch, imgsz)
         LOGGER.info(
             f"{PREFIX}plan for memory_budget={self.plan.budget_bytes / 2**30:.2f} GiB: recompute={self.plan.recompute}, "
             f"estimated peak {self.plan.estimated_peak_bytes / 2**30:.2f} GiB + headroom {self.plan.headroom_bytes / 2**30:.2f} GiB "
@@ -294,6 +327,7 @@ class CheckpointTrainerMixin:
             batch = estimated
         LOGGER.info(f"{PREFIX}batch={batch} for memory_budget={budget / 2**30:.2f} GiB at imgsz={imgsz} ({self.policy.spec})")
         self.plan = self.plan or memory.as_plan(self.policy.indices, memory.peak(self.policy.indices, batch, imgsz), budget, batch, imgsz)
+        self.estimated_none_peak_bytes = memory.peak((), batch, imgsz)
         return batch
 
     def _autobatch(self, budget: int) -> int:
@@ -329,9 +363,9 @@ class CheckpointTrainerMixin:
         """Ultralytics' preprocessing; on the CPU the first full-size batch (the first of the most images, when the
         dataset is smaller than the batch) is kept for the end-of-run memory probe."""
         batch = super().preprocess_batch(batch)
-        kept = self.ckpt_stats["probe_batch"]
+        kept = self.ckpt_stats.probe_batch
         if self.device.type == "cpu" and (kept is None or len(kept["img"]) < min(len(batch["img"]), self.batch_size)):
-            self.ckpt_stats["probe_batch"] = dict(batch)
+            self.ckpt_stats.probe_batch = dict(batch)
         return batch
 
     def train(self):
@@ -373,22 +407,22 @@ class CheckpointTrainerMixin:
 
     def validate(self):
         """Ultralytics' validation, with CUDA peak memory kept apart from training's."""
-        with report.cuda_peak(self, "val"):
+        with self._cuda_peak("val"):
             return super().validate()
 
     def final_eval(self):
         """Ultralytics' final validation of ``best.pt``, with its CUDA peak counted as validation."""
         cpu_ranks = self.device.type == "cpu" and self.world_size > 1
-        with report.cuda_peak(self, "val"), distributed.cpu_validation() if cpu_ranks else contextlib.nullcontext():
+        with self._cuda_peak("val"), distributed.cpu_validation() if cpu_ranks else contextlib.nullcontext():
             super().final_eval()
 
-    def memory_probes(self) -> tuple[int, int]:
-        """CPU: peak live-tensor bytes of one training step (forward, loss, backward and the step of the run's
-        optimizer, its state included: what the plan estimates) on the kept full-size batch, and of one validation
-        batch of the final model.
+    def memory_probes(self):
+        """CPU: one training step (forward, loss, backward and the step of the run's optimizer, its state included:
+        what the plan estimates) on the kept full-size batch, measured in live tensors, and the peak live-tensor
+        bytes of one validation batch of the final model.
 
         Returns:
-            ``(train_bytes, val_bytes)``; the validation batch is the validation loader's batch size. With
+            ``(train StepProfile, val_bytes)``; the validation batch is the validation loader's batch size. With
             ``distill_model=`` the training step is not probed (``None``): the harness measures one model's step,
             and a distillation step runs the teacher too.
         """
@@ -396,14 +430,93 @@ class CheckpointTrainerMixin:
 
         from .memory import optimizer_for, probe_validation_step, profile_step
 
-        batch = self.ckpt_stats["probe_batch"]
+        batch = self.ckpt_stats.probe_batch
         model = unwrap_model(self.model)
         if not isinstance(model, BaseModel):  # DistillationModel (student and teacher)
             return None, probe_validation_step(self.ema.ema, batch["img"])
         val_batch = self.test_loader.batch_size or len(batch["img"])
         images = batch["img"].repeat((val_batch + len(batch["img"]) - 1) // len(batch["img"]), 1, 1, 1)[:val_batch]
         step = profile_step(model, batch, self.policy.spec, self.policy.mode, optimizer_for(self.args.optimizer))
-        return step.peak_bytes, probe_validation_step(self.ema.ema, images)
+        return step, probe_validation_step(self.ema.ema, images)
+
+    @contextlib.contextmanager
+    def _cuda_peak(self, section: str):
+        """Count the CUDA allocator's peak inside the block as ``section`` ("val") and the peak before it as
+        "train" (:class:`RunStats`); nothing off CUDA."""
+        if self.device.type != "cuda":
+            yield
+            return
+        self._bank_cuda_peak("train")
+        try:
+            yield
+        finally:
+            self._bank_cuda_peak(section)
+
+    def _bank_cuda_peak(self, section: str) -> None:
+        peaks = getattr(self.ckpt_stats, f"{section}_peak")
+        peaks["allocated"] = max(peaks.get("allocated", 0), torch.cuda.max_memory_allocated(self.device))
+        peaks["reserved"] = max(peaks.get("reserved", 0), torch.cuda.max_memory_reserved(self.device))
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+    def run_report(self) -> report.RunReport:
+        """The :class:`~yolo_ckpt.report.RunReport` of this finished run: its policy and settings, the CUDA
+        allocator's peaks (CPU: :meth:`memory_probes` on the kept batch, whose step profile is kept as
+        ``self.train_probe`` for the picture), the median step time after :data:`~yolo_ckpt.report.WARMUP_STEPS`,
+        the plan and the final metrics."""
+        import statistics
+
+        import ultralytics
+
+        from . import __version__
+
+        args, stats, policy, plan = self.args, self.ckpt_stats, self.policy, self.plan
+        steps = stats.step_s[report.WARMUP_STEPS :]
+        if self.device.type == "cuda":
+            self._bank_cuda_peak("train")
+            source, train, val = "cuda_allocator", stats.train_peak, stats.val_peak
+        else:
+            self.train_probe, v = self.memory_probes() if stats.probe_batch is not None else (None, None)
+            t = self.train_probe.peak_bytes if self.train_probe else None
+            source, train, val = "cpu_probe_live_tensors", {"allocated": t}, {"allocated": v}
+        return report.RunReport(
+            versions={"yolo_ckpt": __version__, "ultralytics": ultralytics.__version__, "torch": torch.__version__},
+            task=args.task,
+            model=str(args.model),
+            data=str(args.data),
+            recompute=policy.spec if policy else None,
+            recompute_mode=args.recompute_mode,
+            recomputed_layers=policy.layers() if policy else [],
+            recomputed_regions=policy.regions() if policy else [],
+            device=str(self.device),
+            imgsz=args.imgsz,
+            batch=self.batch_size,  # after Ultralytics' halvings on an out-of-memory error in the first epoch
+            batch_at_start=stats.batch_at_start,
+            amp=bool(self.amp),
+            epochs=self.epoch + 1,
+            memory_source=source,
+            **report.probe_counts(stats.probe_batch),
+            train_peak_allocated_bytes=train.get("allocated"),
+            train_peak_reserved_bytes=train.get("reserved"),
+            val_peak_allocated_bytes=val.get("allocated"),
+            val_peak_reserved_bytes=val.get("reserved"),
+            train_step_time_median_s=statistics.median(steps) if steps else None,
+            train_steps_timed=len(steps),
+            estimated_none_peak_bytes=self.estimated_none_peak_bytes,
+            plan=None if plan is None else {
+                "recompute": plan.recompute,
+                "budget_bytes": plan.budget_bytes,
+                "estimated_peak_bytes": plan.estimated_peak_bytes,
+                "batch": plan.batch,
+                "imgsz": plan.imgsz,
+                "recompute_flops": plan.recompute_flops,
+                "recompute_cost_fraction": plan.recompute_cost,
+                "headroom_bytes": plan.headroom_bytes,
+                "margin_bytes": plan.margin_bytes,
+                "assumed": self.run_spec.to_dict() if self.run_spec else None,
+            },
+            metrics=report.task_metrics(self.metrics),
+            ultralytics_metrics={k: float(v) for k, v in (self.metrics or {}).items()},
+        )
 
 
 @functools.cache

@@ -1,0 +1,73 @@
+"""The run report record (:class:`yolo_ckpt.report.RunReport`): schema 2 files still read, other schemas refused
+with their number, the headline a person reads."""
+
+import json
+
+import pytest
+
+from yolo_ckpt.report import REPORT_NAME, RunReport, load_report
+
+# a schema-2 ckpt_report.json as yolo-ckpt 0.1.0 wrote it before the record (estimated_none_peak_bytes came in 3)
+SCHEMA_2 = {
+    "schema_version": 2, "versions": {"yolo_ckpt": "0.1.0", "ultralytics": "8.4.190", "torch": "2.14.1"},
+    "task": "detect", "model": "yolo11n.yaml", "data": "data.yaml", "recompute": "backbone", "recompute_mode": "full",
+    "recomputed_layers": [{"index": 0, "type": "Conv"}], "recomputed_regions": [], "device": "cpu", "imgsz": 640,
+    "batch": 8, "batch_at_start": 8, "amp": False, "epochs": 3, "memory_source": "cpu_probe_live_tensors",
+    "memory_probe_images": 8, "memory_probe_objects": 40, "memory_probe_imgsz": 640,
+    "train_peak_allocated_bytes": 3 * 2**30, "train_peak_reserved_bytes": None, "val_peak_allocated_bytes": 2**29,
+    "val_peak_reserved_bytes": None, "train_step_time_median_s": 1.25, "train_steps_timed": 10, "plan": None,
+    "metrics": {"box_mAP50-95": 0.5}, "ultralytics_metrics": {"metrics/mAP50-95(B)": 0.5},
+}
+
+
+def test_schema_2_reads_and_writes_back_as_3(tmp_path):
+    (tmp_path / REPORT_NAME).write_text(json.dumps(SCHEMA_2))
+    record = load_report(tmp_path)
+    assert (record.schema_version, record.train_peak_allocated_bytes, record.estimated_none_peak_bytes) == (2, 3 * 2**30, None)
+    written = RunReport(**{**vars(record), "schema_version": 3}).to_dict()
+    assert list(written)[0] == "schema_version" and written == {**SCHEMA_2, "schema_version": 3, "estimated_none_peak_bytes": None}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"schema_version": 1}, r"schema_version=1 is not readable by yolo-ckpt .*; readable: 2, 3"),
+    ({"peak": 1}, r"unknown keys \['peak'\] for schema_version=2"),
+])
+def test_other_reports_are_refused(tmp_path, change, message):
+    (tmp_path / REPORT_NAME).write_text(json.dumps({**SCHEMA_2, **change}))
+    with pytest.raises(ValueError, match=message):
+        load_report(tmp_path)
+
+
+def test_headline():
+    record = RunReport.from_dict(SCHEMA_2)
+    assert record.headline() == (
+        "recompute=backbone: training peak 3072.0 MiB (3.00 GiB, CPU live tensors of one step) (recompute=none's peak: "
+        "yolo-ckpt profile with this run's keys estimates it); median step 1.250 s"
+    )
+    planned = RunReport.from_dict({**SCHEMA_2, "estimated_none_peak_bytes": 4 * 2**30, "memory_source": "cuda_allocator", "train_step_time_median_s": None})
+    assert planned.headline() == (
+        "recompute=backbone: training peak 3072.0 MiB (3.00 GiB, CUDA allocated), 1024.0 MiB (25%) below recompute=none's "
+        "estimated 4096.0 MiB; step time not measured (too few steps)"
+    )
+
+
+def test_compare_reads_as_a_person_reads(tmp_path, capsys):
+    """compare prints MiB and GiB, names the baseline, and has no column of metrics no run has (no validation here:
+    no mAP; detection: no top-1/top-5), no 'nan'."""
+    from yolo_ckpt.cli import main
+
+    for name, recompute, peak, step in (("base", "none", 3 * 2**30, 1.0), ("all", "all", 2**30, 1.25)):
+        (tmp_path / name).mkdir()
+        record = {**SCHEMA_2, "recompute": recompute, "train_peak_allocated_bytes": peak, "train_step_time_median_s": step, "metrics": {}, "ultralytics_metrics": {}}
+        (tmp_path / name / REPORT_NAME).write_text(json.dumps(record))
+    assert main(["compare", str(tmp_path / "base"), str(tmp_path / "all"), f"out={tmp_path / 'cmp'}"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[:5] == [
+        f"Baseline: {tmp_path / 'base'} (recompute=none). memory: training peak change against it; time: step time ratio; pts: accuracy change in points.",
+        "",
+        "| run | task | recompute | mode | imgsz | batch | epochs | peak MiB | peak GiB | memory | step s | time |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| {tmp_path / 'base'} | detect | none | full | 640 | 8 | 3 | 3072 | 3.00 | +0.0% | 1 | 1.00x |",
+    ]
+    assert printed.splitlines()[5] == f"| {tmp_path / 'all'} | detect | all | full | 640 | 8 | 3 | 1024 | 1.00 | -66.7% | 1.25 | 1.25x |"
+    assert "nan" not in printed and "nan" not in (tmp_path / "cmp" / "compare.csv").read_text()
