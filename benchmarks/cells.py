@@ -22,7 +22,9 @@ CELL_KEYS = {  # key: default
     "recompute": "none",
     "recompute_mode": "full",
     "memory_budget": None,  # bytes with a unit; "0.6x" (step cells): 0.6 x the estimated peak of recompute=none
+    "tiles": None,  # train cells: {size: px or fit, overlap: px}: train on tiles of the images at imgsz, validate on the images
 }
+BUILT_IN_DATASETS = ("synthetic", "small-objects")  # generated when a cell runs: the task's synthetic set, small_object_dataset()
 SETTINGS = {
     "step": {"objects": 20, "pairs": 5, "device": None, "seed": 0},
     "train": {"val_images": None, "device": None},  # plus any 'yolo train' argument
@@ -35,8 +37,9 @@ def is_none(cell: dict) -> bool:
 
 
 def cell_id(cell: dict) -> str:
-    """A cell's stable name in ``results.csv``: its keys and values, ``model=yolo11n.yaml,imgsz=640,...``."""
-    return ",".join(f"{k}={spec_string(v) if k == 'recompute' else v}" for k, v in cell.items())
+    """A cell's stable name in ``results.csv``: its keys and values, ``model=yolo11n.yaml,imgsz=640,...``
+    (``tiles`` only when set, so the names of cells from before that key stay as they were)."""
+    return ",".join(f"{k}={spec_string(v) if k == 'recompute' else v}" for k, v in cell.items() if not (k == "tiles" and v is None))
 
 
 def run_name(cell: dict) -> str:

@@ -13,7 +13,11 @@ A matrix file (YAML) has:
 - ``baseline_keys`` (optional): the keys whose values a cell shares with its baseline, the ``recompute=none``
   (``recompute_mode=full``) cell of its group; default: every key but ``recompute`` and ``recompute_mode``.
 - ``datasets_dir`` (optional, relative to the matrix file): where ``dataset: <name>`` finds
-  ``<name>/data.yaml``; ``dataset: synthetic`` is the built-in synthetic dataset of the task.
+  ``<name>/data.yaml``; ``dataset: synthetic`` is the built-in synthetic dataset of the task, ``dataset:
+  small-objects`` the built-in small-object set (:func:`yolo_ckpt.synthetic.small_object_dataset`).
+- ``tiles: {size, overlap}`` (train cells, detection data): train on tiles of the dataset (:mod:`yolo_ckpt.tiles`,
+  cut from its images resized to the cell's ``imgsz``) at ``imgsz = size`` (``fit``: the largest that fits
+  ``memory_budget`` with the cell's policy), then validate on the full val images at the cell's ``imgsz``.
 
 The matrix is checked whole (keys, values, models, recompute values, datasets) before any cell runs or any file is
 written. Each finished cell is a row of ``<out>/results.csv`` (written after every cell); a rerun skips the cells
@@ -42,7 +46,7 @@ from yolo_ckpt.policy import check_mode, is_auto, layout_of, resolve
 from yolo_ckpt.shipped import resolve_yaml
 
 from . import plots, step_cell, tables, train_cell
-from .cells import CELL_KEYS, SETTINGS, cell_id, failed, is_none, run_name
+from .cells import BUILT_IN_DATASETS, CELL_KEYS, SETTINGS, cell_id, failed, is_none, run_name
 from .results_io import provenance
 
 KINDS = ("step", "train")
@@ -166,11 +170,29 @@ def _check_cell(matrix: Matrix, cell: dict) -> None:
         raise ValueError(f"{where}: {' and '.join(planned)} need memory_budget= (bytes with a unit, e.g. 4GB)")
     if planned and task not in PLANNED_TASKS:
         raise ValueError(f"{where}: {' and '.join(planned)} plan memory for the tasks {', '.join(PLANNED_TASKS)}; task={task} needs a named policy, imgsz and batch")
+    if cell["tiles"] is not None:
+        _check_tiles(where, matrix, cell, task)
     if matrix.kind == "train":
         matrix.data[cell["dataset"]] = _data_yaml(matrix, cell["dataset"])
     if matrix.baseline_of(cell) is None:
         keys = ", ".join(f"{k}={cell[k]}" for k in matrix.baseline_keys)
         raise ValueError(f"{where}: no baseline cell (recompute=none, recompute_mode=full) with {keys}; add one to the grid or change baseline_keys")
+
+
+def _check_tiles(where: str, matrix: Matrix, cell: dict, task: str) -> None:
+    """Check a cell's ``tiles: {size, overlap}`` (see the module docstring)."""
+    tiles = cell["tiles"]
+    if matrix.kind != "train" or task != "detect":
+        raise ValueError(f"{where}: tiles= is for train cells of detection models (kind={matrix.kind}, task={task})")
+    if not isinstance(tiles, dict) or set(tiles) != {"size", "overlap"}:
+        raise ValueError(f"{where}: tiles={tiles!r} is not valid; valid: {{size: px or fit, overlap: px}}")
+    if not isinstance(cell["imgsz"], int):
+        raise ValueError(f"{where}: tiles need an int imgsz (the resolution the images are tiled and validated at), got {cell['imgsz']!r}")
+    size = tiles["size"]
+    if size == "fit" and (cell["memory_budget"] is None or is_auto(cell["recompute"])):
+        raise ValueError(f"{where}: tiles size=fit needs memory_budget= and a named policy")
+    if size != "fit" and (isinstance(size, bool) or not isinstance(size, int) or not 32 <= size <= cell["imgsz"]):
+        raise ValueError(f"{where}: tiles size={size!r} is not valid; valid: fit or an int in [32, imgsz={cell['imgsz']}]")
 
 
 def _model_task(model: str) -> str:
@@ -182,15 +204,15 @@ def _model_task(model: str) -> str:
 
 def _data_yaml(matrix: Matrix, dataset: str) -> str:
     """The data.yaml a ``dataset`` value names (a path, ``synthetic``, or a name in ``datasets_dir``)."""
-    if dataset == "synthetic":
-        return "synthetic"  # generated when the cell runs (it writes files)
+    if dataset in BUILT_IN_DATASETS:
+        return dataset  # generated when the cell runs (it writes files)
     path = Path(dataset) if str(dataset).endswith((".yaml", ".yml")) else None
     if path is None and matrix.datasets_dir is not None:
         path = matrix.datasets_dir / dataset / "data.yaml"
     if path is None or not path.is_file():
         names = sorted(p.name for p in matrix.datasets_dir.iterdir() if (p / "data.yaml").is_file()) if matrix.datasets_dir and matrix.datasets_dir.is_dir() else []
         raise FileNotFoundError(
-            f"{matrix.path}: dataset={dataset!r} not found (looked for {path}); valid: synthetic, a data.yaml path"
+            f"{matrix.path}: dataset={dataset!r} not found (looked for {path}); valid: {', '.join(BUILT_IN_DATASETS)}, a data.yaml path"
             + (f", or one of {names} in {matrix.datasets_dir}" if names else f" (datasets_dir {matrix.datasets_dir} has no datasets)")
         )
     return str(path.resolve())

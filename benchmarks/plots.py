@@ -1,4 +1,5 @@
-"""A matrix's PNG plots (matplotlib): peak memory against step-time ratio per policy; mAP50-95 against imgsz."""
+"""A matrix's PNG plots (matplotlib): peak memory against step-time ratio per policy; mAP50-95 against imgsz; the
+training curves of train cells (with their ``curves.csv``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import pandas as pd
 
 
 def write_plots(matrix, table: pd.DataFrame, out: Path) -> list[Path]:
-    """Write ``memory_vs_time.png`` (every kind) and, for train matrices, ``map_vs_imgsz.png`` into ``out``.
+    """Write ``memory_vs_time.png`` (every kind) and, for train matrices, ``map_vs_imgsz.png`` and ``curves.png``
+    (validation mAP50 per epoch of each cell, from its run's Ultralytics ``results.csv``, also written with
+    mAP50-95 and the elapsed seconds as ``curves.csv``; a tiles cell's curve is its validation on tiles, its
+    full-image result a star: :func:`curves_plot`) into ``out``.
 
     Returns:
         The files written (none when no cell has finished).
@@ -35,7 +39,44 @@ def write_plots(matrix, table: pd.DataFrame, out: Path) -> list[Path]:
             group = group.sort_values("imgsz_used")
             ax.plot(group["imgsz_used"], group["mAP50-95"], marker="o", label=f"{dataset}: {policy}")
         written.append(_save(fig, ax, out / "map_vs_imgsz.png", xlabel="imgsz", ylabel="mAP50-95", title=f"{matrix.name}: accuracy against imgsz"))
+    if matrix.kind == "train":
+        written += _curves(matrix, ok, out)
     return written
+
+
+def _curves(matrix, ok: pd.DataFrame, out: Path) -> list[Path]:
+    """``curves.csv`` and ``curves.png`` of the cells whose run folder still holds its ``results.csv``."""
+    frames = []
+    for _, row in ok.iterrows():
+        csv = Path(str(row.get("run_dir", ""))) / "results.csv"
+        if not csv.is_file():
+            continue
+        tiled = isinstance(row.get("tiles"), str) and row["tiles"].strip() not in {"", "nan", "None"}
+        label = f"{row['dataset']} {row['policy']} @{row['imgsz_used']}" + (f" tiles ({row['train_images']:.0f}, val on tiles)" if tiled else "")
+        curve = pd.read_csv(csv).rename(columns=str.strip)[["epoch", "time", "metrics/mAP50(B)", "metrics/mAP50-95(B)"]]
+        nan = float("nan")
+        frames.append(curve.assign(cell=label, full_mAP50=row["mAP50"] if tiled else nan, full_mAP50_95=row["mAP50-95"] if tiled else nan))
+    if not frames:
+        return []
+    curves = pd.concat(frames)
+    curves.to_csv(out / "curves.csv", index=False)
+    return [curves_plot(curves, out / "curves.png", f"{matrix.name}: training curves")]
+
+
+def curves_plot(curves: pd.DataFrame, path: Path, title: str) -> Path:
+    """Plot ``curves.csv`` rows (of one matrix, or several concatenated) to ``path``: validation mAP50 per epoch of
+    each cell; a tiles cell's curve is its validation on tiles, its best weights on the full images a star."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for label, curve in curves.groupby("cell", sort=False):
+        (line,) = ax.plot(curve["epoch"], curve["metrics/mAP50(B)"], marker=".", label=label)
+        if curve["full_mAP50"].notna().any():
+            ax.scatter(curve["epoch"].max(), curve["full_mAP50"].iloc[0], marker="*", s=120, color=line.get_color(), label=f"{label}: best, full images")
+    return _save(fig, ax, path, xlabel="epoch", ylabel="validation mAP50", title=title)
 
 
 def _save(fig, ax, path: Path, **labels) -> Path:

@@ -18,10 +18,11 @@ COLUMNS = {  # Markdown columns per kind: results column -> header
         "flop_bound": "FLOP bound", "status": "status",
     },
     "train": {
-        "study": "study", "dataset": "dataset", "model": "model", "imgsz_used": "imgsz", "batch_used": "batch",
+        "study": "study", "dataset": "dataset", "model": "model", "imgsz_used": "imgsz", "tiles": "tiles",
+        "train_images": "train images", "val_imgsz": "val imgsz", "batch_used": "batch",
         "policy": "recompute", "epochs_run": "epochs", "peak_MiB": "peak MiB", "memory_change_pct": "memory",
         "fits_budget": "fits budget", "step_time_s": "step s", "time_ratio": "time vs base",
-        "mAP50": "mAP50", "mAP50-95": "mAP50-95", "mAP50-95_change_pts": "mAP50-95 pts",
+        "wall_s": "wall s", "mAP50": "mAP50", "mAP50-95": "mAP50-95", "mAP50-95_change_pts": "mAP50-95 pts",
         "top1": "top-1", "same_weights": "same weights", "status": "status",
     },
 }

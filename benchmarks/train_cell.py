@@ -5,18 +5,26 @@ train`` argument: epochs, fraction, seed, nbs, ...). ``val_images: N`` validates
 (sorted by path): validating dense high-resolution images dominates CPU time. Peak memory, step time and accuracy
 come from the run's :class:`yolo_ckpt.report.RunReport` (``ckpt_report.json``); the final weights are hashed so that runs with and
 without recomputation can be shown identical.
+
+A ``tiles`` cell trains on a tile dataset (:func:`yolo_ckpt.tiles.tile_dataset`, written once into
+``<out>/data/``) and validates on those tiles during training; its mAP figures are those of the best weights
+validated afterwards on the full val images at the cell's ``imgsz`` (``val_imgsz``). Every epoch of it passes each
+source pixel at least once (pixels in tile overlaps more often), in more, smaller steps; to match the pixels
+processed by full-image cells, give it fewer epochs (``cfg/bench/small-objects-tiles.yaml`` says how).
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
 from pathlib import Path
 
 import torch
-from ultralytics.data.utils import IMG_FORMATS, img2label_paths
+from ultralytics.data.utils import img2label_paths
 from ultralytics.utils import YAML
 
 from yolo_ckpt.runspec import amp_enabled, device_type
+from yolo_ckpt.tiles import dataset_root, split_images, tile_dataset
 
 from .cells import SETTINGS, run_name
 from .planning import memory_model, settle
@@ -28,8 +36,11 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
     Returns:
         status, the run directory, imgsz and batch used, recompute (the layers planned, for auto), layers,
         recomputations (layer forwards recomputed in backward over the whole run: 0 proves a baseline), epochs,
-        training and validation peak memory (MiB) and their source, median step time (s), mAP50 and mAP50-95 of the
-        task's output or top-1/top-5 (fractions), and ``weights_sha256`` of the final model and EMA state.
+        training and validation peak memory (MiB) and their source, median step time (s), wall time of the training
+        and its validations (s; a tiles cell's full-image validation included), mAP50 and mAP50-95 of the
+        task's output or top-1/top-5 (fractions; a tiles cell's on the full val images), ``val_imgsz`` (the imgsz
+        they were validated at), ``train_images`` (tiles for a tiles cell) and ``weights_sha256`` of the final
+        model and EMA state.
 
     Raises:
         Whatever the training raises (the matrix records it as a failed cell).
@@ -43,27 +54,28 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
         from yolo_ckpt.synthetic import synthetic_dataset
 
         data = str(synthetic_dataset(cell["task"]))
+    elif data == "small-objects":
+        from yolo_ckpt.synthetic import small_object_dataset
+
+        data = str(small_object_dataset())
     if settings["val_images"]:
         data = str(val_subset(data, int(settings["val_images"]), project.parent / "data"))
     yolo = YOLO(cell["model"], task=cell["task"])
-    imgsz = cell["imgsz"]
-    if imgsz == "fit":  # the trainers plan recompute=auto and batch=-1 themselves; plan as they do:
-        from ultralytics.nn.tasks import DetectionModel
-
-        from yolo_ckpt.memory import optimizer_for
-
-        objects = 4 * max_objects(data)  # the most objects in a mosaic of 4 images
-        model = DetectionModel(cell["model"], nc=len(YAML.load(data)["names"]), verbose=False)  # the data's classes
-        amp = amp_enabled(cell["amp"], device_type(settings["device"]) if torch.cuda.is_available() else "cpu")
-        memory = memory_model(model, objects, optimizer_for(settings.get("optimizer", "auto")), amp)
-        imgsz = settle(cell, memory)["imgsz"]
+    imgsz, train_data, tiles = cell["imgsz"], data, cell["tiles"]
+    if imgsz == "fit":  # the trainers plan recompute=auto and batch=-1 themselves; plan as they do
+        imgsz = fit_imgsz(cell, data, settings)
+    if tiles is not None:  # written once per cell; a rerun reuses it (complete: tile_dataset renames it into place)
+        imgsz = fit_imgsz(cell, data, settings) if tiles["size"] == "fit" else tiles["size"]
+        folder = project.parent / "data" / f"tiles-{run_name(cell)}"
+        train_data = str(folder / "data.yaml") if folder.is_dir() else str(tile_dataset(data, folder, imgsz, tiles["overlap"], cell["imgsz"]))
     overrides = {k: v for k, v in settings.items() if k not in SETTINGS["train"]}
     if settings["device"] is not None:
         overrides["device"] = settings["device"]
+    start = time.perf_counter()
     with count_recomputations() as counter:
         yolo.train(
             trainer=trainer_for(yolo.task),
-            data=data,
+            data=train_data,
             imgsz=imgsz,
             batch=cell["batch"],
             amp=cell["amp"],
@@ -77,6 +89,13 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
     trainer = yolo.trainer
     report = load_report(trainer.save_dir)
     peak, val_peak = report.train_peak_allocated_bytes, report.val_peak_allocated_bytes
+    metrics = primary_metrics(report.task, report.metrics)
+    train_spec, train_root = dataset_root(train_data)
+    weights = weights_sha256(trainer)  # before validating anew, which fuses the model it validates
+    if tiles is not None:  # yolo holds the best weights now; validate them on the full images, as the others were
+        full = yolo.val(data=data, imgsz=cell["imgsz"], batch=cell["batch"], plots=False, project=str(trainer.save_dir), name="val-full", **({"device": settings["device"]} if settings["device"] is not None else {}))
+        metrics.update({"mAP50": float(full.box.map50), "mAP50-95": float(full.box.map)})
+    wall = time.perf_counter() - start
     return {
         "status": "ok",
         "run_dir": str(trainer.save_dir),
@@ -90,8 +109,11 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
         "val_peak_MiB": val_peak / 2**20 if val_peak is not None else float("nan"),
         "memory_source": report.memory_source,
         "step_time_s": report.train_step_time_median_s,
-        **primary_metrics(report.task, report.metrics),
-        "weights_sha256": weights_sha256(trainer),
+        "wall_s": wall,
+        "train_images": len(split_images(train_root, train_spec["train"])),  # tiles for a tiles cell
+        **metrics,
+        "val_imgsz": cell["imgsz"] if tiles is not None else report.imgsz,
+        "weights_sha256": weights,
         "device": report.device,
     }
 
@@ -109,31 +131,29 @@ def weights_sha256(trainer) -> str:
     return digest.hexdigest()
 
 
-def _dataset_root(data: str) -> tuple[dict, Path]:
-    """A data.yaml's content and its root (``path:``, relative to the yaml's folder; the folder when absent)."""
-    spec = YAML.load(data)
-    folder = Path(data).resolve().parent
-    root = (folder / spec["path"]).resolve() if spec.get("path") else folder
-    return spec, root
+def fit_imgsz(cell: dict, data: str, settings: dict) -> int:
+    """The largest imgsz whose estimated training peak with the cell's policy and batch fits its ``memory_budget``,
+    planned as the trainers plan ``recompute=auto`` and ``batch=-1`` (:func:`.planning.settle`): the data's classes,
+    4 x its most objects per image (a mosaic of 4), the settings' optimizer, the cell's amp.
 
+    Raises:
+        ValueError: when no imgsz fits."""
+    from ultralytics.nn.tasks import DetectionModel
 
-def _images(root: Path, split) -> list[Path]:
-    """The image files of a split (a folder, a list file, or a list of them), sorted."""
-    files = []
-    for entry in split if isinstance(split, list) else [split]:
-        p = (root / entry).resolve()
-        if p.is_dir():
-            files += [f for f in p.rglob("*") if f.suffix[1:].lower() in IMG_FORMATS]
-        elif p.is_file():
-            files += [(p.parent / line.strip()).resolve() for line in p.read_text().splitlines() if line.strip()]
-    return sorted(files)
+    from yolo_ckpt.memory import optimizer_for
+
+    objects = 4 * max_objects(data)
+    model = DetectionModel(cell["model"], nc=len(YAML.load(data)["names"]), verbose=False)
+    amp = amp_enabled(cell["amp"], device_type(settings["device"]) if torch.cuda.is_available() else "cpu")
+    memory = memory_model(model, objects, optimizer_for(settings.get("optimizer", "auto")), amp)
+    return settle({**cell, "imgsz": "fit"}, memory)["imgsz"]
 
 
 def val_subset(data: str, n: int, folder: Path) -> Path:
     """A copy of ``data`` (in ``folder``) whose val split is its first ``n`` validation images (a list file);
     the dataset itself is not touched."""
-    spec, root = _dataset_root(data)
-    images = _images(root, spec["val"])[:n]
+    spec, root = dataset_root(data)
+    images = split_images(root, spec["val"])[:n]
     if not images:
         raise FileNotFoundError(f"{data}: no validation images found for val_images={n}")
     folder.mkdir(parents=True, exist_ok=True)
@@ -146,6 +166,6 @@ def val_subset(data: str, n: int, folder: Path) -> Path:
 
 def max_objects(data: str) -> int:
     """The most labelled objects in one training image of ``data`` (lines of its label files), at least 1."""
-    spec, root = _dataset_root(data)
-    counts = [len(Path(f).read_text().splitlines()) for f in img2label_paths([str(p) for p in _images(root, spec["train"])]) if Path(f).is_file()]
+    spec, root = dataset_root(data)
+    counts = [len(Path(f).read_text().splitlines()) for f in img2label_paths([str(p) for p in split_images(root, spec["train"])]) if Path(f).is_file()]
     return max(counts, default=0) or 1

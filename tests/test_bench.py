@@ -89,6 +89,26 @@ def test_train_matrix_same_weights(tmp_path, synthetic, one_thread):
     assert compared["memory_change_pct"].iloc[1] == pytest.approx(100 * (full["peak_MiB"] / none["peak_MiB"] - 1))
 
 
+def test_tiles_cell_trains_on_tiles_and_validates_on_full_images(tmp_path, one_thread):
+    from yolo_ckpt.synthetic import small_object_dataset
+
+    data = small_object_dataset(64, 2, 1, root=tmp_path / "cache")
+    spec = {
+        "kind": "train",
+        "settings": {"epochs": 1, "nbs": 2, "seed": 0, "workers": 0, "device": "cpu", "plots": False},
+        "grid": [{"model": "yolo26n.yaml", "dataset": str(data), "imgsz": 64, "batch": 2, "recompute": "none", "tiles": {"size": 32, "overlap": 0}}],
+    }
+    out = tmp_path / "out"
+    assert main(["bench", f"matrix={write_matrix(tmp_path, spec)}", f"out={out}"]) == 0
+    row = pd.read_csv(out / "results.csv").iloc[0]
+    assert row["status"] == "ok" and row["imgsz_used"] == 32 and row["val_imgsz"] == 64
+    assert row["train_images"] == 8 and row["wall_s"] > 0  # 2 images of 64 px in 2 x 2 tiles of 32 px
+    assert (Path(row["run_dir"]) / "val-full").is_dir()  # the full-image validation ran
+    assert "tiles={'overlap': 0, 'size': 32}" in row["cell"] and (out / "curves.csv").is_file() and (out / "curves.png").is_file()
+    tiles = next((out / "data").glob("tiles-*"))
+    assert len(list((tiles / "images" / "val").iterdir())) == 4  # 1 val image: validated on its tiles while training
+
+
 def test_val_subset_and_objects(tmp_path, shared_datasets):
     data = str(shared_datasets / "aerial-cars" / "data.yaml")
     subset = train_cell.val_subset(data, 3, tmp_path)
@@ -117,6 +137,9 @@ def test_val_subset_and_objects(tmp_path, shared_datasets):
         ({"settings": {"pairs": 0}}, "must be at least 1"),
         ({"grid": [{"model": "yolo11n.yaml", "imgsz": "fit", "recompute": ["none", "auto"], "memory_budget": "1GB"}]}, "imgsz=fit needs a named policy"),
         ({"grid": [{"model": "missing.yaml", "recompute": "none"}]}, "missing.yaml"),
+        ({"grid": [{"model": "yolo11n.yaml", "recompute": "none", "tiles": {"size": 64, "overlap": 0}}]}, "tiles= is for train cells"),
+        ({"kind": "train", "settings": {}, "grid": [{"recompute": "none", "tiles": {"size": 64}}]}, "tiles={'size': 64} is not valid"),
+        ({"kind": "train", "settings": {}, "grid": [{"recompute": "none", "tiles": {"size": 999, "overlap": 0}}]}, "tiles size=999 is not valid"),
     ],
 )
 def test_bad_matrix_fails_before_anything_runs(tmp_path, capsys, change, message):
