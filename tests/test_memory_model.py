@@ -10,7 +10,7 @@ import torch
 from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import FlopCounterMode
 from ultralytics import YOLO
-from ultralytics.nn.tasks import ClassificationModel, DetectionModel, OBBModel, PoseModel, SegmentationModel
+from ultralytics.nn.tasks import ClassificationModel, DepthModel, DetectionModel, OBBModel, PoseModel, SegmentationModel, SemanticSegmentationModel
 from ultralytics.utils import DEFAULT_CFG
 from ultralytics.utils.torch_utils import unwrap_model
 
@@ -119,6 +119,9 @@ TASK_CASES = {
     "pose": (PoseModel, "yolo11n-pose.yaml", 80, [(2, 320, 20), (1, 224, 5)]),
     "obb": (OBBModel, "yolo11n-obb.yaml", 1, [(2, 320, 20), (1, 224, 5)]),
     "classify": (ClassificationModel, "yolo11n-cls.yaml", 2, [(2, 320, 0), (1, 224, 0)]),
+    # batch 2 and 1: the semantic loss copies its permuted logits past batch 1 (a view at batch 1), a term of its own
+    "semantic": (SemanticSegmentationModel, "yolo26n-sem.yaml", 5, [(2, 320, 0), (1, 256, 0)]),
+    "depth": (DepthModel, "yolo26n-depth.yaml", 1, [(1, 320, 0), (2, 224, 0)]),
 }
 
 
