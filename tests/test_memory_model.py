@@ -10,7 +10,15 @@ import torch
 from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import FlopCounterMode
 from ultralytics import YOLO
-from ultralytics.nn.tasks import ClassificationModel, DepthModel, DetectionModel, OBBModel, PoseModel, SegmentationModel, SemanticSegmentationModel
+from ultralytics.nn.tasks import (
+    ClassificationModel,
+    DepthModel,
+    DetectionModel,
+    OBBModel,
+    PoseModel,
+    SegmentationModel,
+    SemanticSegmentationModel,
+)
 from ultralytics.utils import DEFAULT_CFG
 from ultralytics.utils.torch_utils import unwrap_model
 
