@@ -127,7 +127,7 @@ def test_val_subset_and_objects(tmp_path, shared_datasets):
         ({"grid": [{"model": "yolo11n.yaml", "recompute": ["none", "C3k3"]}]}, "did you mean 'C3k2'?"),
         ({"grid": [{"model": "yolo11n.yaml", "recompute": "all"}]}, "no baseline cell"),
         ({"grid": [{"model": "yolo11n.yaml", "recompute": ["none", "auto"]}]}, "recompute=auto need memory_budget="),
-        ({"grid": [{"model": "yolo26n-sem.yaml", "recompute": "none"}]}, "step cells measure the tasks detect, segment, pose, obb, classify"),
+        ({"grid": [{"model": "yolo11n.yaml", "task": "segmentation", "recompute": "none"}]}, "step cells measure the tasks detect, segment, pose, obb, classify, semantic, depth"),
         ({"grid": [{"model": "yolo11n.yaml", "imgsz": "big", "recompute": "none"}]}, "imgsz='big' is not valid"),
         ({"settings": {"pair": 3}}, "unknown settings ['pair']"),
         ({"kind": "train", "settings": {}, "grid": [{"dataset": "nowhere", "recompute": "none"}]}, "dataset='nowhere' not found"),

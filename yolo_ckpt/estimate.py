@@ -19,7 +19,12 @@ overlap or are small and claim fewer anchors. YOLO26's ``SegTaskAlignedAssigner`
 masks of each object's ``3 * topk`` best candidates (its mask IoU), in chunks of 2^27 mask pixels: one more term
 per such assigner, the pixels decoded at once (:func:`_decoded`, at the bound ``min(M * 3 * topk, A)`` per
 image). With the loss region (``yolo_ckpt.losses``: the mask loss recomputed in backward, its forward chunked)
-one more term, ``min(chunk, F1)*P``, and the same fit measures the recomputed loss. Classification: ``1, B``. Two
+one more term, ``min(chunk, F1)*P``, and the same fit measures the recomputed loss. Classification: ``1, B``.
+Semantic segmentation and depth, whose losses upsample the predictions to the input's resolution (Ultralytics'
+``SemanticSegmentationLoss``, ``DepthLoss26``), in full-resolution pixels P = imgsz^2: depth ``1, B*P``; semantic
+``1, B*P, [B > 1]*B*P``, the last the copy of the (B, nc, H, W) logits that the loss's channel-last ``reshape``
+makes past batch 1 (at batch 1 it is a view); the per-pixel coefficients hold the class count, fitted per ``nc``
+(and the calibration's points differ in batch and imgsz only: these batches have no objects). Two
 fits: the loss's forward peak and its backward peak (above what was alive before the loss), since the mask loss's
 backward peaks above its forward. Least-squares fits, but for segmentation, whose estimate must not fall under the
 measurement, an upper bound of its calibration measurements (a linear program, ``scipy.optimize.linprog``:
@@ -51,6 +56,7 @@ from ultralytics.utils.tal import SegTaskAlignedAssigner
 from .amp import cuda_amp_emulated
 from .engine import apply_checkpointing
 from .memory import (
+    OBJECTLESS_TASKS,
     LiveTensorTracker,
     StepProfile,
     _LayerAccounting,
@@ -104,6 +110,10 @@ class LossModel:
         ``min(objects * topk, anchors)`` per image and assigner."""
         if self.task == "classify":
             return np.array([1.0, batch])
+        if self.task == "semantic":  # per-pixel losses at the input's resolution (module docstring)
+            return np.array([1.0, batch * imgsz**2, (batch > 1) * batch * imgsz**2])
+        if self.task == "depth":
+            return np.array([1.0, batch * imgsz**2])
         b, a, m = batch, anchors(imgsz, self.strides), objects
         terms = [1.0, b * a, b * a * m, b * m]
         if self.task == "segment":
@@ -159,7 +169,10 @@ def _calibrate(model, amp: bool) -> LossModel:
         getattr(model, "loss_chunk", None),
         tuple(3 * a.topk for a in _assigners(model.criterion) if isinstance(a, SegTaskAlignedAssigner)),
     )
-    rows, forward, backward = _loss_samples(model, shape, CALIBRATION_POINTS, amp)
+    points = CALIBRATION_POINTS
+    if shape.task in OBJECTLESS_TASKS:  # objects do not change their batch: each (batch, imgsz) once
+        points = tuple(sorted({(b, s, 0) for b, s, _ in points}))
+    rows, forward, backward = _loss_samples(model, shape, points, amp)
     fit = lambda y: _fit(rows, np.array(y, float), upper=shape.task == "segment")  # noqa: E731
     return dataclasses.replace(shape, forward=fit(forward), backward=fit(backward))
 

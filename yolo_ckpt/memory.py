@@ -202,7 +202,9 @@ def anchors(imgsz: int, strides) -> int:
     return int(sum((imgsz // int(s)) ** 2 for s in strides))
 
 
-TASKS = ("detect", "segment", "pose", "obb", "classify")  # what training_batch, profile_step and the estimate know
+# what training_batch, profile_step and the estimate know
+TASKS = ("detect", "segment", "pose", "obb", "classify", "semantic", "depth")
+OBJECTLESS_TASKS = ("classify", "semantic", "depth")  # targets per image or per pixel: no objects in their batch
 
 
 def train_imgsz(imgsz, stride=32) -> int:
@@ -254,7 +256,13 @@ def training_batch(model, batch: int, imgsz: int, objects: int, seed: int = 0) -
     - pose: also ``keypoints`` (n, K, 3) (normalised xy inside the box, visibility 2), K from the head's
       ``kpt_shape``;
     - obb: ``bboxes`` (n, 5) normalised xywh and an angle in radians;
-    - classify: ``cls`` (batch,) int64 (no objects).
+    - classify: ``cls`` (batch,) int64 (no objects);
+    - semantic: ``semantic_mask`` (batch, imgsz, imgsz) int32 class ids in [0, nc), every pixel valid (none the
+      ignore id 255), as ``SemanticFormat`` gives the loss (no objects);
+    - depth: ``depth`` (batch, 1, imgsz, imgsz) float32 metres in [1, 80], every pixel valid (> 0.001), as
+      ``DepthFormat`` and ``DepthTrainer.preprocess_batch`` give it (no objects).
+
+    Every pixel of a dense target is valid: the losses gather the valid pixels, so that is their largest step.
 
     Built from shapes and broadcasts only, so it also builds on fake tensors (``FakeTensorMode``).
 
@@ -268,6 +276,10 @@ def training_batch(model, batch: int, imgsz: int, objects: int, seed: int = 0) -
     images = torch.rand(batch, 3, imgsz, imgsz, generator=g)
     if task == "classify":
         return {"img": images, "cls": torch.randint(0, nc, (batch,), generator=g)}
+    if task == "semantic":
+        return {"img": images, "semantic_mask": torch.randint(0, nc, (batch, imgsz, imgsz), generator=g, dtype=torch.int32)}
+    if task == "depth":
+        return {"img": images, "depth": torch.rand(batch, 1, imgsz, imgsz, generator=g) * 79 + 1}
     if objects < 1:
         raise ValueError(f"objects={objects}: a {task} batch needs at least 1 object per image")
     out = {"img": images, **_grid_targets(batch, objects, nc, g)}
