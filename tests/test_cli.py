@@ -241,19 +241,26 @@ def test_model_yaml_without_backbone_exits_2(tmp_path, capsys):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("existing", [False, True])
-def test_budget_too_small_leaves_the_run_dir_as_it_was(existing, synthetic, tmp_path, capsys):
-    """recompute=auto with a budget no plan fits: one line, exit 2, and the run folder removed (a new run) or its
-    previous args.yaml back (exist_ok=True over an earlier run)."""
+@pytest.mark.parametrize("bad", ["budget", "data"])
+def test_failed_setup_leaves_the_run_dir_as_it_was(bad, existing, synthetic, tmp_path, capsys):
+    """recompute=auto with a budget no plan fits, or a data= that does not exist: one line, exit 2, and the run
+    folder removed (a new run) or its earlier args.yaml and results.csv back (exist_ok=True over an earlier run)."""
     run = tmp_path / "run"
     if existing:
         run.mkdir()
         (run / "args.yaml").write_text("from: the earlier run\n")
-    args = ["train", f"data={synthetic()}", "recompute=auto", "memory_budget=10MB", "device=cpu", "epochs=1",
-            "imgsz=64", "batch=2", f"project={tmp_path}", "name=run", "exist_ok=True"]
+        (run / "results.csv").write_text("epoch,time\n1,2.0\n")
+    data = f"data={synthetic()}" if bad == "budget" else f"data={tmp_path / 'nothere.yaml'}"
+    args = ["train", data, "recompute=auto", "memory_budget=10MB" if bad == "budget" else "memory_budget=1GB", "device=cpu",
+            "epochs=1", "imgsz=64", "batch=2", f"project={tmp_path}", "name=run", "exist_ok=True"]
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("yolo-ckpt: error: memory_budget=") and "below the smallest plan's need" in err[-1]
+    if bad == "budget":
+        assert err[-1].startswith("yolo-ckpt: error: memory_budget=") and "below the smallest plan's need" in err[-1]
+    else:
+        assert err[-1].startswith("yolo-ckpt: error: Dataset '") and "nothere.yaml' does not exist" in err[-1]
     if existing:
-        assert sorted(p.name for p in run.iterdir()) == ["args.yaml"] and (run / "args.yaml").read_text() == "from: the earlier run\n"
+        assert sorted(p.name for p in run.iterdir()) == ["args.yaml", "results.csv"]
+        assert (run / "args.yaml").read_text() == "from: the earlier run\n" and (run / "results.csv").read_text() == "epoch,time\n1,2.0\n"
     else:
         assert not run.exists()

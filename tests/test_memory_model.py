@@ -464,13 +464,14 @@ def test_cli_profile_and_plan_json(tmp_path):
     assert "yolo-ckpt profile" in out.stderr and prof["assumed"]["device"] == "cuda" and prof["amp"] is True
     assert prof["estimated_peak_bytes"]["policy"] < 0.7 * prof["estimated_peak_bytes"]["none"]
     assert prof["layers"][-1]["layer"] == "total" and len(prof["recomputed_layers"]) == 17
-    out = run("plan", "model=yolo11n.yaml", "memory_budget=300MB", "imgsz=320", "batch=2", "device=cpu", "format=json")
+    out = run("plan", "model=yolo11n.yaml", "memory_budget=300MB", "imgsz=333", "batch=2", "device=cpu", "format=json")
     assert out.returncode == 0, out.stderr[-2000:]
-    result = json.loads(out.stdout)
+    result = json.loads(out.stdout)  # Ultralytics' "imgsz=[333] must be multiple of max stride" warning: on stderr
+    assert result["imgsz"] == 352 and result["imgsz_given"] == 333 and "updating to [352]" in out.stderr
     assert result["assumed"]["device"] == "cpu" and not result["assumed"]["amp"] and result["memory_headroom"] == "1x+0MiB"
     rows = {r["recompute"].split(" ")[0]: r for r in result["policies"]}
     assert list(rows) == ["none", "backbone", "head", "all", "auto"] and "not_planned_regions" not in result  # detect: no loss row
     assert rows["all"]["max_imgsz_at_batch_2"] >= rows["backbone"]["max_imgsz_at_batch_2"] > rows["none"]["max_imgsz_at_batch_2"]
-    assert rows["all"]["max_batch_at_imgsz_320"] > rows["none"]["max_batch_at_imgsz_320"]
+    assert rows["all"]["max_batch_at_imgsz_352"] > rows["none"]["max_batch_at_imgsz_352"]
     assert rows["none"]["recompute_GFLOPs"] == 0 and 15 < rows["all"]["recompute_pct_of_step"] < 35
     assert run("plan", "memory_budget=12").returncode == 2

@@ -319,6 +319,7 @@ def plan(args: list[str]) -> list[dict]:
     import pandas as pd
     from ultralytics.utils import TQDM
 
+    from .memory import train_imgsz
     from .planner import MemoryModel, parse_budget
 
     with _diagnostics_to_stderr():
@@ -326,8 +327,8 @@ def plan(args: list[str]) -> list[dict]:
         if opts["memory_budget"] is None:
             raise ValueError("plan needs memory_budget= (bytes with a unit, e.g. memory_budget=16GB)")
         budget = parse_budget(opts["memory_budget"], None)
-        imgsz, batch = opts["imgsz"], opts["batch"]
         stride = int(max(model.stride))
+        imgsz, batch = train_imgsz(opts["imgsz"], stride), opts["batch"]  # the size that trains (2736 -> 2752, warned)
         with TQDM(total=2, desc="yolo-ckpt plan: estimating the model, planning auto") as steps:
             memory = MemoryModel(model, imgsz, batch, spec.objects, spec.optimizer, spec.amp, headroom, opts["loss_chunk"])
             steps.update()
@@ -336,27 +337,28 @@ def plan(args: list[str]) -> list[dict]:
             except ValueError:
                 auto = None  # even 'all' does not fit at this imgsz and batch
             steps.update()
-    rows = []
-    names = ("none", "backbone", "head") + (("loss",) if "loss" in memory.candidates else ()) + ("all", "auto")
-    for name in names:
-        units = memory.units(name) if name != "auto" else (auto if auto is not None else memory.candidates)
-        cost = memory.as_plan(units, memory.peak(units, batch, imgsz), budget, batch, imgsz)
-        rows.append({
-            "recompute": name if name != "auto" else f"auto ({cost.recompute})",
-            "estimated_peak_MiB": cost.estimated_peak_bytes / 2**20,
-            "headroom_MiB": cost.headroom_bytes / 2**20,
-            "margin_MiB": cost.margin_bytes / 2**20,
-            "fits": cost.fits if name != "auto" else auto is not None,
-            f"max_imgsz_at_batch_{batch}": memory.largest_imgsz(units, budget, batch, stride),
-            f"max_batch_at_imgsz_{imgsz}": memory.largest_batch(units, budget, imgsz),
-            "recompute_GFLOPs": cost.recompute_flops / 1e9,
-            "recompute_pct_of_step": 100 * cost.recompute_cost,
-        })
-    result = {"model": opts["model"], "memory_budget_bytes": budget, "memory_headroom": str(headroom), "imgsz": imgsz, "batch": batch, "assumed": spec.to_dict(), "policies": rows}
+        rows = []
+        names = ("none", "backbone", "head") + (("loss",) if "loss" in memory.candidates else ()) + ("all", "auto")
+        for name in names:
+            units = memory.units(name) if name != "auto" else (auto if auto is not None else memory.candidates)
+            cost = memory.as_plan(units, memory.peak(units, batch, imgsz), budget, batch, imgsz)
+            rows.append({
+                "recompute": name if name != "auto" else f"auto ({cost.recompute})",
+                "estimated_peak_MiB": cost.estimated_peak_bytes / 2**20,
+                "headroom_MiB": cost.headroom_bytes / 2**20,
+                "margin_MiB": cost.margin_bytes / 2**20,
+                "fits": cost.fits if name != "auto" else auto is not None,
+                f"max_imgsz_at_batch_{batch}": memory.largest_imgsz(units, budget, batch, stride),
+                f"max_batch_at_imgsz_{imgsz}": memory.largest_batch(units, budget, imgsz),
+                "recompute_GFLOPs": cost.recompute_flops / 1e9,
+                "recompute_pct_of_step": 100 * cost.recompute_cost,
+            })
+    result = {"model": opts["model"], "memory_budget_bytes": budget, "memory_headroom": str(headroom), "imgsz": imgsz, "imgsz_given": opts["imgsz"], "batch": batch, "assumed": spec.to_dict(), "policies": rows}
     if opts["format"] == "json":
         print(json.dumps(result, indent=2))
     else:
-        print(f"{opts['model']} at imgsz={imgsz} batch={batch}, memory_budget={budget / 2**20:.0f} MiB, memory_headroom={headroom}")
+        given = "" if str(opts["imgsz"]) == str(imgsz) else f" (imgsz={opts['imgsz']} trains at {imgsz})"
+        print(f"{opts['model']} at imgsz={imgsz}{given} batch={batch}, memory_budget={budget / 2**20:.0f} MiB, memory_headroom={headroom}")
         print(spec.describe())
         print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
     return rows
@@ -425,6 +427,11 @@ def main(argv: list[str] | None = None) -> int:
         model.train(trainer=trainer, **overrides)
     except PlanError as e:  # the run directory is put back as it was (CheckpointTrainerMixin.train)
         print(f"yolo-ckpt: error: {e}", file=sys.stderr)
+        return 2
+    except RuntimeError as e:  # bad data=: Ultralytics' get_dataset raises "Dataset '...' error ..." (run dir put back)
+        if not str(e).startswith("Dataset '"):
+            raise
+        print(f"yolo-ckpt: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     return 0
 

@@ -155,11 +155,17 @@ class CheckpointTrainerMixin:
 
         Raises:
             ValueError: for an invalid ``recompute=``, ``recompute_mode=`` or ``loss_chunk=`` value, before any file
-                or folder is written.
+                or folder is written. Whatever Ultralytics' trainer raises while it is built (a missing ``data=``:
+                RuntimeError), after the run directory is put back as it was (:func:`_restore_run_dir`).
         """
         given, overrides = self.check_keys(overrides)
         self._run_dir_before = _run_dir_state(cfg, overrides)
-        super().__init__(cfg, overrides, _callbacks)
+        try:
+            super().__init__(cfg, overrides, _callbacks)
+        except Exception:  # e.g. a data= that does not exist: Ultralytics wrote args.yaml and removed results.csv
+            if RANK in {-1, 0} and self._run_dir_before:
+                _restore_run_dir(*self._run_dir_before)
+            raise
         if distributed.torchrun_world_size() > 1:  # a torchrun worker: the whole job's ranks, on every node
             self.world_size = distributed.torchrun_world_size()
         # given > restored by resume (train_args) > this task's default > default
@@ -546,25 +552,29 @@ CheckpointPoseTrainer = checkpointed(PoseTrainer)
 CheckpointClassificationTrainer = checkpointed(ClassificationTrainer)
 
 
+RUN_DIR_FILES = ("args.yaml", "results.csv")  # what BaseTrainer.__init__ rewrites (args.yaml) or unlinks (results.csv)
+
+
 def _run_dir_state(cfg, overrides: dict):
-    """``(run dir, whether it exists, its args.yaml bytes or None)`` as ``BaseTrainer.__init__`` will pick the run
-    dir (Ultralytics' ``get_cfg`` and ``get_save_dir``); None for a resumed run, whose folder is the resumed one."""
+    """``(run dir, whether it exists, {name: bytes} of its files in RUN_DIR_FILES)`` as ``BaseTrainer.__init__`` will
+    pick the run dir (Ultralytics' ``get_cfg`` and ``get_save_dir``); None for a resumed run, whose folder is the
+    resumed one."""
     args = get_cfg(cfg, overrides)
     if args.resume:
         return None
     run_dir = get_save_dir(args)
-    saved = run_dir / "args.yaml"
-    return run_dir, run_dir.exists(), saved.read_bytes() if saved.is_file() else None
+    return run_dir, run_dir.exists(), {n: (run_dir / n).read_bytes() for n in RUN_DIR_FILES if (run_dir / n).is_file()}
 
 
-def _restore_run_dir(run_dir: Path, existed: bool, args_yaml: bytes | None) -> None:
+def _restore_run_dir(run_dir: Path, existed: bool, files: dict[str, bytes]) -> None:
     """Put a run directory back as :func:`_run_dir_state` found it: remove it if it did not exist, else restore its
-    ``args.yaml`` (the run wrote its own) and remove the ``weights`` folder the run made if it is empty."""
+    ``args.yaml`` and ``results.csv`` (the run rewrote or removed them) and remove the ``weights`` folder the run made
+    if it is empty."""
     if not existed:
         shutil.rmtree(run_dir, ignore_errors=True)
         return
-    if args_yaml is not None:
-        atomic_write_bytes(run_dir / "args.yaml", args_yaml)
+    for name, data in files.items():
+        atomic_write_bytes(run_dir / name, data)
     with contextlib.suppress(OSError):  # not empty, or not there: leave it
         (run_dir / "weights").rmdir()
 
