@@ -457,9 +457,10 @@ def test_trainer_auto_plan_and_batch(synthetic, tmp_path):
 @pytest.mark.slow
 def test_cli_profile_and_plan_json(tmp_path):
     run = lambda *a: subprocess.run([sys.executable, "-m", "yolo_ckpt.cli", *a], capture_output=True, text=True, timeout=600)  # noqa: E731
-    out = run("profile", "model=yolo11n.yaml", "imgsz=320", "batch=2", "recompute=all", "format=json", "plot=True", f"project={tmp_path}", "name=p")
+    out = run("profile", "model=yolo11n.yaml", "imgsz=320", "multi_scale=0.5", "batch=2", "recompute=all", "format=json", "plot=True", f"project={tmp_path}", "name=p")
     assert out.returncode == 0, out.stderr[-2000:]
     prof = json.loads(out.stdout)  # stdout is only the JSON: progress and logs went to stderr
+    assert prof["imgsz"] == 480 and prof["imgsz_given"] == 320  # the largest multi-scale size, as train plans it
     assert prof["plot"] == str(tmp_path / "p" / "layers.png") and (tmp_path / "p" / "layers.png").stat().st_size > 10_000
     assert "yolo-ckpt profile" in out.stderr and prof["assumed"]["device"] == "cuda" and prof["amp"] is True
     assert prof["estimated_peak_bytes"]["policy"] < 0.7 * prof["estimated_peak_bytes"]["none"]

@@ -192,7 +192,7 @@ def _estimate_setup(args: list[str], extra: dict | None = None):
 
     from .planner import PLANNED_TASKS, headroom_for
     from .policy import check_mode
-    from .runspec import RunSpec, amp_enabled, count_data, device_type, objects_rule, optimizer_rule
+    from .runspec import RunSpec, amp_enabled, autobatch_imgsz, count_data, device_type, objects_rule, optimizer_rule
 
     keys = {**ESTIMATE_KEYS, **(extra or {})}
     given = parse_train_args(args, keys)
@@ -216,10 +216,21 @@ def _estimate_setup(args: list[str], extra: dict | None = None):
         counts = count_data(cfg, data, max(int(model.stride.max()), 32))
     model = model.train()
     model.args = cfg  # the loss's hyperparameters
+    # the largest size a step trains at, as train plans it: rounded to the stride (2736 -> 2752, with Ultralytics'
+    # warning) and x (1 + multi_scale) (yolo_ckpt.runspec.autobatch_imgsz)
+    opts["imgsz_given"], opts["imgsz"] = opts["imgsz"], autobatch_imgsz(opts["imgsz"], opts["multi_scale"], max(int(model.stride.max()), 32))
     objects, objects_text = objects_rule(None if "objects" in given else counts, opts["objects"])
     optimizer, optimizer_text = optimizer_rule(opts["optimizer"], counts.images if counts else None, opts["batch"], opts["nbs"], opts["epochs"])
     spec = RunSpec(device, amp_enabled(opts["amp"], device), optimizer, optimizer_text, objects, objects_text, int(model.yaml["nc"]))
     return model, opts, spec, headroom
+
+
+def _trained_at(opts: dict) -> str:
+    """`` (imgsz=333 trains at 352)`` where the size estimated is not the ``imgsz=`` given, else empty."""
+    if str(opts["imgsz_given"]) == str(opts["imgsz"]):
+        return ""
+    scale = f" with multi_scale={opts['multi_scale']}" if opts["multi_scale"] else ""
+    return f" (imgsz={opts['imgsz_given']}{scale} trains at up to {opts['imgsz']})"
 
 
 def profile_table(profile, policy) -> pandas.DataFrame:
@@ -274,7 +285,7 @@ def profile(args: list[str]) -> dict:
         steps.close()
     table = profile_table(results["none"], policy)
     summary = {
-        "model": opts["model"], "imgsz": opts["imgsz"], "batch": opts["batch"], "objects": spec.objects, "amp": spec.amp,
+        "model": opts["model"], "imgsz": opts["imgsz"], "imgsz_given": opts["imgsz_given"], "batch": opts["batch"], "objects": spec.objects, "amp": spec.amp,
         "assumed": spec.to_dict(),
         "recompute": policy.spec, "recompute_mode": mode, "recomputed_layers": policy.layers(), "recomputed_regions": policy.regions(),
         "estimated_peak_bytes": {"none": results["none"].peak_bytes, "policy": results["policy"].peak_bytes},
@@ -298,7 +309,7 @@ def profile(args: list[str]) -> dict:
     if opts["format"] == "json":
         print(json.dumps(summary, indent=2))
     else:
-        print(f"{opts['model']} at imgsz={opts['imgsz']} batch={opts['batch']}; {spec.describe()}")
+        print(f"{opts['model']} at imgsz={opts['imgsz']}{_trained_at(opts)} batch={opts['batch']}; {spec.describe()}")
         print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
         none, pol = results["none"], results["policy"]
         print(f"\nparameters, buffers, optimizer state and the batch: {none.static_bytes / 2**20:.1f} MiB")
@@ -319,7 +330,6 @@ def plan(args: list[str]) -> list[dict]:
     import pandas as pd
     from ultralytics.utils import TQDM
 
-    from .memory import train_imgsz
     from .planner import MemoryModel, parse_budget
 
     with _diagnostics_to_stderr():
@@ -328,7 +338,7 @@ def plan(args: list[str]) -> list[dict]:
             raise ValueError("plan needs memory_budget= (bytes with a unit, e.g. memory_budget=16GB)")
         budget = parse_budget(opts["memory_budget"], None)
         stride = int(max(model.stride))
-        imgsz, batch = train_imgsz(opts["imgsz"], stride), opts["batch"]  # the size that trains (2736 -> 2752, warned)
+        imgsz, batch = opts["imgsz"], opts["batch"]
         with TQDM(total=2, desc="yolo-ckpt plan: estimating the model, planning auto") as steps:
             memory = MemoryModel(model, imgsz, batch, spec.objects, spec.optimizer, spec.amp, headroom, opts["loss_chunk"])
             steps.update()
@@ -353,12 +363,11 @@ def plan(args: list[str]) -> list[dict]:
                 "recompute_GFLOPs": cost.recompute_flops / 1e9,
                 "recompute_pct_of_step": 100 * cost.recompute_cost,
             })
-    result = {"model": opts["model"], "memory_budget_bytes": budget, "memory_headroom": str(headroom), "imgsz": imgsz, "imgsz_given": opts["imgsz"], "batch": batch, "assumed": spec.to_dict(), "policies": rows}
+    result = {"model": opts["model"], "memory_budget_bytes": budget, "memory_headroom": str(headroom), "imgsz": imgsz, "imgsz_given": opts["imgsz_given"], "batch": batch, "assumed": spec.to_dict(), "policies": rows}
     if opts["format"] == "json":
         print(json.dumps(result, indent=2))
     else:
-        given = "" if str(opts["imgsz"]) == str(imgsz) else f" (imgsz={opts['imgsz']} trains at {imgsz})"
-        print(f"{opts['model']} at imgsz={imgsz}{given} batch={batch}, memory_budget={budget / 2**20:.0f} MiB, memory_headroom={headroom}")
+        print(f"{opts['model']} at imgsz={imgsz}{_trained_at(opts)} batch={batch}, memory_budget={budget / 2**20:.0f} MiB, memory_headroom={headroom}")
         print(spec.describe())
         print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
     return rows
