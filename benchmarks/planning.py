@@ -19,7 +19,7 @@ def needs_memory_model(cell: dict) -> bool:
 
 
 def memory_model(model, objects: int, optimizer: str = "AdamW", amp: bool = False) -> MemoryModel:
-    """The memory model of a detection ``model`` (a CPU copy is estimated; ``objects`` per image for the loss)."""
+    """The memory model of ``model``, of any planned task (a CPU copy is estimated; ``objects`` per image for the loss)."""
     probe = copy.deepcopy(model).cpu().train()
     probe.args = DEFAULT_CFG
     return MemoryModel(probe, 640, 2, objects=objects, optimizer=optimizer, amp=amp)

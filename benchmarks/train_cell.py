@@ -138,12 +138,13 @@ def fit_imgsz(cell: dict, data: str, settings: dict) -> int:
 
     Raises:
         ValueError: when no imgsz fits."""
-    from ultralytics.nn.tasks import DetectionModel
+    from ultralytics import YOLO
 
     from yolo_ckpt.memory import optimizer_for
 
     objects = 4 * max_objects(data)
-    model = DetectionModel(cell["model"], nc=len(YAML.load(data)["names"]), verbose=False)
+    yolo = YOLO(cell["model"], task=cell["task"])  # the task's model class (a segment model plans its mask loss)
+    model = yolo.task_map[yolo.task]["model"](yolo.model.yaml, nc=len(YAML.load(data)["names"]), verbose=False)
     amp = amp_enabled(cell["amp"], device_type(settings["device"]) if torch.cuda.is_available() else "cpu")
     memory = memory_model(model, objects, optimizer_for(settings.get("optimizer", "auto")), amp)
     return settle({**cell, "imgsz": "fit"}, memory)["imgsz"]
