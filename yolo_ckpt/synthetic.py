@@ -273,6 +273,14 @@ def _depth_map(mask: np.ndarray, buildings: np.ndarray, rng: np.random.Generator
     return np.round(depth * DEPTH_SCALE).astype(np.uint16)
 
 
+def _check_ints(*checks: tuple[str, object, int]) -> None:
+    """Raise ValueError naming the first ``(name, value, low)`` whose value is not an int >= low (bools are not ints
+    here), before anything is written."""
+    for name, value, low in checks:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name}={value!r} must be an int >= {low}")
+
+
 def _imwrite(path: Path, image: np.ndarray) -> None:
     """Encode ``image`` as JPEG at fixed quality; raise OSError instead of cv2's silent False."""
     if not cv2.imwrite(str(path), image, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY]):
@@ -590,9 +598,7 @@ def dense_segment_dataset(
     Raises:
         ValueError: unless ``objects``, ``size`` and ``images`` are positive ints and ``size >= 32``.
     """
-    for name, value, low in (("objects", objects, 1), ("size", size, 32), ("images", images, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name}={value!r} must be an int >= {low}")
+    _check_ints(("objects", objects, 1), ("size", size, 32), ("images", images, 1))
     final = _cache_root(root) / f"dense-v{GENERATOR_VERSION}-seed{seed}-{objects}x{size}x{images}+1"
     if final.is_dir():
         return final / "data.yaml"
@@ -680,9 +686,7 @@ def small_object_dataset(
         ValueError: unless ``size`` is an int >= 64, ``train`` and ``val`` ints >= 1 and ``seed`` an int >= 0;
             raised before anything is written.
     """
-    for name, value, low in (("size", size, 64), ("train", train, 1), ("val", val, 1), ("seed", seed, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name}={value!r} must be an int >= {low}")
+    _check_ints(("size", size, 64), ("train", train, 1), ("val", val, 1), ("seed", seed, 0))
     final = _cache_root(root) / f"small-v{GENERATOR_VERSION}-seed{seed}-{size}x{train}+{val}"
     if final.is_dir():
         return final / "data.yaml"
