@@ -179,8 +179,9 @@ def _estimate_setup(args: list[str], extra: dict | None = None):
 
     Returns:
         ``(model, opts, spec, headroom)``: the training-mode model, the keys with defaults (Ultralytics' for
-        ``yolo train``'s keys), the :class:`~yolo_ckpt.runspec.RunSpec` and the :class:`~yolo_ckpt.planner.Headroom`
-        a byte budget is held to.
+        ``yolo train``'s keys; ``imgsz`` is the largest size a step trains at, rounded to the stride and x (1 +
+        ``multi_scale``), and ``imgsz_given`` the value given), the :class:`~yolo_ckpt.runspec.RunSpec` and the
+        :class:`~yolo_ckpt.planner.Headroom` a byte budget is held to.
 
     Raises:
         SyntaxError: for unknown keys. ValueError: for a bad ``format=``, ``recompute_mode=``, ``memory_headroom=``
@@ -321,7 +322,7 @@ def profile(args: list[str]) -> dict:
 
 def plan(args: list[str]) -> list[dict]:
     """``yolo-ckpt plan``: for none, backbone, head, loss (segment models), all (layers, head branches and loss) and
-    auto, the estimated peak at ``imgsz=`` and ``batch=``, the headroom kept on top of it (CUDA, against a budget in
+    auto, the estimated peak at ``imgsz=`` (the largest size it trains at) and ``batch=``, the headroom kept on top of it (CUDA, against a budget in
     bytes) and the margin left in ``memory_budget=``, the largest imgsz (at ``batch``) and batch (at ``imgsz``) that
     fit, and each policy's recompute cost; for the run the keys describe (see :func:`_estimate_setup`). The result
     on stdout, progress and logs on stderr."""
