@@ -17,8 +17,8 @@ temporaries of one image's mask loss). Calibration counts the real foreground (t
 estimate takes its bound, ``min(M * topk, A)`` per image and assigner, so it does not under-estimate where objects
 overlap or are small and claim fewer anchors. YOLO26's ``SegTaskAlignedAssigner`` also decodes the predicted
 masks of each object's ``3 * topk`` best candidates (its mask IoU), in chunks of 2^27 mask pixels: one more term
-per such assigner, the pixels decoded at once (:func:`_decoded`, at the bound ``min(M * 3 * topk, A)`` per
-image). With the loss region (``yolo_ckpt.losses``: the mask loss recomputed in backward, its forward chunked)
+per such assigner, the most pixels decoded at once (:func:`_decoded`, for at most ``min(M * 3 * topk, A)``
+candidates per image). With the loss region (``yolo_ckpt.losses``: the mask loss recomputed in backward, its forward chunked)
 one more term, ``min(chunk, F1)*P``, and the same fit measures the recomputed loss. Classification: ``1, B``.
 Semantic segmentation and depth, whose losses upsample the predictions to the input's resolution (Ultralytics'
 ``SemanticSegmentationLoss``, ``DepthLoss26``), in full-resolution pixels P = imgsz^2: depth ``1, B*P``; semantic
@@ -30,7 +30,8 @@ backward peaks above its forward. Least-squares fits, but for segmentation, whos
 measurement, an upper bound of its calibration measurements (a linear program, ``scipy.optimize.linprog``:
 non-negative coefficients, no measurement under-estimated, the least total relative over-estimate), since its peak
 is a maximum over moments of the loss (two assigners' decoding, each image's mask loss) that a sum of terms only
-approximates.
+approximates; its mask-pixel coefficients then carry :data:`MASK_TERMS_MARGIN`, since a bound of the calibration's
+small sizes is not one of sizes far above them.
 
 Not counted: the dataloader and its workers, validation (a separate phase), CUDA's context and cuDNN workspaces,
 allocator fragmentation (``memory_reserved`` above ``memory_allocated``), GradScaler and DDP buffers.
@@ -78,6 +79,14 @@ CALIBRATION_POINTS = tuple(
     for i, (b, s) in enumerate((b, s) for b in (1, 2, 3) for s in (64, 96, 128, 160))
     for m in ((1, 2, 4, 6, 9, 14)[i % 6], (20, 30, 45, 70, 110, 160, 240)[i % 7])
 )
+
+# A segmentation fit is an upper bound of its calibration measurements, not of sizes beyond them: there its terms that
+# do not grow with the mask pixels (1, B*A, ...) hold slack that the fit trades for lower mask-pixel coefficients, so
+# it falls short where the mask terms dominate. Measured without a margin (CPU fp32, steps at 256-1024 px, 20-600
+# objects): yolo11n-seg's step peak up to 1.0% under (2 x 512 px, 300 objects; 2 x 1024 px, 415), its loss's backward
+# peak 1.2%; yolo26n-seg's up to 0.6% (1 x 512 px, 300). With it every one of those steps is over (yolo11n-seg
+# +1.3% to +4.0%, yolo26n-seg +0.9% up where the foreground bound is tight).
+MASK_TERMS_MARGIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -142,10 +151,13 @@ class LossModel:
 
 
 def _decoded(batch: int, anchors_per_image: int, pixels: int) -> int:
-    """Mask pixels that ``SegTaskAlignedAssigner.pair_overlaps`` (ultralytics/utils/tal.py) decodes at once: the masks
-    of ``anchors_per_image`` candidate anchors of as many images as fit its chunk of 2^27 mask pixels (at least one)."""
-    images = min(batch, max(1, (1 << 27) // max(anchors_per_image * pixels, 1)))
-    return images * anchors_per_image * pixels
+    """The most mask pixels that ``SegTaskAlignedAssigner.pair_overlaps`` (ultralytics/utils/tal.py) decodes at once
+    when each image has at most ``anchors_per_image`` candidate anchors: it decodes the masks of as many images as fit
+    its chunk of 2^27 mask pixels (at least one), so fewer candidates per image can mean more images per chunk. With
+    ``m`` candidates in the largest image: ``m * pixels`` when that exceeds the chunk, else ``min(batch * m * pixels,
+    2^27)``; the maximum over ``m <= anchors_per_image``."""
+    most = anchors_per_image * pixels
+    return max(most, min(batch * most, 1 << 27))
 
 
 _LOSS_MODELS: dict[str, LossModel] = {}  # per model YAML, class count, mask settings and amp
@@ -174,7 +186,10 @@ def _calibrate(model, amp: bool) -> LossModel:
         points = tuple(sorted({(b, s, 0) for b, s, _ in points}))
     rows, forward, backward = _loss_samples(model, shape, points, amp)
     fit = lambda y: _fit(rows, np.array(y, float), upper=shape.task == "segment")  # noqa: E731
-    return dataclasses.replace(shape, forward=fit(forward), backward=fit(backward))
+    forward, backward = fit(forward), fit(backward)
+    if shape.task == "segment":  # the mask-pixel terms (from the 5th on) carry the extrapolation margin
+        forward, backward = (c[:4] + tuple(v * (1 + MASK_TERMS_MARGIN) for v in c[4:]) for c in (forward, backward))
+    return dataclasses.replace(shape, forward=forward, backward=backward)
 
 
 def _fit(rows: np.ndarray, y: np.ndarray, upper: bool) -> tuple[float, ...]:
