@@ -45,7 +45,8 @@ def write_plots(matrix, table: pd.DataFrame, out: Path) -> list[Path]:
 
 
 def _curves(matrix, ok: pd.DataFrame, out: Path) -> list[Path]:
-    """``curves.csv`` and ``curves.png`` of the cells whose run folder still holds its ``results.csv``."""
+    """``curves.csv`` and ``curves.png`` of the cells whose run folder still holds its ``results.csv``; the rows of
+    other cells already in ``curves.csv`` (their run folders moved or deleted) are kept."""
     frames = []
     for _, row in ok.iterrows():
         csv = Path(str(row.get("run_dir", ""))) / "results.csv"
@@ -56,9 +57,14 @@ def _curves(matrix, ok: pd.DataFrame, out: Path) -> list[Path]:
         curve = pd.read_csv(csv).rename(columns=str.strip)[["epoch", "time", "metrics/mAP50(B)", "metrics/mAP50-95(B)"]]
         nan = float("nan")
         frames.append(curve.assign(cell=label, full_mAP50=row["mAP50"] if tiled else nan, full_mAP50_95=row["mAP50-95"] if tiled else nan))
+    kept = out / "curves.csv"
+    if kept.is_file():  # cells without their run folder keep their rows
+        earlier = pd.read_csv(kept)
+        frames.append(earlier[~earlier["cell"].isin({f["cell"].iloc[0] for f in frames})])
+    frames = [f for f in frames if len(f)]
     if not frames:
         return []
-    curves = pd.concat(frames)
+    curves = pd.concat(frames, ignore_index=True)
     curves.to_csv(out / "curves.csv", index=False)
     return [curves_plot(curves, out / "curves.png", f"{matrix.name}: training curves")]
 
