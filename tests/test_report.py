@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from yolo_ckpt.report import REPORT_NAME, RunReport, load_report
+from yolo_ckpt.report import REPORT_NAME, PlanRecord, RunReport, load_report
 
 # a schema-2 ckpt_report.json as yolo-ckpt 0.1.0 wrote it before the record (estimated_none_peak_bytes came in 3)
 SCHEMA_2 = {
@@ -28,9 +28,26 @@ def test_schema_2_reads_and_writes_back_as_3(tmp_path):
     assert list(written)[0] == "schema_version" and written == {**SCHEMA_2, "schema_version": 3, "estimated_none_peak_bytes": None}
 
 
+PLAN = {
+    "recompute": "0,2,loss", "budget_bytes": 4 * 10**9, "estimated_peak_bytes": 3 * 10**9, "batch": 8, "imgsz": 640,
+    "recompute_flops": 10**9, "recompute_cost_fraction": 0.05, "headroom_bytes": 0, "margin_bytes": 10**9,
+    "assumed": {"device": "cpu", "amp": False, "objects": 80},
+}
+
+
+def test_plan_is_a_record_and_round_trips(tmp_path):
+    (tmp_path / REPORT_NAME).write_text(json.dumps({**SCHEMA_2, "schema_version": 3, "plan": PLAN}))
+    record = load_report(tmp_path)
+    assert isinstance(record.plan, PlanRecord) and record.plan.margin_bytes == 10**9 and record.plan.assumed["objects"] == 80
+    assert record.to_dict()["plan"] == PLAN
+    record.write(tmp_path)
+    assert json.loads((tmp_path / REPORT_NAME).read_text())["plan"] == PLAN
+
+
 @pytest.mark.parametrize(("change", "message"), [
     ({"schema_version": 1}, r"schema_version=1 is not readable by yolo-ckpt .*; readable: 2, 3"),
     ({"peak": 1}, r"unknown keys \['peak'\] for schema_version=2"),
+    ({"plan": {**PLAN, "fits": True}}, r"unknown keys \['fits'\] for schema_version=2"),
 ])
 def test_other_reports_are_refused(tmp_path, change, message):
     (tmp_path / REPORT_NAME).write_text(json.dumps({**SCHEMA_2, **change}))
@@ -41,13 +58,19 @@ def test_other_reports_are_refused(tmp_path, change, message):
 def test_headline():
     record = RunReport.from_dict(SCHEMA_2)
     assert record.headline() == (
-        "recompute=backbone: training peak 3072.0 MiB (3.00 GiB, CPU live tensors of one step) (recompute=none's peak: "
-        "yolo-ckpt profile with this run's keys estimates it); median step 1.250 s"
+        "recompute=backbone: training peak 3072.0 MiB (3.00 GiB, CPU live tensors of one step of 8 images, 40 objects) "
+        "(recompute=none's peak: yolo-ckpt profile with this run's keys estimates it); median step 1.250 s"
     )
-    planned = RunReport.from_dict({**SCHEMA_2, "estimated_none_peak_bytes": 4 * 2**30, "memory_source": "cuda_allocator", "train_step_time_median_s": None})
+    # a planned run: the saving is the plan's estimate against none's, of the same step (the planner's objects, not
+    # the measured batch's)
+    planned = RunReport.from_dict({
+        **SCHEMA_2, "schema_version": 3, "estimated_none_peak_bytes": 4 * 10**9, "plan": PLAN, "memory_source": "cuda_allocator",
+        "memory_probe_images": None, "memory_probe_objects": None, "train_step_time_median_s": None,
+    })
     assert planned.headline() == (
-        "recompute=backbone: training peak 3072.0 MiB (3.00 GiB, CUDA allocated), 1024.0 MiB (25%) below recompute=none's "
-        "estimated 4096.0 MiB; step time not measured (too few steps)"
+        "recompute=backbone: training peak 3072.0 MiB (3.00 GiB, CUDA allocated); estimated for the planned step "
+        "(batch 8, imgsz 640, 80 objects per image): 2861.0 MiB, 25% below recompute=none's 3814.7 MiB; step time not "
+        "measured (too few steps)"
     )
 
 

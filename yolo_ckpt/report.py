@@ -27,6 +27,39 @@ _SUFFIX = {"(B)": "box", "(M)": "mask", "(P)": "pose"}
 
 
 @dataclass
+class PlanRecord:
+    """What a run planned (``recompute=auto``, ``batch=-1``): the ``plan`` object of ``ckpt_report.json``.
+
+    Attributes:
+        recompute: the planned units as a ``recompute=`` value; budget_bytes: the budget it was held against.
+        estimated_peak_bytes: the memory model's estimate of the planned step; headroom_bytes: what the headroom adds;
+            margin_bytes: the budget left after both (negative: over).
+        batch, imgsz (px): the step planned. recompute_flops: forward FLOPs recomputed per step;
+            recompute_cost_fraction: those as a fraction of a step's FLOPs.
+        assumed: what the estimate assumed (:meth:`yolo_ckpt.runspec.RunSpec.to_dict`), or None.
+    """
+
+    recompute: str
+    budget_bytes: int
+    estimated_peak_bytes: int
+    batch: int
+    imgsz: int
+    recompute_flops: int
+    recompute_cost_fraction: float
+    headroom_bytes: int
+    margin_bytes: int
+    assumed: dict | None = None
+
+    @classmethod
+    def of(cls, plan, assumed: dict | None) -> PlanRecord:
+        """The record of a :class:`yolo_ckpt.planner.Plan` and the assumptions of its estimate."""
+        return cls(
+            plan.recompute, plan.budget_bytes, plan.estimated_peak_bytes, plan.batch, plan.imgsz, plan.recompute_flops,
+            plan.recompute_cost, plan.headroom_bytes, plan.margin_bytes, assumed,
+        )
+
+
+@dataclass
 class RunReport:
     """The record of one finished run: the content of ``ckpt_report.json``, one JSON key per field.
 
@@ -42,8 +75,7 @@ class RunReport:
         train_step_time_median_s: median training step (after :data:`WARMUP_STEPS`), train_steps_timed: steps in it.
         estimated_none_peak_bytes: the memory model's ``recompute=none`` peak of this run's step, where the run
             planned (recompute=auto, batch=-1); None otherwise.
-        plan: the plan of recompute=auto / batch=-1 (``budget_bytes``, ``estimated_peak_bytes``, ``headroom_bytes``,
-            ``margin_bytes``, ``assumed``, ...) or None.
+        plan: the :class:`PlanRecord` of recompute=auto / batch=-1, or None.
         metrics: :func:`task_metrics` names (fractions); ultralytics_metrics: Ultralytics' own.
     """
 
@@ -72,7 +104,7 @@ class RunReport:
     train_step_time_median_s: float | None = None
     train_steps_timed: int = 0
     estimated_none_peak_bytes: int | None = None
-    plan: dict | None = None
+    plan: PlanRecord | None = None
     metrics: dict = field(default_factory=dict)
     ultralytics_metrics: dict = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
@@ -92,25 +124,34 @@ class RunReport:
         schema = data.get("schema_version")
         if schema not in READABLE_SCHEMAS:
             raise ValueError(f"{where}: schema_version={schema!r} is not readable by yolo-ckpt {_version()}; readable: {', '.join(map(str, READABLE_SCHEMAS))}")
-        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ValueError(f"{where}: unknown keys {sorted(unknown)} for schema_version={schema}")
-        return cls(**data)
+        for record, keys in ((cls, data), (PlanRecord, data.get("plan") or {})):
+            unknown = set(keys) - {f.name for f in dataclasses.fields(record)}
+            if unknown:
+                raise ValueError(f"{where}: unknown keys {sorted(unknown)} for schema_version={schema}")
+        return cls(**{**data, "plan": PlanRecord(**data["plan"]) if data.get("plan") else None})
 
     def headline(self) -> str:
-        """One line a person reads at the end of a run: the training peak in MiB and GiB and what measured it, the
-        saving against the estimated ``recompute=none`` peak (where the run estimated it), the median step time."""
+        """One line a person reads at the end of a run: the training peak in MiB and GiB and what measured it (for the
+        CPU probe, its batch), where the run planned the saving its plan was estimated to make against the estimated
+        ``recompute=none`` peak of the same step (the planned batch and objects, which a measured batch need not
+        have: the planner's objects are the data's densest), and the median step time."""
         peak = self.train_peak_allocated_bytes
         if peak is None:
             text = "training peak not measured"
         else:
             source = {"cuda_allocator": "CUDA allocated", "cpu_probe_live_tensors": "CPU live tensors of one step"}.get(self.memory_source, self.memory_source)
+            if self.memory_probe_images:
+                source += f" of {self.memory_probe_images} images, {self.memory_probe_objects} objects"
             text = f"training peak {peak / 2**20:.1f} MiB ({peak / 2**30:.2f} GiB, {source})"
-            none = self.estimated_none_peak_bytes
-            if none:
-                saving = none - peak
-                side = "below" if saving >= 0 else "above"
-                text += f", {abs(saving) / 2**20:.1f} MiB ({abs(saving) / none:.0%}) {side} recompute=none's estimated {none / 2**20:.1f} MiB"
+            none, plan = self.estimated_none_peak_bytes, self.plan
+            if none and plan:
+                objects = (plan.assumed or {}).get("objects")
+                step = f"batch {plan.batch}, imgsz {plan.imgsz}" + (f", {objects} objects per image" if objects else "")
+                saving = 1 - plan.estimated_peak_bytes / none
+                text += (
+                    f"; estimated for the planned step ({step}): {plan.estimated_peak_bytes / 2**20:.1f} MiB, "
+                    f"{abs(saving):.0%} {'below' if saving >= 0 else 'above'} recompute=none's {none / 2**20:.1f} MiB"
+                )
             elif self.recompute not in {None, "none"}:
                 text += " (recompute=none's peak: yolo-ckpt profile with this run's keys estimates it)"
         step = self.train_step_time_median_s
