@@ -1,0 +1,61 @@
+"""The memory model's segmentation estimate against CPU measurements of the same steps, beyond the tests' sizes.
+
+For YOLO11n-seg and YOLO26n-seg (one class, fp32, ``recompute=none``, AdamW), batch 1 and 2, imgsz 256, 384 and 512
+(up to 3.2x the loss calibration's largest size) and 20 to 600 grid-laid objects per image
+(:func:`yolo_ckpt.memory.training_batch`): :func:`yolo_ckpt.estimate.estimate_step` against
+:func:`yolo_ckpt.memory.profile_step`. The segmentation estimate must never fall under the measurement.
+
+    python -m yolo_ckpt.bench.estimate_accuracy out=benchmarks/results/estimate-accuracy
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+
+import torch
+from ultralytics.cfg import get_cfg
+from ultralytics.nn.tasks import SegmentationModel
+
+from yolo_ckpt.estimate import estimate_step
+from yolo_ckpt.memory import profile_step, training_batch
+
+from .results_io import provenance, publish
+
+MODELS = ("yolo11n-seg.yaml", "yolo26n-seg.yaml")
+STEPS = tuple(itertools.product((1, 2), (256, 384, 512), (20, 100, 300, 600)))  # (batch, imgsz, objects per image)
+
+
+def main(argv: list[str]) -> dict:
+    opts = dict(a.split("=", 1) for a in argv)
+    rows = []
+    for cfg in MODELS:
+        torch.manual_seed(0)
+        model = SegmentationModel(cfg, nc=1, verbose=False)
+        model.args = get_cfg()
+        for batch, imgsz, objects in STEPS:
+            estimated = estimate_step(model, imgsz, batch, objects, "none", flops=False)
+            measured = profile_step(model, training_batch(model, batch, imgsz, objects), "none", flops=False)
+            rows.append({
+                "model": cfg, "batch": batch, "imgsz": imgsz, "objects": objects,
+                "estimated_peak_bytes": estimated.peak_bytes, "measured_peak_bytes": measured.peak_bytes,
+                "measured_loss_share": measured.loss_bytes / measured.peak_bytes,
+                "error": estimated.peak_bytes / measured.peak_bytes - 1,
+            })
+    result = {**provenance(" ".join(["python -m yolo_ckpt.bench.estimate_accuracy", *argv])), "steps": rows}
+    lines = ["| model | batch | imgsz | objects | measured MiB | loss share | estimated MiB | error |", "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        f"| {r['model']} | {r['batch']} | {r['imgsz']} | {r['objects']} | {r['measured_peak_bytes'] / 2**20:.0f} | "
+        f"{r['measured_loss_share']:.2f} | {r['estimated_peak_bytes'] / 2**20:.0f} | {r['error']:+.1%} |"
+        for r in rows
+    ]
+    for cfg in MODELS:
+        errors = [r["error"] for r in rows if r["model"] == cfg]
+        lines.append(f"\n{cfg}: {min(errors):+.1%} to {max(errors):+.1%} over {len(errors)} steps")
+    lines.append("\nCPU fp32, recompute=none, one class; error = estimate / measurement - 1.")
+    publish(result, lines, opts.get("out"))
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
