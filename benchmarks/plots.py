@@ -45,22 +45,21 @@ def write_plots(matrix, table: pd.DataFrame, out: Path) -> list[Path]:
 
 
 def _curves(matrix, ok: pd.DataFrame, out: Path) -> list[Path]:
-    """``curves.csv`` and ``curves.png`` of the cells whose run folder still holds its ``results.csv``; the rows of
-    other cells already in ``curves.csv`` (their run folders moved or deleted) are kept."""
+    """``curves.csv`` and ``curves.png`` of the cells whose run folder still holds its ``results.csv``; a cell whose
+    run folder was moved or deleted keeps its rows of the ``curves.csv`` already there."""
+    earlier = pd.read_csv(out / "curves.csv") if (out / "curves.csv").is_file() else None
     frames = []
     for _, row in ok.iterrows():
         csv = Path(str(row.get("run_dir", ""))) / "results.csv"
-        if not csv.is_file():
-            continue
         tiled = isinstance(row.get("tiles"), str) and row["tiles"].strip() not in {"", "nan", "None"}
-        label = f"{row['dataset']} {row['policy']} @{row['imgsz_used']}" + (f" tiles ({row['train_images']:.0f}, val on tiles)" if tiled else "")
+        label = f"{row['dataset']} {row['policy']} @{row['imgsz_used']:.0f}" + (f" tiles ({row['train_images']:.0f}, val on tiles)" if tiled else "")
+        if not csv.is_file():
+            if earlier is not None:
+                frames.append(earlier[earlier["cell"] == label])
+            continue
         curve = pd.read_csv(csv).rename(columns=str.strip)[["epoch", "time", "metrics/mAP50(B)", "metrics/mAP50-95(B)"]]
         nan = float("nan")
         frames.append(curve.assign(cell=label, full_mAP50=row["mAP50"] if tiled else nan, full_mAP50_95=row["mAP50-95"] if tiled else nan))
-    kept = out / "curves.csv"
-    if kept.is_file():  # cells without their run folder keep their rows
-        earlier = pd.read_csv(kept)
-        frames.append(earlier[~earlier["cell"].isin({f["cell"].iloc[0] for f in frames})])
     frames = [f for f in frames if len(f)]
     if not frames:
         return []

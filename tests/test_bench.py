@@ -2,6 +2,7 @@
 and the checks a matrix file gets before anything runs."""
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -107,6 +108,22 @@ def test_tiles_cell_trains_on_tiles_and_validates_on_full_images(tmp_path, one_t
     assert "tiles={'overlap': 0, 'size': 32}" in row["cell"] and (out / "curves.csv").is_file() and (out / "curves.png").is_file()
     tiles = next((out / "data").glob("tiles-*"))
     assert len(list((tiles / "images" / "val").iterdir())) == 4  # 1 val image: validated on its tiles while training
+
+
+def test_curves_keep_cells_whose_run_folder_is_gone(tmp_path):
+    from yolo_ckpt.bench.plots import _curves
+
+    run = tmp_path / "run"
+    run.mkdir()
+    pd.DataFrame({"epoch": [1, 2], "time": [1.0, 2.0], "metrics/mAP50(B)": [0.1, 0.2], "metrics/mAP50-95(B)": [0.0, 0.1]}).to_csv(run / "results.csv", index=False)
+    row = {"dataset": "d", "imgsz_used": 64, "tiles": None, "train_images": 2, "mAP50": 0.2, "mAP50-95": 0.1}
+    ok = pd.DataFrame([{**row, "policy": "all", "run_dir": str(run)}, {**row, "policy": "none", "run_dir": str(tmp_path / "gone")}])
+    earlier = {"epoch": [1], "time": [1.0], "metrics/mAP50(B)": [0.5], "metrics/mAP50-95(B)": [0.3], "full_mAP50": [None], "full_mAP50_95": [None]}
+    pd.concat([pd.DataFrame({**earlier, "cell": [label]}) for label in ("d none @64", "d stale @64")]).to_csv(tmp_path / "curves.csv", index=False)
+    _curves(SimpleNamespace(name="m"), ok, tmp_path)
+    curves = pd.read_csv(tmp_path / "curves.csv")
+    assert curves["cell"].tolist() == ["d all @64", "d all @64", "d none @64"]  # the gone run's row kept, the stale one not
+    assert curves["metrics/mAP50(B)"].tolist() == [0.1, 0.2, 0.5] and (tmp_path / "curves.png").is_file()
 
 
 def test_val_subset_and_objects(tmp_path, shared_datasets):
