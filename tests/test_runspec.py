@@ -9,7 +9,17 @@ from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.utils import autobatch as ultralytics_autobatch
 
 from yolo_ckpt.memory import optimizer_for
-from yolo_ckpt.runspec import amp_enabled, autobatch_fraction, autobatch_imgsz, count_data, frozen_layers, optimizer_rule
+from yolo_ckpt.runspec import (
+    DataCounts,
+    RunSpec,
+    amp_enabled,
+    autobatch_fraction,
+    autobatch_imgsz,
+    count_data,
+    frozen_layers,
+    objects_rule,
+    optimizer_rule,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -99,3 +109,17 @@ def test_optimizer_auto_as_build_train_pipeline_picks_it(epochs, synthetic, tmp_
     picked, rule = optimizer_rule("auto", counts.images, trainer.args.batch, trainer.args.nbs, epochs)
     assert picked == name == optimizer_for("auto", iterations) == ("AdamW" if epochs == 2500 else "MuSGD")
     assert f"for {iterations} iterations" in rule
+
+
+@pytest.mark.parametrize(("task", "counts", "expected"), [
+    ("detect", DataCounts(4, 300), (1200, "the data's most in one image, 300, x 4 for mosaic")),
+    ("segment", None, (20, "objects=20")),
+    ("classify", DataCounts(4, 0), (0, "a classify batch has none")),
+    ("semantic", None, (0, "a semantic batch has none")),
+    ("depth", None, (0, "a depth batch has none")),
+])
+def test_objects_per_image_by_task(task, counts, expected):
+    assert objects_rule(counts, 20, task) == expected
+    line = RunSpec("cpu", False, "AdamW", "optimizer=AdamW", *expected, 2).describe()
+    assert ("no objects (" if expected[0] == 0 else f"{expected[0]} objects per image (") + expected[1] + ")" in line
+

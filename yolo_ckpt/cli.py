@@ -220,7 +220,7 @@ def _estimate_setup(args: list[str], extra: dict | None = None):
     # the largest size a step trains at, as train plans it: rounded to the stride (2736 -> 2752, with Ultralytics'
     # warning) and x (1 + multi_scale) (yolo_ckpt.runspec.autobatch_imgsz)
     opts["imgsz_given"], opts["imgsz"] = opts["imgsz"], autobatch_imgsz(opts["imgsz"], opts["multi_scale"], max(int(model.stride.max()), 32))
-    objects, objects_text = objects_rule(None if "objects" in given else counts, opts["objects"])
+    objects, objects_text = objects_rule(None if "objects" in given else counts, opts["objects"], yolo.task)
     optimizer, optimizer_text = optimizer_rule(opts["optimizer"], counts.images if counts else None, opts["batch"], opts["nbs"], opts["epochs"])
     spec = RunSpec(device, amp_enabled(opts["amp"], device), optimizer, optimizer_text, objects, objects_text, int(model.yaml["nc"]))
     return model, opts, spec, headroom

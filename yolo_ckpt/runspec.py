@@ -165,16 +165,21 @@ class RunSpec:
         """One line for logs and the text output of profile/plan."""
         where = {"cpu": " as Ultralytics trains on the CPU", "mps": " as Ultralytics trains on MPS"}.get(self.device, "")
         precision = "AMP on (2-byte activations)" if self.amp else f"AMP off (fp32){where}"
-        return f"assumed: device {self.device}, {precision}, {self.optimizer_rule}, {self.objects} objects per image ({self.objects_rule}), {self.nc} classes"
+        objects = f"{self.objects} objects per image" if self.objects else "no objects"
+        return f"assumed: device {self.device}, {precision}, {self.optimizer_rule}, {objects} ({self.objects_rule}), {self.nc} classes"
 
     def to_dict(self) -> dict:
         """The fields as a dict (JSON output, run reports)."""
         return asdict(self)
 
 
-def objects_rule(counts: DataCounts | None, objects: int) -> tuple[int, str]:
-    """Objects per image for the loss and where they came from: the data's most x 4 (mosaic) when counted, else
-    ``objects``."""
+def objects_rule(counts: DataCounts | None, objects: int, task: str = "detect") -> tuple[int, str]:
+    """Objects per image for the loss and where they came from: none for a task whose batch has none
+    (:data:`yolo_ckpt.memory.OBJECTLESS_TASKS`), else the data's most x 4 (mosaic) when counted, else ``objects``."""
+    from .memory import OBJECTLESS_TASKS
+
+    if task in OBJECTLESS_TASKS:
+        return 0, f"a {task} batch has none"
     if counts is None:
         return objects, "objects=" + str(objects)
     return counts.mosaic_objects, f"the data's most in one image, {counts.max_objects}, x 4 for mosaic"

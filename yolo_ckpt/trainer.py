@@ -263,7 +263,7 @@ class CheckpointTrainerMixin:
         for mosaic), the optimizer Ultralytics will build, AMP as this device runs it, and the headroom for CUDA
         against a budget in bytes. Logs what it assumed (``self.run_spec``)."""
         counts = self._data_counts()
-        objects, objects_text = objects_rule(counts, 0)
+        objects, objects_text = objects_rule(counts, 0, task_of(type(self)))
         optimizer, optimizer_text = optimizer_rule(self.args.optimizer, counts.images, batch, self.args.nbs, self.epochs)
         amp = amp_enabled(self.args.amp, self.device.type)
         model = copy.deepcopy(unwrap_model(self.model)).cpu()
