@@ -84,8 +84,9 @@ CALIBRATION_POINTS = tuple(
 # do not grow with the mask pixels (1, B*A, ...) hold slack that the fit trades for lower mask-pixel coefficients, so
 # it falls short where the mask terms dominate. Measured without a margin (CPU fp32, steps at 256-1024 px, 20-600
 # objects): yolo11n-seg's step peak up to 1.0% under (2 x 512 px, 300 objects; 2 x 1024 px, 415), its loss's backward
-# peak 1.2%; yolo26n-seg's up to 0.6% (1 x 512 px, 300). With it every one of those steps is over (yolo11n-seg
-# +1.3% to +4.0%, yolo26n-seg +0.9% up where the foreground bound is tight).
+# peak 1.2%; yolo26n-seg's up to 0.6% (1 x 512 px, 300). With it all 48 steps of benchmarks/results/estimate-accuracy
+# are over: yolo11n-seg +1.7% to +17.5%, yolo26n-seg +0.9% to +14.2% (the high end where grid-laid objects claim
+# fewer anchors than the foreground bound).
 MASK_TERMS_MARGIN = 0.05
 
 
