@@ -52,7 +52,8 @@ DEFAULT_MODELS = {
 
 
 def help_text() -> str:
-    """The text of ``yolo-ckpt help``: commands, an example, and yolo-ckpt's keys with their defaults."""
+    """The text of ``yolo-ckpt help``: commands, examples, and yolo-ckpt's keys with their defaults and comments, as
+    ``cfg/default.yaml`` (train's) and ``cfg/estimate.yaml`` (profile's and plan's) write them."""
     commands = "\n".join(f"  {name:<8}{text}" for name, text in COMMANDS.items())
     keys, estimate_keys = (
         "\n".join(f"  {line}" for line in path.read_text().splitlines() if line.strip() and not line.startswith("#"))
@@ -72,7 +73,7 @@ def help_text() -> str:
         "  data   default: the built-in synthetic dataset of the task (1600 px aerial-like scenes)\n"
         "  model  default: yolo11n.yaml (yolo11n-seg.yaml, ...; yolo26n-sem.yaml, yolo26n-depth.yaml) built from\n"
         "         scratch, nothing is downloaded; RT-DETR YAMLs (rtdetr-l.yaml, ...) train with RTDETRTrainer\n\n"
-        f"yolo-ckpt's keys (defaults from {DEFAULTS_PATH.name}):\n{keys}\n"
+        f"yolo-ckpt's keys (defaults from {DEFAULTS_PATH.name}):\n{keys}\n\n"
         f"profile's and plan's keys (defaults from {ESTIMATE_DEFAULTS_PATH.name}):\n{estimate_keys}\n\n"
         "profile and plan read train's keys as train does: data= (classes, objects, images for optimizer=auto), device=\n"
         "(default: a CUDA device; cpu estimates fp32), amp=, optimizer=, epochs=, nbs=; the output states what it assumed.\n"
