@@ -74,6 +74,7 @@ def test_bad_estimate_option_names_it(key, value, message):
 def test_budget_units(value, expected):
     budget = Budget.parse(value)
     assert budget.bytes(None) == budget.bytes(80 * GiB) == expected and not budget.is_fraction and str(budget) == value
+    assert budget == Budget(expected) and str(Budget(expected)) == f"{expected}B"  # built directly: no given text
 
 
 def test_budget_fraction_needs_cuda():

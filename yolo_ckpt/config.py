@@ -96,7 +96,9 @@ class Budget:
         return int(self.fraction * cuda_available_bytes)
 
     def __str__(self) -> str:
-        return str(self.given)
+        if self.given is not None:
+            return str(self.given)
+        return f"{self.fraction:g}" if self.is_fraction else f"{self.size_bytes}B"
 
 
 @dataclass(frozen=True)
