@@ -1,4 +1,5 @@
-"""A matrix cell: its keys and defaults, the settings a kind of matrix shares, a cell's names and its failed row.
+"""A matrix cell: its keys and defaults, its budget (:func:`cell_budget`), the settings a kind of matrix shares, a
+cell's names and its failed row.
 
 Imported by the matrix reader (:mod:`.matrix`) and by the cells that run (:mod:`.step_cell`, :mod:`.train_cell`)
 and the tables (:mod:`.tables`); it imports none of them, so the bench's modules import in one direction.
@@ -7,8 +8,11 @@ and the tables (:mod:`.tables`); it imports none of them, so the bench's modules
 from __future__ import annotations
 
 import hashlib
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
+from yolo_ckpt.config import Budget
 from yolo_ckpt.policy import spec_string
 
 CELL_KEYS = {  # key: default
@@ -29,6 +33,38 @@ SETTINGS = {
     "step": {"objects": 20, "pairs": 5, "device": None, "seed": 0},
     "train": {"val_images": None, "device": None},  # plus any 'yolo train' argument
 }
+
+
+@dataclass(frozen=True)
+class RelativeBudget:
+    """A step cell's ``memory_budget: 0.6x`` (bench only): ``factor`` x the estimated ``recompute=none`` peak at the
+    cell's imgsz and batch."""
+
+    factor: float
+
+    def bytes(self, none_peak_bytes: int) -> int:
+        """The budget in bytes for a ``recompute=none`` estimated peak of ``none_peak_bytes``."""
+        return int(self.factor * none_peak_bytes)
+
+
+def cell_budget(value) -> Budget | RelativeBudget | None:
+    """A cell's ``memory_budget`` value: None (unset), a :class:`RelativeBudget` for ``"0.6x"``, else
+    :meth:`yolo_ckpt.config.Budget.parse`'s (bytes with a unit, or a CUDA fraction).
+
+    Raises:
+        ValueError: naming the value and the valid forms.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().endswith("x"):
+        try:
+            factor = float(value.strip()[:-1])
+        except ValueError:
+            factor = math.nan
+        if not 0 < factor < math.inf:
+            raise ValueError(f"memory_budget={value!r} is not valid; valid: bytes with a unit (2GB), a fraction of the CUDA memory (0.6) or a factor of the recompute=none peak (0.6x)")
+        return RelativeBudget(factor)
+    return Budget.parse(value)
 
 
 def is_none(cell: dict) -> bool:

@@ -40,13 +40,14 @@ import torch
 from ultralytics.cfg import check_dict_alignment
 from ultralytics.utils import DEFAULT_CFG_DICT, LOGGER, SETTINGS as ULTRALYTICS_SETTINGS, TQDM, YAML
 
+from yolo_ckpt.config import Budget, CkptConfig
 from yolo_ckpt.memory import TASKS
-from yolo_ckpt.planner import PLANNED_TASKS, parse_budget
-from yolo_ckpt.policy import check_mode, is_auto, layout_of, resolve
+from yolo_ckpt.planner import PLANNED_TASKS
+from yolo_ckpt.policy import is_auto, layout_of, resolve
 from yolo_ckpt.shipped import resolve_yaml
 
 from . import plots, step_cell, tables, train_cell
-from .cells import BUILT_IN_DATASETS, CELL_KEYS, SETTINGS, cell_id, failed, is_none, run_name
+from .cells import BUILT_IN_DATASETS, CELL_KEYS, SETTINGS, RelativeBudget, cell_budget, cell_id, failed, is_none, run_name
 from .results_io import provenance
 
 KINDS = ("step", "train")
@@ -137,24 +138,18 @@ def _check_cell(matrix: Matrix, cell: dict) -> None:
     layout = layout_of(cell["model"])  # FileNotFoundError for a missing model YAML
     task = cell["task"] or _model_task(cell["model"])
     cell["task"] = task
-    check_mode(cell["recompute_mode"])
-    if not is_auto(cell["recompute"]):
-        resolve(cell["recompute"], layout)
+    config = CkptConfig.from_args({k: cell[k] for k in ("recompute", "recompute_mode")})  # as train checks them
+    if not is_auto(config.recompute):
+        resolve(config.recompute, layout)
     if matrix.kind == "step" and task not in TASKS:
         raise ValueError(f"{where}: step cells measure the tasks {', '.join(TASKS)} (yolo_ckpt.memory.training_batch); task={task} needs kind: train")
-    budget = cell["memory_budget"]
-    relative = isinstance(budget, str) and budget.endswith("x")
-    if budget is not None:
-        if relative:
-            if matrix.kind != "step":
-                raise ValueError(f"{where}: memory_budget={budget} (relative to recompute=none) is for step cells; give bytes with a unit, e.g. 2GB")
-            try:
-                if float(budget[:-1]) <= 0:
-                    raise ValueError
-            except ValueError:
-                raise ValueError(f"{where}: memory_budget={budget!r} is not valid; valid: bytes with a unit (2GB) or a factor of the recompute=none peak (0.6x)") from None
-        else:
-            parse_budget(budget, 1)  # the form; a fraction's device is checked by run_matrix
+    try:
+        budget = cell_budget(cell["memory_budget"])  # the form; a fraction's device is checked by run_matrix
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+    relative = isinstance(budget, RelativeBudget)
+    if relative and matrix.kind != "step":
+        raise ValueError(f"{where}: memory_budget={cell['memory_budget']} (relative to recompute=none) is for step cells; give bytes with a unit, e.g. 2GB")
     if cell["imgsz"] != "fit" and not (isinstance(cell["imgsz"], int) and cell["imgsz"] > 0):
         raise ValueError(f"{where}: imgsz={cell['imgsz']!r} is not valid; valid: a positive int or 'fit'")
     if cell["amp"] not in {True, False}:
@@ -165,7 +160,7 @@ def _check_cell(matrix: Matrix, cell: dict) -> None:
     if cell["imgsz"] == "fit" and (is_auto(cell["recompute"]) or cell["batch"] == -1):
         raise ValueError(f"{where}: imgsz=fit needs a named policy and a batch (it is the largest imgsz for them)")
     if relative and (cell["imgsz"] == "fit" or cell["batch"] == -1):
-        raise ValueError(f"{where}: memory_budget={budget} is relative to recompute=none at the cell's imgsz and batch: give both")
+        raise ValueError(f"{where}: memory_budget={cell['memory_budget']} is relative to recompute=none at the cell's imgsz and batch: give both")
     if planned and budget is None:
         raise ValueError(f"{where}: {' and '.join(planned)} need memory_budget= (bytes with a unit, e.g. 4GB)")
     if planned and task not in PLANNED_TASKS:
@@ -238,7 +233,7 @@ def run_matrix(path, out=None, command: str | None = None, overrides: dict | Non
         before anything is written.
     """
     matrix = load_matrix(path, overrides)
-    fractions = [c for c in matrix.cells if str(c["memory_budget"]).replace(".", "", 1).isdigit()]
+    fractions = [c for c in matrix.cells if isinstance(b := cell_budget(c["memory_budget"]), Budget) and b.is_fraction]
     if fractions and not torch.cuda.is_available():
         raise ValueError(f"{path}: memory_budget={fractions[0]['memory_budget']} is a fraction of CUDA memory and this machine has no CUDA device; give bytes with a unit, e.g. 8GB")
     out = Path(out) if out else Path(ULTRALYTICS_SETTINGS["runs_dir"]) / "bench" / matrix.name

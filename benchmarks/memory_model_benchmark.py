@@ -19,8 +19,9 @@ from ultralytics import YOLO
 from ultralytics.nn.tasks import BaseModel
 from ultralytics.utils import DEFAULT_CFG
 
+from yolo_ckpt.config import Budget
 from yolo_ckpt.estimate import calibrate_loss, estimate_step
-from yolo_ckpt.planner import MemoryModel, parse_budget
+from yolo_ckpt.planner import MemoryModel
 
 from .results_io import provenance, publish
 
@@ -75,7 +76,7 @@ def timed_plan(cfg: str, imgsz: int, batch: int, objects: int, budget: str, targ
     """Seconds from a fresh model to its plan (loss calibration, the none estimate, the plan and its check)."""
     model = build(cfg)
     t = time.perf_counter()
-    plan = MemoryModel(model, imgsz, batch, objects).plan(parse_budget(budget), batch, imgsz)
+    plan = MemoryModel(model, imgsz, batch, objects).plan(Budget.parse(budget).bytes(None), batch, imgsz)
     return {"model": cfg, "imgsz": imgsz, "batch": batch, "objects_per_image": objects, "budget": budget,
             "recompute": plan.recompute, "estimated_peak_bytes": plan.estimated_peak_bytes, "plan_s": time.perf_counter() - t, "target_s": target_s}
 

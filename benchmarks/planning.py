@@ -8,14 +8,16 @@ import copy
 
 from ultralytics.utils import DEFAULT_CFG
 
-from yolo_ckpt.planner import MemoryModel, parse_budget
+from yolo_ckpt.planner import MemoryModel
 from yolo_ckpt.policy import is_auto
+
+from .cells import RelativeBudget, cell_budget
 
 
 def needs_memory_model(cell: dict) -> bool:
     """Whether a cell has a value only the memory model can settle."""
-    budget = cell["memory_budget"]
-    return is_auto(cell["recompute"]) or cell["batch"] == -1 or cell["imgsz"] == "fit" or (isinstance(budget, str) and budget.endswith("x"))
+    relative = isinstance(cell_budget(cell["memory_budget"]), RelativeBudget)
+    return is_auto(cell["recompute"]) or cell["batch"] == -1 or cell["imgsz"] == "fit" or relative
 
 
 def memory_model(model, objects: int, optimizer: str = "AdamW", amp: bool = False) -> MemoryModel:
@@ -38,11 +40,11 @@ def settle(cell: dict, memory: MemoryModel | None, cuda_available_bytes: int | N
     out = {"imgsz": cell["imgsz"], "batch": cell["batch"], "recompute": cell["recompute"], "budget_bytes": None}
     if memory is None:
         return out
-    budget = cell["memory_budget"]
-    if isinstance(budget, str) and budget.endswith("x"):
-        out["budget_bytes"] = int(float(budget[:-1]) * memory.peak((), cell["batch"], cell["imgsz"]))
+    budget = cell_budget(cell["memory_budget"])
+    if isinstance(budget, RelativeBudget):
+        out["budget_bytes"] = budget.bytes(memory.peak((), cell["batch"], cell["imgsz"]))
     elif budget is not None:
-        out["budget_bytes"] = parse_budget(budget, cuda_available_bytes)
+        out["budget_bytes"] = budget.bytes(cuda_available_bytes)
     auto = is_auto(cell["recompute"])
     spec = "all" if auto and cell["batch"] == -1 else cell["recompute"]
     units = () if auto and spec != "all" else memory.units(spec)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from yolo_ckpt.planner import parse_budget
+from yolo_ckpt.config import Budget
 from yolo_ckpt.report import add_deltas, markdown_table
 
-from .cells import cell_id
+from .cells import cell_budget, cell_id
 
 COLUMNS = {  # Markdown columns per kind: results column -> header
     "step": {
@@ -74,9 +74,10 @@ def delta_table(matrix, results: pd.DataFrame) -> pd.DataFrame:
 
 def _fits(budget, peak_mib) -> str:
     """"yes"/"no" for a budget in bytes with a unit; "" for none, a factor (0.6x) or a CUDA fraction (0.6)."""
-    if not isinstance(budget, str) or not budget.strip()[-1:].isalpha() or budget.endswith("x") or pd.isna(peak_mib):
+    parsed = cell_budget(budget) if isinstance(budget, str) else None  # results.csv reads an unset budget as NaN
+    if not isinstance(parsed, Budget) or parsed.is_fraction or pd.isna(peak_mib):
         return ""
-    return "yes" if peak_mib * 2**20 <= parse_budget(budget, None) else "no"
+    return "yes" if peak_mib * 2**20 <= parsed.bytes(None) else "no"
 
 
 def markdown(matrix, table: pd.DataFrame, record: dict) -> str:

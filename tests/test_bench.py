@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+import torch
 import yaml
 
 from yolo_ckpt.bench import matrix as bench, step_cell, train_cell
@@ -157,12 +158,37 @@ def test_val_subset_and_objects(tmp_path, shared_datasets):
         ({"grid": [{"model": "yolo11n.yaml", "recompute": "none", "tiles": {"size": 64, "overlap": 0}}]}, "tiles= is for train cells"),
         ({"kind": "train", "settings": {}, "grid": [{"recompute": "none", "tiles": {"size": 64}}]}, "tiles={'size': 64} is not valid"),
         ({"kind": "train", "settings": {}, "grid": [{"recompute": "none", "tiles": {"size": 999, "overlap": 0}}]}, "tiles size=999 is not valid"),
+        ({"grid": [{"model": "yolo11n.yaml", "recompute": ["none", "auto"], "memory_budget": "12XB"}]}, "memory_budget=12XB: memory_budget='12XB': unknown unit 'XB'"),
+        ({"grid": [{"model": "yolo11n.yaml", "recompute": "none", "memory_budget": "0x"}]}, "memory_budget='0x' is not valid; valid: bytes with a unit (2GB), a fraction"),
+        ({"kind": "train", "settings": {}, "grid": [{"recompute": "none", "memory_budget": "0.6x"}]}, "memory_budget=0.6x (relative to recompute=none) is for step cells"),
+        ({"grid": [{"model": "yolo11n.yaml", "recompute": "none", "recompute_mode": "partial"}]}, "valid modes: full, selective"),
     ],
 )
 def test_bad_matrix_fails_before_anything_runs(tmp_path, capsys, change, message):
     out = tmp_path / "out"
     assert main(["bench", f"matrix={write_matrix(tmp_path, {**STEP, **change})}", f"out={out}"]) == 2
     assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_cell_budget_forms():
+    """A cell's budget: Budget's forms, plus the bench's own factor of the recompute=none peak."""
+    from yolo_ckpt.bench.cells import RelativeBudget, cell_budget
+    from yolo_ckpt.config import Budget
+
+    assert cell_budget(None) is None and cell_budget("2GB") == Budget.parse("2GB") and cell_budget(0.5).is_fraction
+    assert cell_budget(" 0.6x") == RelativeBudget(0.6) and cell_budget("0.6x").bytes(1000) == 600
+    for bad in ("x", "-1x", "infx", "nanx"):
+        with pytest.raises(ValueError, match=f"memory_budget={bad!r} is not valid; valid: .* a factor of the recompute=none peak"):
+            cell_budget(bad)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the check is for machines without a CUDA device")
+def test_fraction_budget_needs_cuda(tmp_path, capsys):
+    out = tmp_path / "out"
+    spec = {**STEP, "grid": [{**STEP["grid"][0], "recompute": ["none", "auto"], "memory_budget": 0.5}]}
+    assert main(["bench", f"matrix={write_matrix(tmp_path, spec)}", f"out={out}"]) == 2
+    assert "memory_budget=0.5 is a fraction of CUDA memory and this machine has no CUDA device" in capsys.readouterr().err
     assert not out.exists()
 
 

@@ -79,7 +79,26 @@ def test_help_lists_commands_and_keys(capsys):
     assert main(["help"]) == 0
     out = capsys.readouterr().out
     assert "train" in out and "recompute: backbone" in out and "yolo11n.yaml" in out
+    assert "  objects: 20 #" in out and "  format: text #" in out and "  plot: false #" in out  # cfg/estimate.yaml's
     assert main(["bogus"]) == 2
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["plan", "memory_budget=1GB", "format=xml"], "format='xml' is not valid here; valid: text, json"),
+        (["profile", "objects=0"], "objects=0 is not valid; give a positive int"),
+        (["profile", "recompute_mode=partial"], "valid modes: full, selective"),
+        (["plan", "memory_budget=12"], "memory_budget=12: a number without a unit must be a fraction in (0, 1]"),
+        (["plan", "memory_budget=1GB", "plot=True"], "'plot' is not a valid YOLO argument"),  # profile's only
+    ],
+)
+def test_profile_and_plan_bad_keys_exit_2(args, message, capsys):
+    """profile's and plan's keys are checked before the model is built: exit 2, the error on the last line (an
+    unknown key's comes after Ultralytics' own help on its keys)."""
+    assert main(args) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("yolo-ckpt: error:") and message in last
 
 
 def test_console_script_and_dependencies_declared():
@@ -200,15 +219,15 @@ def test_profile_and_plan_estimate_the_run_of_the_data(synthetic, tmp_path):
     from yolo_ckpt.cli import _estimate_setup
 
     data = _one_class_data(synthetic, tmp_path)
-    model, opts, spec, headroom = _estimate_setup([f"data={data}", "imgsz=128", "batch=1", "device=cpu", "epochs=20000", "memory_budget=8GB"])
+    model, opts, config, spec = _estimate_setup([f"data={data}", "imgsz=128", "batch=1", "device=cpu", "epochs=20000", "memory_budget=8GB"])
     assert model.yaml["nc"] == spec.nc == 1 and spec.objects == 1200
-    assert (spec.device, spec.amp, spec.optimizer, str(headroom)) == ("cpu", False, "MuSGD", "1x+0MiB")
+    assert (spec.device, spec.amp, spec.optimizer, str(config.headroom_on(spec.device))) == ("cpu", False, "MuSGD", "1x+0MiB")
     assert spec.describe() == (
         "assumed: device cpu, AMP off (fp32) as Ultralytics trains on the CPU, optimizer=auto: MuSGD for 20000 iterations "
         "(3 images, 20000 epochs; MuSGD above 10000), 1200 objects per image (the data's most in one image, 300, x 4 for mosaic), 1 classes"
     )
-    _, _, spec, headroom = _estimate_setup(["objects=7", "optimizer=SGD", "memory_budget=8GB"])  # no data=, no device=
-    assert (spec.device, spec.amp, spec.nc, spec.objects, spec.optimizer, str(headroom)) == ("cuda", True, 80, 7, "SGD", "1.15x+500MiB")
+    _, _, config, spec = _estimate_setup(["objects=7", "optimizer=SGD", "memory_budget=8GB"])  # no data=, no device=
+    assert (spec.device, spec.amp, spec.nc, spec.objects, spec.optimizer, str(config.headroom_on(spec.device))) == ("cuda", True, 80, 7, "SGD", "1.15x+500MiB")
     assert spec.describe() == (  # the line profile and plan print (their JSON carries the fields)
         "assumed: device cuda, AMP on (2-byte activations), optimizer=SGD, 7 objects per image (objects=7), 80 classes"
     )

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from yolo_ckpt.cli import parse_train_args
-from yolo_ckpt.planner import parse_budget
+from yolo_ckpt.config import Budget
 from yolo_ckpt.policy import ModelLayout, check_spec, resolve
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -42,9 +42,9 @@ def test_recompute_grammar_raises_only_value_errors_naming_the_key(spec):
                  st.floats(allow_nan=True), st.integers(-10, 10**13), st.booleans(), st.none()),
        st.sampled_from([None, 16 * 2**30]))
 def test_memory_budget_raises_only_value_errors_naming_the_key(value, cuda_available):
-    """parse_budget returns a positive byte count or raises ValueError that names memory_budget=."""
+    """Budget.parse and its bytes() return a positive byte count or raise ValueError that names memory_budget=."""
     try:
-        budget = parse_budget(value, cuda_available)
+        budget = Budget.parse(value).bytes(cuda_available)
     except ValueError as e:
         assert "memory_budget=" in str(e)
     else:
@@ -65,7 +65,7 @@ def test_key_value_words_raise_only_syntax_errors(words):
     an unknown key or a missing '=', AssertionError for a key without a value (the CLI prints either, exit 2)."""
     from ultralytics.utils import DEFAULT_CFG_DICT
 
-    from yolo_ckpt.trainer import DEFAULTS
+    from yolo_ckpt.config import DEFAULTS
 
     try:
         overrides = parse_train_args(words)

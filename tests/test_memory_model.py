@@ -1,6 +1,7 @@
 """The memory model: fake-tensor estimates against CPU measurements, per-layer rows, plans that fit, budgets."""
 
 import copy
+import dataclasses
 import json
 import subprocess
 import sys
@@ -23,10 +24,11 @@ from ultralytics.utils import DEFAULT_CFG
 from ultralytics.utils.torch_utils import unwrap_model
 
 from yolo_ckpt import apply_checkpointing, count_recomputations, trainer_for
+from yolo_ckpt.config import Budget, Headroom
 from yolo_ckpt.engine import NESTED_BLOCKS, sub_regions
 from yolo_ckpt.estimate import CALIBRATION_POINTS, estimate_step
 from yolo_ckpt.memory import build_optimizer, detect_batch, optimizer_for, probe_training_step, profile_step, train_imgsz, training_batch
-from yolo_ckpt.planner import NO_HEADROOM, Headroom, MemoryModel, headroom_for, parse_budget, parse_headroom
+from yolo_ckpt.planner import MemoryModel
 from yolo_ckpt.policy import resolve
 from yolo_ckpt.report import REPORT_NAME
 from yolo_ckpt.runspec import device_type
@@ -295,29 +297,6 @@ def test_optimizer_state_counted_as_built(name, states):
         optimizer_for("Lion")
 
 
-@pytest.mark.parametrize(
-    "value, expected",
-    [("12GB", 12_000_000_000), ("16GiB", 16 * GiB), ("500MiB", 500 * 2**20), ("1.5 GB", 1_500_000_000)],
-)
-def test_budget_units(value, expected):
-    assert parse_budget(value) == expected
-
-
-def test_budget_fraction_needs_cuda():
-    assert parse_budget(0.5, cuda_available_bytes=80 * GiB) == 40 * GiB
-    with pytest.raises(ValueError, match="a fraction needs a CUDA device"):
-        parse_budget("0.5")
-
-
-@pytest.mark.parametrize(
-    "value, message",
-    [("12", "must be a fraction in"), ("12XB", "unknown unit"), ("-3GB", "is not valid"), ("0GB", "more than 0"), (True, "not valid"), ("lots", "not valid")],
-)
-def test_bad_budgets(value, message):
-    with pytest.raises(ValueError, match=message):
-        parse_budget(value)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "kw, message",
@@ -336,28 +315,6 @@ def test_planning_errors_before_run_dir(kw, message, synthetic, tmp_path):
     with pytest.raises(ValueError, match=message or r"tasks detect, segment, pose, obb, classify, semantic, depth; for \w*RTDETRTrainer"):
         model.train(data=synthetic(), trainer=trainer_for("detect", model), device="cpu", project=str(tmp_path), **kw)
     assert list(tmp_path.iterdir()) == []
-
-
-@pytest.mark.parametrize(
-    "value, expected",
-    [("1.15x+500MiB", Headroom(1.15, 500 * 2**20)), ("1.2x", Headroom(1.2)), ("800MiB", Headroom(1.0, 800 * 2**20)), (1, NO_HEADROOM), ("1.1 x + 1GB", Headroom(1.1, 10**9))],
-)
-def test_headroom_forms(value, expected):
-    assert parse_headroom(value) == expected
-
-
-@pytest.mark.parametrize("value, message", [("0.5x", "below 1"), ("lots", "not valid"), ("1.1x+5apples", "not bytes with a unit"), (True, "not valid"), (0.5, "not valid")])
-def test_bad_headroom(value, message):
-    with pytest.raises(ValueError, match=message):
-        parse_headroom(value)
-
-
-def test_headroom_only_on_cuda_against_bytes():
-    """The headroom is kept on CUDA against a byte budget; a fraction is a margin already; the CPU counts it all."""
-    assert headroom_for("1.2x+100MiB", "cuda", "12GB") == Headroom(1.2, 100 * 2**20)
-    assert headroom_for("1.2x+100MiB", "cuda", 0.7) == headroom_for("1.2x+100MiB", "cuda", None) == NO_HEADROOM
-    assert headroom_for("1.2x+100MiB", "cpu", "12GB") == NO_HEADROOM
-    assert Headroom(1.15, 500 * 2**20).need(1000 * 2**20) == 1650 * 2**20
 
 
 def test_device_type_of_device_values():
@@ -396,14 +353,16 @@ def test_batch_minus_one_capped_by_data_and_sized_for_multi_scale(synthetic, tmp
     assert len(trainer.policy.indices) == 17  # recompute=auto batch=-1: all layers, then the largest batch
     assert trainer.auto_batch() == 8 == trainer._data_counts().images
     assert trainer.run_spec.objects == 4 * trainer._data_counts().max_objects > 0 and not trainer.run_spec.amp
-    trainer.args.memory_budget, trainer.args.multi_scale, trainer.plan = "60MB", 0.5, None
+    trainer.ckpt_config = dataclasses.replace(trainer.ckpt_config, memory_budget=Budget.parse("60MB"))
+    trainer.args.multi_scale, trainer.plan = 0.5, None
     batch = trainer.auto_batch()
     assert (trainer.plan.imgsz, trainer.plan.batch, trainer.plan.headroom_bytes) == (160, batch, 0) and 1 <= batch < 8
     assert trainer.plan.estimated_peak_bytes <= 60_000_000
     calls = []
     monkeypatch.setattr(BaseTrainer, "auto_batch", lambda self, objects, dataset_size: calls.append((self.batch_size, objects, dataset_size)) or 5)
     monkeypatch.setattr(trainer, "_cuda_available", lambda: 10 * GiB)
-    trainer.device, trainer.args.memory_budget, trainer.plan = torch.device("cuda"), "4GiB", None
+    trainer.ckpt_config = dataclasses.replace(trainer.ckpt_config, memory_budget=Budget.parse("4GiB"))
+    trainer.device, trainer.plan = torch.device("cuda"), None
     assert trainer.auto_batch() == 5 and calls == [(0.4, trainer.run_spec.objects, 8)] and trainer.batch_size == -1
     assert trainer.run_spec.amp and trainer.plan.headroom_bytes > 500 * 2**20  # CUDA, a byte budget: the headroom
 

@@ -7,12 +7,15 @@ and with no ``model=`` it builds ``yolo11n.yaml`` (``yolo11n-seg.yaml``, ...; ``
 ``yolo26n-depth.yaml`` for semantic and depth) instead of downloading weights.
 
 ``profile`` and ``plan`` read the same keys as ``train`` (:mod:`yolo_ckpt.runspec` decides the device, AMP, optimizer
-and objects per image they stand for) and say what they assumed; their result is all that goes to stdout.
+and objects per image they stand for), plus their own (``objects=``, ``format=``, profile's ``plot=``:
+``yolo_ckpt/cfg/estimate.yaml``), and say what they assumed; their result is all that goes to stdout. Every command
+checks yolo-ckpt's keys once, through :mod:`yolo_ckpt.config`, before it builds or writes anything.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import sys
 from pathlib import Path
@@ -21,8 +24,8 @@ from typing import TYPE_CHECKING
 from ultralytics.cfg import TASKS, check_dict_alignment, merge_equals_args, parse_key_value_pair
 from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT, LOGGER, YAML
 
+from .config import DEFAULTS, DEFAULTS_PATH, ESTIMATE_DEFAULTS, ESTIMATE_DEFAULTS_PATH, CkptConfig, EstimateOptions
 from .shipped import resolve_yaml, shipped
-from .trainer import DEFAULTS, DEFAULTS_PATH
 
 if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
     import pandas
@@ -35,8 +38,7 @@ COMMANDS = {
     "bench": "run a benchmark matrix: matrix=NAME|FILE [out=DIR] [setting=value] (out: runs/bench/NAME)",
     "help": "show this help",
 }
-ESTIMATE_KEYS = {"objects": 20}  # profile/plan without data=: objects per image the loss is estimated for
-PROFILE_KEYS = {"plot": False}  # profile: also draw the per-layer picture (yolo_ckpt.layer_plot)
+PROFILE_ONLY = ("plot",)  # keys of cfg/estimate.yaml that plan does not take
 # model= default per task, built from its YAML (nothing downloads): YOLO11n, or YOLO26n where only YOLO26 has the task
 DEFAULT_MODELS = {
     "detect": "yolo11n.yaml",
@@ -50,10 +52,12 @@ DEFAULT_MODELS = {
 
 
 def help_text() -> str:
-    """The text of ``yolo-ckpt help``: commands, an example, and yolo-ckpt's keys with their defaults."""
+    """The text of ``yolo-ckpt help``: commands, examples, and yolo-ckpt's keys with their defaults and comments, as
+    ``cfg/default.yaml`` (train's) and ``cfg/estimate.yaml`` (profile's and plan's) write them."""
     commands = "\n".join(f"  {name:<8}{text}" for name, text in COMMANDS.items())
-    keys = "\n".join(
-        f"  {line}" for line in DEFAULTS_PATH.read_text().splitlines() if line.strip() and not line.startswith("#")
+    keys, estimate_keys = (
+        "\n".join(f"  {line}" for line in path.read_text().splitlines() if line.strip() and not line.startswith("#"))
+        for path in (DEFAULTS_PATH, ESTIMATE_DEFAULTS_PATH)
     )
     return (
         "usage: yolo-ckpt COMMAND [TASK] key=value ...\n\n"
@@ -69,10 +73,8 @@ def help_text() -> str:
         "  data   default: the built-in synthetic dataset of the task (1600 px aerial-like scenes)\n"
         "  model  default: yolo11n.yaml (yolo11n-seg.yaml, ...; yolo26n-sem.yaml, yolo26n-depth.yaml) built from\n"
         "         scratch, nothing is downloaded; RT-DETR YAMLs (rtdetr-l.yaml, ...) train with RTDETRTrainer\n\n"
-        f"yolo-ckpt's keys (defaults from {DEFAULTS_PATH.name}):\n{keys}\n"
-        f"  objects: {ESTIMATE_KEYS['objects']} # profile and plan without data=: objects per image for the loss estimate (with data=: the data's most x 4 for mosaic)\n"
-        "  format: text # profile and plan: text or json (stdout holds only the result; progress and logs go to stderr)\n"
-        f"  plot: {PROFILE_KEYS['plot']} # profile: also write the per-layer picture (saved memory per layer, kept or recomputed; the peak per phase), into project=/name= (default runs/profile/profileN)\n\n"
+        f"yolo-ckpt's keys (defaults from {DEFAULTS_PATH.name}):\n{keys}\n\n"
+        f"profile's and plan's keys (defaults from {ESTIMATE_DEFAULTS_PATH.name}):\n{estimate_keys}\n\n"
         "profile and plan read train's keys as train does: data= (classes, objects, images for optimizer=auto), device=\n"
         "(default: a CUDA device; cpu estimates fp32), amp=, optimizer=, epochs=, nbs=; the output states what it assumed.\n"
     )
@@ -83,7 +85,7 @@ def parse_train_args(args: list[str], extra: dict | None = None) -> dict:
 
     Args:
         args: the words after the command.
-        extra: further valid keys and their defaults (profile and plan take ``objects=``).
+        extra: further valid keys and their defaults (profile and plan take ``objects=``, ...: ``cfg/estimate.yaml``).
 
     Raises:
         SyntaxError: for an unknown key (with Ultralytics' suggestions of similar keys) or a bare word that is
@@ -168,9 +170,9 @@ def _diagnostics_to_stderr():
             h.setStream(stream)
 
 
-def _estimate_setup(args: list[str], extra: dict | None = None):
-    """Parse profile/plan arguments into the run ``yolo-ckpt train`` would make of the same keys; ``extra``: keys
-    only this command takes, with their defaults (profile's ``plot=``).
+def _estimate_setup(args: list[str], command: str = "plan"):
+    """Parse the arguments of ``command`` (``profile`` or ``plan``, which does not take profile's ``plot=``) into the
+    run ``yolo-ckpt train`` would make of the same keys.
 
     The model is built from ``model=`` (no download) as the trainer builds it: with the data's classes and channels
     when ``data=`` is given (Ultralytics' ``check_det_dataset``). What the estimate assumes comes from
@@ -178,29 +180,28 @@ def _estimate_setup(args: list[str], extra: dict | None = None):
     optimizer Ultralytics will build, and objects per image (the data's most x 4 for mosaic, else ``objects=``).
 
     Returns:
-        ``(model, opts, spec, headroom)``: the training-mode model, the keys with defaults (Ultralytics' for
-        ``yolo train``'s keys; ``imgsz`` is the largest size a step trains at, rounded to the stride and x (1 +
-        ``multi_scale``), and ``imgsz_given`` the value given), the :class:`~yolo_ckpt.runspec.RunSpec` and the
-        :class:`~yolo_ckpt.planner.Headroom` a byte budget is held to.
+        ``(model, opts, config, spec)``: the training-mode model; the keys with defaults (Ultralytics' for ``yolo
+        train``'s keys, ``cfg/estimate.yaml``'s for ``objects``, ``format`` and ``plot``; ``imgsz`` is the largest
+        size a step trains at, rounded to the stride and x (1 + ``multi_scale``), and ``imgsz_given`` the value
+        given); the :class:`~yolo_ckpt.config.CkptConfig` of yolo-ckpt's keys; the :class:`~yolo_ckpt.runspec.RunSpec`.
 
     Raises:
-        SyntaxError: for unknown keys. ValueError: for a bad ``format=``, ``recompute_mode=``, ``memory_headroom=``
-        or batch, or a task the estimate does not cover. FileNotFoundError: for a missing model or dataset.
+        SyntaxError: for unknown keys. ValueError: for a bad yolo-ckpt key (:meth:`~yolo_ckpt.config.CkptConfig.from_args`),
+        ``objects=``, ``format=`` or ``plot=`` (:meth:`~yolo_ckpt.config.EstimateOptions.from_args`) or batch, or a
+        task the estimate does not cover; all before the model is built. FileNotFoundError: for a missing model or
+        dataset.
     """
     from ultralytics import YOLO
     from ultralytics.cfg import get_cfg
     from ultralytics.data.utils import check_det_dataset
 
-    from .planner import PLANNED_TASKS, headroom_for
-    from .policy import check_mode
+    from .planner import PLANNED_TASKS
     from .runspec import RunSpec, amp_enabled, autobatch_imgsz, count_data, device_type, objects_rule, optimizer_rule
 
-    keys = {**ESTIMATE_KEYS, **(extra or {})}
+    keys = {k: v for k, v in ESTIMATE_DEFAULTS.items() if command == "profile" or k not in PROFILE_ONLY}
     given = parse_train_args(args, keys)
-    opts = {**DEFAULT_CFG_DICT, **DEFAULTS, **keys, "format": "text", **given}
-    check_mode(opts["recompute_mode"])
-    if opts["format"] not in {"text", "json"}:
-        raise ValueError(f"format={opts['format']!r} is not valid here; valid: text, json")
+    config = CkptConfig.from_args(given)
+    opts = {**DEFAULT_CFG_DICT, **given, **dataclasses.asdict(EstimateOptions.from_args(given))}
     if not isinstance(opts["batch"], int) or opts["batch"] < 1:
         raise ValueError(f"batch={opts['batch']!r}: profile and plan estimate a given batch (an int >= 1); plan gives the largest batch that fits")
     opts["model"] = opts["model"] or DEFAULT_MODELS.get(opts["task"] or "detect", "yolo11n.yaml")
@@ -208,7 +209,6 @@ def _estimate_setup(args: list[str], extra: dict | None = None):
     if yolo.task not in PLANNED_TASKS:
         raise ValueError(f"profile and plan estimate {', '.join(PLANNED_TASKS)} models; model={opts['model']} is a {yolo.task} model")
     device = device_type(opts["device"])
-    headroom = headroom_for(opts["memory_headroom"], device, opts["memory_budget"])
     cfg = get_cfg(DEFAULT_CFG, {k: v for k, v in opts.items() if k in DEFAULT_CFG_DICT and k != "format"} | {"task": yolo.task})
     model, counts = yolo.model, None
     if opts["data"]:
@@ -223,7 +223,7 @@ def _estimate_setup(args: list[str], extra: dict | None = None):
     objects, objects_text = objects_rule(None if "objects" in given else counts, opts["objects"], yolo.task)
     optimizer, optimizer_text = optimizer_rule(opts["optimizer"], counts.images if counts else None, opts["batch"], opts["nbs"], opts["epochs"])
     spec = RunSpec(device, amp_enabled(opts["amp"], device), optimizer, optimizer_text, objects, objects_text, int(model.yaml["nc"]))
-    return model, opts, spec, headroom
+    return model, opts, config, spec
 
 
 def _trained_at(opts: dict) -> str:
@@ -273,11 +273,11 @@ def profile(args: list[str]) -> dict:
     from .policy import ModelLayout, resolve
 
     with _diagnostics_to_stderr():
-        model, opts, spec, _ = _estimate_setup(args, PROFILE_KEYS)
-        recompute, mode = opts["recompute"], opts["recompute_mode"]
+        model, opts, config, spec = _estimate_setup(args, "profile")
+        recompute, mode = config.recompute, config.recompute_mode
         policy = resolve(recompute, ModelLayout.from_model(model), mode=mode)
         steps = TQDM(total=3, desc="yolo-ckpt profile: calibrating the loss, estimating none, estimating the policy")
-        formulas = loss_models(model, spec.amp, opts["loss_chunk"])  # the stock loss's, and the loss region's
+        formulas = loss_models(model, spec.amp, config.loss_chunk)  # the stock loss's, and the loss region's
         steps.update()
         results = {}
         for name, spec_name, loss in (("none", "none", False), ("policy", recompute, policy.loss)):
@@ -331,17 +331,17 @@ def plan(args: list[str]) -> list[dict]:
     import pandas as pd
     from ultralytics.utils import TQDM
 
-    from .planner import MemoryModel, parse_budget
+    from .planner import MemoryModel
 
     with _diagnostics_to_stderr():
-        model, opts, spec, headroom = _estimate_setup(args)
-        if opts["memory_budget"] is None:
+        model, opts, config, spec = _estimate_setup(args, "plan")
+        if config.memory_budget is None:
             raise ValueError("plan needs memory_budget= (bytes with a unit, e.g. memory_budget=16GB)")
-        budget = parse_budget(opts["memory_budget"], None)
+        budget, headroom = config.memory_budget.bytes(None), config.headroom_on(spec.device)
         stride = int(max(model.stride))
         imgsz, batch = opts["imgsz"], opts["batch"]
         with TQDM(total=2, desc="yolo-ckpt plan: estimating the model, planning auto") as steps:
-            memory = MemoryModel(model, imgsz, batch, spec.objects, spec.optimizer, spec.amp, headroom, opts["loss_chunk"])
+            memory = MemoryModel(model, imgsz, batch, spec.objects, spec.optimizer, spec.amp, headroom, config.loss_chunk)
             steps.update()
             try:
                 auto = memory.units(memory.plan(budget, batch, imgsz).recompute)

@@ -32,17 +32,19 @@ freed per FLOP, then dropping units that are no longer needed, and never worse t
 :class:`MemoryModel` is the one planning entry: ``recompute=auto`` and ``batch=-1`` in the trainers,
 ``yolo-ckpt plan`` and the benchmark's planned cells (``benchmarks/planning.py``) all plan through it.
 
-On CUDA a plan against a budget in bytes keeps a :class:`Headroom` (``memory_headroom=``) on top of the estimate:
-the estimate counts live tensors, a CUDA process holds more (its context, the allocator's reserve, workspaces).
+On CUDA a plan against a budget in bytes keeps a :class:`~yolo_ckpt.config.Headroom` (``memory_headroom=``) on top
+of the estimate: the estimate counts live tensors, a CUDA process holds more (its context, the allocator's reserve,
+workspaces). A budget's and a headroom's forms are read in :mod:`yolo_ckpt.config` (``Budget``, ``Headroom``); the
+planner takes bytes.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import re
 from dataclasses import dataclass
 
+from .config import NO_HEADROOM, Headroom
 from .engine import sub_regions
 from .estimate import LossModel, calibrate_loss, estimate_step
 from .losses import DEFAULT_CHUNK, apply_loss_region, check_loss_chunk, remove_loss_region
@@ -50,115 +52,11 @@ from .memory import TASKS, StepProfile, train_imgsz
 from .policy import REGIONS, ModelLayout, RecomputePolicy, resolve
 
 PLANNED_TASKS = TASKS  # the tasks yolo_ckpt.estimate estimates (yolo_ckpt.memory.training_batch builds their batches)
-_UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
-_NUMBER = r"([0-9]*\.?[0-9]+)\s*([A-Za-z]*)"
-_BUDGET = re.compile(rf"^\s*{_NUMBER}\s*$")
-_HEADROOM = re.compile(r"^\s*(?:([0-9]*\.?[0-9]+)\s*x)?\s*(?:\+?\s*([0-9]*\.?[0-9]+\s*[A-Za-z]+))?\s*$")
-UNIT_FORMS = "12GB = 12e9 bytes, 16GiB = 16*2^30; B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"
-
-
-def is_fraction(value) -> bool:
-    """Whether a ``memory_budget=`` value is a fraction of the CUDA memory available (no unit, or unset: batch=-1's
-    default fraction) rather than bytes."""
-    m = _BUDGET.match(str(value)) if value is not None else None
-    return value is None or bool(m and not m.group(2))
 
 
 class PlanError(ValueError):
     """No plan fits the budget (or the budget cannot be had): raised while a run sets up, which then removes or
     restores the run directory it had started (:class:`yolo_ckpt.trainer.CheckpointTrainerMixin`)."""
-
-
-def parse_budget(value, cuda_available_bytes: int | None = None) -> int:
-    """A ``memory_budget=`` value -> bytes.
-
-    Args:
-        value: bytes with a unit, ``"12GB"`` (12e9 bytes), ``"16GiB"`` (16 * 2^30), ``"500MiB"``; or a fraction in
-            (0, 1] of the memory available to the process on CUDA.
-        cuda_available_bytes: that memory, as AutoBatch computes it (free plus what this process has reserved);
-            None where there is no CUDA device.
-
-    Raises:
-        ValueError: naming the value and the valid forms, for a number without a unit outside (0, 1], a fraction
-            where there is no CUDA device, an unknown unit, or a value <= 0.
-    """
-    forms = f"bytes with a unit ({UNIT_FORMS}) or a fraction in (0, 1] of the CUDA memory available"
-    m = _BUDGET.match(str(value))
-    if not m or isinstance(value, bool):
-        raise ValueError(f"memory_budget={value!r} is not valid; use {forms}")
-    number, unit = float(m.group(1)), m.group(2).upper()
-    if not unit:
-        if not 0 < number <= 1:
-            raise ValueError(f"memory_budget={value!r}: a number without a unit must be a fraction in (0, 1]; use {forms}")
-        if cuda_available_bytes is None:
-            raise ValueError(f"memory_budget={value!r}: a fraction needs a CUDA device; on this device give bytes, e.g. 8GB")
-        return int(number * cuda_available_bytes)
-    if unit not in _UNITS:
-        raise ValueError(f"memory_budget={value!r}: unknown unit '{m.group(2)}'; use {forms}")
-    if number <= 0:
-        raise ValueError(f"memory_budget={value!r} must be more than 0 bytes")
-    return int(number * _UNITS[unit])
-
-
-@dataclass(frozen=True)
-class Headroom:
-    """What a CUDA run holds beyond the estimate of its live tensors: ``factor`` x the estimate plus ``fixed_bytes``.
-
-    The estimate counts tensor storage as the allocator's ``max_memory_allocated`` does. A CUDA process holds more:
-    the CUDA context (outside the allocator), the caching allocator's reserve above the allocated peak
-    (fragmentation, rounding of blocks), cuDNN/cuBLAS workspaces and autocast's fp16 copies of fp32 weights. The
-    factor covers the parts that grow with the step, the fixed bytes the context.
-
-    Attributes:
-        factor: multiplier on the estimated peak (>= 1); fixed_bytes: bytes added (>= 0).
-    """
-
-    factor: float = 1.0
-    fixed_bytes: int = 0
-
-    def need(self, estimated_bytes: int) -> int:
-        """Bytes a step of this estimated peak needs with the headroom."""
-        return int(estimated_bytes * self.factor + self.fixed_bytes)
-
-    def __str__(self) -> str:
-        return f"{self.factor:g}x+{self.fixed_bytes / 2**20:g}MiB"
-
-
-NO_HEADROOM = Headroom()
-
-
-def parse_headroom(value) -> Headroom:
-    """A ``memory_headroom=`` value -> :class:`Headroom`: ``"1.15x+500MiB"``, ``"1.2x"``, ``"800MiB"``, or ``1``/``"1x"``
-    for none.
-
-    Raises:
-        ValueError: naming the value and the valid form, for anything else, a factor below 1 or an unknown unit.
-    """
-    form = f"FACTORx+BYTES, e.g. 1.15x+500MiB, 1.2x or 800MiB (factor >= 1; bytes with a unit: {UNIT_FORMS})"
-    m = _HEADROOM.match(str(value)) if not isinstance(value, bool) else None
-    if m is None or not (m.group(1) or m.group(2)):
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1:
-            return Headroom(float(value))
-        raise ValueError(f"memory_headroom={value!r} is not valid; use {form}")
-    factor = float(m.group(1)) if m.group(1) else 1.0
-    if factor < 1:
-        raise ValueError(f"memory_headroom={value!r}: the factor {factor:g} is below 1; use {form}")
-    try:
-        fixed = parse_budget(m.group(2), None) if m.group(2) else 0
-    except ValueError:
-        raise ValueError(f"memory_headroom={value!r}: '{m.group(2)}' is not bytes with a unit; use {form}") from None
-    return Headroom(factor, fixed)
-
-
-def headroom_for(value, device: str, memory_budget) -> Headroom:
-    """The headroom a plan keeps: ``memory_headroom=`` on CUDA against a budget in bytes; none against a fraction
-    (a fraction of the memory available is already a margin) or on the CPU/MPS (live tensors are all there is).
-
-    Raises:
-        ValueError: for an invalid ``memory_headroom=`` (checked whatever the device).
-    """
-    headroom = parse_headroom(value)
-    return headroom if device == "cuda" and not is_fraction(memory_budget) else NO_HEADROOM
 
 
 @dataclass
@@ -252,7 +150,7 @@ class MemoryModel:
         imgsz, batch, objects: the step to base the figures on (activations are rescaled from it); ``imgsz`` as
             ``imgsz=`` takes it (int, list, string), here and in every method: the size that trains is planned.
         optimizer, amp: as in :func:`yolo_ckpt.estimate.estimate_step`.
-        headroom: kept on top of every estimate when it is held against a budget (:func:`headroom_for`).
+        headroom: kept on top of every estimate when it is held against a budget (:meth:`yolo_ckpt.config.CkptConfig.headroom_on`).
         loss_chunk: anchors per forward chunk of the loss region (``loss_chunk=``); None: its default.
 
     Raises:

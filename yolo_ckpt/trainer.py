@@ -10,9 +10,11 @@ beforehand), a bare ``trainer.train()``, ``resume=True`` and each DDP worker (wh
 model).
 
 yolo-ckpt's own keys (``yolo_ckpt/cfg/default.yaml``) are taken out of ``overrides`` before Ultralytics' argument
-check sees them, validated before the run directory is created, and set on ``trainer.args`` afterwards. So they
-are saved in ``args.yaml`` and in ``last.pt``'s ``train_args`` (which ``resume=True`` and the DDP launcher read
-back), while the saved model holds only stock Ultralytics classes.
+check sees them, validated (:meth:`yolo_ckpt.config.CkptConfig.from_args`) before the run directory is created, and
+set on ``trainer.args`` afterwards, as given. So they are saved in ``args.yaml`` and in ``last.pt``'s
+``train_args`` (which ``resume=True`` and the DDP launcher read back), while the saved model holds only stock
+Ultralytics classes. The trainer reads them typed from ``trainer.ckpt_config``, built once the run's values are
+final (given, else resumed, else the task's default, else the YAML's).
 """
 
 from __future__ import annotations
@@ -52,18 +54,11 @@ from ultralytics.utils.torch_utils import unwrap_model
 
 from . import distributed, report
 from .atomic import atomic_saves, atomic_write_bytes
+from .config import DEFAULTS, TASK_DEFAULTS, CkptConfig
 from .engine import apply_checkpointing
 from .layer_plot import layer_plot, write_layer_plot
-from .losses import check_loss_chunk
-from .planner import (
-    PLANNED_TASKS,
-    MemoryModel,
-    PlanError,
-    headroom_for,
-    parse_budget,
-    parse_headroom,
-)
-from .policy import check_mode, check_spec, is_auto, layout_of, resolve
+from .planner import PLANNED_TASKS, MemoryModel, PlanError
+from .policy import is_auto, layout_of, resolve
 from .runspec import (
     RunSpec,
     amp_enabled,
@@ -76,13 +71,8 @@ from .runspec import (
     optimizer_rule,
 )
 
-DEFAULTS_PATH = Path(__file__).parent / "cfg" / "default.yaml"
-DEFAULTS: dict = YAML.load(DEFAULTS_PATH)
 PREFIX = colorstr("yolo-ckpt: ")
 LAYER_PLOT_NAME = "ckpt_layers.png"
-# yolo-ckpt keys whose default differs for a task from cfg/default.yaml. Segmentation recomputes its mask loss (the
-# loss region, yolo_ckpt.losses): exact and, with many objects per image, it frees more memory than any layer policy.
-TASK_DEFAULTS = {"segment": {"recompute": "backbone,loss"}}
 # Trainers of a planned task (detect, segment) whose models and losses the estimate does not know: named policies only
 NOT_PLANNED = (RTDETRTrainer, WorldTrainer, YOLOETrainer, YOLOEPETrainer, YOLOEPESegTrainer)
 
@@ -154,9 +144,9 @@ class CheckpointTrainerMixin:
         """Take yolo-ckpt's keys out of ``overrides``/``cfg``, validate them, then build the Ultralytics trainer.
 
         Raises:
-            ValueError: for an invalid ``recompute=``, ``recompute_mode=`` or ``loss_chunk=`` value, before any file
-                or folder is written. Whatever Ultralytics' trainer raises while it is built (a missing ``data=``:
-                RuntimeError), after the run directory is put back as it was (:func:`_restore_run_dir`).
+            ValueError: for an invalid yolo-ckpt key (:meth:`check_keys`), before any file or folder is written.
+                Whatever Ultralytics' trainer raises while it is built (a missing ``data=``: RuntimeError), after the
+                run directory is put back as it was (:func:`_restore_run_dir`).
         """
         given, overrides = self.check_keys(overrides)
         self._run_dir_before = _run_dir_state(cfg, overrides)
@@ -171,6 +161,7 @@ class CheckpointTrainerMixin:
         # given > restored by resume (train_args) > this task's default > default
         for k, default in {**DEFAULTS, **TASK_DEFAULTS.get(task_of(type(self)), {})}.items():
             setattr(self.args, k, given.get(k, getattr(self.args, k, default)))
+        self.ckpt_config = CkptConfig.from_args(vars(self.args))  # typed; the raw values stay on args for args.yaml
         if RANK in {-1, 0}:
             YAML.save(self.save_dir / "args.yaml", vars(self.args))  # again, now with yolo-ckpt's keys
         self.policy = self.plan = self.run_spec = self._counts = None
@@ -192,33 +183,29 @@ class CheckpointTrainerMixin:
 
         Raises:
             ValueError: for an invalid ``recompute=``, ``recompute_mode=``, ``loss_chunk=``, ``memory_budget=`` or
-                ``memory_headroom=``, or a planning request this task or device cannot honour.
+                ``memory_headroom=`` (:meth:`yolo_ckpt.config.CkptConfig.from_args`), a ``recompute=`` the model does
+                not have (:func:`yolo_ckpt.policy.resolve`), or a planning request this task or device cannot honour.
         """
         overrides = dict(overrides or {})
         given = {k: overrides.pop(k) for k in DEFAULTS if k in overrides}
-        check_mode(given.get("recompute_mode", DEFAULTS["recompute_mode"]))
-        check_loss_chunk(given.get("loss_chunk", DEFAULTS["loss_chunk"]))
-        cls._check_planning(given, overrides)
-        if "recompute" in given:
-            source = _model_source(overrides)
-            if source and not is_auto(given["recompute"]):  # the model's own errors, before any file is written
-                resolve(given["recompute"], layout_of(source))
-            else:
-                check_spec(given["recompute"])
+        config = CkptConfig.from_args(given, task_of(cls))
+        cls._check_planning(config, overrides)
+        source = _model_source(overrides)
+        if "recompute" in given and source and not is_auto(config.recompute):  # the model's own errors, before any write
+            resolve(config.recompute, layout_of(source))
         return given, overrides
 
     @classmethod
-    def _check_planning(cls, given: dict, overrides: dict) -> None:
-        """Check the planning keys before any write: ``memory_headroom=``'s and ``memory_budget=``'s form; a budget
-        for recompute=auto on the CPU; an estimate for the task wherever one plans (batch=-1 on the CPU without a
-        budget does not plan: it is stock AutoBatch's batch 16)."""
-        auto = is_auto(given.get("recompute", ""))
+    def _check_planning(cls, config: CkptConfig, overrides: dict) -> None:
+        """Check what planning needs before any write: bytes, not a fraction, for a budget on the CPU; a budget for
+        recompute=auto on the CPU; an estimate for the task wherever one plans (batch=-1 on the CPU without a budget
+        does not plan: it is stock AutoBatch's batch 16)."""
+        auto = is_auto(config.recompute)
         autobatch = float(overrides.get("batch", DEFAULT_CFG.batch)) < 1
         cpu = device_type(overrides.get("device")) != "cuda" or not torch.cuda.is_available()
-        budget = given.get("memory_budget")
-        parse_headroom(given.get("memory_headroom", DEFAULTS["memory_headroom"]))
-        if budget is not None:
-            parse_budget(budget, None if cpu else 1)  # the form only: the device is not set up yet
+        budget = config.memory_budget
+        if cpu and budget is not None:
+            budget.bytes(None)  # raises for a fraction, which needs a CUDA device
         if auto and cpu and budget is None:
             raise ValueError("recompute=auto on the CPU needs memory_budget= (bytes with a unit, e.g. memory_budget=8GB): there is no device memory to plan for")
         task = task_of(cls)
@@ -237,11 +224,11 @@ class CheckpointTrainerMixin:
             ValueError: for a budget in bytes above the CUDA memory available, which no plan can honour.
         """
         available = self._cuda_available() if self.device.type == "cuda" else None
-        if self.args.memory_budget is None:
+        if self.ckpt_config.memory_budget is None:
             return int(autobatch_fraction(self.args.batch) * available)
-        budget = parse_budget(self.args.memory_budget, available)
+        budget = self.ckpt_config.memory_budget.bytes(available)
         if available is not None and budget > available:
-            raise PlanError(f"memory_budget={self.args.memory_budget} ({budget / 2**30:.2f} GiB) is more than the {available / 2**30:.2f} GiB of CUDA memory available on {self.device}")
+            raise PlanError(f"memory_budget={self.ckpt_config.memory_budget} ({budget / 2**30:.2f} GiB) is more than the {available / 2**30:.2f} GiB of CUDA memory available on {self.device}")
         return budget
 
     def _cuda_available(self) -> int:
@@ -270,9 +257,9 @@ class CheckpointTrainerMixin:
         model.args = self.args  # the loss's hyperparameters (set_model_attributes has not run yet in setup_model)
         self.run_spec = RunSpec(self.device.type, amp, optimizer, optimizer_text, objects, objects_text, int(model.yaml["nc"]))
         LOGGER.info(f"{PREFIX}memory model {self.run_spec.describe()}")
-        headroom = headroom_for(self.args.memory_headroom, self.device.type, self.args.memory_budget)
+        headroom, chunk = self.ckpt_config.headroom_on(self.device.type), self.ckpt_config.loss_chunk
         return MemoryModel(
-            model, self._planned_imgsz(), batch, objects=objects, optimizer=optimizer, amp=amp, headroom=headroom, loss_chunk=self.args.loss_chunk
+            model, self._planned_imgsz(), batch, objects=objects, optimizer=optimizer, amp=amp, headroom=headroom, loss_chunk=chunk
         )
 
     def _plan_recompute(self) -> str:
@@ -308,7 +295,7 @@ class CheckpointTrainerMixin:
         Raises:
             ValueError: on the CPU, when not even batch 1 fits the budget, saying the need.
         """
-        if self.device.type != "cuda" and self.args.memory_budget is None:
+        if self.device.type != "cuda" and self.ckpt_config.memory_budget is None:
             LOGGER.warning(f"{PREFIX}batch=-1 on the CPU without memory_budget=: AutoBatch's default batch 16, as stock; memory_budget= plans the largest batch that fits")
             return super().auto_batch()
         budget, imgsz = self._budget(), self._planned_imgsz()
@@ -345,15 +332,14 @@ class CheckpointTrainerMixin:
     def setup_model(self):
         """Build or load the model as Ultralytics does, then apply the recompute policy and log it."""
         ckpt = super().setup_model()
-        recompute = self.args.recompute
-        if is_auto(recompute):
-            recompute = self._plan_recompute()
+        config = self.ckpt_config
+        recompute = self._plan_recompute() if is_auto(config.recompute) else config.recompute
         self.policy = apply_checkpointing(
             self.model,
             recompute,
             frozen=frozen_layers(self.args.freeze),
-            mode=self.args.recompute_mode,
-            loss_chunk=self.args.loss_chunk,
+            mode=config.recompute_mode,
+            loss_chunk=config.loss_chunk,
         )
         if RANK in {-1, 0}:
             LOGGER.info(f"{PREFIX}activation checkpointing {self.policy}")
@@ -486,7 +472,7 @@ class CheckpointTrainerMixin:
             model=str(args.model),
             data=str(args.data),
             recompute=policy.spec if policy else None,
-            recompute_mode=args.recompute_mode,
+            recompute_mode=self.ckpt_config.recompute_mode,
             recomputed_layers=policy.layers() if policy else [],
             recomputed_regions=policy.regions() if policy else [],
             device=str(self.device),

@@ -1,0 +1,233 @@
+"""yolo-ckpt's keys as one typed config, validated once where it is built.
+
+:class:`CkptConfig` holds the train keys of ``cfg/default.yaml`` (``recompute``, ``recompute_mode``,
+``memory_budget``, ``memory_headroom``, ``loss_chunk``) with their types: a budget is a :class:`Budget`, a headroom a
+:class:`Headroom`. :meth:`CkptConfig.from_args` is the one constructor: it fills the defaults from the YAML (and
+:data:`TASK_DEFAULTS`) and checks every key, before anything is built or written. The trainers
+(:mod:`yolo_ckpt.trainer`), the CLI (:mod:`yolo_ckpt.cli`) and the benchmark matrix (``benchmarks/matrix.py``) read
+their keys through it; ``Budget.parse`` is the one place a budget's form is read and ``Headroom.parse`` a headroom's.
+:class:`EstimateOptions` holds ``yolo-ckpt profile``/``plan``'s own keys, defaults from ``cfg/estimate.yaml``.
+
+The raw values stay on the trainer's ``args`` as given, so ``args.yaml`` and ``last.pt`` save them as before.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from ultralytics.utils import YAML
+
+from .losses import check_loss_chunk
+from .policy import check_mode, check_spec, spec_string
+
+CFG_DIR = Path(__file__).parent / "cfg"
+DEFAULTS_PATH = CFG_DIR / "default.yaml"
+DEFAULTS: dict = YAML.load(DEFAULTS_PATH)  # the train keys and their defaults
+ESTIMATE_DEFAULTS_PATH = CFG_DIR / "estimate.yaml"
+ESTIMATE_DEFAULTS: dict = YAML.load(ESTIMATE_DEFAULTS_PATH)  # profile and plan's own keys and their defaults
+# yolo-ckpt keys whose default differs for a task from cfg/default.yaml. Segmentation recomputes its mask loss (the
+# loss region, yolo_ckpt.losses): exact and, with many objects per image, it frees more memory than any layer policy.
+TASK_DEFAULTS = {"segment": {"recompute": "backbone,loss"}}
+
+_UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+_BUDGET = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*$")
+_HEADROOM = re.compile(r"^\s*(?:([0-9]*\.?[0-9]+)\s*x)?\s*(?:\+?\s*([0-9]*\.?[0-9]+\s*[A-Za-z]+))?\s*$")
+UNIT_FORMS = "12GB = 12e9 bytes, 16GiB = 16*2^30; B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"
+FORMATS = ("text", "json")  # profile's and plan's format=
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A ``memory_budget=`` value: bytes, or a fraction of the CUDA memory available to the process.
+
+    Attributes:
+        size_bytes: the budget in bytes (None for a fraction).
+        fraction: the fraction in (0, 1] (None for bytes).
+        given: the value as given, for messages (``str(budget)``); not compared.
+    """
+
+    size_bytes: int | None = None
+    fraction: float | None = None
+    given: object = field(default=None, compare=False)
+
+    @classmethod
+    def parse(cls, value) -> Budget:
+        """A ``memory_budget=`` value -> :class:`Budget`: bytes with a unit, ``"12GB"`` (12e9 bytes), ``"16GiB"``
+        (16 * 2^30), ``"500MiB"``; or a number without a unit, a fraction in (0, 1] of the CUDA memory available.
+
+        Raises:
+            ValueError: naming the value and the valid forms, for a number without a unit outside (0, 1], an
+                unknown unit, a value <= 0 or anything else (a bool included).
+        """
+        forms = f"bytes with a unit ({UNIT_FORMS}) or a fraction in (0, 1] of the CUDA memory available"
+        m = _BUDGET.match(str(value))
+        if not m or isinstance(value, bool):
+            raise ValueError(f"memory_budget={value!r} is not valid; use {forms}")
+        number, unit = float(m.group(1)), m.group(2).upper()
+        if not unit:
+            if not 0 < number <= 1:
+                raise ValueError(f"memory_budget={value!r}: a number without a unit must be a fraction in (0, 1]; use {forms}")
+            return cls(fraction=number, given=value)
+        if unit not in _UNITS:
+            raise ValueError(f"memory_budget={value!r}: unknown unit '{m.group(2)}'; use {forms}")
+        if number <= 0:
+            raise ValueError(f"memory_budget={value!r} must be more than 0 bytes")
+        return cls(size_bytes=int(number * _UNITS[unit]), given=value)
+
+    @property
+    def is_fraction(self) -> bool:
+        """Whether the budget is a fraction of the CUDA memory available rather than bytes."""
+        return self.fraction is not None
+
+    def bytes(self, cuda_available_bytes: int | None) -> int:
+        """The budget in bytes; a fraction of ``cuda_available_bytes`` (the CUDA memory available to the process,
+        as AutoBatch counts it: free plus what this process reserved; None where there is no CUDA device).
+
+        Raises:
+            ValueError: for a fraction where there is no CUDA device.
+        """
+        if self.fraction is None:
+            return self.size_bytes
+        if cuda_available_bytes is None:
+            raise ValueError(f"memory_budget={self.given!r}: a fraction needs a CUDA device; on this device give bytes, e.g. 8GB")
+        return int(self.fraction * cuda_available_bytes)
+
+    def __str__(self) -> str:
+        if self.given is not None:
+            return str(self.given)
+        return f"{self.fraction:g}" if self.is_fraction else f"{self.size_bytes}B"
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """What a CUDA run holds beyond the estimate of its live tensors: ``factor`` x the estimate plus ``fixed_bytes``.
+
+    The estimate counts tensor storage as the allocator's ``max_memory_allocated`` does. A CUDA process holds more:
+    the CUDA context (outside the allocator), the caching allocator's reserve above the allocated peak
+    (fragmentation, rounding of blocks), cuDNN/cuBLAS workspaces and autocast's fp16 copies of fp32 weights. The
+    factor covers the parts that grow with the step, the fixed bytes the context.
+
+    Attributes:
+        factor: multiplier on the estimated peak (>= 1); fixed_bytes: bytes added (>= 0).
+    """
+
+    factor: float = 1.0
+    fixed_bytes: int = 0
+
+    @classmethod
+    def parse(cls, value) -> Headroom:
+        """A ``memory_headroom=`` value -> :class:`Headroom`: ``"1.15x+500MiB"``, ``"1.2x"``, ``"800MiB"``, or
+        ``1``/``"1x"`` for none.
+
+        Raises:
+            ValueError: naming the value and the valid form, for anything else, a factor below 1 or an unknown unit.
+        """
+        form = f"FACTORx+BYTES, e.g. 1.15x+500MiB, 1.2x or 800MiB (factor >= 1; bytes with a unit: {UNIT_FORMS})"
+        m = _HEADROOM.match(str(value)) if not isinstance(value, bool) else None
+        if m is None or not (m.group(1) or m.group(2)):
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1:
+                return cls(float(value))
+            raise ValueError(f"memory_headroom={value!r} is not valid; use {form}")
+        factor = float(m.group(1)) if m.group(1) else 1.0
+        if factor < 1:
+            raise ValueError(f"memory_headroom={value!r}: the factor {factor:g} is below 1; use {form}")
+        try:
+            fixed = Budget.parse(m.group(2)).bytes(None) if m.group(2) else 0  # the regex requires a unit: bytes
+        except ValueError:
+            raise ValueError(f"memory_headroom={value!r}: '{m.group(2)}' is not bytes with a unit; use {form}") from None
+        return cls(factor, fixed)
+
+    def need(self, estimated_bytes: int) -> int:
+        """Bytes a step of this estimated peak needs with the headroom."""
+        return int(estimated_bytes * self.factor + self.fixed_bytes)
+
+    def __str__(self) -> str:
+        return f"{self.factor:g}x+{self.fixed_bytes / 2**20:g}MiB"
+
+
+NO_HEADROOM = Headroom()
+
+
+@dataclass(frozen=True)
+class CkptConfig:
+    """yolo-ckpt's train keys, typed and checked (``cfg/default.yaml`` describes each).
+
+    Attributes:
+        recompute: the ``recompute=`` value in its canonical string form (:func:`yolo_ckpt.policy.spec_string`:
+            ``None`` -> ``"none"``, ``(0, 1)`` -> ``"0,1"``); its form is checked, not against a model.
+        recompute_mode: ``full`` or ``selective``.
+        memory_budget: the :class:`Budget`, or None (unset).
+        memory_headroom: the :class:`Headroom` a CUDA plan against a budget in bytes keeps.
+        loss_chunk: anchors per chunk of the loss region's forward (a positive int).
+    """
+
+    recompute: str
+    recompute_mode: str
+    memory_budget: Budget | None
+    memory_headroom: Headroom
+    loss_chunk: int
+
+    @classmethod
+    def from_args(cls, args: Mapping, task: str | None = None) -> CkptConfig:
+        """The config of yolo-ckpt's keys in ``args`` (other keys, Ultralytics', are left to Ultralytics), the
+        missing ones from ``task``'s defaults (:data:`TASK_DEFAULTS`) and ``cfg/default.yaml``.
+
+        Raises:
+            ValueError: naming the key, the bad value and the valid choices, for a bad ``recompute=`` form
+                (:func:`yolo_ckpt.policy.check_spec`), ``recompute_mode=`` (:func:`yolo_ckpt.policy.check_mode`),
+                ``memory_budget=`` (:meth:`Budget.parse`), ``memory_headroom=`` (:meth:`Headroom.parse`) or
+                ``loss_chunk=`` (:func:`yolo_ckpt.losses.check_loss_chunk`).
+        """
+        values = {**DEFAULTS, **TASK_DEFAULTS.get(task, {}), **{k: args[k] for k in DEFAULTS if k in args}}
+        check_spec(values["recompute"])
+        check_mode(values["recompute_mode"])
+        budget = values["memory_budget"]
+        return cls(
+            recompute=spec_string(values["recompute"]),
+            recompute_mode=values["recompute_mode"],
+            memory_budget=None if budget is None else Budget.parse(budget),
+            memory_headroom=Headroom.parse(values["memory_headroom"]),
+            loss_chunk=check_loss_chunk(values["loss_chunk"]),
+        )
+
+    def headroom_on(self, device: str) -> Headroom:
+        """The headroom a plan keeps on ``device`` (``"cuda"``, ``"cpu"``, ``"mps"``): ``memory_headroom`` on CUDA
+        against a budget in bytes; none against a fraction or no budget (a fraction of the memory available is a
+        margin already; batch=-1's default is one) or off CUDA (live tensors are all there is)."""
+        in_bytes = self.memory_budget is not None and not self.memory_budget.is_fraction
+        return self.memory_headroom if device == "cuda" and in_bytes else NO_HEADROOM
+
+
+@dataclass(frozen=True)
+class EstimateOptions:
+    """``yolo-ckpt profile`` and ``plan``'s own keys, typed and checked (``cfg/estimate.yaml`` describes each).
+
+    Attributes:
+        objects: objects per image the loss is estimated for without ``data=`` (a positive int).
+        format: ``text`` or ``json``.
+        plot: profile: also write the per-layer picture.
+    """
+
+    objects: int
+    format: str
+    plot: bool
+
+    @classmethod
+    def from_args(cls, args: Mapping) -> EstimateOptions:
+        """The options in ``args``, the missing ones from ``cfg/estimate.yaml``.
+
+        Raises:
+            ValueError: naming the key, the bad value and the valid choices.
+        """
+        values = {**ESTIMATE_DEFAULTS, **{f.name: args[f.name] for f in fields(cls) if f.name in args}}
+        objects, fmt, plot = values["objects"], values["format"], values["plot"]
+        if isinstance(objects, bool) or not isinstance(objects, int) or objects < 1:
+            raise ValueError(f"objects={objects!r} is not valid; give a positive int (objects per image, default {ESTIMATE_DEFAULTS['objects']})")
+        if fmt not in FORMATS:
+            raise ValueError(f"format={fmt!r} is not valid here; valid: {', '.join(FORMATS)}")
+        if not isinstance(plot, bool):
+            raise ValueError(f"plot={plot!r} is not valid; valid: True, False")
+        return cls(objects, fmt, plot)
