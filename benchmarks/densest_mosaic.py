@@ -64,11 +64,11 @@ def main(argv: list[str]) -> dict:
     batch, counts = densest_mosaic(opts["data"], imgsz)
     # the model and the objects bound as `yolo-ckpt plan` takes them for these keys (the data's classes; its most x 4)
     keys = [f"model={opts.get('model', 'yolo11n-seg.yaml')}", f"data={opts['data']}", f"imgsz={imgsz}", "batch=1", "device=cpu"]
-    model, cfg, spec, _ = _estimate_setup(keys)
+    model, run, _, spec = _estimate_setup(keys)
     measured = profile_step(model, batch, "none", flops=False)
     objects, bound = sum(counts), spec.objects
     estimates = {n: estimate_step(model, imgsz, 1, n, "none", flops=False).peak_bytes for n in (objects, bound)}
-    model_cfg = cfg["model"]
+    model_cfg = run["model"]
     result = {
         **provenance(" ".join(["python -m yolo_ckpt.bench.densest_mosaic", *argv])),
         "model": model_cfg, "data": opts["data"], "imgsz": imgsz, "batch": 1, "amp": False, "device": "cpu",

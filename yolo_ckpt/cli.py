@@ -111,10 +111,21 @@ def parse_train_args(args: list[str], extra: dict | None = None) -> dict:
         elif isinstance(valid.get(a), bool):
             overrides[a] = True
         else:
-            check_dict_alignment(valid, {a: ""})
+            _check_alignment(valid, {a: ""})
             raise SyntaxError(f"'{a}' is missing an '=' sign to set its value, i.e. try '{a}={valid[a]}'")
-    check_dict_alignment(valid, overrides)
+    _check_alignment(valid, overrides)
     return overrides
+
+
+def _check_alignment(valid: dict, overrides: dict) -> None:
+    """Ultralytics' ``check_dict_alignment``: a SyntaxError naming each unknown key and its similar valid keys,
+    without the ``yolo`` CLI's 40-line help that it logs first (the error is the one line yolo-ckpt prints)."""
+    level = LOGGER.level
+    LOGGER.setLevel(logging.WARNING)
+    try:
+        check_dict_alignment(valid, overrides)
+    finally:
+        LOGGER.setLevel(level)
 
 
 def prepare_train(args: list[str]):
@@ -208,6 +219,7 @@ def _estimate_setup(args: list[str], command: str = "plan"):
     yolo = YOLO(opts["model"], task=given.get("task"))
     if yolo.task not in PLANNED_TASKS:
         raise ValueError(f"profile and plan estimate {', '.join(PLANNED_TASKS)} models; model={opts['model']} is a {yolo.task} model")
+    config = CkptConfig.from_args(given, task=yolo.task)  # checked above; now with the task's defaults, as train takes them
     device = device_type(opts["device"])
     cfg = get_cfg(DEFAULT_CFG, {k: v for k, v in opts.items() if k in DEFAULT_CFG_DICT and k != "format"} | {"task": yolo.task})
     model, counts = yolo.model, None
@@ -429,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
             {"profile": profile, "plan": plan, "compare": compare, "bench": bench}[command](args[1:])
             return 0
     except (SyntaxError, ValueError, AssertionError, FileNotFoundError, NotImplementedError) as e:
-        print(f"yolo-ckpt: error: {e}", file=sys.stderr)
+        print(f"yolo-ckpt: error: {'; '.join(line.strip() for line in str(e).splitlines() if line.strip())}", file=sys.stderr)
         return 2
     from .planner import PlanError
 
