@@ -38,13 +38,13 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # two threads spin on the sh
         ("yolo11n-cls.yaml", "classify"),
     ],
 )
-def test_same_training_result_as_stock(model, task, synthetic, tmp_path):
+def test_same_training_result_as_stock(model, task, shared_run):
     """recompute=all (every layer, YOLO12's A2C2f blocks nested, the head's branches) gives the weights, BN buffers
     and EMA of stock training, bit for bit (failure modes 1, 2); every layer, block and head branch is recomputed
-    once per step."""
-    data = synthetic(task)
-    stock, none_counter = train(model, data, tmp_path, "stock")
-    ckpt, counter = train(model, data, tmp_path, "ckpt", trainer=trainer_for(task), recompute="all")
+    once per step. (Both runs are shared: test_selective.py compares against the same stock runs, the ``trained``
+    tests below read the yolo11n recompute=all run.)"""
+    stock, none_counter = shared_run(model, task)
+    ckpt, counter = shared_run(model, task, trainer_for(task), recompute="all")
 
     steps = ckpt.ema.updates  # one EMA update per optimizer step
     assert steps >= 3 and stock.ema.updates == steps
@@ -64,10 +64,11 @@ def test_same_training_result_as_stock(model, task, synthetic, tmp_path):
 
 
 @pytest.mark.slow
-def test_auto_plan_trains_as_stock(synthetic, tmp_path):
-    """recompute=auto plans (building the dataset, which draws from Python's RNG) and then trains exactly as stock."""
+def test_auto_plan_trains_as_stock(synthetic, tmp_path, shared_run):
+    """recompute=auto plans (building the dataset, which draws from Python's RNG) and then trains exactly as stock.
+    (The auto run is shared: test_memory_model.py reads its report.)"""
     stock, _ = train("yolo11n.yaml", synthetic(), tmp_path, "stock", imgsz=160)
-    auto, counter = train("yolo11n.yaml", synthetic(), tmp_path, "auto", trainer=CheckpointDetectionTrainer, imgsz=160, recompute="auto", memory_budget="60MB")
+    auto, counter = shared_run("yolo11n.yaml", "detect", CheckpointDetectionTrainer, imgsz=160, recompute="auto", memory_budget="60MB")
     assert auto.plan is not None and auto.policy.indices
     # each planned layer, and only those, recomputed in the backward of every training batch (and of the report's probe)
     assert set(counter.per_layer) == set(auto.policy.indices) and min(counter.per_layer.values()) > len(auto.train_loader)
@@ -152,11 +153,9 @@ def test_not_a_task(task):
 
 
 @pytest.fixture(scope="module")
-def trained(synthetic, tmp_path_factory):
-    """A finished yolo-ckpt detection run (recompute=all)."""
-    project = tmp_path_factory.mktemp("trained")
-    trainer, _ = train("yolo11n.yaml", synthetic(), project, "run", trainer=CheckpointDetectionTrainer, recompute="all")
-    return trainer
+def trained(shared_run):
+    """A finished yolo-ckpt detection run (recompute=all): test_same_training_result_as_stock's yolo11n one."""
+    return shared_run("yolo11n.yaml", "detect", CheckpointDetectionTrainer, recompute="all")[0]
 
 
 @pytest.mark.slow
