@@ -2,8 +2,7 @@
 
 import copy
 import json
-import subprocess
-import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -45,9 +44,10 @@ def model():
 
 @pytest.fixture(scope="module")
 def measured(model):
-    """CPU measurements of one real step (forward, loss, backward, AdamW step): imgsz 320 and 640, batch 2."""
+    """CPU measurements of one real step (forward, loss, backward, AdamW step): imgsz 320 and 640, batch 2. Per-layer
+    FLOPs (one more forward, outside the measured step) only where test_per_layer_rows_add_up reads them."""
     return {
-        (imgsz, policy): profile_step(model, detect_batch(2, imgsz, 20), policy)
+        (imgsz, policy): profile_step(model, detect_batch(2, imgsz, 20), policy, flops=(imgsz, policy) == (640, "none"))
         for imgsz in (320, 640)
         for policy in ("none", "backbone", "all")
     }
@@ -438,22 +438,31 @@ def test_cpu_batch_minus_one_is_stock_and_report_says_what_trained(synthetic, tm
 
 
 @pytest.mark.slow
-def test_trainer_auto_plan_and_batch(synthetic, tmp_path):
-    """recompute=auto picks layers for the budget; batch=-1 the largest batch; both written in the report."""
-    kw = dict(epochs=1, imgsz=160, workers=0, device="cpu", plots=False, val=False, project=str(tmp_path))
-    YOLO("yolo11n.yaml").train(data=synthetic(), trainer=trainer_for("detect"), recompute="auto", memory_budget="60MB", batch=2, name="auto", **kw)
-    report = json.loads((tmp_path / "auto" / REPORT_NAME).read_text())
+def test_trainer_auto_plan_and_batch(synthetic, tmp_path, shared_run):
+    """recompute=auto picks layers for the budget (test_trainer.py's auto run at imgsz 160, batch 2, shared); batch=-1
+    the largest batch; both written in the report."""
+    auto, _ = shared_run("yolo11n.yaml", "detect", trainer_for("detect"), imgsz=160, recompute="auto", memory_budget="60MB")
+    report = json.loads((auto.save_dir / REPORT_NAME).read_text())
     assert report["plan"]["budget_bytes"] == 60_000_000 and report["plan"]["estimated_peak_bytes"] <= 60_000_000
     assert report["recompute"] == report["plan"]["recompute"] != "none" and report["recomputed_layers"]
     assert report["estimated_none_peak_bytes"] > 60_000_000  # why it recomputes: none's peak is over the budget
+    kw = dict(epochs=1, imgsz=160, workers=0, device="cpu", plots=False, val=False, project=str(tmp_path))
     YOLO("yolo11n.yaml").train(data=synthetic(), trainer=trainer_for("detect"), recompute="all", memory_budget="200MB", batch=-1, name="batch", **kw)
     report = json.loads((tmp_path / "batch" / REPORT_NAME).read_text())
     assert report["batch"] == report["plan"]["batch"] > 2 and report["plan"]["estimated_peak_bytes"] <= 200_000_000
 
 
 @pytest.mark.slow
-def test_cli_profile_and_plan_json(tmp_path):
-    run = lambda *a: subprocess.run([sys.executable, "-m", "yolo_ckpt.cli", *a], capture_output=True, text=True, timeout=600)  # noqa: E731
+def test_cli_profile_and_plan_json(tmp_path, capsys):
+    """yolo-ckpt profile and plan with format=json, in this process (test_cli.py runs the command line in a
+    subprocess): stdout holds only the JSON, progress and logs go to stderr."""
+    from yolo_ckpt.cli import main
+
+    def run(*args):
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return SimpleNamespace(returncode=code, stdout=captured.out, stderr=captured.err)
+
     out = run("profile", "model=yolo11n.yaml", "imgsz=320", "multi_scale=0.5", "batch=2", "recompute=all", "format=json", "plot=True", f"project={tmp_path}", "name=p")
     assert out.returncode == 0, out.stderr[-2000:]
     prof = json.loads(out.stdout)  # stdout is only the JSON: progress and logs went to stderr
