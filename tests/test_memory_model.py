@@ -53,6 +53,12 @@ def measured(model):
     }
 
 
+@pytest.fixture(scope="module")
+def memory(model):
+    """The memory model of YOLO11n at the measured fixture's largest step: imgsz 640, batch 2, 20 objects per image."""
+    return MemoryModel(model, 640, 2, 20)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("imgsz", [320, 640])
 @pytest.mark.parametrize("policy", ["none", "backbone", "all"])
@@ -95,11 +101,10 @@ def test_per_layer_rows_add_up(model, measured, saved_for_backward_bytes):
 
 
 @pytest.mark.slow
-def test_plan_fits_when_measured(model, measured):
+def test_plan_fits_when_measured(model, measured, memory):
     """A budget between the 'all' and 'none' peaks: the plan chosen fits it when the step is measured."""
     low, high = measured[640, "all"].peak_bytes, measured[640, "none"].peak_bytes
     budget = (low + high) // 2
-    memory = MemoryModel(model, 640, 2, 20)
     plan = memory.plan(budget, 2, 640)
     assert 0 < len(plan.indices) < 17 and plan.estimated_peak_bytes <= budget
     assert profile_step(model, detect_batch(2, 640, 20), plan.recompute, flops=False).peak_bytes <= budget
@@ -366,14 +371,13 @@ def test_device_type_of_device_values():
 
 
 @pytest.mark.slow
-def test_headroom_moves_the_plan(model):
+def test_headroom_moves_the_plan(memory, monkeypatch):
     """A budget that fits recompute=none on its own no longer does with the headroom; the plan says by how much."""
-    memory = MemoryModel(model, 320, 2, 20)
-    need = memory.peak((), 2, 320)
-    assert memory.fits(need, need) and memory.largest_batch((), need, 320) == 2
-    memory.headroom = Headroom(1.15, 50 * 2**20)
-    assert not memory.fits(need, need) and memory.largest_batch((), need, 320) < 2
-    plan = memory.as_plan((), need, need, 2, 320)
+    need = memory.peak((), 2, 640)
+    assert memory.fits(need, need) and memory.largest_batch((), need, 640) == 2
+    monkeypatch.setattr(memory, "headroom", Headroom(1.15, 50 * 2**20))  # the module's other tests plan without one
+    assert not memory.fits(need, need) and memory.largest_batch((), need, 640) < 2
+    plan = memory.as_plan((), need, need, 2, 640)
     assert plan.headroom_bytes == int(need * 0.15 + 50 * 2**20) and plan.margin_bytes == -plan.headroom_bytes and not plan.fits
 
 
