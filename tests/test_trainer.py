@@ -76,9 +76,14 @@ def test_auto_plan_trains_as_stock(synthetic, tmp_path, shared_run):
     assert_state_equal(stock.ema.ema, auto.ema.ema)
 
 
+class Interrupted(Exception):
+    """Raised by a callback to stop a run there, as a crash would."""
+
+
 @pytest.mark.slow
 def test_policy_logged_and_seen_by_ema_and_autobatch_copy(synthetic, tmp_path):
-    """Applied in setup_model: EMA's deepcopy and AutoBatch's deepcopy probe are patched too (failure modes 14, 15)."""
+    """Applied in setup_model: EMA's deepcopy and AutoBatch's deepcopy probe are patched too (failure modes 14, 15).
+    The run stops once they are seen: its training is not under test here."""
     import copy
 
     seen = {}
@@ -87,9 +92,10 @@ def test_policy_logged_and_seen_by_ema_and_autobatch_copy(synthetic, tmp_path):
         seen["model"] = checkpointed_layers(trainer.model)
         seen["ema"] = checkpointed_layers(trainer.ema.ema)
         seen["probe"] = checkpointed_layers(copy.deepcopy(trainer.model))  # what check_train_batch_size profiles
+        raise Interrupted
 
-    with logged_messages() as records:
-        trainer, _ = train(
+    with logged_messages() as records, pytest.raises(Interrupted):
+        train(
             "yolo11n.yaml",
             synthetic(),
             tmp_path,
@@ -106,9 +112,18 @@ def test_policy_logged_and_seen_by_ema_and_autobatch_copy(synthetic, tmp_path):
 
 @pytest.mark.slow
 def test_frozen_layers_are_skipped(synthetic, tmp_path):
-    trainer, counter = train(
-        "yolo11n.yaml", synthetic(), tmp_path, "frozen", trainer=CheckpointDetectionTrainer, recompute="all", freeze=3
-    )
+    """freeze=3: layers 0-2 are neither patched nor recomputed, layer 3 is; one training step shows it (the run stops
+    after it)."""
+    stepped = []
+
+    def stop(trainer):
+        stepped.append(trainer)
+        raise Interrupted
+
+    with count_recomputations() as counter, pytest.raises(Interrupted):
+        train("yolo11n.yaml", synthetic(), tmp_path, "frozen", trainer=CheckpointDetectionTrainer, recompute="all", freeze=3,
+              callbacks=[("on_train_batch_end", stop)])
+    (trainer,) = stepped
     assert trainer.policy.indices[:2] == (3, 4)
     assert counter.per_layer[0] == 0 and counter.per_layer[3] > 0
 
@@ -258,9 +273,6 @@ def test_ddp_file_round_trip(synthetic, tmp_path):
 @pytest.mark.slow
 def test_resume_restores_and_may_change_policy(synthetic, tmp_path):
     """An interrupted run resumed with yolo-ckpt equals the same stock resume, with its policy restored (24)."""
-
-    class Interrupted(Exception):
-        pass
 
     def interrupt(trainer):
         if trainer.epoch == 0:
