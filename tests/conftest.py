@@ -40,8 +40,8 @@ def synthetic(synthetic_cache):
 @pytest.fixture(scope="session")
 def shared_run(synthetic, tmp_path_factory):
     """``shared_run(model, task="detect", trainer=None, **kw)`` -> ``(trainer, recompute counter)`` of
-    ``helpers.train`` on the built-in synthetic dataset of ``task``, trained once per session for each set of
-    arguments and torch thread count, in a run folder of its own. For tests that only read a finished run (several
+    ``helpers.train`` (``model`` a YAML name, ``kw`` hashable training keys) on the built-in synthetic dataset of
+    ``task``, trained once per session for each set of arguments and torch thread count, in a run folder of its own. For tests that only read a finished run (several
     compare against the same stock run): the thread count is part of the key because bit-equality holds between runs
     under the same setting. Callers leave what others read as they found it (weights, EMA, args, the run report)."""
     import torch
