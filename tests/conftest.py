@@ -1,4 +1,5 @@
-"""Shared fixtures: offline Ultralytics, synthetic datasets in a session cache, the shared real datasets."""
+"""Shared fixtures: offline Ultralytics, synthetic datasets in a session cache, training runs shared by the tests
+that only read them, the shared real datasets."""
 
 import os
 
@@ -34,6 +35,27 @@ def synthetic(synthetic_cache):
     from yolo_ckpt.synthetic import synthetic_dataset
 
     return lambda task="detect": str(synthetic_dataset(task))
+
+
+@pytest.fixture(scope="session")
+def shared_run(synthetic, tmp_path_factory):
+    """``shared_run(model, task="detect", trainer=None, **kw)`` -> ``(trainer, recompute counter)`` of
+    ``helpers.train`` (``model`` a YAML name, ``kw`` hashable training keys) on the built-in synthetic dataset of
+    ``task``, trained once per session for each set of arguments and torch thread count, in a run folder of its own. For tests that only read a finished run (several
+    compare against the same stock run): the thread count is part of the key because bit-equality holds between runs
+    under the same setting. Callers leave what others read as they found it (weights, EMA, args, the run report)."""
+    import torch
+    from helpers import train
+
+    runs = {}
+
+    def run(model, task="detect", trainer=None, **kw):
+        key = (model, task, trainer, tuple(sorted(kw.items())), torch.get_num_threads())
+        if key not in runs:
+            runs[key] = train(model, synthetic(task), tmp_path_factory.mktemp("shared-run"), "run", trainer=trainer, **kw)
+        return runs[key]
+
+    return run
 
 
 @pytest.fixture(scope="session")

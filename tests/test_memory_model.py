@@ -3,8 +3,7 @@
 import copy
 import dataclasses
 import json
-import subprocess
-import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -47,12 +46,19 @@ def model():
 
 @pytest.fixture(scope="module")
 def measured(model):
-    """CPU measurements of one real step (forward, loss, backward, AdamW step): imgsz 320 and 640, batch 2."""
+    """CPU measurements of one real step (forward, loss, backward, AdamW step): imgsz 320 and 640, batch 2. Per-layer
+    FLOPs (one more forward, outside the measured step) only where test_per_layer_rows_add_up reads them."""
     return {
-        (imgsz, policy): profile_step(model, detect_batch(2, imgsz, 20), policy)
+        (imgsz, policy): profile_step(model, detect_batch(2, imgsz, 20), policy, flops=(imgsz, policy) == (640, "none"))
         for imgsz in (320, 640)
         for policy in ("none", "backbone", "all")
     }
+
+
+@pytest.fixture(scope="module")
+def memory(model):
+    """The memory model of YOLO11n at the measured fixture's largest step: imgsz 640, batch 2, 20 objects per image."""
+    return MemoryModel(model, 640, 2, 20)
 
 
 @pytest.mark.slow
@@ -70,7 +76,7 @@ def test_estimate_within_2_percent_of_cpu_measurement(model, measured, imgsz, po
 @pytest.mark.slow
 def test_estimate_knows_selective_mode_and_sgd(model):
     """recompute_mode=selective and an SGD optimizer (1 state per parameter) are estimated like they measure."""
-    real = profile_step(model, detect_batch(2, 320, 20), "all", mode="selective", optimizer="SGD")
+    real = profile_step(model, detect_batch(2, 320, 20), "all", mode="selective", optimizer="SGD", flops=False)
     fake = estimate_step(model, 320, 2, 20, "all", mode="selective", optimizer="SGD", flops=False)
     assert abs(fake.peak_bytes / real.peak_bytes - 1) < 0.02, (fake.peak_bytes, real.peak_bytes)
     adamw = estimate_step(model, 320, 2, 20, "all", mode="selective", flops=False)
@@ -97,14 +103,13 @@ def test_per_layer_rows_add_up(model, measured, saved_for_backward_bytes):
 
 
 @pytest.mark.slow
-def test_plan_fits_when_measured(model, measured):
+def test_plan_fits_when_measured(model, measured, memory):
     """A budget between the 'all' and 'none' peaks: the plan chosen fits it when the step is measured."""
     low, high = measured[640, "all"].peak_bytes, measured[640, "none"].peak_bytes
     budget = (low + high) // 2
-    memory = MemoryModel(model, 640, 2, 20)
     plan = memory.plan(budget, 2, 640)
     assert 0 < len(plan.indices) < 17 and plan.estimated_peak_bytes <= budget
-    assert profile_step(model, detect_batch(2, 640, 20), plan.recompute).peak_bytes <= budget
+    assert profile_step(model, detect_batch(2, 640, 20), plan.recompute, flops=False).peak_bytes <= budget
     named = {n: memory.estimate(n, 2, 640).peak_bytes <= budget for n in ("backbone", "all")}
     cheapest_named = min((memory.flops_of(n) for n, fits in named.items() if fits), default=float("inf"))
     assert plan.recompute_flops <= cheapest_named  # auto never costs more than a named policy that fits
@@ -323,14 +328,13 @@ def test_device_type_of_device_values():
 
 
 @pytest.mark.slow
-def test_headroom_moves_the_plan(model):
+def test_headroom_moves_the_plan(memory, monkeypatch):
     """A budget that fits recompute=none on its own no longer does with the headroom; the plan says by how much."""
-    memory = MemoryModel(model, 320, 2, 20)
-    need = memory.peak((), 2, 320)
-    assert memory.fits(need, need) and memory.largest_batch((), need, 320) == 2
-    memory.headroom = Headroom(1.15, 50 * 2**20)
-    assert not memory.fits(need, need) and memory.largest_batch((), need, 320) < 2
-    plan = memory.as_plan((), need, need, 2, 320)
+    need = memory.peak((), 2, 640)
+    assert memory.fits(need, need) and memory.largest_batch((), need, 640) == 2
+    monkeypatch.setattr(memory, "headroom", Headroom(1.15, 50 * 2**20))  # the module's other tests plan without one
+    assert not memory.fits(need, need) and memory.largest_batch((), need, 640) < 2
+    plan = memory.as_plan((), need, need, 2, 640)
     assert plan.headroom_bytes == int(need * 0.15 + 50 * 2**20) and plan.margin_bytes == -plan.headroom_bytes and not plan.fits
 
 
@@ -397,22 +401,31 @@ def test_cpu_batch_minus_one_is_stock_and_report_says_what_trained(synthetic, tm
 
 
 @pytest.mark.slow
-def test_trainer_auto_plan_and_batch(synthetic, tmp_path):
-    """recompute=auto picks layers for the budget; batch=-1 the largest batch; both written in the report."""
-    kw = dict(epochs=1, imgsz=160, workers=0, device="cpu", plots=False, val=False, project=str(tmp_path))
-    YOLO("yolo11n.yaml").train(data=synthetic(), trainer=trainer_for("detect"), recompute="auto", memory_budget="60MB", batch=2, name="auto", **kw)
-    report = json.loads((tmp_path / "auto" / REPORT_NAME).read_text())
+def test_trainer_auto_plan_and_batch(synthetic, tmp_path, shared_run):
+    """recompute=auto picks layers for the budget (test_trainer.py's auto run at imgsz 160, batch 2, shared); batch=-1
+    the largest batch; both written in the report."""
+    auto, _ = shared_run("yolo11n.yaml", "detect", trainer_for("detect"), imgsz=160, recompute="auto", memory_budget="60MB")
+    report = json.loads((auto.save_dir / REPORT_NAME).read_text())
     assert report["plan"]["budget_bytes"] == 60_000_000 and report["plan"]["estimated_peak_bytes"] <= 60_000_000
     assert report["recompute"] == report["plan"]["recompute"] != "none" and report["recomputed_layers"]
     assert report["estimated_none_peak_bytes"] > 60_000_000  # why it recomputes: none's peak is over the budget
+    kw = dict(epochs=1, imgsz=160, workers=0, device="cpu", plots=False, val=False, project=str(tmp_path))
     YOLO("yolo11n.yaml").train(data=synthetic(), trainer=trainer_for("detect"), recompute="all", memory_budget="200MB", batch=-1, name="batch", **kw)
     report = json.loads((tmp_path / "batch" / REPORT_NAME).read_text())
     assert report["batch"] == report["plan"]["batch"] > 2 and report["plan"]["estimated_peak_bytes"] <= 200_000_000
 
 
 @pytest.mark.slow
-def test_cli_profile_and_plan_json(tmp_path):
-    run = lambda *a: subprocess.run([sys.executable, "-m", "yolo_ckpt.cli", *a], capture_output=True, text=True, timeout=600)  # noqa: E731
+def test_cli_profile_and_plan_json(tmp_path, capsys):
+    """yolo-ckpt profile and plan with format=json, in this process (test_cli.py runs the command line in a
+    subprocess): stdout holds only the JSON, progress and logs go to stderr."""
+    from yolo_ckpt.cli import main
+
+    def run(*args):
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return SimpleNamespace(returncode=code, stdout=captured.out, stderr=captured.err)
+
     out = run("profile", "model=yolo11n.yaml", "imgsz=320", "multi_scale=0.5", "batch=2", "recompute=all", "format=json", "plot=True", f"project={tmp_path}", "name=p")
     assert out.returncode == 0, out.stderr[-2000:]
     prof = json.loads(out.stdout)  # stdout is only the JSON: progress and logs went to stderr

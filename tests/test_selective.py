@@ -14,10 +14,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # two threads spin on the sh
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model, task", [("yolo11n.yaml", "detect"), ("yolo11n-seg.yaml", "segment")])
-def test_selective_training_equals_stock(model, task, synthetic, tmp_path):
-    """Weights, BN buffers and EMA after >= 3 optimizer steps equal stock training, recomputation counted."""
-    stock = YOLO(model)
-    stock.train(data=synthetic(task), project=str(tmp_path), name="stock", **TRAIN)
+def test_selective_training_equals_stock(model, task, synthetic, tmp_path, shared_run):
+    """Weights, BN buffers and EMA after >= 3 optimizer steps equal stock training (test_trainer.py's stock run of
+    the model, shared), recomputation counted."""
+    stock, _ = shared_run(model, task)
     ckpt = YOLO(model)
     with count_recomputations() as counter:
         ckpt.train(
@@ -37,8 +37,8 @@ def test_selective_training_equals_stock(model, task, synthetic, tmp_path):
     assert dict(counter.per_module) == {n: steps + 1 for n in checkpointed_modules(ckpt.trainer.model)}
     bn = ckpt.trainer.model.model[0].bn
     assert bn.num_batches_tracked.item() == steps
-    assert_state_equal(stock.trainer.model, ckpt.trainer.model)
-    assert_state_equal(stock.trainer.ema.ema, ckpt.trainer.ema.ema)
+    assert_state_equal(stock.model, ckpt.trainer.model)
+    assert_state_equal(stock.ema.ema, ckpt.trainer.ema.ema)
 
 
 def test_selective_keeps_expensive_outputs_and_saves_less():

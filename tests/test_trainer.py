@@ -38,13 +38,13 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # two threads spin on the sh
         ("yolo11n-cls.yaml", "classify"),
     ],
 )
-def test_same_training_result_as_stock(model, task, synthetic, tmp_path):
+def test_same_training_result_as_stock(model, task, shared_run):
     """recompute=all (every layer, YOLO12's A2C2f blocks nested, the head's branches) gives the weights, BN buffers
     and EMA of stock training, bit for bit (failure modes 1, 2); every layer, block and head branch is recomputed
-    once per step."""
-    data = synthetic(task)
-    stock, none_counter = train(model, data, tmp_path, "stock")
-    ckpt, counter = train(model, data, tmp_path, "ckpt", trainer=trainer_for(task), recompute="all")
+    once per step. (Both runs are shared: test_selective.py compares against the same stock runs, the ``trained``
+    tests below read the yolo11n recompute=all run.)"""
+    stock, none_counter = shared_run(model, task)
+    ckpt, counter = shared_run(model, task, trainer_for(task), recompute="all")
 
     steps = ckpt.ema.updates  # one EMA update per optimizer step
     assert steps >= 3 and stock.ema.updates == steps
@@ -64,10 +64,11 @@ def test_same_training_result_as_stock(model, task, synthetic, tmp_path):
 
 
 @pytest.mark.slow
-def test_auto_plan_trains_as_stock(synthetic, tmp_path):
-    """recompute=auto plans (building the dataset, which draws from Python's RNG) and then trains exactly as stock."""
+def test_auto_plan_trains_as_stock(synthetic, tmp_path, shared_run):
+    """recompute=auto plans (building the dataset, which draws from Python's RNG) and then trains exactly as stock.
+    (The auto run is shared: test_memory_model.py reads its report.)"""
     stock, _ = train("yolo11n.yaml", synthetic(), tmp_path, "stock", imgsz=160)
-    auto, counter = train("yolo11n.yaml", synthetic(), tmp_path, "auto", trainer=CheckpointDetectionTrainer, imgsz=160, recompute="auto", memory_budget="60MB")
+    auto, counter = shared_run("yolo11n.yaml", "detect", CheckpointDetectionTrainer, imgsz=160, recompute="auto", memory_budget="60MB")
     assert auto.plan is not None and auto.policy.indices
     # each planned layer, and only those, recomputed in the backward of every training batch (and of the report's probe)
     assert set(counter.per_layer) == set(auto.policy.indices) and min(counter.per_layer.values()) > len(auto.train_loader)
@@ -75,9 +76,14 @@ def test_auto_plan_trains_as_stock(synthetic, tmp_path):
     assert_state_equal(stock.ema.ema, auto.ema.ema)
 
 
+class Interrupted(Exception):
+    """Raised by a callback to stop a run there, as a crash would."""
+
+
 @pytest.mark.slow
 def test_policy_logged_and_seen_by_ema_and_autobatch_copy(synthetic, tmp_path):
-    """Applied in setup_model: EMA's deepcopy and AutoBatch's deepcopy probe are patched too (failure modes 14, 15)."""
+    """Applied in setup_model: EMA's deepcopy and AutoBatch's deepcopy probe are patched too (failure modes 14, 15).
+    The run stops once they are seen: its training is not under test here."""
     import copy
 
     seen = {}
@@ -86,9 +92,10 @@ def test_policy_logged_and_seen_by_ema_and_autobatch_copy(synthetic, tmp_path):
         seen["model"] = checkpointed_layers(trainer.model)
         seen["ema"] = checkpointed_layers(trainer.ema.ema)
         seen["probe"] = checkpointed_layers(copy.deepcopy(trainer.model))  # what check_train_batch_size profiles
+        raise Interrupted
 
-    with logged_messages() as records:
-        trainer, _ = train(
+    with logged_messages() as records, pytest.raises(Interrupted):
+        train(
             "yolo11n.yaml",
             synthetic(),
             tmp_path,
@@ -105,9 +112,18 @@ def test_policy_logged_and_seen_by_ema_and_autobatch_copy(synthetic, tmp_path):
 
 @pytest.mark.slow
 def test_frozen_layers_are_skipped(synthetic, tmp_path):
-    trainer, counter = train(
-        "yolo11n.yaml", synthetic(), tmp_path, "frozen", trainer=CheckpointDetectionTrainer, recompute="all", freeze=3
-    )
+    """freeze=3: layers 0-2 are neither patched nor recomputed, layer 3 is; one training step shows it (the run stops
+    after it)."""
+    stepped = []
+
+    def stop(trainer):
+        stepped.append(trainer)
+        raise Interrupted
+
+    with count_recomputations() as counter, pytest.raises(Interrupted):
+        train("yolo11n.yaml", synthetic(), tmp_path, "frozen", trainer=CheckpointDetectionTrainer, recompute="all", freeze=3,
+              callbacks=[("on_train_batch_end", stop)])
+    (trainer,) = stepped
     assert trainer.policy.indices[:2] == (3, 4)
     assert counter.per_layer[0] == 0 and counter.per_layer[3] > 0
 
@@ -152,11 +168,9 @@ def test_not_a_task(task):
 
 
 @pytest.fixture(scope="module")
-def trained(synthetic, tmp_path_factory):
-    """A finished yolo-ckpt detection run (recompute=all)."""
-    project = tmp_path_factory.mktemp("trained")
-    trainer, _ = train("yolo11n.yaml", synthetic(), project, "run", trainer=CheckpointDetectionTrainer, recompute="all")
-    return trainer
+def trained(shared_run):
+    """A finished yolo-ckpt detection run (recompute=all): test_same_training_result_as_stock's yolo11n one."""
+    return shared_run("yolo11n.yaml", "detect", CheckpointDetectionTrainer, recompute="all")[0]
 
 
 @pytest.mark.slow
@@ -260,9 +274,6 @@ def test_ddp_file_round_trip(synthetic, tmp_path):
 @pytest.mark.slow
 def test_resume_restores_and_may_change_policy(synthetic, tmp_path):
     """An interrupted run resumed with yolo-ckpt equals the same stock resume, with its policy restored (24)."""
-
-    class Interrupted(Exception):
-        pass
 
     def interrupt(trainer):
         if trainer.epoch == 0:
