@@ -284,3 +284,17 @@ def test_failed_setup_leaves_the_run_dir_as_it_was(bad, existing, synthetic, tmp
         assert (run / "args.yaml").read_text() == "from: the earlier run\n" and (run / "results.csv").read_text() == "epoch,time\n1,2.0\n"
     else:
         assert not run.exists()
+
+
+
+@pytest.mark.parametrize(("task", "imgsz", "trained", "objects"), [("classify", "64", 64, 0), ("detect", "[160,128]", 160, None)])
+def test_estimate_setup_takes_the_data_of_every_task_and_a_list_imgsz(task, imgsz, trained, objects, synthetic):
+    """profile/plan (and recompute=auto, which counts the data the same way) with data=: a classification folder,
+    read as ClassificationTrainer reads it (no objects), and a list imgsz (the dataset counted at its largest side,
+    the size that trains); both crashed."""
+    from yolo_ckpt.cli import _estimate_setup
+
+    _, opts, _, spec = _estimate_setup([task, f"data={synthetic(task)}", f"imgsz={imgsz}", "batch=2", "device=cpu"])
+    labels = (Path(synthetic(task)).parent / "labels" / "train").glob("*.txt")
+    assert (opts["imgsz"], spec.nc) == (trained, 3)
+    assert spec.objects == (objects if objects is not None else 4 * max(len(f.read_text().splitlines()) for f in labels))

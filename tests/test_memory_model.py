@@ -338,6 +338,23 @@ def test_headroom_moves_the_plan(memory, monkeypatch):
     assert plan.headroom_bytes == int(need * 0.15 + 50 * 2**20) and plan.margin_bytes == -plan.headroom_bytes and not plan.fits
 
 
+@pytest.mark.slow
+def test_largest_imgsz_is_checked_by_the_fake_pass(memory, monkeypatch):
+    """The composed peak scales activations with imgsz^2; YOLO11n's C2PSA attention grows with its tokens squared, so
+    from 640 the composition overstates the largest imgsz of recompute=all under 2 GB with CUDA's headroom (2432): the
+    answer is lowered until its fake pass fits, and no more than a few strides below the largest that does."""
+    monkeypatch.setattr(memory, "headroom", Headroom(1.15, 500 * 2**20))  # CUDA's default
+    units, budget = memory.units("all"), 2 * 10**9
+    monkeypatch.setattr(memory, "_checked", lambda units, budget, value, *a, **k: value)  # the composition alone
+    composed = memory.largest_imgsz(units, budget, 2)
+    monkeypatch.undo()
+    monkeypatch.setattr(memory, "headroom", Headroom(1.15, 500 * 2**20))
+    checked = memory.largest_imgsz(units, budget, 2)
+    assert not memory.fits(memory.estimate("all", 2, composed).peak_bytes, budget)
+    assert memory.fits(memory.estimate("all", 2, checked).peak_bytes, budget) and checked < composed
+    assert not memory.fits(memory.estimate("all", 2, checked + 3 * 32).peak_bytes, budget)
+
+
 def _planning_trainer(data, tmp_path, **kw):
     """A Checkpoint trainer with its model set up (the policy applied) but no training: what auto_batch sees."""
     trainer = trainer_for("detect")(overrides=dict(model="yolo11n.yaml", data=data, imgsz=96, device="cpu", project=str(tmp_path), **kw))

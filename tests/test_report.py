@@ -58,7 +58,7 @@ def test_other_reports_are_refused(tmp_path, change, message):
 def test_headline():
     record = RunReport.from_dict(SCHEMA_2)
     assert record.headline() == (
-        "recompute=backbone: training peak 3072.0 MiB (3.00 GiB, CPU live tensors of one step of 8 images, 40 objects) "
+        "recompute=backbone: training peak 3072.0 MiB (3.00 GiB, CPU live tensors of one step of 8 images, 40 objects at imgsz 640) "
         "(recompute=none's peak: yolo-ckpt profile with this run's keys estimates it); median step 1.250 s"
     )
     # a planned run: the saving is the plan's estimate against none's, of the same step (the planner's objects, not
@@ -72,6 +72,8 @@ def test_headline():
         "(batch 8, imgsz 640, 80 objects per image): 2861.0 MiB, 25% below recompute=none's 3814.7 MiB; step time not "
         "measured (too few steps)"
     )
+    unplanned = RunReport.from_dict({**planned.to_dict(), "recompute": "none", "plan": {**PLAN, "recompute": "none"}})
+    assert "estimated for the planned step (batch 8, imgsz 640, 80 objects per image): 2861.0 MiB (recompute=none planned);" in unplanned.headline()
 
 
 def test_compare_reads_as_a_person_reads(tmp_path, capsys):

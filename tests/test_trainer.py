@@ -242,7 +242,7 @@ def test_run_end_message(trained):
     peak, step = record.train_peak_allocated_bytes, record.train_step_time_median_s
     (message,) = [m for m in messages if "run report" in m]
     assert f"run report {trained.save_dir / REPORT_NAME}\n" in message
-    probe = f"{record.memory_probe_images} images, {record.memory_probe_objects} objects"  # the batch the probe measured
+    probe = f"{record.memory_probe_images} images, {record.memory_probe_objects} objects at imgsz {record.memory_probe_imgsz}"  # the batch measured
     assert f"recompute=all: training peak {peak / 2**20:.1f} MiB ({peak / 2**30:.2f} GiB, CPU live tensors of one step of {probe})" in message
     assert "recompute=none's peak: yolo-ckpt profile with this run's keys estimates it" in message  # named policy: no estimate
     assert message.endswith(f"; median step {step:.3f} s") and peak > 0 and step > 0

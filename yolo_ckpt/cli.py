@@ -204,7 +204,7 @@ def _estimate_setup(args: list[str], command: str = "plan"):
     """
     from ultralytics import YOLO
     from ultralytics.cfg import get_cfg
-    from ultralytics.data.utils import check_det_dataset
+    from ultralytics.data.utils import check_cls_dataset, check_det_dataset
 
     from .planner import PLANNED_TASKS
     from .runspec import RunSpec, amp_enabled, autobatch_imgsz, count_data, device_type, objects_rule, optimizer_rule
@@ -224,7 +224,7 @@ def _estimate_setup(args: list[str], command: str = "plan"):
     cfg = get_cfg(DEFAULT_CFG, {k: v for k, v in opts.items() if k in DEFAULT_CFG_DICT and k != "format"} | {"task": yolo.task})
     model, counts = yolo.model, None
     if opts["data"]:
-        data = check_det_dataset(opts["data"])
+        data = (check_cls_dataset if yolo.task == "classify" else check_det_dataset)(opts["data"])  # as the task's trainer reads it
         model = yolo.task_map[yolo.task]["model"](yolo.model.yaml, nc=data["nc"], ch=data["channels"], verbose=False)
         counts = count_data(cfg, data, max(int(model.stride.max()), 32))
     model = model.train()
@@ -336,8 +336,9 @@ def plan(args: list[str]) -> list[dict]:
     """``yolo-ckpt plan``: for none, backbone, head, loss (segment models), all (layers, head branches and loss) and
     auto, the estimated peak at ``imgsz=`` (the largest size it trains at) and ``batch=``, the headroom kept on top of it (CUDA, against a budget in
     bytes) and the margin left in ``memory_budget=``, the largest imgsz (at ``batch``) and batch (at ``imgsz``) that
-    fit, and each policy's recompute cost; for the run the keys describe (see :func:`_estimate_setup`). The result
-    on stdout, progress and logs on stderr."""
+    fit, and each policy's recompute cost; for the run the keys describe (see :func:`_estimate_setup`). Every peak is
+    a fake pass's (the largest imgsz and batch: the composed answer, checked by one; ``MemoryModel.largest_imgsz``).
+    The result on stdout, progress and logs on stderr."""
     import json
 
     import pandas as pd
@@ -356,21 +357,22 @@ def plan(args: list[str]) -> list[dict]:
             memory = MemoryModel(model, imgsz, batch, spec.objects, spec.optimizer, spec.amp, headroom, config.loss_chunk)
             steps.update()
             try:
-                auto = memory.units(memory.plan(budget, batch, imgsz).recompute)
+                auto = memory.plan(budget, batch, imgsz)
             except ValueError:
                 auto = None  # even 'all' does not fit at this imgsz and batch
             steps.update()
         rows = []
         names = ("none", "backbone", "head") + (("loss",) if "loss" in memory.candidates else ()) + ("all", "auto")
-        for name in names:
-            units = memory.units(name) if name != "auto" else (auto if auto is not None else memory.candidates)
-            cost = memory.as_plan(units, memory.peak(units, batch, imgsz), budget, batch, imgsz)
+        for name in TQDM(names, desc="yolo-ckpt plan: checking each policy's peak, largest imgsz and batch"):
+            units = memory.units(name if name != "auto" else (auto.recompute if auto else "all"))
+            # each row's peak from its fake pass, the check that decides (the composition is close, not exact)
+            cost = auto if name == "auto" and auto else memory.as_plan(units, memory.estimate(memory.spec(units), batch, imgsz).peak_bytes, budget, batch, imgsz)
             rows.append({
                 "recompute": name if name != "auto" else f"auto ({cost.recompute})",
                 "estimated_peak_MiB": cost.estimated_peak_bytes / 2**20,
                 "headroom_MiB": cost.headroom_bytes / 2**20,
                 "margin_MiB": cost.margin_bytes / 2**20,
-                "fits": cost.fits if name != "auto" else auto is not None,
+                "fits": cost.fits,
                 f"max_imgsz_at_batch_{batch}": memory.largest_imgsz(units, budget, batch, stride),
                 f"max_batch_at_imgsz_{imgsz}": memory.largest_batch(units, budget, imgsz),
                 "recompute_GFLOPs": cost.recompute_flops / 1e9,

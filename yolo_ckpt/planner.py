@@ -362,20 +362,34 @@ class MemoryModel:
         )
 
     def largest_batch(self, units, budget: int, imgsz, limit: int = 1024) -> int:
-        """The largest batch (>= 0, at most ``limit``, AutoBatch's cap) whose composed peak with ``units`` and the
-        headroom fits ``budget`` at ``imgsz``."""
+        """The largest batch (>= 0, at most ``limit``, AutoBatch's cap) whose estimate with ``units`` and the headroom
+        fits ``budget`` at ``imgsz``: the composed peak's answer, checked with a fake pass (:meth:`_checked`)."""
         imgsz = train_imgsz(imgsz, self.model.stride)
         lo, hi = 0, limit
         while lo < hi:
             mid = (lo + hi + 1) // 2
             lo, hi = (mid, hi) if self.fits(self.peak(units, mid, imgsz), budget) else (lo, mid - 1)
-        return lo
+        return self._checked(units, budget, lo, lambda b: (b, imgsz), exponent=1, step=1)
 
     def largest_imgsz(self, units, budget: int, batch: int, stride: int = 32, limit: int = 8192) -> int:
-        """The largest imgsz (a multiple of ``stride``, 0 if none) whose composed peak with ``units`` and the
-        headroom fits at ``batch``."""
+        """The largest imgsz (a multiple of ``stride``, 0 if none) whose estimate with ``units`` and the headroom fits
+        at ``batch``: the composed peak's answer, checked with a fake pass (:meth:`_checked`)."""
         lo, hi = 0, limit // stride
         while lo < hi:
             mid = (lo + hi + 1) // 2
             lo, hi = (mid, hi) if self.fits(self.peak(units, batch, mid * stride), budget) else (lo, mid - 1)
-        return lo * stride
+        return self._checked(units, budget, lo * stride, lambda s: (batch, s), exponent=2, step=stride)
+
+    def _checked(self, units, budget: int, value: int, step_at, exponent: int, step: int) -> int:
+        """``value`` (a batch or an imgsz from the composed peak) lowered until the fake pass of ``units`` at
+        ``step_at(value)`` (batch, imgsz) fits ``budget`` with the headroom: the composition scales activations
+        with batch x imgsz^2, which attention (its token count squared) and the loss's own terms outgrow. Each try
+        shrinks ``value`` by the overshoot, ``(budget / need)^(1/exponent)``, in multiples of ``step``, at least
+        one step."""
+        spec = self.spec(units)
+        while value > 0:
+            need = self.headroom.need(self.estimate(spec, *step_at(value)).peak_bytes)
+            if need <= budget:
+                return value
+            value = min(value - step, int(value * (budget / need) ** (1 / exponent)) // step * step)
+        return 0

@@ -141,16 +141,17 @@ class RunReport:
         else:
             source = {"cuda_allocator": "CUDA allocated", "cpu_probe_live_tensors": "CPU live tensors of one step"}.get(self.memory_source, self.memory_source)
             if self.memory_probe_images:
-                source += f" of {self.memory_probe_images} images, {self.memory_probe_objects} objects"
+                objects = f", {self.memory_probe_objects} objects" if self.memory_probe_objects is not None else ""
+                source += f" of {self.memory_probe_images} images{objects} at imgsz {self.memory_probe_imgsz}"
             text = f"training peak {peak / 2**20:.1f} MiB ({peak / 2**30:.2f} GiB, {source})"
             none, plan = self.estimated_none_peak_bytes, self.plan
             if none and plan:
                 objects = (plan.assumed or {}).get("objects")
                 step = f"batch {plan.batch}, imgsz {plan.imgsz}" + (f", {objects} objects per image" if objects else "")
                 saving = 1 - plan.estimated_peak_bytes / none
-                text += (
-                    f"; estimated for the planned step ({step}): {plan.estimated_peak_bytes / 2**20:.1f} MiB, "
-                    f"{abs(saving):.0%} {'below' if saving >= 0 else 'above'} recompute=none's {none / 2**20:.1f} MiB"
+                text += f"; estimated for the planned step ({step}): {plan.estimated_peak_bytes / 2**20:.1f} MiB" + (
+                    " (recompute=none planned)" if plan.recompute == "none"
+                    else f", {abs(saving):.0%} {'below' if saving >= 0 else 'above'} recompute=none's {none / 2**20:.1f} MiB"
                 )
             elif self.recompute not in {None, "none"}:
                 text += " (recompute=none's peak: yolo-ckpt profile with this run's keys estimates it)"

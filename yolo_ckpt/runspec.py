@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from ultralytics.utils.checks import check_imgsz
 
-from .memory import optimizer_for
+from .memory import optimizer_for, train_imgsz
 
 
 def device_type(device) -> str:
@@ -127,17 +127,22 @@ class DataCounts:
 
 
 def count_data(args, data: dict, stride: int) -> DataCounts:
-    """Build the training dataset as ``DetectionTrainer.build_dataset`` does (``cache=False``, as its ``auto_batch``)
-    and count its images and most objects per image; the global random states are left as they were.
+    """Build the training dataset as the task's trainer does and count its images and most objects per image
+    (``cache=False``, as ``DetectionTrainer.auto_batch`` builds it; a classification set, ``ClassificationTrainer``'s
+    ``ClassificationDataset``, has no objects); the global random states are left as they were.
 
     Args:
-        args: the run's Ultralytics arguments (an ``IterableSimpleNamespace``: imgsz, task, fraction, classes, ...).
-        data: the dataset dict of ``check_det_dataset``; stride: the model's largest stride (at least 32).
+        args: the run's Ultralytics arguments (an ``IterableSimpleNamespace``: imgsz, task, fraction, classes, ...);
+            a list imgsz is counted at its largest side (the dataset takes an int, as training sets it).
+        data: the dataset dict of ``check_det_dataset`` (``check_cls_dataset`` for classify); stride: the model's
+            largest stride (at least 32).
     """
-    from ultralytics.data import build_yolo_dataset
+    from ultralytics.data import ClassificationDataset, build_yolo_dataset
     from ultralytics.utils.patches import override_configs
 
-    with rng_preserved(), override_configs(args, overrides={"cache": False}) as cfg:
+    with rng_preserved(), override_configs(args, overrides={"cache": False, "imgsz": train_imgsz(args.imgsz, stride)}) as cfg:
+        if cfg.task == "classify":
+            return DataCounts(len(ClassificationDataset(root=data["train"], args=cfg, augment=False).samples), 0)
         dataset = build_yolo_dataset(cfg, data["train"], 16, data, mode="train", rect=False, stride=stride)
     return DataCounts(len(dataset), max((len(label["cls"]) for label in dataset.labels), default=0))
 
