@@ -462,3 +462,10 @@ def test_cli_profile_and_plan_json(tmp_path, capsys):
     assert rows["all"]["max_batch_at_imgsz_352"] > rows["none"]["max_batch_at_imgsz_352"]
     assert rows["none"]["recompute_GFLOPs"] == 0 and 15 < rows["all"]["recompute_pct_of_step"] < 35
     assert run("plan", "memory_budget=12").returncode == 2
+
+
+def test_size_text_in_messages():
+    """A budget of 1MB reads as 1.0 MiB in a planning error, not 0.00 GiB."""
+    from yolo_ckpt.planner import size_text
+
+    assert (size_text(10**6), size_text(2**30 - 1), size_text(3 * 2**30)) == ("1.0 MiB", "1024.0 MiB", "3.00 GiB")

@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
 COMMANDS = {
     "train": "train a model with activation checkpointing",
     "profile": "per-layer memory and FLOPs table and estimated peak of a training step: none against recompute=",
-    "plan": "largest imgsz and batch that fit memory_budget= for none, backbone, all and auto",
+    "plan": "largest imgsz and batch that fit memory_budget= for none, backbone, head, loss, all and auto",
     "compare": "delta table of runs against the first: RUN_DIR_A RUN_DIR_B ... [out=DIR]",
     "bench": "run a benchmark matrix: matrix=NAME|FILE [out=DIR] [setting=value] (out: runs/bench/NAME)",
     "help": "show this help",
@@ -351,7 +351,7 @@ def plan(args: list[str]) -> list[dict]:
         if config.memory_budget is None:
             raise ValueError("plan needs memory_budget= (bytes with a unit, e.g. memory_budget=16GB)")
         budget, headroom = config.memory_budget.bytes(None), config.headroom_on(spec.device)
-        stride = int(max(model.stride))
+        stride = max(int(max(model.stride)), 32)  # the training size's grid (train_imgsz: Ultralytics' gs)
         imgsz, batch = opts["imgsz"], opts["batch"]
         with TQDM(total=2, desc="yolo-ckpt plan: estimating the model, planning auto") as steps:
             memory = MemoryModel(model, imgsz, batch, spec.objects, spec.optimizer, spec.amp, headroom, config.loss_chunk)

@@ -54,6 +54,11 @@ from .policy import REGIONS, ModelLayout, RecomputePolicy, resolve
 PLANNED_TASKS = TASKS  # the tasks yolo_ckpt.estimate estimates (yolo_ckpt.memory.training_batch builds their batches)
 
 
+def size_text(n: int) -> str:
+    """Bytes as a person reads them in a message: GiB (2 decimals) from 1 GiB, else MiB (1 decimal)."""
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
 class PlanError(ValueError):
     """No plan fits the budget (or the budget cannot be had): raised while a run sets up, which then removes or
     restores the run directory it had started (:class:`yolo_ckpt.trainer.CheckpointTrainerMixin`)."""
@@ -330,9 +335,9 @@ class MemoryModel:
             if units is None:
                 need = self.estimate("all", batch, imgsz).peak_bytes
                 raise PlanError(
-                    f"memory_budget={budget / 2**30:.2f} GiB is below the smallest plan's need at batch={batch} "
-                    f"imgsz={imgsz}: recompute=all needs {need / 2**30:.2f} GiB ({need} bytes)"
-                    + (f" and {self.headroom.need(need) / 2**30:.2f} GiB with memory_headroom={self.headroom}" if self.headroom != NO_HEADROOM else "")
+                    f"memory_budget={size_text(budget)} is below the smallest plan's need at batch={batch} "
+                    f"imgsz={imgsz}: recompute=all needs {size_text(need)} ({need} bytes)"
+                    + (f" and {size_text(self.headroom.need(need))} with memory_headroom={self.headroom}" if self.headroom != NO_HEADROOM else "")
                     + ". Raise the budget, or lower batch or imgsz"
                 )
             check = self.estimate(self.spec(units), batch, imgsz)

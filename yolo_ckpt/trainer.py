@@ -57,7 +57,7 @@ from .atomic import atomic_saves, atomic_write_bytes
 from .config import DEFAULTS, TASK_DEFAULTS, CkptConfig
 from .engine import apply_checkpointing
 from .layer_plot import layer_plot, write_layer_plot
-from .planner import PLANNED_TASKS, MemoryModel, PlanError
+from .planner import PLANNED_TASKS, MemoryModel, PlanError, size_text
 from .policy import is_auto, layout_of, resolve
 from .runspec import (
     RunSpec,
@@ -311,7 +311,7 @@ class CheckpointTrainerMixin:
                 batch = max(estimated, 1)
         elif estimated < 1:
             need = memory.headroom.need(memory.peak(units, 1, imgsz))
-            raise PlanError(f"memory_budget={budget / 2**30:.2f} GiB is below batch=1's estimated need of {need / 2**30:.2f} GiB at imgsz={imgsz} with {self.policy}")
+            raise PlanError(f"memory_budget={size_text(budget)} is below batch=1's estimated need of {size_text(need)} at imgsz={imgsz} with {self.policy}")
         else:
             batch = estimated
         LOGGER.info(f"{PREFIX}batch={batch} for memory_budget={budget / 2**30:.2f} GiB at imgsz={imgsz} ({self.policy.spec})")
