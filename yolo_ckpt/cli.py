@@ -211,7 +211,7 @@ def _estimate_setup(args: list[str], command: str = "plan"):
 
     keys = {k: v for k, v in ESTIMATE_DEFAULTS.items() if command == "profile" or k not in PROFILE_ONLY}
     given = parse_train_args(args, keys)
-    config = CkptConfig.from_args(given)
+    CkptConfig.from_args(given)  # bad keys fail here, before the model is built; the task's defaults come below
     opts = {**DEFAULT_CFG_DICT, **given, **dataclasses.asdict(EstimateOptions.from_args(given))}
     if not isinstance(opts["batch"], int) or opts["batch"] < 1:
         raise ValueError(f"batch={opts['batch']!r}: profile and plan estimate a given batch (an int >= 1); plan gives the largest batch that fits")
@@ -219,19 +219,20 @@ def _estimate_setup(args: list[str], command: str = "plan"):
     yolo = YOLO(opts["model"], task=given.get("task"))
     if yolo.task not in PLANNED_TASKS:
         raise ValueError(f"profile and plan estimate {', '.join(PLANNED_TASKS)} models; model={opts['model']} is a {yolo.task} model")
-    config = CkptConfig.from_args(given, task=yolo.task)  # checked above; now with the task's defaults, as train takes them
+    config = CkptConfig.from_args(given, task=yolo.task)  # with the task's defaults, as train takes them
     device = device_type(opts["device"])
     cfg = get_cfg(DEFAULT_CFG, {k: v for k, v in opts.items() if k in DEFAULT_CFG_DICT and k != "format"} | {"task": yolo.task})
     model, counts = yolo.model, None
+    gs = max(int(model.stride.max()), 32)  # the training size's grid (BaseTrainer._setup_train's gs; nc and ch keep it)
     if opts["data"]:
         data = (check_cls_dataset if yolo.task == "classify" else check_det_dataset)(opts["data"])  # as the task's trainer reads it
         model = yolo.task_map[yolo.task]["model"](yolo.model.yaml, nc=data["nc"], ch=data["channels"], verbose=False)
-        counts = count_data(cfg, data, max(int(model.stride.max()), 32))
+        counts = count_data(cfg, data, gs)
     model = model.train()
     model.args = cfg  # the loss's hyperparameters
     # the largest size a step trains at, as train plans it: rounded to the stride (2736 -> 2752, with Ultralytics'
     # warning) and x (1 + multi_scale) (yolo_ckpt.runspec.autobatch_imgsz)
-    opts["imgsz_given"], opts["imgsz"] = opts["imgsz"], autobatch_imgsz(opts["imgsz"], opts["multi_scale"], max(int(model.stride.max()), 32))
+    opts["imgsz_given"], opts["imgsz"] = opts["imgsz"], autobatch_imgsz(opts["imgsz"], opts["multi_scale"], gs)
     objects, objects_text = objects_rule(None if "objects" in given else counts, opts["objects"], yolo.task)
     optimizer, optimizer_text = optimizer_rule(opts["optimizer"], counts.images if counts else None, opts["batch"], opts["nbs"], opts["epochs"])
     spec = RunSpec(device, amp_enabled(opts["amp"], device), optimizer, optimizer_text, objects, objects_text, int(model.yaml["nc"]))

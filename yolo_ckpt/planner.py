@@ -187,6 +187,7 @@ class MemoryModel:
         self.rebuilt["head"] = max((b.freeable_bytes for b in branches), default=0)
         self.flops["head"] = sum(b.forward_flops for b in branches)
         self.step_flops = 3 * sum(r.forward_flops for r in rows)  # backward costs about twice the forward
+        self._estimates: dict[tuple, StepProfile] = {}  # estimate()'s fake passes, by units, batch and imgsz
 
     def units(self, recompute) -> tuple:
         """The units of a ``recompute=`` value or a :class:`~yolo_ckpt.policy.RecomputePolicy`: its layer indices,
@@ -359,12 +360,16 @@ class MemoryModel:
 
     def estimate(self, recompute, batch: int, imgsz) -> StepProfile:
         """A fake-pass estimate (no per-layer FLOPs) of ``recompute`` at this batch and imgsz, with the loss formula
-        of its loss region where it recomputes the loss."""
-        loss = "loss" in self.units(recompute)
-        return estimate_step(
-            self.model, imgsz, batch, self.objects, recompute, optimizer=self.optimizer, amp=self.amp,
-            loss_model=self.loss_models[loss], flops=False,
-        )
+        of its loss region where it recomputes the loss; computed once per units, batch and trained imgsz (the plan,
+        ``plan``'s rows and the checks of the largest imgsz and batch ask for the same steps)."""
+        units = self.units(recompute)
+        key = (units, batch, train_imgsz(imgsz, self.model.stride))
+        if key not in self._estimates:
+            self._estimates[key] = estimate_step(
+                self.model, imgsz, batch, self.objects, recompute, optimizer=self.optimizer, amp=self.amp,
+                loss_model=self.loss_models["loss" in units], flops=False,
+            )
+        return self._estimates[key]
 
     def largest_batch(self, units, budget: int, imgsz, limit: int = 1024) -> int:
         """The largest batch (>= 0, at most ``limit``, AutoBatch's cap) whose estimate with ``units`` and the headroom
@@ -393,8 +398,8 @@ class MemoryModel:
         one step."""
         spec = self.spec(units)
         while value > 0:
-            need = self.headroom.need(self.estimate(spec, *step_at(value)).peak_bytes)
-            if need <= budget:
+            peak = self.estimate(spec, *step_at(value)).peak_bytes
+            if self.fits(peak, budget):
                 return value
-            value = min(value - step, int(value * (budget / need) ** (1 / exponent)) // step * step)
+            value = min(value - step, int(value * (budget / self.headroom.need(peak)) ** (1 / exponent)) // step * step)
         return 0

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from ultralytics.utils.checks import check_imgsz
 
-from .memory import optimizer_for, train_imgsz
+from .memory import OBJECTLESS_TASKS, optimizer_for, train_imgsz
 
 
 def device_type(device) -> str:
@@ -181,8 +181,6 @@ class RunSpec:
 def objects_rule(counts: DataCounts | None, objects: int, task: str = "detect") -> tuple[int, str]:
     """Objects per image for the loss and where they came from: none for a task whose batch has none
     (:data:`yolo_ckpt.memory.OBJECTLESS_TASKS`), else the data's most x 4 (mosaic) when counted, else ``objects``."""
-    from .memory import OBJECTLESS_TASKS
-
     if task in OBJECTLESS_TASKS:
         return 0, f"a {task} batch has none"
     if counts is None:

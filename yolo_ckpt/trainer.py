@@ -228,7 +228,7 @@ class CheckpointTrainerMixin:
             return int(autobatch_fraction(self.args.batch) * available)
         budget = self.ckpt_config.memory_budget.bytes(available)
         if available is not None and budget > available:
-            raise PlanError(f"memory_budget={self.ckpt_config.memory_budget} ({budget / 2**30:.2f} GiB) is more than the {available / 2**30:.2f} GiB of CUDA memory available on {self.device}")
+            raise PlanError(f"memory_budget={self.ckpt_config.memory_budget} ({size_text(budget)}) is more than the {size_text(available)} of CUDA memory available on {self.device}")
         return budget
 
     def _cuda_available(self) -> int:
@@ -274,8 +274,8 @@ class CheckpointTrainerMixin:
         self.plan = memory.plan(self._budget(), self.args.batch, imgsz)
         self.estimated_none_peak_bytes = memory.peak((), self.args.batch, imgsz)
         LOGGER.info(
-            f"{PREFIX}plan for memory_budget={self.plan.budget_bytes / 2**30:.2f} GiB: recompute={self.plan.recompute}, "
-            f"estimated peak {self.plan.estimated_peak_bytes / 2**30:.2f} GiB + headroom {self.plan.headroom_bytes / 2**30:.2f} GiB "
+            f"{PREFIX}plan for memory_budget={size_text(self.plan.budget_bytes)}: recompute={self.plan.recompute}, "
+            f"estimated peak {size_text(self.plan.estimated_peak_bytes)} + headroom {size_text(self.plan.headroom_bytes)} "
             f"at batch={self.plan.batch} imgsz={imgsz}, recompute cost {self.plan.recompute_cost:.1%} of a step's FLOPs"
         )
         return self.plan.recompute
@@ -305,7 +305,7 @@ class CheckpointTrainerMixin:
         estimated = min(memory.largest_batch(units, budget, imgsz), images)
         if self.device.type == "cuda":
             batch = self._autobatch(budget)
-            LOGGER.info(f"{PREFIX}AutoBatch measured batch={batch}; the estimate's batch for {budget / 2**30:.2f} GiB is {estimated}")
+            LOGGER.info(f"{PREFIX}AutoBatch measured batch={batch}; the estimate's batch for {size_text(budget)} is {estimated}")
             if isinstance(self, SegmentationTrainer) and estimated < batch:  # AutoBatch never sees a mask loss
                 LOGGER.info(f"{PREFIX}batch={max(estimated, 1)}: the estimate counts the mask loss, AutoBatch does not")
                 batch = max(estimated, 1)
@@ -314,7 +314,7 @@ class CheckpointTrainerMixin:
             raise PlanError(f"memory_budget={size_text(budget)} is below batch=1's estimated need of {size_text(need)} at imgsz={imgsz} with {self.policy}")
         else:
             batch = estimated
-        LOGGER.info(f"{PREFIX}batch={batch} for memory_budget={budget / 2**30:.2f} GiB at imgsz={imgsz} ({self.policy.spec})")
+        LOGGER.info(f"{PREFIX}batch={batch} for memory_budget={size_text(budget)} at imgsz={imgsz} ({self.policy.spec})")
         self.plan = self.plan or memory.as_plan(units, memory.peak(units, batch, imgsz), budget, batch, imgsz)
         self.estimated_none_peak_bytes = memory.peak((), batch, imgsz)
         return batch
