@@ -28,7 +28,9 @@ CELL_KEYS = {  # key: default
     "memory_budget": None,  # bytes with a unit; "0.6x" (step cells): 0.6 x the estimated peak of recompute=none
     "tiles": None,  # train cells: {size: px or fit, overlap: px}: train on tiles of the images at imgsz, validate on the images
 }
-BUILT_IN_DATASETS = ("synthetic", "small-objects")  # generated when a cell runs: the task's synthetic set, small_object_dataset()
+# generated when a cell runs: the task's synthetic set; small_object_dataset() at the image side each name gives
+SMALL_OBJECT_SETS = {"small-objects": 320, "small-objects-640": 640}
+BUILT_IN_DATASETS = ("synthetic", *SMALL_OBJECT_SETS)
 SETTINGS = {
     "step": {"objects": 20, "pairs": 5, "device": None, "seed": 0},
     "train": {"val_images": None, "device": None},  # plus any 'yolo train' argument

@@ -14,7 +14,7 @@ A matrix file (YAML) has:
   (``recompute_mode=full``) cell of its group; default: every key but ``recompute`` and ``recompute_mode``.
 - ``datasets_dir`` (optional, relative to the matrix file): where ``dataset: <name>`` finds
   ``<name>/data.yaml``; ``dataset: synthetic`` is the built-in synthetic dataset of the task, ``dataset:
-  small-objects`` the built-in small-object set (:func:`yolo_ckpt.synthetic.small_object_dataset`).
+  small-objects`` / ``small-objects-640`` the built-in small-object set at 320 / 640 px (:func:`yolo_ckpt.synthetic.small_object_dataset`).
 - ``tiles: {size, overlap}`` (train cells, detection data): train on tiles of the dataset (:mod:`yolo_ckpt.tiles`,
   cut from its images resized to the cell's ``imgsz``) at ``imgsz = size`` (``fit``: the largest that fits
   ``memory_budget`` with the cell's policy), then validate on the full val images at the cell's ``imgsz``.

@@ -26,7 +26,7 @@ from ultralytics.utils import YAML
 from yolo_ckpt.runspec import amp_enabled, device_type
 from yolo_ckpt.tiles import dataset_root, split_images, tile_dataset
 
-from .cells import SETTINGS, run_name
+from .cells import SETTINGS, SMALL_OBJECT_SETS, run_name
 from .planning import memory_model, settle
 
 
@@ -54,10 +54,10 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
         from yolo_ckpt.synthetic import synthetic_dataset
 
         data = str(synthetic_dataset(cell["task"]))
-    elif data == "small-objects":
+    elif data in SMALL_OBJECT_SETS:
         from yolo_ckpt.synthetic import small_object_dataset
 
-        data = str(small_object_dataset())
+        data = str(small_object_dataset(SMALL_OBJECT_SETS[data]))
     if settings["val_images"]:
         data = str(val_subset(data, int(settings["val_images"]), project.parent / "data"))
     yolo = YOLO(cell["model"], task=cell["task"])

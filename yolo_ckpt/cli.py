@@ -333,6 +333,28 @@ def profile(args: list[str]) -> dict:
     return summary
 
 
+def plan_setup(args: list[str]):
+    """The :class:`~yolo_ckpt.planner.MemoryModel` ``yolo-ckpt plan`` plans with, for its arguments: the run
+    :func:`_estimate_setup` makes of them, its headroom on the assumed device and ``loss_chunk=``.
+
+    Returns:
+        ``(memory, budget, opts, spec)``: the memory model, ``memory_budget=`` in bytes, the keys with defaults and
+        the :class:`~yolo_ckpt.runspec.RunSpec` (as :func:`_estimate_setup` returns them).
+
+    Raises:
+        ValueError: without ``memory_budget=``, and as :func:`_estimate_setup` raises.
+    """
+    from .planner import MemoryModel
+
+    model, opts, config, spec = _estimate_setup(args, "plan")
+    if config.memory_budget is None:
+        raise ValueError("plan needs memory_budget= (bytes with a unit, e.g. memory_budget=16GB)")
+    headroom = config.headroom_on(spec.device)
+    print("yolo-ckpt plan: estimating the model (calibrating its loss formula, one fake pass)", file=sys.stderr)
+    memory = MemoryModel(model, opts["imgsz"], opts["batch"], spec.objects, spec.optimizer, spec.amp, headroom, config.loss_chunk)
+    return memory, config.memory_budget.bytes(None), opts, spec
+
+
 def plan(args: list[str]) -> list[dict]:
     """``yolo-ckpt plan``: for none, backbone, head, loss (segment models), all (layers, head branches and loss) and
     auto, the estimated peak at ``imgsz=`` (the largest size it trains at) and ``batch=``, the headroom kept on top of it (CUDA, against a budget in
@@ -345,23 +367,15 @@ def plan(args: list[str]) -> list[dict]:
     import pandas as pd
     from ultralytics.utils import TQDM
 
-    from .planner import MemoryModel
-
     with _diagnostics_to_stderr():
-        model, opts, config, spec = _estimate_setup(args, "plan")
-        if config.memory_budget is None:
-            raise ValueError("plan needs memory_budget= (bytes with a unit, e.g. memory_budget=16GB)")
-        budget, headroom = config.memory_budget.bytes(None), config.headroom_on(spec.device)
-        stride = max(int(max(model.stride)), 32)  # the training size's grid (train_imgsz: Ultralytics' gs)
-        imgsz, batch = opts["imgsz"], opts["batch"]
-        with TQDM(total=2, desc="yolo-ckpt plan: estimating the model, planning auto") as steps:
-            memory = MemoryModel(model, imgsz, batch, spec.objects, spec.optimizer, spec.amp, headroom, config.loss_chunk)
-            steps.update()
-            try:
-                auto = memory.plan(budget, batch, imgsz)
-            except ValueError:
-                auto = None  # even 'all' does not fit at this imgsz and batch
-            steps.update()
+        memory, budget, opts, spec = plan_setup(args)
+        stride = max(int(max(memory.model.stride)), 32)  # the training size's grid (train_imgsz: Ultralytics' gs)
+        imgsz, batch, headroom = opts["imgsz"], opts["batch"], memory.headroom
+        print("yolo-ckpt plan: planning auto", file=sys.stderr)
+        try:
+            auto = memory.plan(budget, batch, imgsz)
+        except ValueError:
+            auto = None  # even 'all' does not fit at this imgsz and batch
         rows = []
         names = ("none", "backbone", "head") + (("loss",) if "loss" in memory.candidates else ()) + ("all", "auto")
         for name in TQDM(names, desc="yolo-ckpt plan: checking each policy's peak, largest imgsz and batch"):

@@ -299,6 +299,7 @@ def estimate_step(
     amp: bool = False,
     loss_model: LossModel | None = None,
     flops: bool = True,
+    optimizer_from: StepProfile | None = None,
 ) -> StepProfile:
     """Estimate one training step's peak memory (bytes) for ``model`` without computing anything.
 
@@ -314,6 +315,10 @@ def estimate_step(
         loss_model: the loss formula; when None :func:`calibrate_loss` of ``model``, or where ``recompute`` applies
             the loss region (``yolo_ckpt.losses``), of a copy of ``model`` with it applied.
         flops: count per-layer forward FLOPs (a second fake forward pass).
+        optimizer_from: an earlier estimate of the same model and optimizer (any policy, batch and imgsz) whose
+            optimizer phase and state this one takes instead of running the step (a quarter of a pass's time):
+            that phase holds the parameters, buffers, gradients, optimizer state and the batch, so it differs
+            between the two only by their batches' bytes (``input_bytes``).
 
     Returns:
         A :class:`~yolo_ckpt.memory.StepProfile` with ``source="fake_estimate"`` and ``imgsz`` the trained size.
@@ -335,9 +340,9 @@ def estimate_step(
     with fake_mode:
         data = training_batch(model, batch, imgsz, objects)
         flop_counts = module_flops(fake, data["img"]) if flops else {}
-        opt = build_optimizer(fake, optimizer)
-        for group in opt.param_groups:  # foreach kernels (CUDA's default): a few ops, not a few per parameter, on
-            group["foreach"] = True  # fake tensors; the state they keep is the same
+        opt = build_optimizer(fake, optimizer) if optimizer_from is None else None
+        for group in opt.param_groups if opt else ():  # foreach kernels (CUDA's default): a few ops, not a few per
+            group["foreach"] = True  # parameter, on fake tensors; the state they keep is the same
         accounting = _LayerAccounting(fake)
         with LiveTensorTracker() as tracker, cuda_amp_emulated(amp) as autocast:  # backward included: yolo_ckpt.amp
             tracker.track(list(fake.parameters()), list(fake.buffers()), data)
@@ -351,6 +356,10 @@ def estimate_step(
             fwd_end = [0]
             peaks, _, state = _run_step(fake, data, opt, stand_in_loss, tracker, autocast)
         accounting.remove()
+    if optimizer_from is not None:  # its state: its static bytes less its parameters, buffers and batch (as ours)
+        inputs, earlier = _nbytes(data), optimizer_from
+        state = earlier.static_bytes - earlier.input_bytes - (static - inputs)
+        peaks = {p: v + state for p, v in peaks.items()} | {"optimizer": earlier.phase_peak_bytes["optimizer"] - earlier.input_bytes + inputs}
     static, fwd_end[0] = static + state, fwd_end[0] + state  # the optimizer state, counted in every phase
     for peaks_of in (accounting.forward_peaks, accounting.backward_peaks):
         peaks_of.update({i: peak + state for i, peak in peaks_of.items()})

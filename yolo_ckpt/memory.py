@@ -475,9 +475,10 @@ def _run_step(model, batch, optimizer, loss_fn, tracker, autocast=None):
 
     An optimizer without state creates it in this step's optimizer phase (whose peak is then a later step's: the
     state plus the update's temporaries); every later step carries it all along, so its bytes are added to the
-    earlier phases' peaks: one step measures a steady-state step, without a first one to create the state."""
+    earlier phases' peaks: one step measures a steady-state step, without a first one to create the state.
+    ``optimizer=None`` stops after the backward (``optimizer`` peak and state 0: the caller has them from elsewhere)."""
     autocast = autocast or contextlib.nullcontext
-    fresh = not optimizer.state
+    fresh = optimizer is not None and not optimizer.state
     peaks = {}
     tracker.start_phase()
     with autocast():
@@ -491,6 +492,8 @@ def _run_step(model, batch, optimizer, loss_fn, tracker, autocast=None):
     loss.backward()
     del loss, preds
     peaks["backward"] = tracker.phase_peak_bytes
+    if optimizer is None:
+        return {**peaks, "optimizer": 0}, before_loss, 0
     tracker.start_phase()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)

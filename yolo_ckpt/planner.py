@@ -74,7 +74,8 @@ class Plan:
         indices: the layer indices among them.
         estimated_peak_bytes: the fake-pass estimate of the plan's peak.
         budget_bytes: the budget it is held against.
-        recompute_flops: forward FLOPs recomputed per step; step_flops: FLOPs of a step without recompute.
+        recompute_flops: forward FLOPs recomputed per step; step_flops: FLOPs of a step without recompute (the
+            layers' forward and backward, and a segmentation loss's mask products: :meth:`MemoryModel.as_plan`).
         batch, imgsz: the step the plan is for.
         headroom_bytes: what the :class:`Headroom` adds to the estimate (0 without one).
         regions: the regions beyond the layers among them, in :data:`yolo_ckpt.policy.REGIONS` order (``("head",
@@ -348,14 +349,16 @@ class MemoryModel:
             units = self._sorted((*units, rest[0])) if rest else None
 
     def as_plan(self, units, peak_bytes: int, budget: int, batch: int, imgsz) -> Plan:
-        """A :class:`Plan` of these units, with their recompute FLOPs and the headroom at this batch and imgsz."""
+        """A :class:`Plan` of these units, with their recompute FLOPs and the headroom at this batch and imgsz. The
+        step's FLOPs: the layers' forward and backward (3x the forward) and, for segmentation, the mask loss's
+        products: its forward and the backward's two, ``6 * nm * Fb * (imgsz / 4)^2`` (:meth:`loss_flops` x 1.5)."""
         imgsz = train_imgsz(imgsz, self.model.stride)
         units = self._sorted(units)
         headroom = self.headroom.need(peak_bytes) - peak_bytes
         layers = tuple(u for u in units if not isinstance(u, str))
         return Plan(
             self.spec(units), layers, peak_bytes, budget, self.cost(units, batch, imgsz),
-            int(self._scale(batch, imgsz) * self.step_flops), batch, imgsz, headroom, self.regions(units),
+            int(self._scale(batch, imgsz) * self.step_flops) + 3 * self.loss_flops(batch, imgsz) // 2, batch, imgsz, headroom, self.regions(units),
         )
 
     def estimate(self, recompute, batch: int, imgsz) -> StepProfile:
@@ -367,7 +370,7 @@ class MemoryModel:
         if key not in self._estimates:
             self._estimates[key] = estimate_step(
                 self.model, imgsz, batch, self.objects, recompute, optimizer=self.optimizer, amp=self.amp,
-                loss_model=self.loss_models["loss" in units], flops=False,
+                loss_model=self.loss_models["loss" in units], flops=False, optimizer_from=self.base,
             )
         return self._estimates[key]
 
