@@ -109,6 +109,15 @@ class Plan:
         return self.recompute_flops / self.step_flops if self.step_flops else 0.0
 
 
+def _largest(fits, limit: int) -> int:
+    """The largest n in [0, limit] with ``fits(n)`` (0 if none), by bisection: ``fits`` holds up to some n, not above."""
+    lo, hi = 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
 def loss_models(model, amp: bool, chunk: int | None = None) -> dict[bool, LossModel]:
     """The loss formula without (``False``) and, where the head has a loss region, with (``True``) the loss region
     in ``chunk`` anchors per chunk (None: its default), each calibrated on a copy of ``model`` with or without it
@@ -378,20 +387,14 @@ class MemoryModel:
         """The largest batch (>= 0, at most ``limit``, AutoBatch's cap) whose estimate with ``units`` and the headroom
         fits ``budget`` at ``imgsz``: the composed peak's answer, checked with a fake pass (:meth:`_checked`)."""
         imgsz = train_imgsz(imgsz, self.model.stride)
-        lo, hi = 0, limit
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if self.fits(self.peak(units, mid, imgsz), budget) else (lo, mid - 1)
-        return self._checked(units, budget, lo, lambda b: (b, imgsz), exponent=1, step=1)
+        batch = _largest(lambda b: self.fits(self.peak(units, b, imgsz), budget), limit)
+        return self._checked(units, budget, batch, lambda b: (b, imgsz), exponent=1, step=1)
 
     def largest_imgsz(self, units, budget: int, batch: int, stride: int = 32, limit: int = 8192) -> int:
         """The largest imgsz (a multiple of ``stride``, 0 if none) whose estimate with ``units`` and the headroom fits
         at ``batch``: the composed peak's answer, checked with a fake pass (:meth:`_checked`)."""
-        lo, hi = 0, limit // stride
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if self.fits(self.peak(units, batch, mid * stride), budget) else (lo, mid - 1)
-        return self._checked(units, budget, lo * stride, lambda s: (batch, s), exponent=2, step=stride)
+        steps = _largest(lambda n: self.fits(self.peak(units, batch, n * stride), budget), limit // stride)
+        return self._checked(units, budget, steps * stride, lambda s: (batch, s), exponent=2, step=stride)
 
     def _checked(self, units, budget: int, value: int, step_at, exponent: int, step: int) -> int:
         """``value`` (a batch or an imgsz from the composed peak) lowered until the fake pass of ``units`` at
