@@ -675,7 +675,8 @@ def small_object_dataset(
 
     At full resolution a cross is told from a distractor by its shape; downscaled to 0.7x (224 of 320 px: where
     ``imgsz=fit`` puts recompute=none of YOLO26n under the budget that recompute=all needs at full size) every shape
-    becomes an alike 3-4 px blob.
+    becomes an alike 3-4 px blob; at ``size=640`` (``cfg/bench/small-objects-640.yaml``: 80-240 crosses per image)
+    the budget of recompute=all at 640 puts stock at 416 (0.65x).
     Objects sit one per cell of a 16 px grid (jittered), so boxes never touch. Same arguments give byte-identical
     files. Labels: ``0 xc yc w h`` normalised.
 
