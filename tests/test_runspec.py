@@ -4,15 +4,17 @@ its trainer's set-up is run up to the point where it has applied the rule, and w
 import pytest
 import torch
 from helpers import TRAIN
+from ultralytics.cfg import get_cfg
 from ultralytics.engine import trainer as engine_trainer
 from ultralytics.models.yolo.detect import DetectionTrainer
-from ultralytics.utils import autobatch as ultralytics_autobatch
+from ultralytics.utils import DEFAULT_CFG, autobatch as ultralytics_autobatch
 
 from yolo_ckpt.memory import optimizer_for
 from yolo_ckpt.runspec import (
     DataCounts,
     RunSpec,
     amp_enabled,
+    augment_factors,
     autobatch_fraction,
     autobatch_imgsz,
     count_data,
@@ -78,7 +80,7 @@ def test_autobatch_imgsz_and_mosaic_objects_as_auto_batch_sizes_them(synthetic, 
     assert DetectionTrainer.auto_batch(trainer) == 2
     counts = count_data(trainer.args, trainer.data, trainer.stride)
     assert seen["imgsz"] == autobatch_imgsz(100, 0.5, trainer.stride) == 192
-    assert (seen["max_num_obj"], seen["dataset_size"]) == (counts.mosaic_objects, counts.images)
+    assert (seen["max_num_obj"], seen["dataset_size"]) == (counts.planned_objects, counts.images) == (4 * counts.max_objects, counts.images)
     assert counts.max_objects > 1
 
 
@@ -111,8 +113,32 @@ def test_optimizer_auto_as_build_train_pipeline_picks_it(epochs, synthetic, tmp_
     assert f"for {iterations} iterations" in rule
 
 
+def test_augment_factors_bound_what_the_training_augmentation_makes(synthetic_cache):
+    """Objects per training image as Ultralytics' augmentation makes them (v8_transforms): mosaic x 4 (as AutoBatch
+    counts), none without mosaic, copy-paste x 2 where labels have segments, mixup and cutmix one more mosaic each.
+    Drawn samples with mixup (scale 0: a mosaic's crop holds about one image's objects) hold more objects than any
+    labelled image, and never more than planned."""
+    from ultralytics.data import build_yolo_dataset
+    from ultralytics.data.utils import check_det_dataset
+
+    from yolo_ckpt.synthetic import small_object_dataset
+
+    cases = [({}, (("mosaic", 4),)), ({"mosaic": 0.0}, ()), ({"task": "detect", "copy_paste": 0.5}, (("mosaic", 4),)),
+             ({"task": "segment", "copy_paste": 0.5, "mixup": 0.1, "cutmix": 0.1}, (("mosaic", 4), ("copy_paste", 2), ("mixup+cutmix", 3)))]
+    for overrides, factors in cases:
+        assert augment_factors(get_cfg(DEFAULT_CFG, overrides)) == factors
+    data = check_det_dataset(str(small_object_dataset(train=16, val=1)))  # 5 px crosses: none too small to keep at 320
+    args = get_cfg(DEFAULT_CFG, {"imgsz": 320, "mixup": 1.0, "scale": 0.0})
+    dataset = build_yolo_dataset(args, data["train"], 2, data, mode="train")
+    counts = DataCounts(len(dataset), max(len(label["cls"]) for label in dataset.labels), augment_factors(args))
+    drawn = max(len(dataset[i]["cls"]) for i in range(len(dataset)) for _ in range(3))
+    assert counts.max_objects < drawn <= counts.planned_objects == 8 * counts.max_objects
+    assert objects_rule(counts, 20)[1] == f"the data's most in one image, {counts.max_objects}, x 4 for mosaic, x 2 for mixup"
+
+
 @pytest.mark.parametrize(("task", "counts", "expected"), [
     ("detect", DataCounts(4, 300), (1200, "the data's most in one image, 300, x 4 for mosaic")),
+    ("detect", DataCounts(4, 300, ()), (300, "the data's most in one image, 300 (no mosaic, mixup or cutmix)")),
     ("segment", None, (20, "objects=20")),
     ("classify", DataCounts(4, 0), (0, "a classify batch has none")),
     ("semantic", None, (0, "a semantic batch has none")),

@@ -188,7 +188,7 @@ def _estimate_setup(args: list[str], command: str = "plan"):
     The model is built from ``model=`` (no download) as the trainer builds it: with the data's classes and channels
     when ``data=`` is given (Ultralytics' ``check_det_dataset``). What the estimate assumes comes from
     :mod:`yolo_ckpt.runspec`: the device (``device=``, default a CUDA device), AMP as that device runs it, the
-    optimizer Ultralytics will build, and objects per image (the data's most x 4 for mosaic, else ``objects=``).
+    optimizer Ultralytics will build, and objects per image (the data's most times its augmentation's factors, x 4 for mosaic: ``runspec.augment_factors``; else ``objects=``).
 
     Returns:
         ``(model, opts, config, spec)``: the training-mode model; the keys with defaults (Ultralytics' for ``yolo

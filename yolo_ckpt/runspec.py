@@ -10,7 +10,8 @@
   iterations, MuSGD beyond), with iterations counted as ``_build_train_pipeline`` counts them
   (``ceil(images / max(batch, nbs)) * epochs``); without ``data=`` there are no images to count: AdamW.
 - classes and objects per image: from ``data=`` (Ultralytics' ``check_det_dataset`` and the training dataset the
-  trainer builds), the most objects in one image x 4 for mosaic, as ``DetectionTrainer.auto_batch`` counts them;
+  trainer builds), the most objects in one image x 4 for mosaic, as ``DetectionTrainer.auto_batch`` counts them,
+  and x 2 more for copy-paste (segment, obb) and for each of mixup and cutmix where the run turns them on (:func:`augment_factors`);
   without ``data=``, the model YAML's ``nc`` and ``objects=``.
 
 The trainers read three more Ultralytics rules here: which layers ``freeze=`` freezes (:func:`frozen_layers`), the
@@ -114,16 +115,32 @@ class DataCounts:
     Attributes:
         images: training images (after ``fraction=``).
         max_objects: the most labelled objects in one image.
+        augment: the training augmentation's factors on a training image's objects (:func:`augment_factors`).
     """
 
     images: int
     max_objects: int
+    augment: tuple[tuple[str, int], ...] = (("mosaic", 4),)
 
     @property
-    def mosaic_objects(self) -> int:
-        """Objects per image the loss is planned for: ``max_objects`` x 4 for mosaic (``DetectionTrainer.auto_batch``),
-        at least 1."""
-        return max(self.max_objects * 4, 1)
+    def planned_objects(self) -> int:
+        """Objects per training image the loss is planned for: ``max_objects`` times every :attr:`augment` factor
+        (x 4 for mosaic, as ``DetectionTrainer.auto_batch`` counts them), at least 1."""
+        return max(self.max_objects * math.prod(f for _, f in self.augment), 1)
+
+
+def augment_factors(args) -> tuple[tuple[str, int], ...]:
+    """How many images' objects one training image can hold, by Ultralytics' training augmentation
+    (``ultralytics/data/augment.py``, ``v8_transforms``): ``Mosaic`` (p=``mosaic``) tiles 4 images; with segments
+    (segment, obb) ``CopyPaste`` (p=``copy_paste``) adds at most as many objects again (flipped copies, or one more
+    mosaic's in ``copy_paste_mode=mixup``); ``MixUp`` (p=``mixup``) and ``CutMix`` (p=``cutmix``) each blend in one
+    more mosaic's. ``DetectionTrainer.auto_batch`` counts x 4 only: with mixup at ``scale=0.9`` a sample held 3.8x
+    the data's most in one image. Returns ``(name, factor)`` pairs of the augmentations the run turns on."""
+    factors = [("mosaic", 4)] if args.mosaic > 0 else []
+    if args.task in ("segment", "obb") and args.copy_paste > 0:
+        factors.append(("copy_paste", 2))
+    mixed = [name for name in ("mixup", "cutmix") if getattr(args, name) > 0]
+    return (*factors, *((("+".join(mixed), 1 + len(mixed)),) if mixed else ()))
 
 
 def count_data(args, data: dict, stride: int) -> DataCounts:
@@ -142,9 +159,9 @@ def count_data(args, data: dict, stride: int) -> DataCounts:
 
     with rng_preserved(), override_configs(args, overrides={"cache": False, "imgsz": train_imgsz(args.imgsz, stride)}) as cfg:
         if cfg.task == "classify":
-            return DataCounts(len(ClassificationDataset(root=data["train"], args=cfg, augment=False).samples), 0)
+            return DataCounts(len(ClassificationDataset(root=data["train"], args=cfg, augment=False).samples), 0, ())
         dataset = build_yolo_dataset(cfg, data["train"], 16, data, mode="train", rect=False, stride=stride)
-    return DataCounts(len(dataset), max((len(label["cls"]) for label in dataset.labels), default=0))
+    return DataCounts(len(dataset), max((len(label["cls"]) for label in dataset.labels), default=0), augment_factors(args))
 
 
 @dataclass(frozen=True)
@@ -180,9 +197,11 @@ class RunSpec:
 
 def objects_rule(counts: DataCounts | None, objects: int, task: str = "detect") -> tuple[int, str]:
     """Objects per image for the loss and where they came from: none for a task whose batch has none
-    (:data:`yolo_ckpt.memory.OBJECTLESS_TASKS`), else the data's most x 4 (mosaic) when counted, else ``objects``."""
+    (:data:`yolo_ckpt.memory.OBJECTLESS_TASKS`), else the data's most times its augmentation's factors (x 4 for
+    mosaic: :func:`augment_factors`) when counted, else ``objects``."""
     if task in OBJECTLESS_TASKS:
         return 0, f"a {task} batch has none"
     if counts is None:
         return objects, "objects=" + str(objects)
-    return counts.mosaic_objects, f"the data's most in one image, {counts.max_objects}, x 4 for mosaic"
+    factors = "".join(f", x {f} for {name}" for name, f in counts.augment) or " (no mosaic, mixup or cutmix)"
+    return counts.planned_objects, f"the data's most in one image, {counts.max_objects}{factors}"

@@ -246,8 +246,8 @@ class CheckpointTrainerMixin:
         return self._counts
 
     def _memory_model(self, batch: int) -> MemoryModel:
-        """The planner's memory model of this run: its model, largest imgsz, the data's objects (most per image x 4
-        for mosaic), the optimizer Ultralytics will build, AMP as this device runs it, and the headroom for CUDA
+        """The planner's memory model of this run: its model, largest imgsz, the data's objects (most per image times
+        its augmentation's factors: ``runspec.augment_factors``), the optimizer Ultralytics will build, AMP as this device runs it, and the headroom for CUDA
         against a budget in bytes. Logs what it assumed (``self.run_spec``)."""
         counts = self._data_counts()
         objects, objects_text = objects_rule(counts, 0, task_of(type(self)))
@@ -325,7 +325,7 @@ class CheckpointTrainerMixin:
         counts = self._data_counts()
         requested, self.batch_size = self.batch_size, min(budget / self._cuda_available(), 0.999)  # AutoBatch takes (0, 1)
         try:
-            return BaseTrainer.auto_batch(self, counts.mosaic_objects, dataset_size=counts.images)
+            return BaseTrainer.auto_batch(self, counts.planned_objects, dataset_size=counts.images)
         finally:
             self.batch_size = requested
 
