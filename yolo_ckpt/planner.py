@@ -372,8 +372,9 @@ class MemoryModel:
 
     def estimate(self, recompute, batch: int, imgsz) -> StepProfile:
         """A fake-pass estimate (no per-layer FLOPs) of ``recompute`` at this batch and imgsz, with the loss formula
-        of its loss region where it recomputes the loss; computed once per units, batch and trained imgsz (the plan,
-        ``plan``'s rows and the checks of the largest imgsz and batch ask for the same steps)."""
+        of its loss region where it recomputes the loss and the optimizer phase of the base pass (``optimizer_from``:
+        the step itself is not run); computed once per units, batch and trained imgsz (the plan, ``plan``'s rows and
+        the checks of the largest imgsz and batch ask for the same steps)."""
         units = self.units(recompute)
         key = (units, batch, train_imgsz(imgsz, self.model.stride))
         if key not in self._estimates:
