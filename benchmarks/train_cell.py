@@ -39,7 +39,7 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
         training and validation peak memory (MiB) and their source, median step time (s), wall time of the training
         and its validations (s; a tiles cell's full-image validation included), mAP50 and mAP50-95 of the
         task's output or top-1/top-5 (fractions; a tiles cell's on the full val images), ``val_imgsz`` (the imgsz
-        they were validated at), ``train_images`` (tiles for a tiles cell) and ``weights_sha256`` of the final
+        they were validated at), ``train_images`` (the images trained, after ``fraction=``; tiles for a tiles cell) and ``weights_sha256`` of the final
         model and EMA state.
 
     Raises:
@@ -90,7 +90,6 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
     report = load_report(trainer.save_dir)
     peak, val_peak = report.train_peak_allocated_bytes, report.val_peak_allocated_bytes
     metrics = primary_metrics(report.task, report.metrics)
-    train_spec, train_root = dataset_root(train_data)
     weights = weights_sha256(trainer)  # before validating anew, which fuses the model it validates
     if tiles is not None:  # yolo holds the best weights now; validate them on the full images, as the others were
         full = yolo.val(data=data, imgsz=cell["imgsz"], batch=cell["batch"], plots=False, project=str(trainer.save_dir), name="val-full", **({"device": settings["device"]} if settings["device"] is not None else {}))
@@ -110,7 +109,7 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
         "memory_source": report.memory_source,
         "step_time_s": report.train_step_time_median_s,
         "wall_s": wall,
-        "train_images": len(split_images(train_root, train_spec["train"])),  # tiles for a tiles cell
+        "train_images": len(trainer.train_loader.dataset),  # what trained (after fraction=); tiles for a tiles cell
         **metrics,
         "val_imgsz": cell["imgsz"] if tiles is not None else report.imgsz,
         "weights_sha256": weights,

@@ -75,7 +75,7 @@ def test_train_matrix_same_weights(tmp_path, synthetic, one_thread):
     for column in ("weights_sha256", "mAP50", "mAP50-95", "peak_MiB", "step_time_s", "run_dir", "recomputations", "epochs_run"):
         assert column in results, column
     none, full = results.to_dict("records")
-    assert none["status"] == full["status"] == "ok"
+    assert none["status"] == full["status"] == "ok" and none["train_images"] == 4  # fraction=0.5 of the 8 images
     assert full["recomputations"] > 0 and none["recomputations"] == 0  # the policy ran, and the baseline did not
     assert none["weights_sha256"] == full["weights_sha256"]  # recomputation is exact on the CPU
     assert full["mAP50-95"] == none["mAP50-95"] and full["peak_MiB"] < none["peak_MiB"]

@@ -92,6 +92,8 @@ def test_help_lists_commands_and_keys(capsys):
         (["profile", "recompute_mode=partial"], "valid modes: full, selective"),
         (["plan", "memory_budget=12"], "memory_budget=12: a number without a unit must be a fraction in (0, 1]"),
         (["plan", "memory_budget=1GB", "plot=True"], "'plot' is not a valid YOLO argument"),  # profile's only
+        (["plan", "memory_budget=1GB", "mosaic=abc"], "'mosaic=abc' is of invalid type str"),  # Ultralytics' TypeError
+        (["train", "epochs=abc"], "'epochs=abc' is of invalid type str"),
     ],
 )
 def test_profile_and_plan_bad_keys_exit_2(args, message, capsys):

@@ -62,7 +62,8 @@ WORDS = st.lists(st.one_of(st.text(max_size=12),
 @given(WORDS)
 def test_key_value_words_raise_only_syntax_errors(words):
     """The yolo-style word parser returns a dict of keys it knows or raises Ultralytics' own errors: SyntaxError for
-    an unknown key or a missing '=', AssertionError for a key without a value (the CLI prints either, exit 2)."""
+    an unknown key or a missing '=', AssertionError for a key without a value, ValueError for a value of the wrong
+    type or range, naming the key (check_cfg's; the CLI prints each, exit 2)."""
     from ultralytics.utils import DEFAULT_CFG_DICT
 
     from yolo_ckpt.config import DEFAULTS
@@ -70,6 +71,9 @@ def test_key_value_words_raise_only_syntax_errors(words):
     try:
         overrides = parse_train_args(words)
     except (SyntaxError, AssertionError):
+        return
+    except ValueError as e:
+        assert any(f"'{k}" in str(e) for k in DEFAULT_CFG_DICT), e
         return
     assert set(overrides) <= set(DEFAULT_CFG_DICT) | set(DEFAULTS) | {"task"}
 

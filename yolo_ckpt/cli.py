@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ultralytics.cfg import TASKS, check_dict_alignment, merge_equals_args, parse_key_value_pair
+from ultralytics.cfg import TASKS, check_cfg, check_dict_alignment, merge_equals_args, parse_key_value_pair
 from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT, LOGGER, YAML
 
 from .config import DEFAULTS, DEFAULTS_PATH, ESTIMATE_DEFAULTS, ESTIMATE_DEFAULTS_PATH, CkptConfig, EstimateOptions
@@ -91,6 +91,8 @@ def parse_train_args(args: list[str], extra: dict | None = None) -> dict:
         SyntaxError: for an unknown key (with Ultralytics' suggestions of similar keys) or a bare word that is
             neither a task nor a boolean key. FileNotFoundError: for a ``cfg=`` that is neither a file nor a shipped
             policy (``cfg=heavy-blocks``, :func:`yolo_ckpt.shipped.resolve_yaml`), listing the shipped ones.
+        ValueError: for an Ultralytics key's value of the wrong type or range (Ultralytics' ``check_cfg``, whose
+            TypeError for ``mosaic=abc`` is a bad value like its ValueError for ``mixup=-1``).
     """
     valid = {**DEFAULT_CFG_DICT, **DEFAULTS, **(extra or {})}
     overrides: dict = {}
@@ -114,6 +116,10 @@ def parse_train_args(args: list[str], extra: dict | None = None) -> dict:
             _check_alignment(valid, {a: ""})
             raise SyntaxError(f"'{a}' is missing an '=' sign to set its value, i.e. try '{a}={valid[a]}'")
     _check_alignment(valid, overrides)
+    try:  # on a copy: check_cfg converts values in place
+        check_cfg({k: v for k, v in overrides.items() if k in DEFAULT_CFG_DICT})
+    except TypeError as e:
+        raise ValueError(str(e)) from None
     return overrides
 
 

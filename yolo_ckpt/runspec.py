@@ -11,7 +11,8 @@
   (``ceil(images / max(batch, nbs)) * epochs``); without ``data=`` there are no images to count: AdamW.
 - classes and objects per image: from ``data=`` (Ultralytics' ``check_det_dataset`` and the training dataset the
   trainer builds), the most objects in one image x 4 for mosaic, as ``DetectionTrainer.auto_batch`` counts them,
-  and x 2 more for copy-paste (segment, obb) and for each of mixup and cutmix where the run turns them on (:func:`augment_factors`);
+  x 2 more for copy-paste (segment, obb), x 2 for mixup or cutmix and x 3 for both where the run turns them on
+  (:func:`augment_factors`);
   without ``data=``, the model YAML's ``nc`` and ``objects=``.
 
 The trainers read three more Ultralytics rules here: which layers ``freeze=`` freezes (:func:`frozen_layers`), the
