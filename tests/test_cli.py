@@ -286,7 +286,6 @@ def test_failed_setup_leaves_the_run_dir_as_it_was(bad, existing, synthetic, tmp
         assert not run.exists()
 
 
-
 @pytest.mark.parametrize(("task", "imgsz", "trained", "objects"), [("classify", "64", 64, 0), ("detect", "[160,128]", 160, None)])
 def test_estimate_setup_takes_the_data_of_every_task_and_a_list_imgsz(task, imgsz, trained, objects, synthetic):
     """profile/plan (and recompute=auto, which counts the data the same way) with data=: a classification folder,

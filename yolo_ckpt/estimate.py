@@ -356,8 +356,9 @@ def estimate_step(
             fwd_end = [0]
             peaks, _, state = _run_step(fake, data, opt, stand_in_loss, tracker, autocast)
         accounting.remove()
+    inputs = _nbytes(data)
     if optimizer_from is not None:  # its state: its static bytes less its parameters, buffers and batch (as ours)
-        inputs, earlier = _nbytes(data), optimizer_from
+        earlier = optimizer_from
         state = earlier.static_bytes - earlier.input_bytes - (static - inputs)
         peaks = {p: v + state for p, v in peaks.items()} | {"optimizer": earlier.phase_peak_bytes["optimizer"] - earlier.input_bytes + inputs}
     static, fwd_end[0] = static + state, fwd_end[0] + state  # the optimizer state, counted in every phase
@@ -385,6 +386,6 @@ def estimate_step(
         loss_bytes=loss_forward,
         peak_bytes=max(phases.values()),
         layers=rows,
-        input_bytes=_nbytes(data),
+        input_bytes=inputs,
         modules=modules,
     )
