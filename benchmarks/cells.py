@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from yolo_ckpt.config import Budget
+from yolo_ckpt.errors import ConfigError
 from yolo_ckpt.policy import spec_string
 
 CELL_KEYS = {  # key: default
@@ -64,7 +65,7 @@ def cell_budget(value) -> Budget | RelativeBudget | None:
         except ValueError:
             factor = math.nan
         if not 0 < factor < math.inf:
-            raise ValueError(f"memory_budget={value!r} is not valid; valid: bytes with a unit (2GB), a fraction of the CUDA memory (0.6) or a factor of the recompute=none peak (0.6x)")
+            raise ConfigError(f"memory_budget={value!r} is not valid; valid: bytes with a unit (2GB), a fraction of the CUDA memory (0.6) or a factor of the recompute=none peak (0.6x)")
         return RelativeBudget(factor)
     return Budget.parse(value)
 

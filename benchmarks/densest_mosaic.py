@@ -20,7 +20,8 @@ from ultralytics.cfg import get_cfg
 from ultralytics.data import YOLODataset
 from ultralytics.data.utils import check_det_dataset
 
-from yolo_ckpt.cli import _estimate_setup
+from yolo_ckpt.cli import estimate_setup
+from yolo_ckpt.errors import ConfigError
 from yolo_ckpt.estimate import estimate_step
 from yolo_ckpt.memory import profile_step
 
@@ -36,7 +37,7 @@ def densest_mosaic(data: str, imgsz: int) -> tuple[dict, list[int]]:
         ValueError: for an imgsz that is not a multiple of 64 (each half must be a multiple of the stride 32).
     """
     if imgsz % 64:
-        raise ValueError(f"imgsz={imgsz}: give a multiple of 64 (each of the four images is imgsz/2 at stride 32)")
+        raise ConfigError(f"imgsz={imgsz}: give a multiple of 64 (each of the four images is imgsz/2 at stride 32)")
     half, quarter = imgsz // 2, imgsz // 8  # an image's side, and its masks' side at mask_ratio 4
     cfg = get_cfg(overrides={"task": "segment", "imgsz": half})
     info = check_det_dataset(data)
@@ -64,11 +65,12 @@ def main(argv: list[str]) -> dict:
     batch, counts = densest_mosaic(opts["data"], imgsz)
     # the model and the objects bound as `yolo-ckpt plan` takes them for these keys (the data's classes; its most x 4)
     keys = [f"model={opts.get('model', 'yolo11n-seg.yaml')}", f"data={opts['data']}", f"imgsz={imgsz}", "batch=1", "device=cpu"]
-    model, run, _, spec = _estimate_setup(keys)
+    run, keys_read = estimate_setup(keys)
+    model, spec = run.model, run.spec
     measured = profile_step(model, batch, "none", flops=False)
     objects, bound = sum(counts), spec.objects
     estimates = {n: estimate_step(model, imgsz, 1, n, "none", flops=False).peak_bytes for n in (objects, bound)}
-    model_cfg = run["model"]
+    model_cfg = keys_read["model"]
     result = {
         **provenance(" ".join(["python -m yolo_ckpt.bench.densest_mosaic", *argv])),
         "model": model_cfg, "data": opts["data"], "imgsz": imgsz, "batch": 1, "amp": False, "device": "cpu",

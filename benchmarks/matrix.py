@@ -41,6 +41,7 @@ from ultralytics.cfg import check_dict_alignment
 from ultralytics.utils import DEFAULT_CFG_DICT, LOGGER, SETTINGS as ULTRALYTICS_SETTINGS, TQDM, YAML
 
 from yolo_ckpt.config import Budget, CkptConfig
+from yolo_ckpt.errors import ConfigError, MissingFileError
 from yolo_ckpt.memory import TASKS
 from yolo_ckpt.planner import PLANNED_TASKS
 from yolo_ckpt.policy import is_auto, layout_of, resolve
@@ -90,30 +91,30 @@ def load_matrix(path, overrides: dict | None = None) -> Matrix:
     spec = YAML.load(path) or {}
     top = {"name", "kind", "description", "settings", "grid", "baseline_keys", "datasets_dir"}
     if set(spec) - top:
-        raise ValueError(f"{path}: unknown top-level keys {sorted(set(spec) - top)}; valid: {sorted(top)}")
+        raise ConfigError(f"{path}: unknown top-level keys {sorted(set(spec) - top)}; valid: {sorted(top)}")
     kind = spec.get("kind")
     if kind not in KINDS:
-        raise ValueError(f"{path}: kind={kind!r} is not valid; valid kinds: {', '.join(KINDS)}")
+        raise ConfigError(f"{path}: kind={kind!r} is not valid; valid kinds: {', '.join(KINDS)}")
     settings = {**SETTINGS[kind], **(spec.get("settings") or {}), **(overrides or {})}
     if kind == "train":  # any 'yolo train' argument, with Ultralytics' suggestions for a misspelt one
         check_dict_alignment({**DEFAULT_CFG_DICT, **SETTINGS[kind]}, settings)
         owned = sorted(set(settings) & (set(CELL_KEYS) | {"data", "project", "name", "trainer"}))
         if owned:
-            raise ValueError(f"{path}: settings {owned} are set per cell by the runner; give them as cell keys in grid: (valid: {sorted(CELL_KEYS)})")
+            raise ConfigError(f"{path}: settings {owned} are set per cell by the runner; give them as cell keys in grid: (valid: {sorted(CELL_KEYS)})")
     elif int(settings["pairs"]) < 1 or int(settings["objects"]) < 1:
-        raise ValueError(f"{path}: pairs={settings['pairs']} and objects={settings['objects']} must be at least 1")
+        raise ConfigError(f"{path}: pairs={settings['pairs']} and objects={settings['objects']} must be at least 1")
     elif set(settings) - set(SETTINGS[kind]):
-        raise ValueError(f"{path}: unknown settings {sorted(set(settings) - set(SETTINGS[kind]))} for kind={kind}; valid: {sorted(SETTINGS[kind])}")
+        raise ConfigError(f"{path}: unknown settings {sorted(set(settings) - set(SETTINGS[kind]))} for kind={kind}; valid: {sorted(SETTINGS[kind])}")
     blocks = spec.get("grid") or []
     if not isinstance(blocks, list) or not blocks:
-        raise ValueError(f"{path}: grid must be a non-empty list of blocks (key: value or list of values)")
+        raise ConfigError(f"{path}: grid must be a non-empty list of blocks (key: value or list of values)")
     cells = []
     for block in blocks:
         if not isinstance(block, dict):
-            raise ValueError(f"{path}: grid block {block!r} is not a mapping of cell keys to values; valid keys: {sorted(CELL_KEYS)}")
+            raise ConfigError(f"{path}: grid block {block!r} is not a mapping of cell keys to values; valid keys: {sorted(CELL_KEYS)}")
         bad = set(block) - set(CELL_KEYS)
         if bad:
-            raise ValueError(f"{path}: unknown cell keys {sorted(bad)}; valid: {sorted(CELL_KEYS)}")
+            raise ConfigError(f"{path}: unknown cell keys {sorted(bad)}; valid: {sorted(CELL_KEYS)}")
         values = {k: block.get(k, default) for k, default in CELL_KEYS.items()}
         values = {k: v if isinstance(v, list) else [v] for k, v in values.items()}
         for combo in itertools.product(*values.values()):
@@ -123,9 +124,9 @@ def load_matrix(path, overrides: dict | None = None) -> Matrix:
     datasets_dir = (path.parent / spec["datasets_dir"]).resolve() if spec.get("datasets_dir") else None
     baseline_keys = spec.get("baseline_keys") or [k for k in CELL_KEYS if k not in {"recompute", "recompute_mode"}]
     if set(baseline_keys) - set(CELL_KEYS):
-        raise ValueError(f"{path}: baseline_keys {sorted(set(baseline_keys) - set(CELL_KEYS))} are not cell keys; valid: {sorted(CELL_KEYS)}")
+        raise ConfigError(f"{path}: baseline_keys {sorted(set(baseline_keys) - set(CELL_KEYS))} are not cell keys; valid: {sorted(CELL_KEYS)}")
     if kind == "step" and not {"model", "amp"} <= set(baseline_keys):
-        raise ValueError(f"{path}: baseline_keys={baseline_keys}: step cells are measured beside their baseline in one process, so model and amp must be among them")
+        raise ConfigError(f"{path}: baseline_keys={baseline_keys}: step cells are measured beside their baseline in one process, so model and amp must be among them")
     matrix = Matrix(spec.get("name") or path.stem, kind, path, settings, cells, list(baseline_keys), datasets_dir, spec.get("description", ""))
     for cell in cells:
         _check_cell(matrix, cell)
@@ -142,52 +143,52 @@ def _check_cell(matrix: Matrix, cell: dict) -> None:
     if not is_auto(config.recompute):
         resolve(config.recompute, layout)
     if matrix.kind == "step" and task not in TASKS:
-        raise ValueError(f"{where}: step cells measure the tasks {', '.join(TASKS)} (yolo_ckpt.memory.training_batch); task={task} needs kind: train")
+        raise ConfigError(f"{where}: step cells measure the tasks {', '.join(TASKS)} (yolo_ckpt.memory.training_batch); task={task} needs kind: train")
     try:
         budget = cell_budget(cell["memory_budget"])  # the form; a fraction's device is checked by run_matrix
     except ValueError as e:
-        raise ValueError(f"{where}: {e}") from None
+        raise ConfigError(f"{where}: {e}") from None
     relative = isinstance(budget, RelativeBudget)
     if relative and matrix.kind != "step":
-        raise ValueError(f"{where}: memory_budget={cell['memory_budget']} (relative to recompute=none) is for step cells; give bytes with a unit, e.g. 2GB")
+        raise ConfigError(f"{where}: memory_budget={cell['memory_budget']} (relative to recompute=none) is for step cells; give bytes with a unit, e.g. 2GB")
     if cell["imgsz"] != "fit" and not (isinstance(cell["imgsz"], int) and cell["imgsz"] > 0):
-        raise ValueError(f"{where}: imgsz={cell['imgsz']!r} is not valid; valid: a positive int or 'fit'")
+        raise ConfigError(f"{where}: imgsz={cell['imgsz']!r} is not valid; valid: a positive int or 'fit'")
     if cell["amp"] not in {True, False}:
-        raise ValueError(f"{where}: amp={cell['amp']!r} is not valid; valid: true, false")
+        raise ConfigError(f"{where}: amp={cell['amp']!r} is not valid; valid: true, false")
     if isinstance(cell["imgsz"], bool) or isinstance(cell["batch"], bool) or not (isinstance(cell["batch"], int) and (cell["batch"] > 0 or cell["batch"] == -1)):
-        raise ValueError(f"{where}: batch={cell['batch']!r} is not valid; valid: a positive int or -1")
+        raise ConfigError(f"{where}: batch={cell['batch']!r} is not valid; valid: a positive int or -1")
     planned = [k for k, v in (("recompute=auto", is_auto(cell["recompute"])), ("batch=-1", cell["batch"] == -1), ("imgsz=fit", cell["imgsz"] == "fit")) if v]
     if cell["imgsz"] == "fit" and (is_auto(cell["recompute"]) or cell["batch"] == -1):
-        raise ValueError(f"{where}: imgsz=fit needs a named policy and a batch (it is the largest imgsz for them)")
+        raise ConfigError(f"{where}: imgsz=fit needs a named policy and a batch (it is the largest imgsz for them)")
     if relative and (cell["imgsz"] == "fit" or cell["batch"] == -1):
-        raise ValueError(f"{where}: memory_budget={cell['memory_budget']} is relative to recompute=none at the cell's imgsz and batch: give both")
+        raise ConfigError(f"{where}: memory_budget={cell['memory_budget']} is relative to recompute=none at the cell's imgsz and batch: give both")
     if planned and budget is None:
-        raise ValueError(f"{where}: {' and '.join(planned)} need memory_budget= (bytes with a unit, e.g. 4GB)")
+        raise ConfigError(f"{where}: {' and '.join(planned)} need memory_budget= (bytes with a unit, e.g. 4GB)")
     if planned and task not in PLANNED_TASKS:
-        raise ValueError(f"{where}: {' and '.join(planned)} plan memory for the tasks {', '.join(PLANNED_TASKS)}; task={task} needs a named policy, imgsz and batch")
+        raise ConfigError(f"{where}: {' and '.join(planned)} plan memory for the tasks {', '.join(PLANNED_TASKS)}; task={task} needs a named policy, imgsz and batch")
     if cell["tiles"] is not None:
         _check_tiles(where, matrix, cell, task)
     if matrix.kind == "train":
         matrix.data[cell["dataset"]] = _data_yaml(matrix, cell["dataset"])
     if matrix.baseline_of(cell) is None:
         keys = ", ".join(f"{k}={cell[k]}" for k in matrix.baseline_keys)
-        raise ValueError(f"{where}: no baseline cell (recompute=none, recompute_mode=full) with {keys}; add one to the grid or change baseline_keys")
+        raise ConfigError(f"{where}: no baseline cell (recompute=none, recompute_mode=full) with {keys}; add one to the grid or change baseline_keys")
 
 
 def _check_tiles(where: str, matrix: Matrix, cell: dict, task: str) -> None:
     """Check a cell's ``tiles: {size, overlap}`` (see the module docstring)."""
     tiles = cell["tiles"]
     if matrix.kind != "train" or task != "detect":
-        raise ValueError(f"{where}: tiles= is for train cells of detection models (kind={matrix.kind}, task={task})")
+        raise ConfigError(f"{where}: tiles= is for train cells of detection models (kind={matrix.kind}, task={task})")
     if not isinstance(tiles, dict) or set(tiles) != {"size", "overlap"}:
-        raise ValueError(f"{where}: tiles={tiles!r} is not valid; valid: {{size: px or fit, overlap: px}}")
+        raise ConfigError(f"{where}: tiles={tiles!r} is not valid; valid: {{size: px or fit, overlap: px}}")
     if not isinstance(cell["imgsz"], int):
-        raise ValueError(f"{where}: tiles need an int imgsz (the resolution the images are tiled and validated at), got {cell['imgsz']!r}")
+        raise ConfigError(f"{where}: tiles need an int imgsz (the resolution the images are tiled and validated at), got {cell['imgsz']!r}")
     size = tiles["size"]
     if size == "fit" and (cell["memory_budget"] is None or is_auto(cell["recompute"])):
-        raise ValueError(f"{where}: tiles size=fit needs memory_budget= and a named policy")
+        raise ConfigError(f"{where}: tiles size=fit needs memory_budget= and a named policy")
     if size != "fit" and (isinstance(size, bool) or not isinstance(size, int) or not 32 <= size <= cell["imgsz"]):
-        raise ValueError(f"{where}: tiles size={size!r} is not valid; valid: fit or an int in [32, imgsz={cell['imgsz']}]")
+        raise ConfigError(f"{where}: tiles size={size!r} is not valid; valid: fit or an int in [32, imgsz={cell['imgsz']}]")
 
 
 def _model_task(model: str) -> str:
@@ -206,7 +207,7 @@ def _data_yaml(matrix: Matrix, dataset: str) -> str:
         path = matrix.datasets_dir / dataset / "data.yaml"
     if path is None or not path.is_file():
         names = sorted(p.name for p in matrix.datasets_dir.iterdir() if (p / "data.yaml").is_file()) if matrix.datasets_dir and matrix.datasets_dir.is_dir() else []
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"{matrix.path}: dataset={dataset!r} not found (looked for {path}); valid: {', '.join(BUILT_IN_DATASETS)}, a data.yaml path"
             + (f", or one of {names} in {matrix.datasets_dir}" if names else f" (datasets_dir {matrix.datasets_dir} has no datasets)")
         )
@@ -235,7 +236,7 @@ def run_matrix(path, out=None, command: str | None = None, overrides: dict | Non
     matrix = load_matrix(path, overrides)
     fractions = [c for c in matrix.cells if isinstance(b := cell_budget(c["memory_budget"]), Budget) and b.is_fraction]
     if fractions and not torch.cuda.is_available():
-        raise ValueError(f"{path}: memory_budget={fractions[0]['memory_budget']} is a fraction of CUDA memory and this machine has no CUDA device; give bytes with a unit, e.g. 8GB")
+        raise ConfigError(f"{path}: memory_budget={fractions[0]['memory_budget']} is a fraction of CUDA memory and this machine has no CUDA device; give bytes with a unit, e.g. 8GB")
     out = Path(out) if out else Path(ULTRALYTICS_SETTINGS["runs_dir"]) / "bench" / matrix.name
     out.mkdir(parents=True, exist_ok=True)
     done = read_results(out)

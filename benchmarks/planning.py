@@ -1,17 +1,22 @@
 """What a matrix cell's planned values become: ``imgsz=fit``, ``batch=-1``, ``recompute=auto`` and relative
-``memory_budget=0.6x``, from yolo-ckpt's memory model (:class:`yolo_ckpt.planner.MemoryModel`), the same model the
-trainers plan with."""
+``memory_budget=0.6x``, from the run the cell trains planned by the one builder the trainers and ``yolo-ckpt plan``
+use (:func:`yolo_ckpt.planned_run.planned_run`): the same keys give the same spec and estimate."""
 
 from __future__ import annotations
 
-import copy
+from ultralytics.cfg import get_cfg
+from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT
 
-from ultralytics.utils import DEFAULT_CFG
-
+from yolo_ckpt.config import CkptConfig
+from yolo_ckpt.errors import ConfigError
+from yolo_ckpt.planned_run import PlannedRun, planned_run
 from yolo_ckpt.planner import MemoryModel
 from yolo_ckpt.policy import is_auto
+from yolo_ckpt.runspec import device_type
 
 from .cells import RelativeBudget, cell_budget
+
+BASE_IMGSZ, BASE_BATCH = 640, 2  # the base pass of a cell whose imgsz or batch is planned (fit, -1)
 
 
 def needs_memory_model(cell: dict) -> bool:
@@ -20,11 +25,25 @@ def needs_memory_model(cell: dict) -> bool:
     return is_auto(cell["recompute"]) or cell["batch"] == -1 or cell["imgsz"] == "fit" or relative
 
 
-def memory_model(model, objects: int, optimizer: str = "AdamW", amp: bool = False) -> MemoryModel:
-    """The memory model of ``model``, of any planned task (a CPU copy is estimated; ``objects`` per image for the loss)."""
-    probe = copy.deepcopy(model).cpu().train()
-    probe.args = DEFAULT_CFG
-    return MemoryModel(probe, 640, 2, objects=objects, optimizer=optimizer, amp=amp)
+def planned_cell(cell: dict, model, settings: dict, data: dict | None = None) -> PlannedRun:
+    """The run ``cell`` trains (or steps), planned as ``yolo-ckpt train`` plans the same keys.
+
+    Args:
+        cell: the matrix cell (:data:`.cells.CELL_KEYS`); its Ultralytics keys (task, imgsz, batch, amp) and
+            yolo-ckpt's (recompute_mode; memory_budget in bytes or a CUDA fraction, whose headroom a CUDA plan keeps).
+        model: the cell's Ultralytics model (with the data's classes).
+        settings: the matrix's settings: every ``yolo train`` key among them is the run's (epochs, optimizer,
+            mosaic, ...), ``device`` the device it runs on (default: the one ``train`` would use), and a step cell's
+            ``objects`` per image.
+        data: the dataset dict the trainer reads (``check_det_dataset``), or None (a step cell: ``objects``).
+    """
+    keys = {k: v for k, v in {**settings, **cell}.items() if k in DEFAULT_CFG_DICT and v is not None}
+    keys["imgsz"] = cell["imgsz"] if cell["imgsz"] != "fit" else BASE_IMGSZ
+    keys["batch"] = cell["batch"] if cell["batch"] != -1 else BASE_BATCH
+    budget = cell["memory_budget"] if not isinstance(cell_budget(cell["memory_budget"]), RelativeBudget) else None
+    config = CkptConfig.from_args({"recompute_mode": cell["recompute_mode"], "memory_budget": budget})
+    objects = None if data is not None else settings.get("objects")
+    return planned_run(get_cfg(DEFAULT_CFG, keys), model, config, device_type(settings.get("device")), data, objects=objects)
 
 
 def settle(cell: dict, memory: MemoryModel | None, cuda_available_bytes: int | None = None) -> dict:
@@ -51,11 +70,11 @@ def settle(cell: dict, memory: MemoryModel | None, cuda_available_bytes: int | N
     if out["imgsz"] == "fit":
         out["imgsz"] = memory.largest_imgsz(units, out["budget_bytes"], out["batch"], int(max(memory.strides)))
         if out["imgsz"] == 0:
-            raise ValueError(f"imgsz=fit: no imgsz fits memory_budget={cell['memory_budget']} at batch={cell['batch']} with recompute={spec}")
+            raise ConfigError(f"imgsz=fit: no imgsz fits memory_budget={cell['memory_budget']} at batch={cell['batch']} with recompute={spec}")
     if out["batch"] == -1:
         out["batch"] = memory.largest_batch(units, out["budget_bytes"], out["imgsz"])
         if out["batch"] == 0:
-            raise ValueError(f"batch=-1: not even batch 1 fits memory_budget={cell['memory_budget']} at imgsz={out['imgsz']} with recompute={spec}")
+            raise ConfigError(f"batch=-1: not even batch 1 fits memory_budget={cell['memory_budget']} at imgsz={out['imgsz']} with recompute={spec}")
     out["recompute"] = memory.plan(out["budget_bytes"], out["batch"], out["imgsz"]).recompute if auto and spec != "all" else spec
     return out
 

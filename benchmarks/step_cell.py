@@ -35,7 +35,7 @@ from yolo_ckpt.memory import autocast_for, build_optimizer, layer_flops, profile
 from yolo_ckpt.runspec import amp_enabled
 
 from .cells import failed
-from .planning import memory_model, needs_memory_model, settle
+from .planning import needs_memory_model, planned_cell, settle
 
 
 def measure(cells: list[dict], settings: dict) -> list[dict]:
@@ -60,7 +60,8 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
     model = YOLO(cells[0]["model"], task=cells[0]["task"]).model.train()  # the task's model class, built from its YAML
     model.args = DEFAULT_CFG  # the loss's hyperparameters: their values do not change its memory or time
     amp = amp_enabled(cells[0]["amp"], device.type)  # as Ultralytics trains (fp32 on the CPU); one per group: a baseline key
-    memory = memory_model(model, settings["objects"], amp=amp) if any(needs_memory_model(c) for c in cells) else None
+    planned = any(needs_memory_model(c) for c in cells)
+    memory = planned_cell(cells[0], model, {**settings, "device": device.type, "optimizer": "AdamW"}).memory_model() if planned else None
     model.to(device)
     optimizer = build_optimizer(model, "AdamW")
     free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None

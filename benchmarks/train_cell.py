@@ -20,14 +20,13 @@ import time
 from pathlib import Path
 
 import torch
-from ultralytics.data.utils import img2label_paths
 from ultralytics.utils import YAML
 
-from yolo_ckpt.runspec import amp_enabled, device_type
+from yolo_ckpt.errors import MissingFileError
 from yolo_ckpt.tiles import dataset_root, split_images, tile_dataset
 
 from .cells import SETTINGS, SMALL_OBJECT_SETS, run_name
-from .planning import memory_model, settle
+from .planning import planned_cell, settle
 
 
 def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
@@ -132,21 +131,19 @@ def weights_sha256(trainer) -> str:
 
 def fit_imgsz(cell: dict, data: str, settings: dict) -> int:
     """The largest imgsz whose estimated training peak with the cell's policy and batch fits its ``memory_budget``,
-    planned as the trainers plan ``recompute=auto`` and ``batch=-1`` (:func:`.planning.settle`): the data's classes,
-    4 x its most objects per image (a mosaic of 4), the settings' optimizer, the cell's amp.
+    for the run the cell trains, planned as ``yolo-ckpt train`` plans it (:func:`.planning.planned_cell`: the data's
+    classes and objects with its augmentation's factors, the optimizer Ultralytics will build, AMP and the headroom
+    on the run's device).
 
     Raises:
         ValueError: when no imgsz fits."""
     from ultralytics import YOLO
+    from ultralytics.data.utils import check_det_dataset
 
-    from yolo_ckpt.memory import optimizer_for
-
-    objects = 4 * max_objects(data)
     yolo = YOLO(cell["model"], task=cell["task"])  # the task's model class (a segment model plans its mask loss)
-    model = yolo.task_map[yolo.task]["model"](yolo.model.yaml, nc=len(YAML.load(data)["names"]), verbose=False)
-    amp = amp_enabled(cell["amp"], device_type(settings["device"]) if torch.cuda.is_available() else "cpu")
-    memory = memory_model(model, objects, optimizer_for(settings.get("optimizer", "auto")), amp)
-    return settle({**cell, "imgsz": "fit"}, memory)["imgsz"]
+    dataset = check_det_dataset(data, autodownload=False)
+    model = yolo.task_map[yolo.task]["model"](yolo.model.yaml, nc=dataset["nc"], ch=dataset["channels"], verbose=False)
+    return settle({**cell, "imgsz": "fit"}, planned_cell(cell, model, settings, dataset).memory_model())["imgsz"]
 
 
 def val_subset(data: str, n: int, folder: Path) -> Path:
@@ -155,17 +152,10 @@ def val_subset(data: str, n: int, folder: Path) -> Path:
     spec, root = dataset_root(data)
     images = split_images(root, spec["val"])[:n]
     if not images:
-        raise FileNotFoundError(f"{data}: no validation images found for val_images={n}")
+        raise MissingFileError(f"{data}: no validation images found for val_images={n}")
     folder.mkdir(parents=True, exist_ok=True)
     stem = f"{Path(data).resolve().parent.name}-val{n}"
     (folder / f"{stem}.txt").write_text("".join(f"{p}\n" for p in images))
     out = folder / f"{stem}.yaml"
     YAML.save(out, {**spec, "path": str(root), "val": str((folder / f"{stem}.txt").resolve())})
     return out
-
-
-def max_objects(data: str) -> int:
-    """The most labelled objects in one training image of ``data`` (lines of its label files), at least 1."""
-    spec, root = dataset_root(data)
-    counts = [len(Path(f).read_text().splitlines()) for f in img2label_paths([str(p) for p in split_images(root, spec["train"])]) if Path(f).is_file()]
-    return max(counts, default=0) or 1

@@ -219,17 +219,19 @@ def test_profile_and_plan_estimate_the_run_of_the_data(synthetic, tmp_path):
     """profile/plan read data= as train does: the data's classes (1, not the YAML's 80), its most objects per image
     x 4 for mosaic (300 -> 1200) and its images for optimizer=auto; device=cpu estimates fp32; without device= a
     CUDA device with AMP as amp= says; the text output states all of it."""
-    from yolo_ckpt.cli import _estimate_setup
+    from yolo_ckpt.cli import estimate_setup
 
     data = _one_class_data(synthetic, tmp_path)
-    model, opts, config, spec = _estimate_setup([f"data={data}", "imgsz=128", "batch=1", "device=cpu", "epochs=20000", "memory_budget=8GB"])
+    run, opts = estimate_setup([f"data={data}", "imgsz=128", "batch=1", "device=cpu", "epochs=20000", "memory_budget=8GB"])
+    model, config, spec = run.model, run.config, run.spec
     assert model.yaml["nc"] == spec.nc == 1 and spec.objects == 1200
     assert (spec.device, spec.amp, spec.optimizer, str(config.headroom_on(spec.device))) == ("cpu", False, "MuSGD", "1x+0MiB")
     assert spec.describe() == (
         "assumed: device cpu, AMP off (fp32) as Ultralytics trains on the CPU, optimizer=auto: MuSGD for 20000 iterations "
         "(3 images, 20000 epochs; MuSGD above 10000), 1200 objects per image (the data's most in one image, 300, x 4 for mosaic), 1 classes"
     )
-    _, _, config, spec = _estimate_setup(["objects=7", "optimizer=SGD", "memory_budget=8GB"])  # no data=, no device=
+    run, _ = estimate_setup(["objects=7", "optimizer=SGD", "memory_budget=8GB", "device=0"])  # no data=; a GPU from any machine
+    config, spec = run.config, run.spec
     assert (spec.device, spec.amp, spec.nc, spec.objects, spec.optimizer, str(config.headroom_on(spec.device))) == ("cuda", True, 80, 7, "SGD", "1.15x+500MiB")
     assert spec.describe() == (  # the line profile and plan print (their JSON carries the fields)
         "assumed: device cuda, AMP on (2-byte activations), optimizer=SGD, 7 objects per image (objects=7), 80 classes"
@@ -242,7 +244,7 @@ def test_plan_ultralytics_21100_does_not_fit_12gb():
     and plan's default on CUDA). The AMP estimate follows CUDA fp16 autocast, which keeps area attention's softmax in
     fp32 (yolo_ckpt.amp): recompute=none does not fit 12 GB = 11444 MiB with the default headroom (1.15x + 500 MiB),
     and auto and all do. Planned with plan's memory model (its table's rows: test_cli_profile_and_plan_json)."""
-    memory, budget, opts, spec = plan_setup(["model=yolo12s.yaml", "imgsz=2048", "batch=1", "memory_budget=12GB"])
+    memory, budget, opts, spec = plan_setup(["model=yolo12s.yaml", "imgsz=2048", "batch=1", "memory_budget=12GB", "device=0"])
     assert budget == 12 * 10**9 and spec.device == "cuda" and spec.amp and memory.amp and opts["imgsz"] == 2048
     none = memory.estimate("none", 1, 2048).peak_bytes
     assert memory.headroom.need(none) == pytest.approx(1.15 * none + 500 * 2**20, abs=1)
@@ -291,9 +293,10 @@ def test_estimate_setup_takes_the_data_of_every_task_and_a_list_imgsz(task, imgs
     """profile/plan (and recompute=auto, which counts the data the same way) with data=: a classification folder,
     read as ClassificationTrainer reads it (no objects), and a list imgsz (the dataset counted at its largest side,
     the size that trains); both crashed."""
-    from yolo_ckpt.cli import _estimate_setup
+    from yolo_ckpt.cli import estimate_setup
 
-    _, opts, _, spec = _estimate_setup([task, f"data={synthetic(task)}", f"imgsz={imgsz}", "batch=2", "device=cpu"])
+    run, opts = estimate_setup([task, f"data={synthetic(task)}", f"imgsz={imgsz}", "batch=2", "device=cpu"])
+    spec = run.spec
     labels = (Path(synthetic(task)).parent / "labels" / "train").glob("*.txt")
     assert (opts["imgsz"], spec.nc) == (trained, 3)
     assert spec.objects == (objects if objects is not None else 4 * max(len(f.read_text().splitlines()) for f in labels))

@@ -387,8 +387,8 @@ def test_batch_minus_one_capped_by_data_and_sized_for_multi_scale(synthetic, tmp
 
     trainer = _planning_trainer(synthetic(), tmp_path, batch=-1, memory_budget="100GB", recompute="auto")
     assert len(trainer.policy.indices) == 17  # recompute=auto batch=-1: all layers, then the largest batch
-    assert trainer.auto_batch() == 8 == trainer._data_counts().images
-    assert trainer.run_spec.objects == 4 * trainer._data_counts().max_objects > 0 and not trainer.run_spec.amp
+    assert trainer.auto_batch() == 8 == trainer._planned.counts.images
+    assert trainer.run_spec.objects == 4 * trainer._planned.counts.max_objects > 0 and not trainer.run_spec.amp
     trainer.ckpt_config = dataclasses.replace(trainer.ckpt_config, memory_budget=Budget.parse("60MB"))
     trainer.args.multi_scale, trainer.plan = 0.5, None
     batch = trainer.auto_batch()

@@ -1,65 +1,74 @@
-"""yolo-ckpt: activation checkpointing (recomputation) for Ultralytics YOLO training at full resolution."""
+"""yolo-ckpt: activation checkpointing (recomputation) for Ultralytics YOLO training at full resolution.
+
+The public names load on first use (PEP 562 ``__getattr__``): ``import yolo_ckpt.policy`` or ``import
+yolo_ckpt.config`` loads neither Ultralytics nor torch's training stack, while ``from yolo_ckpt import
+CheckpointDetectionTrainer`` imports the trainers then. The installed Ultralytics release is checked against the
+tested range at import from its package metadata, without importing it.
+"""
 
 from __future__ import annotations
 
+import importlib
 import warnings
-
-import ultralytics
+from importlib.metadata import PackageNotFoundError, version
 
 __version__ = "0.1.0"
 
 # The Ultralytics releases this version was tested with (the pin in pyproject.toml): its trainer internals move.
 ULTRALYTICS_TESTED = ((8, 4, 190), (8, 5, 0))
 
+# public name -> the module of the package that defines it
+_EXPORTS = {
+    "apply_checkpointing": "engine",
+    "checkpointed_layers": "engine",
+    "checkpointed_modules": "engine",
+    "count_recomputations": "engine",
+    "remove_checkpointing": "engine",
+    "ModelLayout": "policy",
+    "RecomputePolicy": "policy",
+    "resolve": "policy",
+    "CheckpointClassificationTrainer": "trainer",
+    "CheckpointDetectionTrainer": "trainer",
+    "CheckpointOBBTrainer": "trainer",
+    "CheckpointPoseTrainer": "trainer",
+    "CheckpointSegmentationTrainer": "trainer",
+    "checkpointed": "trainer",
+    "trainer_for": "trainer",
+}
+__all__ = sorted(_EXPORTS)
 
-def _check_ultralytics(version: str = ultralytics.__version__) -> bool:
-    """Warn (and return False) when the installed Ultralytics is outside the tested range."""
-    parsed = tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
+
+def check_ultralytics(installed: str | None = None) -> bool:
+    """Warn (and return False) when the installed Ultralytics (``installed``: a version string, default its package
+    metadata) is outside :data:`ULTRALYTICS_TESTED`; True inside it, or when Ultralytics is not installed."""
+    if installed is None:
+        try:
+            installed = version("ultralytics")
+        except PackageNotFoundError:
+            return True
+    parsed = tuple(int(p) for p in installed.split(".")[:3] if p.isdigit())
     lo, hi = ULTRALYTICS_TESTED
     if lo <= parsed < hi:
         return True
     warnings.warn(
         f"yolo-ckpt {__version__} was tested with ultralytics>={'.'.join(map(str, lo))},<{'.'.join(map(str, hi))}; "
-        f"found {version}. Its trainer internals may differ: pip install 'ultralytics>=8.4.190,<8.5'",
+        f"found {installed}. Its trainer internals may differ: pip install 'ultralytics>=8.4.190,<8.5'",
         stacklevel=2,
     )
     return False
 
 
-_check_ultralytics()
+check_ultralytics()
 
-from .engine import (  # noqa: E402
-    apply_checkpointing,
-    checkpointed_layers,
-    checkpointed_modules,
-    count_recomputations,
-    remove_checkpointing,
-)
-from .policy import ModelLayout, RecomputePolicy, resolve  # noqa: E402
-from .trainer import (  # noqa: E402
-    CheckpointClassificationTrainer,
-    CheckpointDetectionTrainer,
-    CheckpointOBBTrainer,
-    CheckpointPoseTrainer,
-    CheckpointSegmentationTrainer,
-    checkpointed,
-    trainer_for,
-)
 
-__all__ = [
-    "CheckpointClassificationTrainer",
-    "CheckpointDetectionTrainer",
-    "CheckpointOBBTrainer",
-    "CheckpointPoseTrainer",
-    "CheckpointSegmentationTrainer",
-    "ModelLayout",
-    "RecomputePolicy",
-    "apply_checkpointing",
-    "checkpointed",
-    "checkpointed_layers",
-    "checkpointed_modules",
-    "count_recomputations",
-    "remove_checkpointing",
-    "resolve",
-    "trainer_for",
-]
+def __getattr__(name: str):
+    """Import the module that defines the public ``name`` on its first use (PEP 562)."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value  # later look-ups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

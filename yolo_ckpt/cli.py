@@ -25,6 +25,7 @@ from ultralytics.cfg import TASKS, check_cfg, check_dict_alignment, merge_equals
 from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT, LOGGER, YAML
 
 from .config import DEFAULTS, DEFAULTS_PATH, ESTIMATE_DEFAULTS, ESTIMATE_DEFAULTS_PATH, CkptConfig, EstimateOptions
+from .errors import ConfigError, user_input
 from .shipped import resolve_yaml, shipped
 
 if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
@@ -91,7 +92,7 @@ def parse_train_args(args: list[str], extra: dict | None = None) -> dict:
         SyntaxError: for an unknown key (with Ultralytics' suggestions of similar keys) or a bare word that is
             neither a task nor a boolean key. FileNotFoundError: for a ``cfg=`` that is neither a file nor a shipped
             policy (``cfg=heavy-blocks``, :func:`yolo_ckpt.shipped.resolve_yaml`), listing the shipped ones.
-        ValueError: for an Ultralytics key's value of the wrong type or range (Ultralytics' ``check_cfg``, whose
+        ConfigError: for an Ultralytics key's value of the wrong type or range (Ultralytics' ``check_cfg``, whose
             TypeError for ``mosaic=abc`` is a bad value like its ValueError for ``mixup=-1``).
     """
     valid = {**DEFAULT_CFG_DICT, **DEFAULTS, **(extra or {})}
@@ -103,7 +104,7 @@ def parse_train_args(args: list[str], extra: dict | None = None) -> dict:
     for a in words:
         a = a.removeprefix("--").rstrip(",")
         if "=" in a:
-            k, v = parse_key_value_pair(a)
+            k, v = key_value(a)
             if k == "cfg" and v is not None:  # a YAML of overrides, as in 'yolo train cfg=custom.yaml', or a shipped policy's name
                 overrides = {**{k2: v2 for k2, v2 in YAML.load(resolve_yaml(v, "policies", "cfg")).items() if k2 != "cfg"}, **overrides}
             else:
@@ -118,9 +119,21 @@ def parse_train_args(args: list[str], extra: dict | None = None) -> dict:
     _check_alignment(valid, overrides)
     try:  # on a copy: check_cfg converts values in place
         check_cfg({k: v for k, v in overrides.items() if k in DEFAULT_CFG_DICT})
-    except TypeError as e:
-        raise ValueError(str(e)) from None
+    except (TypeError, ValueError) as e:
+        raise ConfigError(str(e)) from None
     return overrides
+
+
+def key_value(word: str) -> tuple:
+    """``"imgsz=640"`` -> ``("imgsz", 640)`` by Ultralytics' ``parse_key_value_pair``.
+
+    Raises:
+        SyntaxError: for a key without a value (Ultralytics asserts it: "missing 'imgsz' value").
+    """
+    try:
+        return parse_key_value_pair(word)
+    except AssertionError as e:
+        raise SyntaxError(str(e)) from None
 
 
 def _check_alignment(valid: dict, overrides: dict) -> None:
@@ -145,9 +158,9 @@ def prepare_train(args: list[str]):
         ``(model, trainer_class, overrides)`` for ``model.train(trainer=trainer_class, **overrides)``.
 
     Raises:
-        SyntaxError: for unknown keys. ValueError: for an invalid ``recompute=`` value or an unknown task.
-        AssertionError: for a key without a value (Ultralytics' parser). FileNotFoundError: for a missing
-        ``cfg=`` file or model. All before any run directory is created.
+        SyntaxError: for unknown keys or a key without a value. ConfigError: for an invalid yolo-ckpt key, an
+        unknown task, a missing or unreadable ``cfg=`` file or model, a ``recompute=`` the model does not have. All
+        before any run directory is created.
     """
     from ultralytics import RTDETR, YOLO
 
@@ -161,9 +174,10 @@ def prepare_train(args: list[str]):
     name = overrides.pop("model", None) or DEFAULT_MODELS[task or "detect"]
     if Path(str(name)).suffix.lower() in {".yaml", ".yml"}:
         layout_of(name)  # a YAML without backbone:/head: fails here, with its name, not in Ultralytics' parse_model
-    model = RTDETR(name) if "rtdetr" in Path(str(name)).stem.lower() else YOLO(name, task=task)
+    with user_input():
+        model = RTDETR(name) if "rtdetr" in Path(str(name)).stem.lower() else YOLO(name, task=task)
     trainer = trainer_for(model.task, model)
-    trainer.check_keys({**overrides, "model": model.model.yaml if overrides.get("resume") is None else None})
+    trainer.check_keys({**overrides, "model": model.model.yaml if overrides.get("resume") is None else None})  # against the loaded model
     if overrides.get("data") is None and not overrides.get("resume"):
         from .synthetic import synthetic_dataset
 
@@ -187,62 +201,75 @@ def _diagnostics_to_stderr():
             h.setStream(stream)
 
 
-def _estimate_setup(args: list[str], command: str = "plan"):
-    """Parse the arguments of ``command`` (``profile`` or ``plan``, which does not take profile's ``plot=``) into the
-    run ``yolo-ckpt train`` would make of the same keys.
-
-    The model is built from ``model=`` (no download) as the trainer builds it: with the data's classes and channels
-    when ``data=`` is given (Ultralytics' ``check_det_dataset``). What the estimate assumes comes from
-    :mod:`yolo_ckpt.runspec`: the device (``device=``, default a CUDA device), AMP as that device runs it, the
-    optimizer Ultralytics will build, and objects per image (the data's most times its augmentation's factors, x 4 for mosaic: ``runspec.augment_factors``; else ``objects=``).
-
-    Returns:
-        ``(model, opts, config, spec)``: the training-mode model; the keys with defaults (Ultralytics' for ``yolo
-        train``'s keys, ``cfg/estimate.yaml``'s for ``objects``, ``format`` and ``plot``; ``imgsz`` is the largest
-        size a step trains at, rounded to the stride and x (1 + ``multi_scale``), and ``imgsz_given`` the value
-        given); the :class:`~yolo_ckpt.config.CkptConfig` of yolo-ckpt's keys; the :class:`~yolo_ckpt.runspec.RunSpec`.
+def dataset_on_disk(data: str, task: str) -> dict:
+    """The dataset dict the task's trainer reads (Ultralytics' ``check_det_dataset``, ``check_cls_dataset`` for
+    classify), without downloading anything or running a data.yaml's ``download:`` code: profile and plan only estimate.
 
     Raises:
-        SyntaxError: for unknown keys. ValueError: for a bad yolo-ckpt key (:meth:`~yolo_ckpt.config.CkptConfig.from_args`),
-        ``objects=``, ``format=`` or ``plot=`` (:meth:`~yolo_ckpt.config.EstimateOptions.from_args`) or batch, or a
-        task the estimate does not cover; all before the model is built. FileNotFoundError: for a missing model or
-        dataset.
+        ConfigError: naming ``data=`` when the dataset is not on disk (and how to fetch it), or cannot be read.
+    """
+    from ultralytics.data.utils import check_cls_dataset, check_det_dataset
+
+    fetch = f"data={data} is not on disk; profile and plan never download: fetch it first (yolo-ckpt train or yolo train data={data} downloads it)"
+    with user_input():
+        if task != "classify":
+            try:
+                return check_det_dataset(data, autodownload=False)
+            except FileNotFoundError as e:
+                raise ConfigError(f"{fetch}: {str(e).splitlines()[0]}") from e
+        if not Path(data).is_dir():
+            raise ConfigError(fetch)
+        return check_cls_dataset(data)
+
+
+def estimate_setup(args: list[str], command: str = "plan"):
+    """Parse the arguments of ``command`` (``profile`` or ``plan``, which does not take profile's ``plot=``) into the
+    run ``yolo-ckpt train`` would make of the same keys (:func:`yolo_ckpt.planned_run.planned_run`).
+
+    The model is built from ``model=`` (no download; a ``.pt`` is loaded once) as the trainer builds it: with the
+    data's classes and channels when ``data=`` is given (Ultralytics' ``check_det_dataset``, or ``check_cls_dataset``
+    for classify), its parameters trainable as training makes them. The device is ``device=``, else the one ``train``
+    would use (:func:`yolo_ckpt.runspec.device_type`); AMP as that device runs it.
+
+    Returns:
+        ``(run, opts)``: the :class:`~yolo_ckpt.planned_run.PlannedRun` (model, spec, trained imgsz, config), and the
+        keys with defaults (Ultralytics' for ``yolo train``'s keys, ``cfg/estimate.yaml``'s for ``objects``,
+        ``format`` and ``plot``; ``imgsz`` is the largest size a step trains at, ``imgsz_given`` the value given).
+
+    Raises:
+        SyntaxError: for unknown keys. ConfigError: for a bad yolo-ckpt key (:meth:`~yolo_ckpt.config.CkptConfig.from_args`),
+        ``objects=``, ``format=`` or ``plot=`` (:meth:`~yolo_ckpt.config.EstimateOptions.from_args`) or batch, a task
+        the estimate does not cover, a model or dataset that cannot be read; the keys' errors before the model is built.
     """
     from ultralytics import YOLO
     from ultralytics.cfg import get_cfg
-    from ultralytics.data.utils import check_cls_dataset, check_det_dataset
 
+    from .planned_run import planned_run
     from .planner import PLANNED_TASKS
-    from .runspec import RunSpec, amp_enabled, autobatch_imgsz, count_data, device_type, objects_rule, optimizer_rule
+    from .runspec import device_type
 
     keys = {k: v for k, v in ESTIMATE_DEFAULTS.items() if command == "profile" or k not in PROFILE_ONLY}
     given = parse_train_args(args, keys)
-    CkptConfig.from_args(given)  # bad keys fail here, before the model is built; the task's defaults come below
+    config = CkptConfig.from_args(given)  # bad keys fail here, before the model is built
     opts = {**DEFAULT_CFG_DICT, **given, **dataclasses.asdict(EstimateOptions.from_args(given))}
     if not isinstance(opts["batch"], int) or opts["batch"] < 1:
-        raise ValueError(f"batch={opts['batch']!r}: profile and plan estimate a given batch (an int >= 1); plan gives the largest batch that fits")
+        raise ConfigError(f"batch={opts['batch']!r}: profile and plan estimate a given batch (an int >= 1); plan gives the largest batch that fits")
     opts["model"] = opts["model"] or DEFAULT_MODELS.get(opts["task"] or "detect", "yolo11n.yaml")
-    yolo = YOLO(opts["model"], task=given.get("task"))
+    with user_input():
+        yolo = YOLO(opts["model"], task=given.get("task"))
     if yolo.task not in PLANNED_TASKS:
-        raise ValueError(f"profile and plan estimate {', '.join(PLANNED_TASKS)} models; model={opts['model']} is a {yolo.task} model")
-    config = CkptConfig.from_args(given, task=yolo.task)  # with the task's defaults, as train takes them
-    device = device_type(opts["device"])
+        raise ConfigError(f"profile and plan estimate {', '.join(PLANNED_TASKS)} models; model={opts['model']} is a {yolo.task} model")
+    config = config.for_task(yolo.task, given)  # the task's defaults, as train takes them
     cfg = get_cfg(DEFAULT_CFG, {k: v for k, v in opts.items() if k in DEFAULT_CFG_DICT and k != "format"} | {"task": yolo.task})
-    model, counts = yolo.model, None
-    gs = max(int(model.stride.max()), 32)  # the training size's grid (BaseTrainer._setup_train's gs; nc and ch keep it)
+    model, data = yolo.model, None
     if opts["data"]:
-        data = (check_cls_dataset if yolo.task == "classify" else check_det_dataset)(opts["data"])  # as the task's trainer reads it
+        data = dataset_on_disk(opts["data"], yolo.task)
         model = yolo.task_map[yolo.task]["model"](yolo.model.yaml, nc=data["nc"], ch=data["channels"], verbose=False)
-        counts = count_data(cfg, data, gs)
-    model = model.train()
-    model.args = cfg  # the loss's hyperparameters
-    # the largest size a step trains at, as train plans it: rounded to the stride (2736 -> 2752, with Ultralytics'
-    # warning) and x (1 + multi_scale) (yolo_ckpt.runspec.autobatch_imgsz)
-    opts["imgsz_given"], opts["imgsz"] = opts["imgsz"], autobatch_imgsz(opts["imgsz"], opts["multi_scale"], gs)
-    objects, objects_text = objects_rule(None if "objects" in given else counts, opts["objects"], yolo.task)
-    optimizer, optimizer_text = optimizer_rule(opts["optimizer"], counts.images if counts else None, opts["batch"], opts["nbs"], opts["epochs"])
-    spec = RunSpec(device, amp_enabled(opts["amp"], device), optimizer, optimizer_text, objects, objects_text, int(model.yaml["nc"]))
-    return model, opts, config, spec
+        if yolo.ckpt:  # a trained .pt: its weights, as the trainer's get_model loads them into the data's model
+            model.load(yolo.model)
+    run = planned_run(cfg, model, config, device_type(opts["device"]), data, objects=given.get("objects"))
+    opts["imgsz_given"], opts["imgsz"] = opts["imgsz"], run.imgsz
+    return run, opts
 
 
 def _trained_at(opts: dict) -> str:
@@ -279,7 +306,7 @@ def profile_table(profile, policy) -> pandas.DataFrame:
 
 def profile(args: list[str]) -> dict:
     """``yolo-ckpt profile``: estimate one training step for none and for ``recompute=`` (default: backbone), for the
-    run the keys describe (see :func:`_estimate_setup`); the result on stdout, progress and logs on stderr. With
+    run the keys describe (see :func:`estimate_setup`); the result on stdout, progress and logs on stderr. With
     ``plot=True`` the per-layer picture of the ``none`` estimate, ``recompute=``'s layers marked
     (:mod:`yolo_ckpt.layer_plot`), goes to ``layers.png`` in a new folder named as ``yolo`` names runs (``project=``,
     ``name=``; default ``<runs_dir>/profile/profile<N>``); its path is the result's ``plot``."""
@@ -292,7 +319,8 @@ def profile(args: list[str]) -> dict:
     from .policy import ModelLayout, resolve
 
     with _diagnostics_to_stderr():
-        model, opts, config, spec = _estimate_setup(args, "profile")
+        run, opts = estimate_setup(args, "profile")
+        model, config, spec = run.model, run.config, run.spec
         recompute, mode = config.recompute, config.recompute_mode
         policy = resolve(recompute, ModelLayout.from_model(model), mode=mode)
         steps = TQDM(total=3, desc="yolo-ckpt profile: calibrating the loss, estimating none, estimating the policy")
@@ -341,31 +369,28 @@ def profile(args: list[str]) -> dict:
 
 def plan_setup(args: list[str]):
     """The :class:`~yolo_ckpt.planner.MemoryModel` ``yolo-ckpt plan`` plans with, for its arguments: the run
-    :func:`_estimate_setup` makes of them, its headroom on the assumed device and ``loss_chunk=``.
+    :func:`estimate_setup` makes of them (its headroom on the assumed device, ``loss_chunk=``).
 
     Returns:
         ``(memory, budget, opts, spec)``: the memory model, ``memory_budget=`` in bytes, the keys with defaults and
-        the :class:`~yolo_ckpt.runspec.RunSpec` (as :func:`_estimate_setup` returns them).
+        the :class:`~yolo_ckpt.runspec.RunSpec`.
 
     Raises:
-        ValueError: without ``memory_budget=``, and as :func:`_estimate_setup` raises.
+        ConfigError: without ``memory_budget=``, for a fraction off CUDA, and as :func:`estimate_setup` raises.
     """
-    from .planner import MemoryModel
-
-    model, opts, config, spec = _estimate_setup(args, "plan")
-    if config.memory_budget is None:
-        raise ValueError("plan needs memory_budget= (bytes with a unit, e.g. memory_budget=16GB)")
-    headroom = config.headroom_on(spec.device)
+    run, opts = estimate_setup(args, "plan")
+    if run.config.memory_budget is None:
+        raise ConfigError("plan needs memory_budget= (bytes with a unit, e.g. memory_budget=16GB)")
+    budget = run.config.memory_budget.bytes(None)  # a fraction needs the CUDA memory of the run's own process
     print("yolo-ckpt plan: estimating the model (calibrating its loss formula, one fake pass)", file=sys.stderr)
-    memory = MemoryModel(model, opts["imgsz"], opts["batch"], spec.objects, spec.optimizer, spec.amp, headroom, config.loss_chunk)
-    return memory, config.memory_budget.bytes(None), opts, spec
+    return run.memory_model(), budget, opts, run.spec
 
 
 def plan(args: list[str]) -> list[dict]:
     """``yolo-ckpt plan``: for none, backbone, head, loss (segment models), all (layers, head branches and loss) and
     auto, the estimated peak at ``imgsz=`` (the largest size it trains at) and ``batch=``, the headroom kept on top of it (CUDA, against a budget in
     bytes) and the margin left in ``memory_budget=``, the largest imgsz (at ``batch``) and batch (at ``imgsz``) that
-    fit, and each policy's recompute cost; for the run the keys describe (see :func:`_estimate_setup`). Every peak is
+    fit, and each policy's recompute cost; for the run the keys describe (see :func:`estimate_setup`). Every peak is
     a fake pass's (the largest imgsz and batch: the composed answer, checked by one; ``MemoryModel.largest_imgsz``).
     The result on stdout, progress and logs on stderr."""
     import json
@@ -440,7 +465,7 @@ def bench(args: list[str]):
     from .bench.matrix import run_matrix
 
     bare = [a for a in args if "=" not in a]
-    options = dict(parse_key_value_pair(a) for a in args if "=" in a)
+    options = dict(key_value(a) for a in args if "=" in a)
     if bare or "matrix" not in options:
         raise SyntaxError(f"bench takes matrix=NAME or matrix=FILE, optionally out=DIR and settings as key=value; got {' '.join(args) or 'nothing'}")
     matrix, out = str(options.pop("matrix")), options.pop("out", None)
@@ -460,23 +485,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if command == "train":
             model, trainer, overrides = prepare_train(args[1:])
+            try:
+                model.train(trainer=trainer, **overrides)
+            except RuntimeError as e:  # bad data=: Ultralytics' get_dataset raises "Dataset '...' error ..." (run dir put back)
+                if not str(e).startswith("Dataset '"):
+                    raise
+                raise ConfigError(str(e).splitlines()[0]) from e
         else:
             {"profile": profile, "plan": plan, "compare": compare, "bench": bench}[command](args[1:])
-            return 0
-    except (SyntaxError, ValueError, AssertionError, FileNotFoundError, NotImplementedError) as e:
+    except (ConfigError, SyntaxError) as e:  # the input's fault (PlanError too); anything else is a bug: traceback
         print(f"yolo-ckpt: error: {'; '.join(line.strip() for line in str(e).splitlines() if line.strip())}", file=sys.stderr)
-        return 2
-    from .planner import PlanError
-
-    try:
-        model.train(trainer=trainer, **overrides)
-    except PlanError as e:  # the run directory is put back as it was (CheckpointTrainerMixin.train)
-        print(f"yolo-ckpt: error: {e}", file=sys.stderr)
-        return 2
-    except RuntimeError as e:  # bad data=: Ultralytics' get_dataset raises "Dataset '...' error ..." (run dir put back)
-        if not str(e).startswith("Dataset '"):
-            raise
-        print(f"yolo-ckpt: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     return 0
 

@@ -15,19 +15,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from ultralytics.utils import YAML
+import yaml
 
-from .losses import check_loss_chunk
+from .errors import ConfigError
 from .policy import check_mode, check_spec, spec_string
 
 CFG_DIR = Path(__file__).parent / "cfg"
 DEFAULTS_PATH = CFG_DIR / "default.yaml"
-DEFAULTS: dict = YAML.load(DEFAULTS_PATH)  # the train keys and their defaults
+DEFAULTS: dict = yaml.safe_load(DEFAULTS_PATH.read_text())  # the train keys and their defaults
 ESTIMATE_DEFAULTS_PATH = CFG_DIR / "estimate.yaml"
-ESTIMATE_DEFAULTS: dict = YAML.load(ESTIMATE_DEFAULTS_PATH)  # profile and plan's own keys and their defaults
+ESTIMATE_DEFAULTS: dict = yaml.safe_load(ESTIMATE_DEFAULTS_PATH.read_text())  # profile and plan's own keys and their defaults
 # yolo-ckpt keys whose default differs for a task from cfg/default.yaml. Segmentation recomputes its mask loss (the
 # loss region, yolo_ckpt.losses): exact and, with many objects per image, it frees more memory than any layer policy.
 TASK_DEFAULTS = {"segment": {"recompute": "backbone,loss"}}
@@ -59,22 +59,22 @@ class Budget:
         (16 * 2^30), ``"500MiB"``; or a number without a unit, a fraction in (0, 1] of the CUDA memory available.
 
         Raises:
-            ValueError: naming the value and the valid forms, for a number without a unit outside (0, 1], an
+            ConfigError: naming the value and the valid forms, for a number without a unit outside (0, 1], an
                 unknown unit, a value <= 0 or anything else (a bool included).
         """
         forms = f"bytes with a unit ({UNIT_FORMS}) or a fraction in (0, 1] of the CUDA memory available"
         m = _BUDGET.match(str(value))
         if not m or isinstance(value, bool):
-            raise ValueError(f"memory_budget={value!r} is not valid; use {forms}")
+            raise ConfigError(f"memory_budget={value!r} is not valid; use {forms}")
         number, unit = float(m.group(1)), m.group(2).upper()
         if not unit:
             if not 0 < number <= 1:
-                raise ValueError(f"memory_budget={value!r}: a number without a unit must be a fraction in (0, 1]; use {forms}")
+                raise ConfigError(f"memory_budget={value!r}: a number without a unit must be a fraction in (0, 1]; use {forms}")
             return cls(fraction=number, given=value)
         if unit not in _UNITS:
-            raise ValueError(f"memory_budget={value!r}: unknown unit '{m.group(2)}'; use {forms}")
+            raise ConfigError(f"memory_budget={value!r}: unknown unit '{m.group(2)}'; use {forms}")
         if number <= 0:
-            raise ValueError(f"memory_budget={value!r} must be more than 0 bytes")
+            raise ConfigError(f"memory_budget={value!r} must be more than 0 bytes")
         return cls(size_bytes=int(number * _UNITS[unit]), given=value)
 
     @property
@@ -87,12 +87,12 @@ class Budget:
         as AutoBatch counts it: free plus what this process reserved; None where there is no CUDA device).
 
         Raises:
-            ValueError: for a fraction where there is no CUDA device.
+            ConfigError: for a fraction where there is no CUDA device.
         """
         if self.fraction is None:
             return self.size_bytes
         if cuda_available_bytes is None:
-            raise ValueError(f"memory_budget={self.given!r}: a fraction needs a CUDA device; on this device give bytes, e.g. 8GB")
+            raise ConfigError(f"memory_budget={self.given!r}: a fraction needs a CUDA device; on this device give bytes, e.g. 8GB")
         return int(self.fraction * cuda_available_bytes)
 
     def __str__(self) -> str:
@@ -123,21 +123,21 @@ class Headroom:
         ``1``/``"1x"`` for none.
 
         Raises:
-            ValueError: naming the value and the valid form, for anything else, a factor below 1 or an unknown unit.
+            ConfigError: naming the value and the valid form, for anything else, a factor below 1 or an unknown unit.
         """
         form = f"FACTORx+BYTES, e.g. 1.15x+500MiB, 1.2x or 800MiB (factor >= 1; bytes with a unit: {UNIT_FORMS})"
         m = _HEADROOM.match(str(value)) if not isinstance(value, bool) else None
         if m is None or not (m.group(1) or m.group(2)):
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1:
                 return cls(float(value))
-            raise ValueError(f"memory_headroom={value!r} is not valid; use {form}")
+            raise ConfigError(f"memory_headroom={value!r} is not valid; use {form}")
         factor = float(m.group(1)) if m.group(1) else 1.0
         if factor < 1:
-            raise ValueError(f"memory_headroom={value!r}: the factor {factor:g} is below 1; use {form}")
+            raise ConfigError(f"memory_headroom={value!r}: the factor {factor:g} is below 1; use {form}")
         try:
             fixed = Budget.parse(m.group(2)).bytes(None) if m.group(2) else 0  # the regex requires a unit: bytes
         except ValueError:
-            raise ValueError(f"memory_headroom={value!r}: '{m.group(2)}' is not bytes with a unit; use {form}") from None
+            raise ConfigError(f"memory_headroom={value!r}: '{m.group(2)}' is not bytes with a unit; use {form}") from None
         return cls(factor, fixed)
 
     def need(self, estimated_bytes: int) -> int:
@@ -149,6 +149,20 @@ class Headroom:
 
 
 NO_HEADROOM = Headroom()
+
+
+def check_loss_chunk(chunk) -> int:
+    """Return ``chunk`` if it is a valid ``loss_chunk=`` (anchors per forward chunk of the loss region).
+
+    Raises:
+        ConfigError: unless ``chunk`` is a positive int (a bool is not).
+    """
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise ConfigError(f"loss_chunk={chunk!r} is not valid; give a positive int (anchors per chunk, default {DEFAULTS['loss_chunk']})")
+    return chunk
+
+
+_BUILT: dict[tuple, CkptConfig] = {}  # CkptConfig.from_args's configs, by their values
 
 
 @dataclass(frozen=True)
@@ -173,15 +187,23 @@ class CkptConfig:
     @classmethod
     def from_args(cls, args: Mapping, task: str | None = None) -> CkptConfig:
         """The config of yolo-ckpt's keys in ``args`` (other keys, Ultralytics', are left to Ultralytics), the
-        missing ones from ``task``'s defaults (:data:`TASK_DEFAULTS`) and ``cfg/default.yaml``.
+        missing ones from ``task``'s defaults (:data:`TASK_DEFAULTS`) and ``cfg/default.yaml``. Each set of values is
+        checked once in a process: asked again (the trainer the CLI starts), the same config comes back.
 
         Raises:
-            ValueError: naming the key, the bad value and the valid choices, for a bad ``recompute=`` form
+            ConfigError: naming the key, the bad value and the valid choices, for a bad ``recompute=`` form
                 (:func:`yolo_ckpt.policy.check_spec`), ``recompute_mode=`` (:func:`yolo_ckpt.policy.check_mode`),
                 ``memory_budget=`` (:meth:`Budget.parse`), ``memory_headroom=`` (:meth:`Headroom.parse`) or
-                ``loss_chunk=`` (:func:`yolo_ckpt.losses.check_loss_chunk`).
+                ``loss_chunk=`` (:func:`check_loss_chunk`).
         """
         values = {**DEFAULTS, **TASK_DEFAULTS.get(task, {}), **{k: args[k] for k in DEFAULTS if k in args}}
+        key = tuple((k, type(v), repr(v)) for k, v in values.items())
+        if key not in _BUILT:  # the CLI, then the trainer it starts, ask for the same keys: checked once
+            _BUILT[key] = cls._checked(values)
+        return _BUILT[key]
+
+    @classmethod
+    def _checked(cls, values: dict) -> CkptConfig:
         check_spec(values["recompute"])
         check_mode(values["recompute_mode"])
         budget = values["memory_budget"]
@@ -192,6 +214,12 @@ class CkptConfig:
             memory_headroom=Headroom.parse(values["memory_headroom"]),
             loss_chunk=check_loss_chunk(values["loss_chunk"]),
         )
+
+    def for_task(self, task: str, given: Mapping) -> CkptConfig:
+        """This config with ``task``'s defaults (:data:`TASK_DEFAULTS`, ours: valid as written) for the keys ``given``
+        does not set: what :meth:`from_args` builds for ``task``, where the task is known only once the model is loaded."""
+        defaults = {k: v for k, v in TASK_DEFAULTS.get(task, {}).items() if k not in given}
+        return replace(self, **{k: spec_string(v) if k == "recompute" else v for k, v in defaults.items()})
 
     def headroom_on(self, device: str) -> Headroom:
         """The headroom a plan keeps on ``device`` (``"cuda"``, ``"cpu"``, ``"mps"``): ``memory_headroom`` on CUDA
@@ -220,14 +248,14 @@ class EstimateOptions:
         """The options in ``args``, the missing ones from ``cfg/estimate.yaml``.
 
         Raises:
-            ValueError: naming the key, the bad value and the valid choices.
+            ConfigError: naming the key, the bad value and the valid choices.
         """
         values = {**ESTIMATE_DEFAULTS, **{f.name: args[f.name] for f in fields(cls) if f.name in args}}
         objects, fmt, plot = values["objects"], values["format"], values["plot"]
         if isinstance(objects, bool) or not isinstance(objects, int) or objects < 1:
-            raise ValueError(f"objects={objects!r} is not valid; give a positive int (objects per image, default {ESTIMATE_DEFAULTS['objects']})")
+            raise ConfigError(f"objects={objects!r} is not valid; give a positive int (objects per image, default {ESTIMATE_DEFAULTS['objects']})")
         if fmt not in FORMATS:
-            raise ValueError(f"format={fmt!r} is not valid here; valid: {', '.join(FORMATS)}")
+            raise ConfigError(f"format={fmt!r} is not valid here; valid: {', '.join(FORMATS)}")
         if not isinstance(plot, bool):
-            raise ValueError(f"plot={plot!r} is not valid; valid: True, False")
+            raise ConfigError(f"plot={plot!r} is not valid; valid: True, False")
         return cls(objects, fmt, plot)

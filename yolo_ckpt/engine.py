@@ -366,7 +366,8 @@ def apply_checkpointing(
             model is then left unchanged.
         TypeError: if ``model`` is not an Ultralytics ``BaseModel``.
     """
-    from .losses import DEFAULT_CHUNK, apply_loss_region, check_loss_chunk
+    from .config import check_loss_chunk
+    from .losses import DEFAULT_CHUNK, apply_loss_region
 
     inner = _layers(model)
     policy = resolve(recompute, ModelLayout.from_model(inner), frozen, mode)

@@ -60,9 +60,9 @@ from .memory import (
     OBJECTLESS_TASKS,
     LiveTensorTracker,
     StepProfile,
-    _LayerAccounting,
-    _nbytes,
-    _run_step,
+    LayerAccounting,
+    tensor_bytes,
+    run_step,
     anchors,
     build_optimizer,
     model_task,
@@ -343,7 +343,7 @@ def estimate_step(
         opt = build_optimizer(fake, optimizer) if optimizer_from is None else None
         for group in opt.param_groups if opt else ():  # foreach kernels (CUDA's default): a few ops, not a few per
             group["foreach"] = True  # parameter, on fake tensors; the state they keep is the same
-        accounting = _LayerAccounting(fake)
+        accounting = LayerAccounting(fake)
         with LiveTensorTracker() as tracker, cuda_amp_emulated(amp) as autocast:  # backward included: yolo_ckpt.amp
             tracker.track(list(fake.parameters()), list(fake.buffers()), data)
             static = tracker.live_bytes
@@ -354,9 +354,9 @@ def estimate_step(
                 return sum((t.float() * t.float()).sum() for t in tree_leaves(preds) if isinstance(t, torch.Tensor))
 
             fwd_end = [0]
-            peaks, _, state = _run_step(fake, data, opt, stand_in_loss, tracker, autocast)
+            peaks, _, state = run_step(fake, data, opt, stand_in_loss, tracker, autocast)
         accounting.remove()
-    inputs = _nbytes(data)
+    inputs = tensor_bytes(data)
     if optimizer_from is not None:  # its state: its static bytes less its parameters, buffers and batch (as ours)
         earlier = optimizer_from
         state = earlier.static_bytes - earlier.input_bytes - (static - inputs)

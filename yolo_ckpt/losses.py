@@ -45,21 +45,9 @@ from ultralytics.utils.loss import E2ELoss, v8SegmentationLoss
 from ultralytics.utils.ops import crop_mask, xyxy2xywh
 
 from . import engine
+from .config import check_loss_chunk
 
 DEFAULT_CHUNK = 256  # anchors per forward chunk: 256 x 65536 mask pixels (imgsz 1024) x 4 B = 64 MiB per temporary
-
-
-def check_loss_chunk(chunk) -> int:
-    """Return ``chunk`` if it is a valid ``loss_chunk=`` (anchors per forward chunk of the loss region).
-
-    Raises:
-        ValueError: unless ``chunk`` is a positive int (a bool is not).
-    """
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise ValueError(
-            f"loss_chunk={chunk!r} is not valid; give a positive int (anchors per chunk, default {DEFAULT_CHUNK})"
-        )
-    return chunk
 
 
 def _anchor_losses(pred_mask, gt_mask, xyxy, area):

@@ -28,6 +28,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
+from .errors import ConfigError
+
 
 class LiveTensorTracker(TorchDispatchMode):
     """Peak bytes of tensor storages alive while the mode is active.
@@ -333,7 +335,7 @@ def _grid_masks(batch: int, size: int, objects: int, xywh: torch.Tensor, overlap
     return {"masks": masks, "sem_masks": torch.zeros(batch, size, size)}
 
 
-class _LayerAccounting:
+class LayerAccounting:
     """Forward hooks on each layer that attribute output and saved-for-backward bytes to it, and on each module
     recomputed on its own below the layers (``yolo_ckpt.engine.sub_regions``) that attribute its layer's saved bytes
     to it too (``modules``: name -> [saved, freeable] bytes). With ``tracker`` set, also each layer's peak live bytes
@@ -468,7 +470,7 @@ def layer_flops(model, images: torch.Tensor) -> list[int]:
     return [counts.get(str(i), 0) for i in range(len(model.model))]
 
 
-def _run_step(model, batch, optimizer, loss_fn, tracker, autocast=None):
+def run_step(model, batch, optimizer, loss_fn, tracker, autocast=None):
     """Forward, loss, backward, optimizer step; returns the per-phase peaks, the bytes alive before the loss and the
     optimizer state's bytes. ``autocast`` (a context manager) covers the forward and the loss, as in Ultralytics'
     training step.
@@ -498,7 +500,7 @@ def _run_step(model, batch, optimizer, loss_fn, tracker, autocast=None):
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     peaks["optimizer"] = tracker.phase_peak_bytes
-    state = _nbytes([list(s.values()) for s in optimizer.state.values()])
+    state = tensor_bytes([list(s.values()) for s in optimizer.state.values()])
     if fresh:
         peaks.update({p: peaks[p] + state for p in ("forward", "loss", "backward")})
         before_loss += state
@@ -522,7 +524,7 @@ def optimizer_for(name: str = "auto", iterations: int = 0) -> str:
         return "MuSGD" if iterations > 10000 else "AdamW"
     names = {n.lower(): n for n in OPTIMIZERS}
     if str(name).lower() not in names:
-        raise ValueError(f"optimizer={name!r} is not an Ultralytics optimizer; valid: auto, {', '.join(OPTIMIZERS)}")
+        raise ConfigError(f"optimizer={name!r} is not an Ultralytics optimizer; valid: auto, {', '.join(OPTIMIZERS)}")
     return names[str(name).lower()]
 
 
@@ -574,7 +576,7 @@ def profile_step(
     On CUDA the peaks come from the allocator (``max_memory_allocated``), less what was on the device before the
     copy was made (the live model, other tensors), plus the batch; elsewhere from :class:`LiveTensorTracker`. The
     optimizer is built by :func:`build_optimizer` and its state counted all step long, as in every step after the
-    first (:func:`_run_step`). Not modelled: ``GradScaler``'s loss scaling (a few scalars), DDP buckets. The live model,
+    first (:func:`run_step`). Not modelled: ``GradScaler``'s loss scaling (a few scalars), DDP buckets. The live model,
     its BatchNorm statistics and the RNG are untouched.
 
     Args:
@@ -604,21 +606,21 @@ def profile_step(
     def loss_fn(preds):
         return probe.loss(batch, preds)[0].sum()
 
-    accounting = _LayerAccounting(probe)
+    accounting = LayerAccounting(probe)
     try:
         with torch.random.fork_rng(devices=[batch["img"].device] if cuda else []):
             if cuda:
-                offset = _nbytes(batch) - before
+                offset = tensor_bytes(batch) - before
                 counter = _Allocator()
                 static = counter.start_phase() + offset
-                peaks, before_loss, state = _run_step(probe, batch, opt, loss_fn, counter, autocast)
+                peaks, before_loss, state = run_step(probe, batch, opt, loss_fn, counter, autocast)
                 peaks = {k: v + offset for k, v in peaks.items()}
                 before_loss += offset
             else:
                 with LiveTensorTracker() as tracker:
                     tracker.track(list(probe.parameters()), list(probe.buffers()), batch)
                     static = tracker.live_bytes
-                    peaks, before_loss, state = _run_step(probe, batch, opt, loss_fn, tracker, autocast)
+                    peaks, before_loss, state = run_step(probe, batch, opt, loss_fn, tracker, autocast)
     finally:
         accounting.remove()
     rows, modules = accounting.profile_rows(probe, flop_counts)
@@ -634,19 +636,19 @@ def profile_step(
         loss_bytes=peaks["loss"] - before_loss,
         peak_bytes=max(peaks.values()),
         layers=rows,
-        input_bytes=_nbytes(batch),
+        input_bytes=tensor_bytes(batch),
         modules=modules,
     )
 
 
-def _nbytes(tensors) -> int:
+def tensor_bytes(tensors) -> int:
     """Bytes of the distinct storages of these tensors (nested lists/dicts allowed)."""
     storages = {t.untyped_storage()._cdata: t.untyped_storage().nbytes() for t in tree_leaves(tensors) if isinstance(t, torch.Tensor)}
     return sum(storages.values())
 
 
 class _Allocator:
-    """The CUDA caching allocator as :func:`_run_step`'s counter (``live_bytes``, ``phase_peak_bytes``)."""
+    """The CUDA caching allocator as :func:`run_step`'s counter (``live_bytes``, ``phase_peak_bytes``)."""
 
     live_bytes = property(lambda self: torch.cuda.memory_allocated())
     phase_peak_bytes = property(lambda self: torch.cuda.max_memory_allocated())

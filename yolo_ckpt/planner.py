@@ -44,10 +44,11 @@ import copy
 import dataclasses
 from dataclasses import dataclass
 
-from .config import NO_HEADROOM, Headroom
+from .config import NO_HEADROOM, Headroom, check_loss_chunk
 from .engine import sub_regions
+from .errors import ConfigError
 from .estimate import LossModel, calibrate_loss, estimate_step
-from .losses import DEFAULT_CHUNK, apply_loss_region, check_loss_chunk, remove_loss_region
+from .losses import DEFAULT_CHUNK, apply_loss_region, remove_loss_region
 from .memory import TASKS, StepProfile, train_imgsz
 from .policy import REGIONS, ModelLayout, RecomputePolicy, resolve
 
@@ -59,7 +60,7 @@ def size_text(n: int) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
-class PlanError(ValueError):
+class PlanError(ConfigError):
     """No plan fits the budget (or the budget cannot be had): raised while a run sets up, which then removes or
     restores the run directory it had started (:class:`yolo_ckpt.trainer.CheckpointTrainerMixin`)."""
 
@@ -124,7 +125,7 @@ def loss_models(model, amp: bool, chunk: int | None = None) -> dict[bool, LossMo
     (:func:`yolo_ckpt.estimate.calibrate_loss`, which measures ``model.loss`` as patched) under ``amp``.
 
     Raises:
-        ValueError: for a bad ``chunk`` (:func:`yolo_ckpt.losses.check_loss_chunk`).
+        ValueError: for a bad ``chunk`` (:func:`yolo_ckpt.config.check_loss_chunk`).
     """
     chunk = check_loss_chunk(DEFAULT_CHUNK if chunk is None else chunk)
     variants = {False: None, True: chunk} if ModelLayout.from_model(model).has_loss_region else {False: None}

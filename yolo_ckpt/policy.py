@@ -28,6 +28,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import ConfigError, user_input
+
 SECTIONS = ("backbone", "neck", "all")
 _INDEX = re.compile(r"[0-9]+")  # ASCII digits: str.isdigit also accepts '²', which int() rejects
 REGIONS = ("head", "loss")  # recomputed regions beyond the layers of model.model (yolo_ckpt.engine, yolo_ckpt.losses)
@@ -75,7 +77,7 @@ class ModelLayout:
         """
         missing = [k for k in ("backbone", "head") if not isinstance(cfg.get(k), list) or not cfg[k]]
         if missing:
-            raise ValueError(
+            raise ConfigError(
                 f"model YAML {cfg.get('yaml_file', '')!r} has no {' and no '.join(repr(k + ':') for k in missing)} section "
                 f"(keys: {sorted(cfg)}); an Ultralytics model YAML lists its layers under backbone: and head:"
             )
@@ -165,7 +167,7 @@ def spec_string(spec) -> str:
 def _tokens(spec, choices: str = CHOICES) -> list[str]:
     """Split a spec into stripped tokens; raise ``ValueError`` for types no parser makes."""
     if spec is True or not (spec is None or spec is False or isinstance(spec, (str, int, list, tuple))):
-        raise ValueError(f"recompute={spec!r} is not a valid value; {choices}")
+        raise ConfigError(f"recompute={spec!r} is not a valid value; {choices}")
     return [t.strip() for t in spec_string(spec).split(",") if t.strip()]
 
 
@@ -186,19 +188,19 @@ def check_spec(spec, choices: str = CHOICES) -> None:
     if is_auto(spec):
         return
     if not tokens:
-        raise ValueError(f"recompute={spec!r} is empty; {choices}")
+        raise ConfigError(f"recompute={spec!r} is empty; {choices}")
     if "none" in (t.lower() for t in tokens) and len(tokens) > 1:
-        raise ValueError(f"recompute={spec_string(spec)!r} combines 'none' with other layers; {choices}")
+        raise ConfigError(f"recompute={spec_string(spec)!r} combines 'none' with other layers; {choices}")
     for t in tokens:
         lo, sep, hi = t.partition("-")
         if sep and _INDEX.fullmatch(lo) and _INDEX.fullmatch(hi) and int(lo) > int(hi):
-            raise ValueError(f"recompute={spec_string(spec)!r}: range '{t}' is empty (start > end), write '{hi}-{lo}'; {choices}")
+            raise ConfigError(f"recompute={spec_string(spec)!r}: range '{t}' is empty (start > end), write '{hi}-{lo}'; {choices}")
 
 
 def check_mode(mode) -> None:
     """Raise ``ValueError`` naming the valid modes unless ``mode`` is a ``recompute_mode=`` value."""
     if mode not in MODES:
-        raise ValueError(f"recompute_mode={mode!r} is not valid; valid modes: {', '.join(MODES)}")
+        raise ConfigError(f"recompute_mode={mode!r} is not valid; valid modes: {', '.join(MODES)}")
 
 
 def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> RecomputePolicy:
@@ -226,7 +228,7 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
     check_mode(mode)
     text = spec_string(spec)
     if is_auto(spec):
-        raise ValueError("recompute=auto is decided by the planner for a memory budget: give memory_budget= to a "
+        raise ConfigError("recompute=auto is decided by the planner for a memory budget: give memory_budget= to a "
                          "Checkpoint*Trainer, or use yolo_ckpt.planner.MemoryModel.plan() on a bare model")
     head = layout.head
     chosen: set[int] = set()  # layer indices, the head's included (it stands for the head's branches)
@@ -237,7 +239,7 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
             continue
         if key == "loss":
             if not layout.has_loss_region:
-                raise ValueError(
+                raise ConfigError(
                     f"recompute={text!r}: the final head {layout.types[head]} has no loss region to recompute; "
                     f"{layout.describe()}"
                 )
@@ -248,7 +250,7 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
             continue
         if key in SECTIONS:
             if key == "neck" and not len(layout.section("neck")):
-                raise ValueError(f"recompute={text!r}: this model has no neck; {layout.describe()}")
+                raise ConfigError(f"recompute={text!r}: this model has no neck; {layout.describe()}")
             chosen.update(layout.section(key))
             if key == "all":  # every region: the head's branches and, where there is one, the loss
                 chosen.add(head)
@@ -258,7 +260,7 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
         if _INDEX.fullmatch(lo) and (not sep or _INDEX.fullmatch(hi)):
             idx = range(int(lo), int(hi if sep else lo) + 1)
             if idx.stop - 1 > head:
-                raise ValueError(f"recompute={text!r}: layer index {idx.stop - 1} is out of range; {layout.describe()}")
+                raise ConfigError(f"recompute={text!r}: layer index {idx.stop - 1} is out of range; {layout.describe()}")
             chosen.update(idx)
             continue
         matches = {i for i, t in enumerate(layout.types) if t.lower() == key}
@@ -266,13 +268,13 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
             vocabulary = {v.lower(): v for v in ["none", *SECTIONS, *REGIONS, *sorted(set(layout.types))]}
             close = [vocabulary[c] for c in difflib.get_close_matches(key, vocabulary, n=3, cutoff=0.6)]
             hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
-            raise ValueError(f"recompute={text!r}: unknown layer name or section '{token}'{hint}; {layout.describe()}")
+            raise ConfigError(f"recompute={text!r}: unknown layer name or section '{token}'{hint}; {layout.describe()}")
         chosen.update(matches)
     frozen = () if frozen is None else frozen
     if isinstance(frozen, (str, bytes)) or not isinstance(frozen, (list, tuple, set, frozenset, range)) or not all(
         isinstance(i, int) and not isinstance(i, bool) for i in frozen
     ):
-        raise ValueError(f"frozen={frozen!r} is not valid; give layer indices (ints), as yolo_ckpt.runspec.frozen_layers(freeze=) reads freeze=")
+        raise ConfigError(f"frozen={frozen!r} is not valid; give layer indices (ints), as yolo_ckpt.runspec.frozen_layers(freeze=) reads freeze=")
     chosen -= layout.param_free | set(frozen)
     indices = tuple(sorted(chosen - {head}))
     return RecomputePolicy(
@@ -285,7 +287,7 @@ def layout_of(model_arg) -> ModelLayout:
     distillation run: its student's).
 
     Raises:
-        FileNotFoundError: for a ``.pt`` path that does not exist.
+        MissingFileError: for a path that does not exist. ConfigError: for a file Ultralytics cannot read as a model.
     """
     if isinstance(model_arg, dict):
         return ModelLayout.from_yaml(model_arg)
@@ -293,8 +295,11 @@ def layout_of(model_arg) -> ModelLayout:
     if Path(path).suffix.lower() in {".yaml", ".yml"}:
         from ultralytics.nn.tasks import yaml_model_load
 
-        return ModelLayout.from_yaml(yaml_model_load(path))
+        with user_input():
+            cfg = yaml_model_load(path)
+        return ModelLayout.from_yaml(cfg)
     from ultralytics.nn.tasks import load_checkpoint
 
-    model = load_checkpoint(path)[0]
+    with user_input():
+        model = load_checkpoint(path)[0]
     return ModelLayout.from_model(getattr(model, "student_model", model))  # a distill_model= run's last.pt

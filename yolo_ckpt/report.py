@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .errors import ConfigError, MissingFileError
+
 if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
     import pandas
 
@@ -123,11 +125,11 @@ class RunReport:
         """
         schema = data.get("schema_version")
         if schema not in READABLE_SCHEMAS:
-            raise ValueError(f"{where}: schema_version={schema!r} is not readable by yolo-ckpt {_version()}; readable: {', '.join(map(str, READABLE_SCHEMAS))}")
+            raise ConfigError(f"{where}: schema_version={schema!r} is not readable by yolo-ckpt {_version()}; readable: {', '.join(map(str, READABLE_SCHEMAS))}")
         for record, keys in ((cls, data), (PlanRecord, data.get("plan") or {})):
             unknown = set(keys) - {f.name for f in dataclasses.fields(record)}
             if unknown:
-                raise ValueError(f"{where}: unknown keys {sorted(unknown)} for schema_version={schema}")
+                raise ConfigError(f"{where}: unknown keys {sorted(unknown)} for schema_version={schema}")
         return cls(**{**data, "plan": PlanRecord(**data["plan"]) if data.get("plan") else None})
 
     def headline(self) -> str:
@@ -209,7 +211,7 @@ def load_report(run_dir) -> RunReport:
     """
     path = Path(run_dir) / REPORT_NAME
     if not path.is_file():
-        raise FileNotFoundError(f"{run_dir} has no {REPORT_NAME}: give run directories of finished yolo-ckpt runs")
+        raise MissingFileError(f"{run_dir} has no {REPORT_NAME}: give run directories of finished yolo-ckpt runs")
     return RunReport.from_dict(json.loads(path.read_text()), path)
 
 
@@ -297,7 +299,7 @@ def compare_runs(run_dirs) -> pandas.DataFrame:
     import pandas as pd
 
     if len(run_dirs) < 2:
-        raise ValueError(f"compare needs at least two run directories, got {len(run_dirs)}")
+        raise ConfigError(f"compare needs at least two run directories, got {len(run_dirs)}")
     rows = []
     for run_dir in run_dirs:
         r = load_report(run_dir)

@@ -2,8 +2,9 @@
 
 ``yolo-ckpt train``, ``profile`` and ``plan`` read the same keys the same way, so the same keys mean the same run:
 
-- device: ``device=`` as given (``cpu``, ``mps``, or a CUDA device); without it, a CUDA device, the case a user
-  plans for. The trainers use the device Ultralytics selected.
+- device: ``device=`` as given (``cpu``, ``mps``, or a CUDA device, planned for from any machine); without it, the
+  device ``train`` would use: CUDA where torch sees one, else the CPU (:func:`device_type`). The trainers use the
+  device Ultralytics selected.
 - AMP: Ultralytics' rule (``BaseTrainer._setup_train`` and ``check_amp``): on when ``amp`` is not ``False``/``"fp32"``
   and the device is an accelerator; the CPU and MPS train in fp32. :func:`amp_enabled` is the one place that decides.
 - optimizer: ``optimizer=`` as given; ``auto`` is Ultralytics' ``BaseTrainer.build_optimizer`` rule (AdamW up to 10000
@@ -36,10 +37,23 @@ from .memory import OBJECTLESS_TASKS, optimizer_for, train_imgsz
 
 
 def device_type(device) -> str:
-    """The device type a ``device=`` value trains on, without selecting it: ``"cpu"``, ``"mps"`` or ``"cuda"``
-    (indices, ``cuda:0``, ``0,1``, ``-1`` and no value at all: planning is for the CUDA device the run will use)."""
+    """The device type a ``device=`` value trains on, without selecting it (Ultralytics' ``select_device``):
+    ``"cpu"``, ``"mps"``, or ``"cuda"`` for a CUDA index or list (``0``, ``cuda:0``, ``0,1``, ``-1``: a plan for a GPU
+    from any machine); no value is the device ``train`` would use, CUDA where torch sees one, else the CPU."""
     value = str(device if device is not None else "").strip().lower()
-    return value if value in {"cpu", "mps"} else "cuda"
+    if value in {"cpu", "mps", "mps:0"}:
+        return value[:3]
+    return "cuda" if value or torch.cuda.is_available() else "cpu"
+
+
+def trainable_as_trained(model, freeze) -> None:
+    """Set ``requires_grad`` on ``model``'s parameters as ``BaseTrainer._setup_train`` does before training (mirrored:
+    it sets them inline): off for ``freeze=``'s layers and the DFL, on for every other floating-point parameter (a
+    trained ``best.pt`` is stored with them off)."""
+    frozen = freeze if isinstance(freeze, list) else range(freeze) if isinstance(freeze, int) else []
+    names = [f"model.{x}." for x in frozen] + [".dfl"]
+    for name, p in model.named_parameters():
+        p.requires_grad = not any(n in name for n in names) and p.dtype.is_floating_point
 
 
 def frozen_layers(freeze) -> list[int]:

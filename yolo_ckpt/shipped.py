@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .errors import ConfigError, MissingFileError
+
 KINDS = ("bench", "policies")
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -21,7 +23,7 @@ def shipped_dir(kind: str) -> Path:
         ValueError: for a ``kind`` not in :data:`KINDS`.
     """
     if kind not in KINDS:
-        raise ValueError(f"kind={kind!r} is not valid; valid: {', '.join(KINDS)}")
+        raise ConfigError(f"kind={kind!r} is not valid; valid: {', '.join(KINDS)}")
     installed = _PACKAGE / "cfg" / kind
     return installed if installed.is_dir() else _PACKAGE.parent / "cfg" / kind
 
@@ -45,4 +47,4 @@ def resolve_yaml(value, kind: str, key: str) -> Path:
     name = path.name.removesuffix(".yaml") if path.parent == Path(".") else None
     if name in names:
         return names[name]
-    raise FileNotFoundError(f"{key}={value}: no such file and no shipped file of that name; shipped: {', '.join(names) or 'none'}")
+    raise MissingFileError(f"{key}={value}: no such file and no shipped file of that name; shipped: {', '.join(names) or 'none'}")

@@ -29,6 +29,8 @@ import cv2
 import numpy as np
 import yaml
 
+from .errors import ConfigError
+
 __all__ = [
     "CACHE_ENV",
     "CLASS_NAMES",
@@ -103,7 +105,7 @@ def _cache_root(root) -> Path:
 
 
 @contextlib.contextmanager
-def _staged(final: Path):
+def staged(final: Path):
     """Yield a temporary folder beside ``final`` to write a dataset into; on success rename it to ``final`` in one
     step (a reader sees a complete dataset or none), else remove it. A concurrent writer's byte-identical copy that
     was renamed into place first is kept."""
@@ -161,18 +163,18 @@ def synthetic_dataset(task: str = "detect", *, seed: int = 0, root: str | Path |
         OSError: If the cache folder or an image cannot be written.
     """
     if task not in TASKS:
-        raise ValueError(f"no built-in synthetic dataset for task {task!r} (built in: {', '.join(TASKS)}); give data=")
+        raise ConfigError(f"no built-in synthetic dataset for task {task!r} (built in: {', '.join(TASKS)}); give data=")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
     if seed < 0:
-        raise ValueError(f"seed must be non-negative, got {seed}")
+        raise ConfigError(f"seed must be non-negative, got {seed}")
     seed = int(seed)
 
     final = _cache_root(root) / f"synthetic-v{GENERATOR_VERSION}-seed{seed}-{task}"
     result = final if task == "classify" else final / "data.yaml"
-    if final.is_dir():  # only ever created by the atomic rename of _staged, so it is complete
+    if final.is_dir():  # only ever created by the atomic rename of staged, so it is complete
         return result
-    with _staged(final) as tmp:
+    with staged(final) as tmp:
         if task == "classify":
             _write_classify(tmp, seed)
         elif task in ("semantic", "depth"):
@@ -278,7 +280,7 @@ def _check_ints(*checks: tuple[str, object, int]) -> None:
     here), before anything is written."""
     for name, value, low in checks:
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name}={value!r} must be an int >= {low}")
+            raise ConfigError(f"{name}={value!r} must be an int >= {low}")
 
 
 def _imwrite(path: Path, image: np.ndarray) -> None:
@@ -602,7 +604,7 @@ def dense_segment_dataset(
     final = _cache_root(root) / f"dense-v{GENERATOR_VERSION}-seed{seed}-{objects}x{size}x{images}+1"
     if final.is_dir():
         return final / "data.yaml"
-    with _staged(final) as tmp:
+    with staged(final) as tmp:
         for split, count in (("train", images), ("val", 1)):
             (tmp / "images" / split).mkdir(parents=True)
             (tmp / "labels" / split).mkdir(parents=True)
@@ -691,7 +693,7 @@ def small_object_dataset(
     final = _cache_root(root) / f"small-v{GENERATOR_VERSION}-seed{seed}-{size}x{train}+{val}"
     if final.is_dir():
         return final / "data.yaml"
-    with _staged(final) as tmp:
+    with staged(final) as tmp:
         for split, count in (("train", train), ("val", val)):
             (tmp / "images" / split).mkdir(parents=True)
             (tmp / "labels" / split).mkdir(parents=True)

@@ -16,7 +16,8 @@ import numpy as np
 from ultralytics.data.utils import IMG_FORMATS, img2label_paths
 from ultralytics.utils import YAML
 
-from .synthetic import _staged
+from .errors import ConfigError, MissingFileError
+from .synthetic import staged
 
 __all__ = ["MIN_VISIBLE", "dataset_root", "split_images", "tile_dataset", "tile_starts"]
 
@@ -70,22 +71,22 @@ def tile_dataset(data, out, size: int, overlap: int, imgsz: int | None = None) -
     """
     data, out = Path(data), Path(out).resolve()
     if isinstance(size, bool) or not isinstance(size, int) or size < 32:
-        raise ValueError(f"tile size={size!r} must be an int >= 32 (px)")
+        raise ConfigError(f"tile size={size!r} must be an int >= 32 (px)")
     if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap <= size // 2:
-        raise ValueError(f"tile overlap={overlap!r} must be an int in [0, {size // 2}] (px, at most half the tile)")
+        raise ConfigError(f"tile overlap={overlap!r} must be an int in [0, {size // 2}] (px, at most half the tile)")
     if imgsz is not None and (isinstance(imgsz, bool) or not isinstance(imgsz, int) or imgsz < size):
-        raise ValueError(f"imgsz={imgsz!r} must be None or an int >= the tile size {size}")
+        raise ConfigError(f"imgsz={imgsz!r} must be None or an int >= the tile size {size}")
     if not data.is_file():
-        raise FileNotFoundError(f"data={data}: no such data.yaml")
+        raise MissingFileError(f"data={data}: no such data.yaml")
     spec, root = dataset_root(data)
     if out.exists() or out.is_relative_to(root):
-        raise ValueError(f"out={out} must be a new folder outside the source dataset {root}")
+        raise ConfigError(f"out={out} must be a new folder outside the source dataset {root}")
     sources = {split: split_images(root, spec[split]) for split in ("train", "val")}
     for split, images in sources.items():
         if not images:
-            raise FileNotFoundError(f"data={data}: no {split} images found under {root / str(spec[split])}")
+            raise MissingFileError(f"data={data}: no {split} images found under {root / str(spec[split])}")
     labels = {split: [_read_boxes(Path(f)) for f in img2label_paths([str(p) for p in images])] for split, images in sources.items()}
-    with _staged(out) as tmp:
+    with staged(out) as tmp:
         for split, images in sources.items():
             (tmp / "images" / split).mkdir(parents=True)
             (tmp / "labels" / split).mkdir(parents=True)
@@ -103,7 +104,7 @@ def _read_boxes(label: Path) -> np.ndarray:
     rows = [line.split() for line in label.read_text().splitlines() if line.strip()] if label.is_file() else []
     bad = [r for r in rows if len(r) != 5]
     if bad:
-        raise ValueError(f"{label}: the tiler takes detection labels 'cls xc yc w h'; got a line of {len(bad[0])} fields")
+        raise ConfigError(f"{label}: the tiler takes detection labels 'cls xc yc w h'; got a line of {len(bad[0])} fields")
     return np.array(rows, np.float64).reshape(-1, 5)
 
 

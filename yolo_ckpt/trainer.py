@@ -20,7 +20,6 @@ final (given, else resumed, else the task's default, else the YAML's).
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import shutil
 import time
@@ -56,19 +55,14 @@ from . import distributed, report
 from .atomic import atomic_saves, atomic_write_bytes
 from .config import DEFAULTS, TASK_DEFAULTS, CkptConfig
 from .engine import apply_checkpointing
+from .errors import ConfigError
 from .layer_plot import layer_plot, write_layer_plot
-from .planner import PLANNED_TASKS, MemoryModel, PlanError, size_text
+from .planner import PLANNED_TASKS, PlanError, size_text
 from .policy import is_auto, layout_of, resolve
 from .runspec import (
-    RunSpec,
-    amp_enabled,
     autobatch_fraction,
-    autobatch_imgsz,
-    count_data,
     device_type,
     frozen_layers,
-    objects_rule,
-    optimizer_rule,
 )
 
 PREFIX = colorstr("yolo-ckpt: ")
@@ -148,7 +142,7 @@ class CheckpointTrainerMixin:
                 Whatever Ultralytics' trainer raises while it is built (a missing ``data=``: RuntimeError), after the
                 run directory is put back as it was (:func:`_restore_run_dir`).
         """
-        given, overrides = self.check_keys(overrides)
+        config, given, overrides = self.check_keys(overrides)
         self._run_dir_before = _run_dir_state(cfg, overrides)
         try:
             super().__init__(cfg, overrides, _callbacks)
@@ -161,10 +155,11 @@ class CheckpointTrainerMixin:
         # given > restored by resume (train_args) > this task's default > default
         for k, default in {**DEFAULTS, **TASK_DEFAULTS.get(task_of(type(self)), {})}.items():
             setattr(self.args, k, given.get(k, getattr(self.args, k, default)))
-        self.ckpt_config = CkptConfig.from_args(vars(self.args))  # typed; the raw values stay on args for args.yaml
+        # typed (the raw values stay on args for args.yaml); a resumed run's own keys are read back from last.pt
+        self.ckpt_config = CkptConfig.from_args(vars(self.args)) if self.args.resume else config
         if RANK in {-1, 0}:
             YAML.save(self.save_dir / "args.yaml", vars(self.args))  # again, now with yolo-ckpt's keys
-        self.policy = self.plan = self.run_spec = self._counts = None
+        self.policy = self.plan = self.run_spec = self._planned = None
         self.ckpt_stats = RunStats()
         self.estimated_none_peak_bytes = None  # the memory model's recompute=none peak, where the run plans
         self.train_probe = None  # the CPU probe's StepProfile of one training step, at the end of the run
@@ -173,27 +168,30 @@ class CheckpointTrainerMixin:
                 self.add_callback(event, callback)
 
     @classmethod
-    def check_keys(cls, overrides: dict | None) -> tuple[dict, dict]:
-        """Split ``overrides`` into yolo-ckpt's keys and Ultralytics' and validate yolo-ckpt's, against the model
-        ``model=`` (or the resumed ``last.pt``) names where there is one: the one check, used by the trainer and
-        the CLI before anything is built or written.
+    def check_keys(cls, overrides: dict | None) -> tuple[CkptConfig, dict, dict]:
+        """Split ``overrides`` into yolo-ckpt's keys and Ultralytics' and build the typed config of yolo-ckpt's (the
+        one check, :meth:`yolo_ckpt.config.CkptConfig.from_args`; the CLI's and the trainer's ask for the same), and
+        check a ``recompute=`` against the model that ``model=`` names where reading it costs nothing: a YAML, or the
+        loaded model's YAML dict the CLI passes. A ``.pt`` is not unpickled again here (Ultralytics loaded it
+        once): its policy is resolved in :meth:`setup_model`, the run directory put back if it fails.
 
         Returns:
-            ``(yolo-ckpt's keys given, the other overrides)``.
+            ``(config, yolo-ckpt's keys given, the other overrides)``.
 
         Raises:
-            ValueError: for an invalid ``recompute=``, ``recompute_mode=``, ``loss_chunk=``, ``memory_budget=`` or
-                ``memory_headroom=`` (:meth:`yolo_ckpt.config.CkptConfig.from_args`), a ``recompute=`` the model does
-                not have (:func:`yolo_ckpt.policy.resolve`), or a planning request this task or device cannot honour.
+            ConfigError: for an invalid ``recompute=``, ``recompute_mode=``, ``loss_chunk=``, ``memory_budget=`` or
+                ``memory_headroom=``, a ``recompute=`` the model does not have (:func:`yolo_ckpt.policy.resolve`), or a
+                planning request this task or device cannot honour; before anything is written.
         """
         overrides = dict(overrides or {})
         given = {k: overrides.pop(k) for k in DEFAULTS if k in overrides}
         config = CkptConfig.from_args(given, task_of(cls))
         cls._check_planning(config, overrides)
         source = _model_source(overrides)
-        if "recompute" in given and source and not is_auto(config.recompute):  # the model's own errors, before any write
+        readable = isinstance(source, dict) or Path(str(source)).suffix.lower() in {".yaml", ".yml"}
+        if "recompute" in given and source and readable and not is_auto(config.recompute):
             resolve(config.recompute, layout_of(source))
-        return given, overrides
+        return config, given, overrides
 
     @classmethod
     def _check_planning(cls, config: CkptConfig, overrides: dict) -> None:
@@ -207,11 +205,11 @@ class CheckpointTrainerMixin:
         if cpu and budget is not None:
             budget.bytes(None)  # raises for a fraction, which needs a CUDA device
         if auto and cpu and budget is None:
-            raise ValueError("recompute=auto on the CPU needs memory_budget= (bytes with a unit, e.g. memory_budget=8GB): there is no device memory to plan for")
+            raise ConfigError("recompute=auto on the CPU needs memory_budget= (bytes with a unit, e.g. memory_budget=8GB): there is no device memory to plan for")
         task = task_of(cls)
         what = "recompute=auto" if auto else "batch=-1" if autobatch and not (cpu and budget is None) else None
         if what and (task not in PLANNED_TASKS or issubclass(cls, NOT_PLANNED)):
-            raise ValueError(
+            raise ConfigError(
                 f"{what} plans memory with the estimate, which exists for YOLO models of the tasks "
                 f"{', '.join(PLANNED_TASKS)}; for {cls.__name__} (task {task}) give a named policy and a batch"
             )
@@ -235,32 +233,16 @@ class CheckpointTrainerMixin:
         """CUDA bytes available to this run as AutoBatch counts them: free memory plus what this process reserved."""
         return torch.cuda.mem_get_info(self.device)[0] + torch.cuda.memory_reserved(self.device)
 
-    def _planned_imgsz(self) -> int:
-        """The largest imgsz a step trains at, as ``BaseTrainer.auto_batch`` sizes it (:func:`~yolo_ckpt.runspec.autobatch_imgsz`)."""
-        return autobatch_imgsz(self.args.imgsz, self.args.multi_scale, max(int(unwrap_model(self.model).stride.max()), 32))
+    def _planned_run(self, batch: int):
+        """The run this trainer plans (:func:`yolo_ckpt.planned_run.planned_run`): its model, keys, data and device;
+        the data counted once per run (RNG untouched). Logs what it assumed (``self.run_spec``)."""
+        from .planned_run import planned_run
 
-    def _data_counts(self):
-        """Images and most objects per image of the training set (counted once per run, RNG untouched)."""
-        if self._counts is None:
-            self._counts = count_data(self.args, self.data, max(int(unwrap_model(self.model).stride.max()), 32))
-        return self._counts
-
-    def _memory_model(self, batch: int) -> MemoryModel:
-        """The planner's memory model of this run: its model, largest imgsz, the data's objects (most per image times
-        its augmentation's factors: ``runspec.augment_factors``), the optimizer Ultralytics will build, AMP as this device runs it, and the headroom for CUDA
-        against a budget in bytes. Logs what it assumed (``self.run_spec``)."""
-        counts = self._data_counts()
-        objects, objects_text = objects_rule(counts, 0, task_of(type(self)))
-        optimizer, optimizer_text = optimizer_rule(self.args.optimizer, counts.images, batch, self.args.nbs, self.epochs)
-        amp = amp_enabled(self.args.amp, self.device.type)
-        model = copy.deepcopy(unwrap_model(self.model)).cpu()
-        model.args = self.args  # the loss's hyperparameters (set_model_attributes has not run yet in setup_model)
-        self.run_spec = RunSpec(self.device.type, amp, optimizer, optimizer_text, objects, objects_text, int(model.yaml["nc"]))
+        counts = self._planned.counts if self._planned else None
+        self._planned = planned_run(self.args, unwrap_model(self.model), self.ckpt_config, self.device.type, self.data, batch=batch, counts=counts)
+        self.run_spec = self._planned.spec
         LOGGER.info(f"{PREFIX}memory model {self.run_spec.describe()}")
-        headroom, chunk = self.ckpt_config.headroom_on(self.device.type), self.ckpt_config.loss_chunk
-        return MemoryModel(
-            model, self._planned_imgsz(), batch, objects=objects, optimizer=optimizer, amp=amp, headroom=headroom, loss_chunk=chunk
-        )
+        return self._planned
 
     def _plan_recompute(self) -> str:
         """recompute=auto: the cheapest set of layers, head branches and loss region that fits the budget at this
@@ -269,8 +251,8 @@ class CheckpointTrainerMixin:
         if self.args.batch < 1:
             LOGGER.info(f"{PREFIX}recompute=auto with batch=-1: recompute everything (all), then take the largest batch")
             return "all"
-        imgsz = self._planned_imgsz()
-        memory = self._memory_model(self.args.batch)
+        run = self._planned_run(self.args.batch)
+        memory, imgsz = run.memory_model(), run.imgsz
         self.plan = memory.plan(self._budget(), self.args.batch, imgsz)
         self.estimated_none_peak_bytes = memory.peak((), self.args.batch, imgsz)
         LOGGER.info(
@@ -298,9 +280,8 @@ class CheckpointTrainerMixin:
         if self.device.type != "cuda" and self.ckpt_config.memory_budget is None:
             LOGGER.warning(f"{PREFIX}batch=-1 on the CPU without memory_budget=: AutoBatch's default batch 16, as stock; memory_budget= plans the largest batch that fits")
             return super().auto_batch()
-        budget, imgsz = self._budget(), self._planned_imgsz()
-        memory = self._memory_model(2)
-        images = self._data_counts().images
+        run = self._planned_run(2)
+        budget, imgsz, memory, images = self._budget(), run.imgsz, run.memory_model(), run.counts.images
         units = memory.units(self.policy)
         estimated = min(memory.largest_batch(units, budget, imgsz), images)
         if self.device.type == "cuda":
@@ -322,7 +303,7 @@ class CheckpointTrainerMixin:
     def _autobatch(self, budget: int) -> int:
         """Ultralytics' AutoBatch on the patched model at the fraction ``budget`` is of the memory it counts as
         available (``check_train_batch_size`` reads the fraction from the batch it is given)."""
-        counts = self._data_counts()
+        counts = self._planned.counts
         requested, self.batch_size = self.batch_size, min(budget / self._cuda_available(), 0.999)  # AutoBatch takes (0, 1)
         try:
             return BaseTrainer.auto_batch(self, counts.planned_objects, dataset_size=counts.images)
@@ -576,5 +557,5 @@ def trainer_for(task: str, model=None) -> type:
 
     table = model.task_map if model is not None else YOLO.task_map.fget(None)  # the property reads no instance state
     if task not in table:
-        raise ValueError(f"task={task!r} is not an Ultralytics task; valid tasks: {', '.join(table)}")
+        raise ConfigError(f"task={task!r} is not an Ultralytics task; valid tasks: {', '.join(table)}")
     return checkpointed(table[task]["trainer"])

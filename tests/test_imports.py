@@ -1,0 +1,107 @@
+"""The package's import structure: importing a light module loads no heavy library, no module reaches another's
+private name, and no import runs in a circle (top-level imports and imports inside functions alike)."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {"yolo_ckpt": ROOT / "yolo_ckpt", "yolo_ckpt.bench": ROOT / "benchmarks"}
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the package (the bench is installed as ``yolo_ckpt.bench``), by its dotted name."""
+    found = {}
+    for package, folder in PACKAGES.items():
+        for path in folder.rglob("*.py"):
+            parts = path.relative_to(folder).with_suffix("").parts
+            name = ".".join((package, *parts))
+            found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def _imports(name: str, path: Path):
+    """``(module imported, names taken from it, line)`` for every import in the module, at any depth, relative ones
+    resolved; ``module.attr`` reads of an imported package module count as taking ``attr``."""
+    tree = ast.parse(path.read_text())
+    is_package = path.name == "__init__.py"
+    base = name.split(".") if is_package else name.split(".")[:-1]
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                module = ".".join([*base[: len(base) - node.level + 1], *([module] if module else [])])
+            for alias in node.names:
+                sub = f"{module}.{alias.name}"
+                if sub in MODULES:  # 'from . import engine': the module itself
+                    aliases[alias.asname or alias.name] = sub
+                    yield sub, (), node.lineno
+                else:
+                    yield module, (alias.name,), node.lineno
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, (), node.lineno
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+            yield aliases[node.value.id], (node.attr,), node.lineno
+
+
+MODULES = _modules()
+
+
+def test_light_modules_load_no_heavy_library():
+    """``import yolo_ckpt.policy`` and ``yolo_ckpt.config`` (pure data and key checks) load neither Ultralytics nor
+    scipy nor torch; the package's public names still import on first use."""
+    code = (
+        "import sys, yolo_ckpt.policy, yolo_ckpt.config, yolo_ckpt.errors\n"
+        "print(sorted(m for m in ('ultralytics', 'scipy', 'torch') if m in sys.modules))\n"
+        "from yolo_ckpt import CheckpointDetectionTrainer, apply_checkpointing\n"
+        "print(CheckpointDetectionTrainer.__module__, apply_checkpointing.__module__, 'ultralytics' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout.splitlines()
+    assert out == ["[]", "yolo_ckpt.trainer yolo_ckpt.engine True"]
+
+
+def test_public_names_resolve_and_unknown_names_raise():
+    import yolo_ckpt
+
+    assert all(getattr(yolo_ckpt, name) is not None for name in yolo_ckpt.__all__)
+    assert set(yolo_ckpt.__all__) <= set(dir(yolo_ckpt))
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        yolo_ckpt.nothing  # noqa: B018
+
+
+def test_no_module_imports_another_modules_private_name():
+    """A module uses another module of the package through its public names only (``_name`` is the module's own)."""
+    bad = [
+        f"{path.relative_to(ROOT)}:{line} takes {module}.{names[0]}"
+        for name, path in MODULES.items()
+        for module, names, line in _imports(name, path)
+        if module in MODULES and module != name and names and names[0].startswith("_") and not names[0].startswith("__")
+    ]
+    assert bad == []
+
+
+def test_no_import_cycle():
+    """The package's modules import each other in one direction (imports inside functions count)."""
+    graph = {name: {m for m, _, _ in _imports(name, path) if m in MODULES and m != name} for name, path in MODULES.items()}
+    graph = {name: {m for m in deps if not name.startswith(m + ".") and m not in PACKAGES} for name, deps in graph.items()}
+    cycles, state = [], {}
+
+    def visit(node, stack):
+        state[node] = "open"
+        for dep in sorted(graph[node]):
+            if state.get(dep) == "open":
+                cycles.append(" -> ".join([*stack[stack.index(dep):], dep]))
+            elif dep not in state:
+                visit(dep, [*stack, dep])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert cycles == []
