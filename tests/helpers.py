@@ -65,12 +65,15 @@ TRAIN = dict(epochs=1, batch=2, nbs=2, imgsz=64, workers=0, device="cpu", plots=
 
 def train(model, data, project, name, trainer=None, callbacks=(), **kw):
     """Train ``model`` (a YAML or .pt name, or an Ultralytics ``Model`` such as ``RTDETR(...)``) with ``TRAIN`` and
-    ``kw``; return ``(trainer, recompute counter)``."""
+    ``kw`` (a yolo-ckpt trainer without its set-up estimate unless ``estimate=True``); return ``(trainer, recompute counter)``."""
     from ultralytics import YOLO
     from ultralytics.engine.model import Model
 
     from yolo_ckpt import count_recomputations
+    from yolo_ckpt.trainer import CheckpointTrainerMixin
 
+    if trainer is not None and issubclass(trainer, CheckpointTrainerMixin):
+        kw.setdefault("estimate", False)  # the set-up estimate: tested on the runs that plan (they reuse their model)
     m = model if isinstance(model, Model) else YOLO(model)
     for event, fn in callbacks:
         m.add_callback(event, fn)

@@ -29,7 +29,7 @@ from yolo_ckpt.estimate import CALIBRATION_POINTS, estimate_step
 from yolo_ckpt.memory import build_optimizer, detect_batch, optimizer_for, probe_training_step, profile_step, train_imgsz, training_batch
 from yolo_ckpt.planner import MemoryModel
 from yolo_ckpt.policy import resolve
-from yolo_ckpt.report import REPORT_NAME
+from yolo_ckpt.report import REPORT_NAME, RunReport
 from yolo_ckpt.runspec import device_type
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -337,9 +337,16 @@ def test_planning_errors_before_run_dir(kw, message, synthetic, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_device_type_of_device_values():
-    """The device a device= value plans for (AMP's rule is tested against Ultralytics in test_runspec.py)."""
-    assert [device_type(d) for d in (None, "", 0, "0,1", "cuda:1", "cpu", "CPU", "mps", -1)] == ["cuda"] * 5 + ["cpu", "cpu", "mps", "cuda"]
+def test_device_type_of_device_values(monkeypatch):
+    """The device a device= value plans for (AMP's rule is tested against Ultralytics in test_runspec.py): a CUDA
+    index from any machine; no value the one train would select, CUDA where torch sees one, else the CPU."""
+    import torch
+
+    given = (0, "0,1", "cuda:1", "cpu", "CPU", "mps", "mps:0", -1)
+    assert [device_type(d) for d in given] == ["cuda"] * 3 + ["cpu", "cpu", "mps", "mps", "cuda"]
+    for available in (True, False):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda available=available: available)
+        assert {device_type(d) for d in (None, "")} == {"cuda" if available else "cpu"}
 
 
 @pytest.mark.slow
@@ -436,11 +443,20 @@ def test_cpu_batch_minus_one_is_stock_and_report_says_what_trained(synthetic, tm
 def test_trainer_auto_plan_and_batch(synthetic, tmp_path, shared_run):
     """recompute=auto picks layers for the budget (test_trainer.py's auto run at imgsz 160, batch 2, shared); batch=-1
     the largest batch; both written in the report."""
-    auto, _ = shared_run("yolo11n.yaml", "detect", trainer_for("detect"), imgsz=160, recompute="auto", memory_budget="60MB")
+    auto, _ = shared_run("yolo11n.yaml", "detect", trainer_for("detect"), imgsz=160, recompute="auto", memory_budget="60MB", estimate=True)
     report = json.loads((auto.save_dir / REPORT_NAME).read_text())
     assert report["plan"]["budget_bytes"] == 60_000_000 and report["plan"]["estimated_peak_bytes"] <= 60_000_000
     assert report["recompute"] == report["plan"]["recompute"] != "none" and report["recomputed_layers"]
     assert report["estimated_none_peak_bytes"] > 60_000_000  # why it recomputes: none's peak is over the budget
+    # what recompute bought, estimated at set-up for the step that trained (the plan's memory model reused)
+    plan = report["plan"]
+    assert report["estimated_policy_peak_bytes"] == pytest.approx(plan["estimated_peak_bytes"], rel=0.03)  # composed vs its fake pass
+    assert report["estimated_all_peak_bytes"] <= report["estimated_policy_peak_bytes"] < report["estimated_none_peak_bytes"]
+    assert report["estimated_step"] == {"batch": 2, "imgsz": 160, "objects": plan["assumed"]["objects"], "device": "cpu", "amp": False}
+    assert report["estimate_skipped"] is None
+    headline = RunReport.from_dict(report).headline()
+    assert f"estimated at batch 2, imgsz 160, {plan['assumed']['objects']} objects per image: this policy ~" in headline
+    assert f"none ~{report['estimated_none_peak_bytes'] / 2**20:.0f} MiB, all ~" in headline and "(planned for memory_budget=57 MiB)" in headline
     kw = dict(epochs=1, imgsz=160, workers=0, device="cpu", plots=False, val=False, project=str(tmp_path))
     YOLO("yolo11n.yaml").train(data=synthetic(), trainer=trainer_for("detect"), recompute="all", memory_budget="200MB", batch=-1, name="batch", **kw)
     report = json.loads((tmp_path / "batch" / REPORT_NAME).read_text())

@@ -20,12 +20,13 @@ SCHEMA_2 = {
 }
 
 
-def test_schema_2_reads_and_writes_back_as_3(tmp_path):
+def test_schema_2_reads_and_writes_back_as_4(tmp_path):
     (tmp_path / REPORT_NAME).write_text(json.dumps(SCHEMA_2))
     record = load_report(tmp_path)
     assert (record.schema_version, record.train_peak_allocated_bytes, record.estimated_none_peak_bytes) == (2, 3 * 2**30, None)
-    written = RunReport(**{**vars(record), "schema_version": 3}).to_dict()
-    assert list(written)[0] == "schema_version" and written == {**SCHEMA_2, "schema_version": 3, "estimated_none_peak_bytes": None}
+    written = RunReport(**{**vars(record), "schema_version": 4}).to_dict()
+    added = ("estimated_none_peak_bytes", "estimated_all_peak_bytes", "estimated_policy_peak_bytes", "estimated_step", "estimate_skipped")
+    assert list(written)[0] == "schema_version" and written == {**SCHEMA_2, "schema_version": 4, **dict.fromkeys(added)}
 
 
 PLAN = {
@@ -58,8 +59,8 @@ def test_other_reports_are_refused(tmp_path, change, message):
 def test_headline():
     record = RunReport.from_dict(SCHEMA_2)
     assert record.headline() == (
-        "recompute=backbone: training peak 3072.0 MiB (3.00 GiB, CPU live tensors of one step of 8 images, 40 objects at imgsz 640) "
-        "(recompute=none's peak: yolo-ckpt profile with this run's keys estimates it); median step 1.250 s"
+        "recompute=backbone: training peak 3072.0 MiB (3.00 GiB, CPU live tensors of one step of 8 images, 40 objects at imgsz 640); "
+        "median step 1.250 s"
     )
     # a planned run: the saving is the plan's estimate against none's, of the same step (the planner's objects, not
     # the measured batch's)
@@ -68,12 +69,17 @@ def test_headline():
         "memory_probe_images": None, "memory_probe_objects": None, "train_step_time_median_s": None,
     })
     assert planned.headline() == (
-        "recompute=backbone: training peak 3072.0 MiB (3.00 GiB, CUDA allocated); estimated for the planned step "
-        "(batch 8, imgsz 640, 80 objects per image): 2861.0 MiB, 25% below recompute=none's 3814.7 MiB; step time not "
-        "measured (too few steps)"
+        "recompute=backbone: training peak 3072.0 MiB (3.00 GiB, CUDA allocated); estimated at batch 8, imgsz 640, 80 objects "
+        "per image: this policy ~2861 MiB, none ~3815 MiB (planned for memory_budget=3815 MiB); step time not measured (too few steps)"
     )
-    unplanned = RunReport.from_dict({**planned.to_dict(), "recompute": "none", "plan": {**PLAN, "recompute": "none"}})
-    assert "estimated for the planned step (batch 8, imgsz 640, 80 objects per image): 2861.0 MiB (recompute=none planned);" in unplanned.headline()
+    # schema 4: every run estimates its step at set-up, for none, all and its policy; or says why not
+    estimated = RunReport.from_dict({
+        **planned.to_dict(), "plan": None, "estimated_all_peak_bytes": 2**30, "estimated_policy_peak_bytes": 3 * 2**30,
+        "estimated_step": {"batch": 16, "imgsz": 1024, "objects": 0, "device": "cuda", "amp": True},
+    })
+    assert "CUDA allocated); estimated at batch 16, imgsz 1024: this policy ~3072 MiB, none ~3815 MiB, all ~1024 MiB; step" in estimated.headline()
+    skipped = RunReport.from_dict({**estimated.to_dict(), "estimated_none_peak_bytes": None, "estimate_skipped": "estimate=False"})
+    assert "CUDA allocated); no estimate (estimate=False); step time" in skipped.headline()
 
 
 def test_compare_reads_as_a_person_reads(tmp_path, capsys):

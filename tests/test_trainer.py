@@ -17,7 +17,7 @@ from ultralytics import YOLO
 from yolo_ckpt import CheckpointDetectionTrainer, checkpointed_layers, count_recomputations, trainer_for
 from yolo_ckpt.engine import checkpointed_modules, head_branches
 from yolo_ckpt.layer_plot import layer_plot
-from yolo_ckpt.report import REPORT_NAME, load_report
+from yolo_ckpt.report import REPORT_NAME, RunReport, load_report
 from yolo_ckpt.trainer import LAYER_PLOT_NAME, CheckpointTrainerMixin, _on_train_end
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # two threads spin on the shared 2-core machine
@@ -68,7 +68,7 @@ def test_auto_plan_trains_as_stock(synthetic, tmp_path, shared_run):
     """recompute=auto plans (building the dataset, which draws from Python's RNG) and then trains exactly as stock.
     (The auto run is shared: test_memory_model.py reads its report.)"""
     stock, _ = train("yolo11n.yaml", synthetic(), tmp_path, "stock", imgsz=160)
-    auto, counter = shared_run("yolo11n.yaml", "detect", CheckpointDetectionTrainer, imgsz=160, recompute="auto", memory_budget="60MB")
+    auto, counter = shared_run("yolo11n.yaml", "detect", CheckpointDetectionTrainer, imgsz=160, recompute="auto", memory_budget="60MB", estimate=True)
     assert auto.plan is not None and auto.policy.indices
     # each planned layer, and only those, recomputed in the backward of every training batch (and of the report's probe)
     assert set(counter.per_layer) == set(auto.policy.indices) and min(counter.per_layer.values()) > len(auto.train_loader)
@@ -199,7 +199,7 @@ def test_saved_files_are_stock(trained, synthetic, tmp_path):
 @pytest.mark.slow
 def test_run_report(trained):
     report = json.loads((trained.save_dir / REPORT_NAME).read_text())
-    assert report["schema_version"] == 3
+    assert report["schema_version"] == 4
     assert report["recompute"] == "all"
     assert [r["index"] for r in report["recomputed_layers"]] == list(trained.policy.indices)
     assert report["recomputed_layers"][2] == {"index": 2, "type": "C3k2"}
@@ -212,7 +212,8 @@ def test_run_report(trained):
     assert report["train_steps_timed"] == trained.ema.updates - 3 and report["train_step_time_median_s"] > 0
     assert set(report["metrics"]) >= {"box_mAP50", "box_mAP50-95"}
     assert report["metrics"]["box_mAP50-95"] == report["ultralytics_metrics"]["metrics/mAP50-95(B)"]
-    assert report["estimated_none_peak_bytes"] is None  # a named policy: no memory model was built
+    assert report["estimated_none_peak_bytes"] is None and report["estimate_skipped"] == "estimate=False"  # helpers.train's default
+    assert "; no estimate (estimate=False); median step" in RunReport.from_dict(report).headline()
 
 
 @pytest.mark.slow

@@ -151,6 +151,17 @@ class Headroom:
 NO_HEADROOM = Headroom()
 
 
+def check_bool(key: str, value) -> bool:
+    """Return ``value`` if it is a bool (``key=True``/``False``; the CLI's parser reads them so).
+
+    Raises:
+        ConfigError: naming ``key`` and the valid values, for anything else.
+    """
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}={value!r} is not valid; valid: True, False")
+    return value
+
+
 def check_loss_chunk(chunk) -> int:
     """Return ``chunk`` if it is a valid ``loss_chunk=`` (anchors per forward chunk of the loss region).
 
@@ -176,6 +187,7 @@ class CkptConfig:
         memory_budget: the :class:`Budget`, or None (unset).
         memory_headroom: the :class:`Headroom` a CUDA plan against a budget in bytes keeps.
         loss_chunk: anchors per chunk of the loss region's forward (a positive int).
+        estimate: whether a run estimates its peak for none, all and its policy at set-up (the run report's).
     """
 
     recompute: str
@@ -183,6 +195,7 @@ class CkptConfig:
     memory_budget: Budget | None
     memory_headroom: Headroom
     loss_chunk: int
+    estimate: bool = True
 
     @classmethod
     def from_args(cls, args: Mapping, task: str | None = None) -> CkptConfig:
@@ -213,6 +226,7 @@ class CkptConfig:
             memory_budget=None if budget is None else Budget.parse(budget),
             memory_headroom=Headroom.parse(values["memory_headroom"]),
             loss_chunk=check_loss_chunk(values["loss_chunk"]),
+            estimate=check_bool("estimate", values["estimate"]),
         )
 
     def for_task(self, task: str, given: Mapping) -> CkptConfig:
@@ -256,6 +270,4 @@ class EstimateOptions:
             raise ConfigError(f"objects={objects!r} is not valid; give a positive int (objects per image, default {ESTIMATE_DEFAULTS['objects']})")
         if fmt not in FORMATS:
             raise ConfigError(f"format={fmt!r} is not valid here; valid: {', '.join(FORMATS)}")
-        if not isinstance(plot, bool):
-            raise ConfigError(f"plot={plot!r} is not valid; valid: True, False")
-        return cls(objects, fmt, plot)
+        return cls(objects, fmt, check_bool("plot", plot))

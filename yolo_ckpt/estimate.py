@@ -58,15 +58,15 @@ from .amp import cuda_amp_emulated
 from .engine import apply_checkpointing
 from .memory import (
     OBJECTLESS_TASKS,
+    LayerAccounting,
     LiveTensorTracker,
     StepProfile,
-    LayerAccounting,
-    tensor_bytes,
-    run_step,
     anchors,
     build_optimizer,
     model_task,
     module_flops,
+    run_step,
+    tensor_bytes,
     train_imgsz,
     training_batch,
 )

@@ -5,7 +5,9 @@ by ``yolo-ckpt compare`` and the bench's train cells.
 Field names carry their units (``_bytes``, ``_s``). Bump :data:`SCHEMA_VERSION` when a field changes meaning
 (2: the CPU probe measures the first full-size batch with the optimizer step and says which batch it measured;
 ``batch`` is the batch that trained, ``batch_at_start`` the one training started with; plans carry their headroom
-and what the estimate assumed. 3: ``estimated_none_peak_bytes``). :func:`load_report` reads schemas 2 and 3.
+and what the estimate assumed. 3: ``estimated_none_peak_bytes``. 4: every run of a planned task estimates its step
+at set-up: ``estimated_step``, ``estimated_all_peak_bytes``, ``estimated_policy_peak_bytes``, ``estimate_skipped``).
+:func:`load_report` reads schemas 2 to 4.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
     import pandas
 
 REPORT_NAME = "ckpt_report.json"
-SCHEMA_VERSION = 3
-READABLE_SCHEMAS = (2, 3)  # 3 only added a field, which a schema-2 file lacks (None)
+SCHEMA_VERSION = 4
+READABLE_SCHEMAS = (2, 3, 4)  # 3 and 4 only added fields, which an older file lacks (None)
 WARMUP_STEPS = 3  # steps left out of the median step time: first-call allocations, lazy init
 _SUFFIX = {"(B)": "box", "(M)": "mask", "(P)": "pose"}
 
@@ -75,8 +77,12 @@ class RunReport:
         train_peak_allocated_bytes, train_peak_reserved_bytes, val_peak_allocated_bytes, val_peak_reserved_bytes:
             peak memory (reserved: CUDA only; None where not measured).
         train_step_time_median_s: median training step (after :data:`WARMUP_STEPS`), train_steps_timed: steps in it.
-        estimated_none_peak_bytes: the memory model's ``recompute=none`` peak of this run's step, where the run
-            planned (recompute=auto, batch=-1); None otherwise.
+        estimated_none_peak_bytes, estimated_all_peak_bytes, estimated_policy_peak_bytes: the memory model's peak of
+            this run's step (:attr:`estimated_step`) for ``recompute=none``, ``all`` and the policy that trained,
+            estimated at set-up for this run's spec (:func:`yolo_ckpt.planned_run.planned_run`); None where skipped.
+        estimated_step: ``{"batch", "imgsz", "objects", "device", "amp"}`` of that estimate (objects per image: the
+            data's densest, times its augmentation's factors). estimate_skipped: why there is no estimate
+            (``estimate=False``, a model the memory model does not cover), else None.
         plan: the :class:`PlanRecord` of recompute=auto / batch=-1, or None.
         metrics: :func:`task_metrics` names (fractions); ultralytics_metrics: Ultralytics' own.
     """
@@ -106,6 +112,10 @@ class RunReport:
     train_step_time_median_s: float | None = None
     train_steps_timed: int = 0
     estimated_none_peak_bytes: int | None = None
+    estimated_all_peak_bytes: int | None = None
+    estimated_policy_peak_bytes: int | None = None
+    estimated_step: dict | None = None
+    estimate_skipped: str | None = None
     plan: PlanRecord | None = None
     metrics: dict = field(default_factory=dict)
     ultralytics_metrics: dict = field(default_factory=dict)
@@ -134,9 +144,9 @@ class RunReport:
 
     def headline(self) -> str:
         """One line a person reads at the end of a run: the training peak in MiB and GiB and what measured it (for the
-        CPU probe, its batch), where the run planned the saving its plan was estimated to make against the estimated
-        ``recompute=none`` peak of the same step (the planned batch and objects, which a measured batch need not
-        have: the planner's objects are the data's densest), and the median step time."""
+        CPU probe, its batch); what recompute bought: the estimated peaks of this policy, ``none`` and ``all`` at the
+        step this run trains (its batch and imgsz, the planner's objects: the data's densest, which a measured batch
+        need not have), and for a planned run its budget; and the median step time."""
         peak = self.train_peak_allocated_bytes
         if peak is None:
             text = "training peak not measured"
@@ -146,20 +156,28 @@ class RunReport:
                 objects = f", {self.memory_probe_objects} objects" if self.memory_probe_objects is not None else ""
                 source += f" of {self.memory_probe_images} images{objects} at imgsz {self.memory_probe_imgsz}"
             text = f"training peak {peak / 2**20:.1f} MiB ({peak / 2**30:.2f} GiB, {source})"
-            none, plan = self.estimated_none_peak_bytes, self.plan
-            if none and plan:
-                objects = (plan.assumed or {}).get("objects")
-                step = f"batch {plan.batch}, imgsz {plan.imgsz}" + (f", {objects} objects per image" if objects else "")
-                saving = 1 - plan.estimated_peak_bytes / none
-                text += f"; estimated for the planned step ({step}): {plan.estimated_peak_bytes / 2**20:.1f} MiB" + (
-                    " (recompute=none planned)" if plan.recompute == "none"
-                    else f", {abs(saving):.0%} {'below' if saving >= 0 else 'above'} recompute=none's {none / 2**20:.1f} MiB"
-                )
-            elif self.recompute not in {None, "none"}:
-                text += " (recompute=none's peak: yolo-ckpt profile with this run's keys estimates it)"
+            text += self._estimates()
         step = self.train_step_time_median_s
         text += f"; median step {step:.3f} s" if step is not None else "; step time not measured (too few steps)"
         return f"recompute={self.recompute}: {text}"
+
+    def _estimates(self) -> str:
+        """The headline's estimates: ``; estimated at batch 16, imgsz 640, 80 objects per image: this policy ~X MiB,
+        none ~Y MiB, all ~Z MiB``, the plan's budget where it planned, or why there is none."""
+        if self.estimated_none_peak_bytes is None:
+            return f"; no estimate ({self.estimate_skipped})" if self.estimate_skipped else ""
+        plan, mib = self.plan, lambda n: f"~{n / 2**20:.0f} MiB"
+        step, policy = self.estimated_step, self.estimated_policy_peak_bytes
+        if step is None and plan:  # schema 3: only a planned run estimated, at its planned step
+            step, policy = {"batch": plan.batch, "imgsz": plan.imgsz, "objects": (plan.assumed or {}).get("objects")}, plan.estimated_peak_bytes
+        step = step or {}
+        objects = f", {step['objects']} objects per image" if step.get("objects") else ""
+        where = f"batch {step.get('batch')}, imgsz {step.get('imgsz')}{objects}"
+        peaks = [("this policy", policy), ("none", self.estimated_none_peak_bytes), ("all", self.estimated_all_peak_bytes)]
+        text = f"; estimated at {where}: " + ", ".join(f"{name} {mib(n)}" for name, n in peaks if n is not None)
+        if plan:
+            text += f" (planned for memory_budget={plan.budget_bytes / 2**20:.0f} MiB)"
+        return text
 
     def write(self, run_dir) -> Path:
         """Write ``<run_dir>/ckpt_report.json``; returns its path."""

@@ -121,6 +121,8 @@ def _on_train_end(trainer) -> None:
 
 def _on_pretrain_routine_end(trainer) -> None:
     trainer.ckpt_stats.batch_at_start = trainer.batch_size  # after batch=-1; an OOM halving may lower it later
+    if RANK in {-1, 0}:
+        trainer.estimate_step_peaks()
 
 
 CALLBACKS = {
@@ -161,7 +163,7 @@ class CheckpointTrainerMixin:
             YAML.save(self.save_dir / "args.yaml", vars(self.args))  # again, now with yolo-ckpt's keys
         self.policy = self.plan = self.run_spec = self._planned = None
         self.ckpt_stats = RunStats()
-        self.estimated_none_peak_bytes = None  # the memory model's recompute=none peak, where the run plans
+        self.estimated_peaks, self.estimated_step, self.estimate_skipped = {}, None, None  # estimate_step_peaks()
         self.train_probe = None  # the CPU probe's StepProfile of one training step, at the end of the run
         for event, callback in CALLBACKS.items():  # the DDP worker gets them back in _callbacks already
             if callback not in self.callbacks[event]:
@@ -254,7 +256,6 @@ class CheckpointTrainerMixin:
         run = self._planned_run(self.args.batch)
         memory, imgsz = run.memory_model(), run.imgsz
         self.plan = memory.plan(self._budget(), self.args.batch, imgsz)
-        self.estimated_none_peak_bytes = memory.peak((), self.args.batch, imgsz)
         LOGGER.info(
             f"{PREFIX}plan for memory_budget={size_text(self.plan.budget_bytes)}: recompute={self.plan.recompute}, "
             f"estimated peak {size_text(self.plan.estimated_peak_bytes)} + headroom {size_text(self.plan.headroom_bytes)} "
@@ -297,8 +298,32 @@ class CheckpointTrainerMixin:
             batch = estimated
         LOGGER.info(f"{PREFIX}batch={batch} for memory_budget={size_text(budget)} at imgsz={imgsz} ({self.policy.spec})")
         self.plan = self.plan or memory.as_plan(units, memory.peak(units, batch, imgsz), budget, batch, imgsz)
-        self.estimated_none_peak_bytes = memory.peak((), batch, imgsz)
         return batch
+
+    def estimate_step_peaks(self) -> None:
+        """What recompute buys this run: the memory model's peaks for ``none``, ``all`` and the policy that trains, at
+        the batch and largest imgsz this run trains, for its spec (:func:`yolo_ckpt.planned_run.planned_run`, the
+        planned run's memory model reused), into ``estimated_peaks`` (bytes) and ``estimated_step``; composed from
+        one fake pass (:meth:`yolo_ckpt.planner.MemoryModel.peak`). Skipped, with the reason in
+        ``estimate_skipped``, for ``estimate=False`` and for models the memory model does not cover."""
+        from ultralytics.nn.tasks import BaseModel
+
+        if not self.ckpt_config.estimate:
+            self.estimate_skipped = "estimate=False"
+        elif task_of(type(self)) not in PLANNED_TASKS or isinstance(self, NOT_PLANNED) or not isinstance(unwrap_model(self.model), BaseModel):
+            self.estimate_skipped = f"the memory model does not cover {type(self).__name__} with {type(unwrap_model(self.model)).__name__}"
+        if self.estimate_skipped:
+            return
+        start = time.process_time()
+        run = self._planned or self._planned_run(self.batch_size)
+        memory, batch = run.memory_model(), self.batch_size
+        self.estimated_peaks = {name: memory.peak(memory.units(units), batch, run.imgsz) for name, units in (("none", "none"), ("all", "all"), ("policy", self.policy))}
+        self.estimated_step = {"batch": batch, "imgsz": run.imgsz, "objects": run.spec.objects, "device": run.spec.device, "amp": run.spec.amp}
+        LOGGER.info(
+            f"{PREFIX}estimated at batch {batch}, imgsz {run.imgsz}: {self.policy.spec} {size_text(self.estimated_peaks['policy'])}, "
+            f"none {size_text(self.estimated_peaks['none'])}, all {size_text(self.estimated_peaks['all'])} "
+            f"({time.process_time() - start:.1f} CPU s; estimate=False skips it)"
+        )
 
     def _autobatch(self, budget: int) -> int:
         """Ultralytics' AutoBatch on the patched model at the fraction ``budget`` is of the memory it counts as
@@ -470,7 +495,11 @@ class CheckpointTrainerMixin:
             val_peak_reserved_bytes=val.get("reserved"),
             train_step_time_median_s=statistics.median(steps) if steps else None,
             train_steps_timed=len(steps),
-            estimated_none_peak_bytes=self.estimated_none_peak_bytes,
+            estimated_none_peak_bytes=self.estimated_peaks.get("none"),
+            estimated_all_peak_bytes=self.estimated_peaks.get("all"),
+            estimated_policy_peak_bytes=self.estimated_peaks.get("policy"),
+            estimated_step=self.estimated_step,
+            estimate_skipped=self.estimate_skipped,
             plan=None if plan is None else report.PlanRecord.of(plan, self.run_spec.to_dict() if self.run_spec else None),
             metrics=report.task_metrics(self.metrics),
             ultralytics_metrics={k: float(v) for k, v in (self.metrics or {}).items()},
