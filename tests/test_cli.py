@@ -76,6 +76,23 @@ def test_bad_values_exit_2_before_run_dir(arg, message, tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["trian"], "unknown command 'trian' (did you mean 'train'?)"),
+        (["train", "segmnet"], "'segmnet' is neither a task nor a key (did you mean 'segment' or 'semantic'?)"),
+        (["train", "task=detct"], "task='detct' is not an Ultralytics task (did you mean 'detect' or 'depth'?)"),
+        (["train", "xyzzy"], "'xyzzy' is not a valid YOLO argument"),  # nothing close: Ultralytics' key check, no hint
+    ],
+)
+def test_did_you_mean_task_and_command(args, message, tmp_path, capfd):
+    """A misspelt command or task is one line, exit 2, with the close valid ones (as Ultralytics suggests keys)."""
+    assert main([*args, f"project={tmp_path}"]) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert message in err[-1] and ("did you mean" in err[-1]) == ("did you mean" in message), err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_help_lists_commands_and_keys(capsys):
     assert main(["help"]) == 0
     out = capsys.readouterr().out

@@ -26,6 +26,7 @@ from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT, LOGGER, YAML
 
 from .config import DEFAULTS, DEFAULTS_PATH, ESTIMATE_DEFAULTS, ESTIMATE_DEFAULTS_PATH, CkptConfig, EstimateOptions
 from .shipped import resolve_yaml, shipped
+from .suggest import did_you_mean
 
 if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
     import pandas
@@ -113,6 +114,9 @@ def parse_train_args(args: list[str], extra: dict | None = None) -> dict:
         elif isinstance(valid.get(a), bool):
             overrides[a] = True
         else:
+            hint = did_you_mean(a, TASKS) if a not in valid else ""
+            if hint:  # a misspelt task (Ultralytics would suggest only keys)
+                raise SyntaxError(f"'{a}' is neither a task nor a key{hint}; tasks: {', '.join(TASKS)}")
             _check_alignment(valid, {a: ""})
             raise SyntaxError(f"'{a}' is missing an '=' sign to set its value, i.e. try '{a}={valid[a]}'")
     _check_alignment(valid, overrides)
@@ -455,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
         print(help_text())
         return 0
     if command not in COMMANDS:
-        print(f"yolo-ckpt: unknown command '{args[0]}'; commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        print(f"yolo-ckpt: unknown command '{args[0]}'{did_you_mean(command, COMMANDS)}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     try:
         if command == "train":

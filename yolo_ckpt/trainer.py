@@ -574,7 +574,9 @@ def trainer_for(task: str, model=None) -> type:
     """
     from ultralytics import YOLO
 
+    from .suggest import did_you_mean
+
     table = model.task_map if model is not None else YOLO.task_map.fget(None)  # the property reads no instance state
     if task not in table:
-        raise ValueError(f"task={task!r} is not an Ultralytics task; valid tasks: {', '.join(table)}")
+        raise ValueError(f"task={task!r} is not an Ultralytics task{did_you_mean(task, table)}; valid tasks: {', '.join(table)}")
     return checkpointed(table[task]["trainer"])
