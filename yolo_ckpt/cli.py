@@ -420,7 +420,7 @@ def compare(args: list[str]):
     from ultralytics.utils import SETTINGS
     from ultralytics.utils.files import increment_path
 
-    from .report import compare_markdown, compare_runs
+    from .report import compare_markdown, compare_runs, compare_warning
 
     dirs = [a for a in args if "=" not in a]
     options = dict(a.split("=", 1) for a in args if "=" in a)
@@ -428,6 +428,8 @@ def compare(args: list[str]):
         raise SyntaxError(f"compare takes run directories and out=; unknown keys {sorted(set(options) - {'out'})}")
     table = compare_runs(dirs)
     markdown = compare_markdown(table)
+    if warning := compare_warning(table):
+        print(f"yolo-ckpt: {warning[0].lower()}{warning[1:]}", file=sys.stderr)
     print(markdown)
     out = Path(options["out"]) if "out" in options else increment_path(Path(SETTINGS["runs_dir"]) / "compare" / "compare")
     out.mkdir(parents=True, exist_ok=True)
