@@ -184,15 +184,25 @@ class CheckpointTrainerMixin:
         Raises:
             ValueError: for an invalid ``recompute=``, ``recompute_mode=``, ``loss_chunk=``, ``memory_budget=`` or
                 ``memory_headroom=`` (:meth:`yolo_ckpt.config.CkptConfig.from_args`), a ``recompute=`` the model does
-                not have (:func:`yolo_ckpt.policy.resolve`), or a planning request this task or device cannot honour.
+                not have (:func:`yolo_ckpt.policy.resolve`), a planning request this task or device cannot honour,
+                or an RT-DETR model given to a trainer other than RTDETRTrainer's.
         """
         overrides = dict(overrides or {})
         given = {k: overrides.pop(k) for k in DEFAULTS if k in overrides}
         config = CkptConfig.from_args(given, task_of(cls))
         cls._check_planning(config, overrides)
         source = _model_source(overrides)
-        if "recompute" in given and source and not is_auto(config.recompute):  # the model's own errors, before any write
-            resolve(config.recompute, layout_of(source))
+        resolving = "recompute" in given and source is not None and not is_auto(config.recompute)
+        read = isinstance(source, dict) or Path(str(source)).suffix.lower() in {".yaml", ".yml"}  # a YAML: cheap to read
+        layout = layout_of(source) if resolving or (source is not None and read) else None
+        if layout is not None and layout.types[-1] == "RTDETRDecoder" and not issubclass(cls, RTDETRTrainer):
+            # stock would fail at the first loss: v8DetectionLoss reads the head's stride, which RTDETRDecoder has not
+            raise ValueError(
+                f"model={source if isinstance(source, (str, Path)) else 'the model'} is an RT-DETR model (RTDETRDecoder head), which {cls.__name__} "
+                "cannot train; use trainer_for('detect', model) with the RTDETR model (the checkpointed RTDETRTrainer)"
+            )
+        if resolving:  # the model's own errors, before any write
+            resolve(config.recompute, layout)
         return given, overrides
 
     @classmethod
