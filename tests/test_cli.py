@@ -93,6 +93,40 @@ def test_did_you_mean_task_and_command(args, message, tmp_path, capfd):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_resume_of_a_finished_run_exits_2(tmp_path, capfd):
+    """resume of a finished run (its last.pt stripped by Ultralytics' strip_optimizer, as a run's end leaves it):
+    one line naming the run and the command that starts a new run from its best.pt, exit 2, nothing written (stock
+    starts a new run with data=coco8.yaml, which downloads); the same checkpoint before stripping resumes."""
+    import torch
+    from ultralytics.nn.tasks import DetectionModel
+    from ultralytics.utils import DEFAULT_CFG_DICT
+    from ultralytics.utils.torch_utils import strip_optimizer
+
+    from yolo_ckpt.resume import check_resumable, is_finished
+
+    weights = tmp_path / "run" / "weights"
+    weights.mkdir(parents=True)
+    last = weights / "last.pt"
+    train_args = {**DEFAULT_CFG_DICT, "model": "yolo11n.yaml", "data": "my/data.yaml", "epochs": 3}
+    ckpt = {"model": DetectionModel("yolo11n.yaml", nc=3, verbose=False), "ema": None, "epoch": 0, "optimizer": {"state": {}}, "train_args": train_args}
+    torch.save(ckpt, last)
+    check_resumable(last)  # an interrupted run's: epoch 0 of 3, with its optimizer
+    assert not is_finished(ckpt) and is_finished({**ckpt, "epoch": 2})  # the last epoch saved: finished too
+    shutil.copyfile(last, weights / "best.pt")
+    strip_optimizer(last)
+    capfd.readouterr()
+    for args in (["resume", f"model={last}"], [f"resume={last}"]):
+        assert main(["train", *args, f"project={tmp_path / 'runs'}"]) == 2
+        err = capfd.readouterr().err.strip().splitlines()
+        assert err == [
+            f"yolo-ckpt: error: resume: the run {tmp_path / 'run'} is finished ({last} has no optimizer state to resume); "
+            f"start a new run from its weights: yolo-ckpt train model={weights / 'best.pt'} data=my/data.yaml"
+        ], err
+    assert main(["train", "resume", f"project={tmp_path / 'runs'}"]) == 2  # no checkpoint named: not a new run either
+    assert "resume needs the run's checkpoint" in capfd.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
 def test_help_lists_commands_and_keys(capsys):
     assert main(["help"]) == 0
     out = capsys.readouterr().out

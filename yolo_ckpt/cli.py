@@ -151,11 +151,13 @@ def prepare_train(args: list[str]):
     Raises:
         SyntaxError: for unknown keys. ValueError: for an invalid ``recompute=`` value or an unknown task.
         AssertionError: for a key without a value (Ultralytics' parser). FileNotFoundError: for a missing
-        ``cfg=`` file or model. All before any run directory is created.
+        ``cfg=`` file or model. ValueError: for ``resume`` of a finished run (:func:`yolo_ckpt.resume.check_resumable`).
+        All before any run directory is created.
     """
     from ultralytics import RTDETR, YOLO
 
     from .policy import layout_of
+    from .resume import check_resumable
     from .trainer import trainer_for
 
     overrides = parse_train_args(args)
@@ -166,6 +168,11 @@ def prepare_train(args: list[str]):
     if Path(str(name)).suffix.lower() in {".yaml", ".yml"}:
         layout_of(name)  # a YAML without backbone:/head: fails here, with its name, not in Ultralytics' parse_model
     model = RTDETR(name) if "rtdetr" in Path(str(name)).stem.lower() else YOLO(name, task=task)
+    resume = overrides.get("resume")
+    if resume:  # a finished run: stock starts a new one with the defaults (data=coco8.yaml) or fails in the trainer
+        if not isinstance(resume, (str, Path)) and not model.ckpt:
+            raise ValueError(f"resume needs the run's checkpoint, e.g. yolo-ckpt train resume model=path/to/last.pt; model={name} is not one")
+        check_resumable(*((resume,) if isinstance(resume, (str, Path)) else (model.ckpt_path, model.ckpt)))
     trainer = trainer_for(model.task, model)
     trainer.check_keys({**overrides, "model": model.model.yaml if overrides.get("resume") is None else None})
     if overrides.get("data") is None and not overrides.get("resume"):
