@@ -36,7 +36,7 @@ COMMANDS = {
     "profile": "per-layer memory and FLOPs table and estimated peak of a training step: none against recompute=",
     "plan": "largest imgsz and batch that fit memory_budget= for none, backbone, head, loss, all and auto",
     "compare": "delta table of runs against the first: RUN_DIR_A RUN_DIR_B ... [out=DIR]",
-    "bench": "run a benchmark matrix: matrix=NAME|FILE [out=DIR] [setting=value] (out: runs/bench/NAME)",
+    "bench": "run a benchmark matrix: matrix=NAME|FILE [out=DIR] [datasets=DIR] [rerun=True] [dry=True] [setting=value] (out: runs/bench/NAME)",
     "help": "show this help",
 }
 PROFILE_ONLY = ("plot",)  # keys of cfg/estimate.yaml that plan does not take
@@ -447,17 +447,23 @@ def compare(args: list[str]):
 
 
 def bench(args: list[str]):
-    """``yolo-ckpt bench matrix=NAME|FILE [out=DIR] [setting=value ...]``: run a benchmark matrix, shipped or a file
-    (see :mod:`yolo_ckpt.bench.matrix`); other ``key=value`` pairs replace the matrix's settings (``epochs=10``). Cells
-    already in ``out``'s results.csv with the same settings are skipped."""
+    """``yolo-ckpt bench matrix=NAME|FILE [out=DIR] [datasets=DIR] [rerun=True] [dry=True] [setting=value ...]``: run a
+    benchmark matrix, shipped or a file (see :mod:`yolo_ckpt.bench.matrix`); other ``key=value`` pairs replace the
+    matrix's settings (``epochs=10``). Cells already in ``out``'s results.csv with the same settings are skipped
+    (``rerun=True``: measured again); ``datasets=`` is searched first for the matrix's datasets; ``dry=True`` checks
+    the matrix and says what would run, writing nothing."""
     from .bench.matrix import run_matrix
 
     bare = [a for a in args if "=" not in a]
     options = dict(parse_key_value_pair(a) for a in args if "=" in a)
     if bare or "matrix" not in options:
         raise SyntaxError(f"bench takes matrix=NAME or matrix=FILE, optionally out=DIR and settings as key=value; got {' '.join(args) or 'nothing'}")
-    matrix, out = str(options.pop("matrix")), options.pop("out", None)
-    return run_matrix(matrix, out, command=" ".join(["yolo-ckpt bench", *args]), overrides=options)
+    matrix, out, datasets = str(options.pop("matrix")), options.pop("out", None), options.pop("datasets", None)
+    switches = {k: options.pop(k, False) for k in ("rerun", "dry")}
+    for k, v in switches.items():
+        if not isinstance(v, bool):
+            raise ValueError(f"{k}={v!r} is not valid; valid: True, False")
+    return run_matrix(matrix, out, command=" ".join(["yolo-ckpt bench", *args]), overrides=options, datasets=datasets, **switches)
 
 
 def main(argv: list[str] | None = None) -> int:
