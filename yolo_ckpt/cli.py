@@ -291,8 +291,8 @@ def profile_table(profile, policy) -> pandas.DataFrame:
 def profile(args: list[str]) -> dict:
     """``yolo-ckpt profile``: estimate one training step for none and for ``recompute=`` (default: backbone), for the
     run the keys describe (see :func:`_estimate_setup`); the result on stdout, progress and logs on stderr. With
-    ``plot=True`` the per-layer picture of the ``none`` estimate, ``recompute=``'s layers marked
-    (:mod:`yolo_ckpt.layer_plot`), goes to ``layers.png`` in a new folder named as ``yolo`` names runs (``project=``,
+    ``plot=True`` the per-layer picture of the ``none`` estimate, ``recompute=``'s layers marked, beside the phases of
+    the ``recompute=`` estimate (:mod:`yolo_ckpt.layer_plot`), goes to ``layers.png`` in a new folder named as ``yolo`` names runs (``project=``,
     ``name=``; default ``<runs_dir>/profile/profile<N>``); its path is the result's ``plot``."""
     import json
 
@@ -331,11 +331,11 @@ def profile(args: list[str]) -> dict:
 
         from .layer_plot import layer_plot, write_layer_plot
 
-        title = f"{Path(str(opts['model'])).stem} at imgsz={opts['imgsz']} batch={opts['batch']}, recompute=none (estimate); orange: recompute={policy.spec}"
+        title = f"{Path(str(opts['model'])).stem} at imgsz={opts['imgsz']} batch={opts['batch']}, recompute=none's layers (estimate); orange: recompute={policy.spec}"
         # the folder as 'yolo' names a run's: project=, name= (default profile, profile2, ...), exist_ok=
         folder = get_save_dir(SimpleNamespace(project=opts["project"], name=opts["name"], exist_ok=opts["exist_ok"], task="profile", mode="profile"))
         folder.mkdir(parents=True, exist_ok=True)
-        summary["plot"] = str(write_layer_plot(layer_plot(results["none"], policy, title), folder / "layers.png"))
+        summary["plot"] = str(write_layer_plot(layer_plot(results["none"], policy, title, phases=results["policy"]), folder / "layers.png"))
         print(f"per-layer picture written to {summary['plot']}", file=sys.stderr)
     if opts["format"] == "json":
         print(json.dumps(summary, indent=2))
