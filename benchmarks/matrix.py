@@ -288,7 +288,8 @@ def run_matrix(path, out=None, command: str | None = None, overrides: dict | Non
                     rows[cell_id(cell)] = {"cell": cell_id(cell), **cell, **row, "settings": settings, **measured_on(record)}
                     _write_csv(matrix, rows, out)
                     bar.update()
-    shutil.copyfile(matrix.path, out / "matrix.yaml")
+    if matrix.path.resolve() != (out / "matrix.yaml").resolve():  # rerunning a results folder's own copy
+        shutil.copyfile(matrix.path, out / "matrix.yaml")
     (out / "provenance.json").write_text(json.dumps(record, indent=2))
     results = read_results(out)
     table = tables.delta_table(matrix, results)
