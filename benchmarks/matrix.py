@@ -13,17 +13,22 @@ A matrix file (YAML) has:
 - ``baseline_keys`` (optional): the keys whose values a cell shares with its baseline, the ``recompute=none``
   (``recompute_mode=full``) cell of its group; default: every key but ``recompute`` and ``recompute_mode``.
 - ``datasets_dir`` (optional, relative to the matrix file): where ``dataset: <name>`` finds
-  ``<name>/data.yaml``; ``dataset: synthetic`` is the built-in synthetic dataset of the task, ``dataset:
-  small-objects`` / ``small-objects-640`` the built-in small-object set at 320 / 640 px (:func:`yolo_ckpt.synthetic.small_object_dataset`).
+  ``<name>/data.yaml``, unless the bench's ``datasets=DIR`` has it; where neither has it (an installed matrix's
+  ``datasets_dir`` points into site-packages), Ultralytics' ``SETTINGS['datasets_dir']`` (:func:`dataset_roots`).
+  ``dataset: synthetic`` is the built-in synthetic dataset of the task, ``dataset: small-objects`` /
+  ``small-objects-640`` the built-in small-object set at 320 / 640 px (:func:`yolo_ckpt.synthetic.small_object_dataset`).
 - ``tiles: {size, overlap}`` (train cells, detection data): train on tiles of the dataset (:mod:`yolo_ckpt.tiles`,
   cut from its images resized to the cell's ``imgsz``) at ``imgsz = size`` (``fit``: the largest that fits
   ``memory_budget`` with the cell's policy), then validate on the full val images at the cell's ``imgsz``.
 
 The matrix is checked whole (keys, values, models, recompute values, datasets) before any cell runs or any file is
-written. Each finished cell is a row of ``<out>/results.csv`` (written after every cell); a rerun skips the cells
-already there with the same settings (column ``settings``) and retries the failed ones. A cell that raises (out of memory included) is a ``failed`` row with
-its reason, and the matrix goes on. At the end ``results.md`` (deltas against each cell's baseline,
-:mod:`.tables`), PNG plots (:mod:`.plots`) and ``provenance.json`` (machine, versions, command) are written.
+written. Each finished cell is a row of ``<out>/results.csv`` (written after every cell), with the machine, versions
+and date it was measured on (:func:`.results_io.measured_on`); a rerun skips the cells already there with the same
+settings (column ``settings``) and retries the failed ones (``rerun=True`` measures every cell again). A cell that
+raises (out of memory included) is a ``failed`` row with its reason, and the matrix goes on. At the end ``results.md``
+(deltas against each cell's baseline, the machine per group of rows: :mod:`.tables`), PNG plots (:mod:`.plots`) and
+``provenance.json`` (machine, versions, command of the last run) are written; a run that measured nothing writes
+nothing.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ from yolo_ckpt.shipped import resolve_yaml
 
 from . import plots, step_cell, tables, train_cell
 from .cells import BUILT_IN_DATASETS, CELL_KEYS, SETTINGS, RelativeBudget, cell_budget, cell_id, failed, is_none, run_name
-from .results_io import provenance
+from .results_io import measured_on, provenance
 
 KINDS = ("step", "train")
 
@@ -64,8 +69,9 @@ class Matrix:
     settings: dict
     cells: list[dict]
     baseline_keys: list[str]
-    datasets_dir: Path | None = None
+    datasets_dir: Path | None = None  # the matrix file's own
     description: str = ""
+    datasets: Path | None = None  # the bench's datasets= setting
     data: dict = field(default_factory=dict)  # dataset value -> data.yaml path
 
     def baseline_of(self, cell: dict) -> dict | None:
@@ -76,10 +82,11 @@ class Matrix:
         return None
 
 
-def load_matrix(path, overrides: dict | None = None) -> Matrix:
+def load_matrix(path, overrides: dict | None = None, datasets=None) -> Matrix:
     """Read and check a matrix file, before anything runs; ``overrides`` replace some of its ``settings``
     (``yolo-ckpt bench ... epochs=10``). ``path``: a file, or the name of a shipped matrix (``cpu-step``,
-    :func:`yolo_ckpt.shipped.resolve_yaml`; a file wins).
+    :func:`yolo_ckpt.shipped.resolve_yaml`; a file wins). ``datasets``: the folder searched first for a ``dataset:
+    <name>`` (:func:`dataset_roots`).
 
     Raises:
         FileNotFoundError: for a matrix that is neither a file nor a shipped name (listing the shipped names), a
@@ -127,7 +134,7 @@ def load_matrix(path, overrides: dict | None = None) -> Matrix:
         raise ConfigError(f"{path}: baseline_keys {sorted(set(baseline_keys) - set(CELL_KEYS))} are not cell keys; valid: {sorted(CELL_KEYS)}")
     if kind == "step" and not {"model", "amp"} <= set(baseline_keys):
         raise ConfigError(f"{path}: baseline_keys={baseline_keys}: step cells are measured beside their baseline in one process, so model and amp must be among them")
-    matrix = Matrix(spec.get("name") or path.stem, kind, path, settings, cells, list(baseline_keys), datasets_dir, spec.get("description", ""))
+    matrix = Matrix(spec.get("name") or path.stem, kind, path, settings, cells, list(baseline_keys), datasets_dir, spec.get("description", ""), Path(datasets) if datasets else None)
     for cell in cells:
         _check_cell(matrix, cell)
     return matrix
@@ -198,20 +205,39 @@ def _model_task(model: str) -> str:
     return guess_model_task(yaml_model_load(model) if str(model).endswith((".yaml", ".yml")) else model)
 
 
+def dataset_roots(matrix: Matrix) -> dict[str, Path | None]:
+    """Where a ``dataset: <name>`` is looked for, in order (the first holding ``<name>/data.yaml`` wins): the bench's
+    ``datasets=`` setting, the matrix file's ``datasets_dir``, Ultralytics' ``SETTINGS['datasets_dir']`` (read,
+    never written). A place not given is None."""
+    return {
+        "datasets=": matrix.datasets,
+        "the matrix's datasets_dir": matrix.datasets_dir,
+        "Ultralytics' SETTINGS['datasets_dir']": Path(ULTRALYTICS_SETTINGS["datasets_dir"]),
+    }
+
+
 def _data_yaml(matrix: Matrix, dataset: str) -> str:
-    """The data.yaml a ``dataset`` value names (a path, ``synthetic``, or a name in ``datasets_dir``)."""
+    """The data.yaml a ``dataset`` value names: ``synthetic`` (and the other built-in sets), a data.yaml path, or a
+    name in one of :func:`dataset_roots`.
+
+    Raises:
+        FileNotFoundError: one line naming each place it looked and the valid forms.
+    """
     if dataset in BUILT_IN_DATASETS:
         return dataset  # generated when the cell runs (it writes files)
-    path = Path(dataset) if str(dataset).endswith((".yaml", ".yml")) else None
-    if path is None and matrix.datasets_dir is not None:
-        path = matrix.datasets_dir / dataset / "data.yaml"
-    if path is None or not path.is_file():
-        names = sorted(p.name for p in matrix.datasets_dir.iterdir() if (p / "data.yaml").is_file()) if matrix.datasets_dir and matrix.datasets_dir.is_dir() else []
-        raise MissingFileError(
-            f"{matrix.path}: dataset={dataset!r} not found (looked for {path}); valid: {', '.join(BUILT_IN_DATASETS)}, a data.yaml path"
-            + (f", or one of {names} in {matrix.datasets_dir}" if names else f" (datasets_dir {matrix.datasets_dir} has no datasets)")
-        )
-    return str(path.resolve())
+    if str(dataset).endswith((".yaml", ".yml")):
+        if Path(dataset).is_file():
+            return str(Path(dataset).resolve())
+        raise MissingFileError(f"{matrix.path}: dataset={dataset!r}: no such file; valid: {', '.join(BUILT_IN_DATASETS)}, a data.yaml path, or a dataset name")
+    roots = dataset_roots(matrix)
+    for root in roots.values():
+        if root is not None and (root / dataset / "data.yaml").is_file():
+            return str((root / dataset / "data.yaml").resolve())
+    looked = "; ".join(f"{where} {root if root is not None else '(not given)'}{'' if root is None or root.is_dir() else ' (absent)'}" for where, root in roots.items())
+    raise MissingFileError(
+        f"{matrix.path}: dataset={dataset!r} not found: no {dataset}/data.yaml in {looked}; "
+        f"give datasets=DIR (a folder holding {dataset}/data.yaml), or use {', '.join(BUILT_IN_DATASETS)} or a data.yaml path"
+    )
 
 
 def read_results(out: Path) -> pd.DataFrame:
@@ -220,41 +246,51 @@ def read_results(out: Path) -> pd.DataFrame:
     return pd.read_csv(csv, keep_default_na=False, na_values=[""]) if csv.is_file() else pd.DataFrame(columns=["cell", "status"])
 
 
-def run_matrix(path, out=None, command: str | None = None, overrides: dict | None = None) -> pd.DataFrame:
+def run_matrix(path, out=None, command: str | None = None, overrides: dict | None = None, rerun: bool = False, dry: bool = False, datasets=None) -> pd.DataFrame:
     """Run the cells of a matrix file not yet in ``<out>/results.csv`` with the same settings; write the CSV, the
-    Markdown delta table, the plots and the provenance. Returns the results table (one row per cell, file order).
+    Markdown delta table, the plots and the provenance. A run with no cell to measure writes nothing. Returns the
+    results table (one row per cell, file order).
 
     Args:
         path: the matrix file. out: the results folder (default: ``<runs_dir>/bench/<matrix name>``).
         overrides: settings that replace the file's (:func:`load_matrix`).
         command: recorded in ``provenance.json`` (default: the ``yolo-ckpt bench`` line).
+        rerun: measure every cell again, the finished ones included.
+        dry: check the matrix and say which cells would run and which datasets they read; run and write nothing.
+        datasets: the folder searched first for the matrix's datasets (:func:`dataset_roots`).
 
     Raises:
         What :func:`load_matrix` raises, and ValueError for a fraction ``memory_budget`` without a CUDA device, all
         before anything is written.
     """
-    matrix = load_matrix(path, overrides)
+    matrix = load_matrix(path, overrides, datasets)
     fractions = [c for c in matrix.cells if isinstance(b := cell_budget(c["memory_budget"]), Budget) and b.is_fraction]
     if fractions and not torch.cuda.is_available():
         raise ConfigError(f"{path}: memory_budget={fractions[0]['memory_budget']} is a fraction of CUDA memory and this machine has no CUDA device; give bytes with a unit, e.g. 8GB")
     out = Path(out) if out else Path(ULTRALYTICS_SETTINGS["runs_dir"]) / "bench" / matrix.name
-    out.mkdir(parents=True, exist_ok=True)
     done = read_results(out)
     settings = json.dumps(matrix.settings, sort_keys=True, default=str)
-    finished = set(done.loc[(done["status"] == "ok") & (done.get("settings") == settings), "cell"]) if len(done) else set()
+    finished = set(done.loc[(done["status"] == "ok") & (done.get("settings") == settings), "cell"]) if len(done) and not rerun else set()
     todo = [c for c in matrix.cells if cell_id(c) not in finished]
-    LOGGER.info(f"yolo-ckpt bench {matrix.name}: {len(matrix.cells)} cells, {len(matrix.cells) - len(todo)} already in {out / 'results.csv'}")
+    LOGGER.info(f"yolo-ckpt bench {matrix.name}: {len(matrix.cells)} cells, {len(matrix.cells) - len(todo)} already in {out / 'results.csv'}, {len(todo)} to run")
+    if dry or not todo:
+        data = "".join(f"; dataset {k}: {v}" for k, v in matrix.data.items())
+        reason = "dry=True" if dry else "every cell is done (rerun=True measures them again)"
+        LOGGER.info(f"yolo-ckpt bench {matrix.name}: {reason}: nothing run, nothing written{data}")
+        return done
+    out.mkdir(parents=True, exist_ok=True)
+    record = {"matrix": matrix.name, "kind": matrix.kind, **provenance(command or f"yolo-ckpt bench matrix={path} out={out}")}
     rows = {r["cell"]: r for r in done.to_dict("records")}
     with TQDM(total=len(todo), desc=f"bench {matrix.name}") as bar:
         for group in _groups(matrix, todo):
             bar.set_description(f"bench {matrix.name}: {run_name(group[-1])}")
             for cell, row in zip(group, _run_group(matrix, group, out)):
                 if cell in todo:
-                    rows[cell_id(cell)] = {"cell": cell_id(cell), **cell, **row, "settings": settings}
+                    rows[cell_id(cell)] = {"cell": cell_id(cell), **cell, **row, "settings": settings, **measured_on(record)}
                     _write_csv(matrix, rows, out)
                     bar.update()
-    shutil.copyfile(matrix.path, out / "matrix.yaml")
-    record = {"matrix": matrix.name, "kind": matrix.kind, **provenance(command or f"yolo-ckpt bench matrix={path} out={out}")}
+    if matrix.path.resolve() != (out / "matrix.yaml").resolve():  # rerunning a results folder's own copy
+        shutil.copyfile(matrix.path, out / "matrix.yaml")
     (out / "provenance.json").write_text(json.dumps(record, indent=2))
     results = read_results(out)
     table = tables.delta_table(matrix, results)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -32,6 +33,27 @@ def provenance(command: str) -> dict:
     }
 
 
+def machine_text(machine: dict) -> str:
+    """A :func:`provenance` machine as one line: ``AMD EPYC, 2 cores, 1 torch thread, GPU: none``."""
+    threads = machine.get("torch_threads")
+    return f"{machine['cpu']}, {machine['cores']} cores" + (f", {threads} torch thread{'s' if threads != 1 else ''}" if threads else "") + f", GPU: {machine['gpu'] or 'none'}"
+
+
+def versions_text(versions: dict) -> str:
+    """A :func:`provenance`'s versions as one line: ``yolo_ckpt 0.1.0, ultralytics 8.4.190, torch 2.14.1``."""
+    return ", ".join(f"{k} {v}" for k, v in versions.items())
+
+
+def measured_on(record: dict, date: str | None = None) -> dict:
+    """The columns a result row carries about where it was measured: ``machine`` and ``versions`` of the
+    :func:`provenance` ``record`` as one line each, and ``date`` (UTC, ``YYYY-MM-DD``; default: today)."""
+    return {
+        "machine": machine_text(record["machine"]),
+        "versions": versions_text(record["versions"]),
+        "date": date or datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+    }
+
+
 def publish(result: dict, lines: list[str], out: str | None) -> None:
     """Print the Markdown ``lines``; with ``out``, write ``result.json`` and ``result.md`` (machine named) there."""
     text = "\n".join(lines)
@@ -40,6 +62,5 @@ def publish(result: dict, lines: list[str], out: str | None) -> None:
         folder = Path(out)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "result.json").write_text(json.dumps(result, indent=2))
-        m = result["machine"]
-        footer = f"\n\nMachine: {m['cpu']}, {m['cores']} cores, GPU: {m['gpu'] or 'none'}. Command: `{result['command']}`\n"
+        footer = f"\n\nMachine: {machine_text(result['machine'])}. Command: `{result['command']}`\n"
         (folder / "result.md").write_text(text + footer)

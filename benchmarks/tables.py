@@ -80,21 +80,38 @@ def _fits(budget, peak_mib) -> str:
     return "yes" if peak_mib * 2**20 <= parsed.bytes(None) else "no"
 
 
+def machine_groups(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """``table``'s rows grouped by the machine and versions they were measured on (columns ``machine``,
+    ``versions``, ``date``: :func:`.results_io.measured_on`), in the order groups first appear, each with its line:
+    ``AMD EPYC, 2 cores, ...; yolo_ckpt 0.1.0, ...; 2026-11-30`` (the first and last date where they differ).
+    Rows without them are one group, ``not recorded``."""
+    def key(row) -> tuple:
+        return tuple(row.get(c) if isinstance(row.get(c), str) else None for c in ("machine", "versions"))
+
+    keys = [key(row) for _, row in table.iterrows()]
+    groups = []
+    for k in dict.fromkeys(keys):
+        rows = table[[x == k for x in keys]]
+        dates = sorted({d for d in rows.get("date", []) if isinstance(d, str)})
+        when = (dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}") if dates else "date not recorded"
+        groups.append((f"{k[0]}; {k[1]}; {when}" if k[0] else "not recorded", rows))
+    return groups
+
+
 def markdown(matrix, table: pd.DataFrame, record: dict) -> str:
-    """``results.md``: what was run, the delta table, failed cells with their reasons, machine and command."""
+    """``results.md``: what was run, the delta table per machine it was measured on (:func:`machine_groups`), failed
+    cells with their reasons, the settings and the command of the last run (``record``: :func:`.results_io.provenance`)."""
     lines = [f"# {matrix.name}", "", matrix.description.strip(), ""] if matrix.description else [f"# {matrix.name}", ""]
-    lines += markdown_table(table, COLUMNS[matrix.kind])
+    for i, (measured, rows) in enumerate(machine_groups(table)):
+        lines += ([""] if i else []) + [f"Measured on {measured}:", "", *markdown_table(rows, COLUMNS[matrix.kind])]
     if "reason" in table:
         failed = table[table["status"] == "failed"]
         lines += ["", "Failed cells:"] + [f"- `{r['cell']}`: {r['reason']}" for _, r in failed.iterrows()] if len(failed) else []
     settings = ", ".join(f"{k}={v}" for k, v in matrix.settings.items() if v is not None)
-    m = record["machine"]
     lines += [
         "",
         f"Settings: {settings}. Memory: {'peak bytes a CUDA allocator would count (live tensors on the CPU)' if matrix.kind == 'step' else 'the run report (CUDA allocator peak; CPU: live-tensor probe of one step)'}.",
-        f"Machine: {m['cpu']}, {m['cores']} cores, GPU: {m['gpu'] or 'none'}. Versions: "
-        + ", ".join(f"{k} {v}" for k, v in record["versions"].items())
-        + f". Command: `{record['command']}`",
+        f"Command of the last run: `{record['command']}`",
         "",
     ]
     return "\n".join(lines)

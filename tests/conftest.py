@@ -10,7 +10,33 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATASETS = ROOT.parent / "shared" / "datasets"
+SHARED = ROOT.parent / "shared"
+SHARED_DATASETS = SHARED / "datasets"
+SHARED_BEFORE = pytest.StashKey[dict]()
+
+
+def pytest_sessionstart(session):
+    """The manifest of ../shared at the start of the suite (on the controller under xdist, whose workers share the
+    tree), to prove at the end that no test wrote there: tests copy what they train on."""
+    if not hasattr(session.config, "workerinput") and SHARED.is_dir():
+        from helpers import tree_manifest
+
+        session.config.stash[SHARED_BEFORE] = tree_manifest(SHARED)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the session when ../shared changed during it, naming what changed (a label cache, an added file...)."""
+    before = session.config.stash.get(SHARED_BEFORE, None)
+    if before is None:
+        return
+    from helpers import manifest_changes, tree_manifest
+
+    changes = manifest_changes(before, tree_manifest(SHARED))
+    if changes:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        text = f"the suite wrote into {SHARED} ({len(changes)} paths): " + "; ".join(changes[:10])
+        reporter.write_line(f"ERROR: {text}", red=True, bold=True) if reporter else print(text)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_modifyitems(items):

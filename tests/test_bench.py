@@ -1,15 +1,18 @@
 """``yolo-ckpt bench``: step and train matrices at tiny settings, baseline deltas, rerun skipping, failed cells,
 and the checks a matrix file gets before anything runs."""
 
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
 import yaml
 
 from yolo_ckpt.bench import matrix as bench, step_cell, train_cell
+from yolo_ckpt.bench.cells import BUILT_IN_DATASETS
 from yolo_ckpt.cli import main
 from yolo_ckpt.shipped import shipped
 
@@ -40,13 +43,74 @@ def test_step_matrix(tmp_path, monkeypatch, one_thread):
     assert none["loss_images_recomputed_per_step"] == full["loss_images_recomputed_per_step"] == 0  # detect: no loss region
     assert full["peak_MiB"] < none["peak_MiB"] and 1.1 < full["flop_bound"] < 1.4
     md = (out / "results.md").read_text()
-    assert "| yolo11n.yaml | 128 | 1 | False | none | 0 | 0 |" in md and "+0.0%" in md and "Machine:" in md
+    assert "| yolo11n.yaml | 128 | 1 | False | none | 0 | 0 |" in md and "+0.0%" in md and "Command of the last run:" in md
     assert (out / "memory_vs_time.png").stat().st_size > 1000 and (out / "matrix.yaml").is_file()
 
-    # a rerun skips the finished cells: nothing is measured again
+    assert results["machine"].str.contains(" cores, ").all() and results["versions"].str.startswith("yolo_ckpt ").all()
+    assert pd.to_datetime(results["date"], format="%Y-%m-%d").notna().all() and "Measured on " in md
+
+    # a rerun skips the finished cells: nothing is measured again, and nothing is written
+    files = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()}
+    real_measure = step_cell.measure
     monkeypatch.setattr(step_cell, "measure", lambda *a: pytest.fail("a finished cell ran again"))
     assert main(["bench", f"matrix={write_matrix(tmp_path, STEP)}", f"out={out}"]) == 0
-    assert pd.read_csv(out / "results.csv").equals(results)
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()} == files
+    # rerun=True measures every cell again
+    measured = []
+    monkeypatch.setattr(step_cell, "measure", lambda cells, settings: measured.extend(cells) or real_measure(cells, settings))
+    assert main(["bench", f"matrix={write_matrix(tmp_path, STEP)}", f"out={out}", "rerun=True"]) == 0
+    assert [c["recompute"] for c in measured] == ["none", "all"] and len(pd.read_csv(out / "results.csv")) == 2
+
+
+COMMITTED = sorted(p.parent.name for p in (ROOT / "benchmarks" / "results").glob("*/provenance.json"))
+
+
+@pytest.mark.parametrize("folder", COMMITTED)
+def test_committed_results_unchanged_by_a_rerun(folder, tmp_path, monkeypatch, request):
+    """The README's bench command over a committed results folder (its matrix, the settings its command gave):
+    every cell is done, so nothing runs and every file stays byte-identical (the provenance and results.md are not
+    relabelled with this machine)."""
+    import json
+
+    from ultralytics.cfg import parse_key_value_pair
+
+    committed = ROOT / "benchmarks" / "results" / folder
+    out = shutil.copytree(committed, tmp_path / folder)
+    command = json.loads((committed / "provenance.json").read_text())["command"].split()[2:]
+    settings = [w for w in command if parse_key_value_pair(w)[0] not in {"matrix", "out"}]
+    spec = yaml.safe_load((committed / "matrix.yaml").read_text())
+    if any(d not in BUILT_IN_DATASETS for block in spec["grid"] for d in np.atleast_1d(block.get("dataset", "synthetic"))):
+        settings.append(f"datasets={request.getfixturevalue('shared_datasets')}")
+    monkeypatch.setattr(bench, "_run_group", lambda *a: pytest.fail("a finished cell ran again"))
+    assert main(["bench", f"matrix={out / 'matrix.yaml'}", f"out={out}", *settings]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in committed.iterdir())
+    assert all((out / p.name).read_bytes() == p.read_bytes() for p in committed.iterdir())
+    assert pd.read_csv(committed / "results.csv")[["machine", "versions", "date"]].notna().all().all()  # provenance per row
+
+
+def test_dataset_roots_in_order(tmp_path, monkeypatch, capsys):
+    """A matrix's dataset name is looked for in the bench's datasets=, then the matrix's datasets_dir, then
+    Ultralytics' SETTINGS['datasets_dir'] (read, not written); not found: one line naming the three, nothing written."""
+    for root in ("given", "own", "ultralytics"):
+        for name in {"given": ["a"], "own": ["a", "b"], "ultralytics": ["a", "b", "c"]}[root]:
+            (tmp_path / root / name).mkdir(parents=True)
+            (tmp_path / root / name / "data.yaml").write_text("path: .\n")
+    monkeypatch.setattr(bench, "ULTRALYTICS_SETTINGS", {**bench.ULTRALYTICS_SETTINGS, "datasets_dir": str(tmp_path / "ultralytics")})
+    spec = {"kind": "train", "settings": {}, "datasets_dir": "own", "grid": [{"dataset": ["a", "b", "c"], "recompute": "none"}]}
+    path = write_matrix(tmp_path, spec)
+    assert bench.load_matrix(path, datasets=tmp_path / "given").data == {
+        "a": str(tmp_path / "given" / "a" / "data.yaml"), "b": str(tmp_path / "own" / "b" / "data.yaml"), "c": str(tmp_path / "ultralytics" / "c" / "data.yaml"),
+    }
+    assert bench.load_matrix(path).data["a"] == str(tmp_path / "own" / "a" / "data.yaml")
+    missing = write_matrix(tmp_path, {**spec, "datasets_dir": "absent", "grid": [{"dataset": "d", "recompute": "none"}]}, "missing.yaml")
+    out = tmp_path / "out"
+    assert main(["bench", f"matrix={missing}", f"out={out}", f"datasets={tmp_path / 'given'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and (
+        f"dataset='d' not found: no d/data.yaml in datasets= {tmp_path / 'given'}; the matrix's datasets_dir {tmp_path / 'absent'} (absent); "
+        f"Ultralytics' SETTINGS['datasets_dir'] {tmp_path / 'ultralytics'}; give datasets=DIR"
+    ) in err, err
+    assert not out.exists()
 
 
 @pytest.mark.slow

@@ -76,6 +76,57 @@ def test_bad_values_exit_2_before_run_dir(arg, message, tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["trian"], "unknown command 'trian' (did you mean 'train'?)"),
+        (["train", "segmnet"], "'segmnet' is neither a task nor a key (did you mean 'segment' or 'semantic'?)"),
+        (["train", "task=detct"], "task='detct' is not an Ultralytics task (did you mean 'detect' or 'depth'?)"),
+        (["train", "xyzzy"], "'xyzzy' is not a valid YOLO argument"),  # nothing close: Ultralytics' key check, no hint
+    ],
+)
+def test_did_you_mean_task_and_command(args, message, tmp_path, capfd):
+    """A misspelt command or task is one line, exit 2, with the close valid ones (as Ultralytics suggests keys)."""
+    assert main([*args, f"project={tmp_path}"]) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert message in err[-1] and ("did you mean" in err[-1]) == ("did you mean" in message), err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_resume_of_a_finished_run_exits_2(tmp_path, capfd):
+    """resume of a finished run (its last.pt stripped by Ultralytics' strip_optimizer, as a run's end leaves it):
+    one line naming the run and the command that starts a new run from its best.pt, exit 2, nothing written (stock
+    starts a new run with data=coco8.yaml, which downloads); the same checkpoint before stripping resumes."""
+    import torch
+    from ultralytics.nn.tasks import DetectionModel
+    from ultralytics.utils import DEFAULT_CFG_DICT
+    from ultralytics.utils.torch_utils import strip_optimizer
+
+    from yolo_ckpt.resume import check_resumable, is_finished
+
+    weights = tmp_path / "run" / "weights"
+    weights.mkdir(parents=True)
+    last = weights / "last.pt"
+    train_args = {**DEFAULT_CFG_DICT, "model": "yolo11n.yaml", "data": "my/data.yaml", "epochs": 3}
+    ckpt = {"model": DetectionModel("yolo11n.yaml", nc=3, verbose=False), "ema": None, "epoch": 0, "optimizer": {"state": {}}, "train_args": train_args}
+    torch.save(ckpt, last)
+    check_resumable(last)  # an interrupted run's: epoch 0 of 3, with its optimizer
+    assert not is_finished(ckpt) and is_finished({**ckpt, "epoch": 2})  # the last epoch saved: finished too
+    shutil.copyfile(last, weights / "best.pt")
+    strip_optimizer(last)
+    capfd.readouterr()
+    for args in (["resume", f"model={last}"], [f"resume={last}"]):
+        assert main(["train", *args, f"project={tmp_path / 'runs'}"]) == 2
+        err = capfd.readouterr().err.strip().splitlines()
+        assert err == [
+            f"yolo-ckpt: error: resume: the run {tmp_path / 'run'} is finished ({last} has no optimizer state to resume); "
+            f"start a new run from its weights: yolo-ckpt train model={weights / 'best.pt'} data=my/data.yaml"
+        ], err
+    assert main(["train", "resume", f"project={tmp_path / 'runs'}"]) == 2  # no checkpoint named: not a new run either
+    assert "resume needs the run's checkpoint" in capfd.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
 def test_help_lists_commands_and_keys(capsys):
     assert main(["help"]) == 0
     out = capsys.readouterr().out
@@ -142,14 +193,16 @@ def test_builtin_default_offline(tmp_path):
 
 @pytest.mark.slow
 def test_aerial_cars_at_1536(shared_datasets, tmp_path):
-    """The main job on real drone images: yolo-ckpt train data=aerial-cars imgsz=1536, 1 epoch on a small fraction."""
+    """The main job on real drone images: yolo-ckpt train data=aerial-cars imgsz=1536, 1 epoch on a small fraction,
+    from a copy (Ultralytics writes its label cache beside the labels; ../shared stays as it is)."""
     src = shared_datasets / "aerial-cars"
     for split in ("images", "labels"):  # a 1-image val split: validation of dense 1536 px images dominates CPU time
+        shutil.copytree(src / split / "train", tmp_path / split / "train")
         (tmp_path / split / "val").mkdir(parents=True)
         for f in sorted((src / split / "val").iterdir())[:1]:
             shutil.copy(f, tmp_path / split / "val")
     data = yaml.safe_load((src / "data.yaml").read_text())
-    data.update(path=str(tmp_path), train=str(src / "images" / "train"), val="images/val")
+    data.update(path=str(tmp_path), train="images/train", val="images/val")
     (tmp_path / "data.yaml").write_text(yaml.safe_dump(data))
 
     out = cli(
@@ -169,6 +222,7 @@ def test_aerial_cars_at_1536(shared_datasets, tmp_path):
     assert report["train_peak_allocated_bytes"] > 100 * 2**20  # activations of 2 images at 1536 px
     assert set(report["metrics"]) >= {"box_mAP50", "box_mAP50-95"}
     assert (tmp_path / "aerial" / "weights" / "best.pt").exists()
+    assert (tmp_path / "labels" / "train.cache").is_file()  # the cache Ultralytics wrote, in the copy
 
 
 @pytest.mark.slow

@@ -464,10 +464,15 @@ def test_trainer_auto_plan_and_batch(synthetic, tmp_path, shared_run):
 
 
 @pytest.mark.slow
-def test_cli_profile_and_plan_json(tmp_path, capsys):
+def test_cli_profile_and_plan_json(tmp_path, capsys, monkeypatch):
     """yolo-ckpt profile and plan with format=json, in this process (test_cli.py runs the command line in a
-    subprocess): stdout holds only the JSON, progress and logs go to stderr."""
+    subprocess): stdout holds only the JSON, progress and logs go to stderr. profile's picture: the right panel
+    draws the named policy's phases (not none's), the left none's layers marked as the policy recomputes them."""
+    from yolo_ckpt import layer_plot as plots
     from yolo_ckpt.cli import main
+
+    drawn, write = [], plots.write_layer_plot
+    monkeypatch.setattr(plots, "write_layer_plot", lambda data, path: drawn.append(data) or write(data, path))
 
     def run(*args):
         code = main(list(args))
@@ -483,6 +488,11 @@ def test_cli_profile_and_plan_json(tmp_path, capsys):
     assert "yolo-ckpt profile" in out.stderr and prof["assumed"]["device"] == "cpu" and prof["amp"] is False
     assert prof["estimated_peak_bytes"]["policy"] < 0.7 * prof["estimated_peak_bytes"]["none"]
     assert prof["layers"][-1]["layer"] == "total" and len(prof["recomputed_layers"]) == 17
+    (data,) = drawn
+    assert data.phase_peak_bytes == prof["phase_peak_bytes"]["policy"] != prof["phase_peak_bytes"]["none"]
+    assert data.peak_bytes == prof["estimated_peak_bytes"]["policy"] and data.phases_of == "recompute=all"
+    assert [r["saved_bytes"] / 2**20 for r in data.layers] == pytest.approx([r["saved_MiB"] for r in prof["layers"][:-1]])  # none's
+    assert [r["index"] for r in data.layers if r["recomputed"]] == [r["layer"] for r in prof["layers"][:-1] if r["recompute"]]
     out = run("plan", "model=yolo11n.yaml", "memory_budget=300MB", "imgsz=333", "batch=2", "device=cpu", "format=json")
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout)  # Ultralytics' "imgsz=[333] must be multiple of max stride" warning: on stderr

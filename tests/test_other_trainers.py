@@ -189,3 +189,21 @@ def test_planning_refused_for_losses_it_does_not_model(tmp_path):
     with pytest.raises(ValueError, match=r"which exists for YOLO models of the tasks detect, segment, .*semantic, depth; for \w*RTDETRTrainer"):
         trainer_cls(overrides=overrides)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_rtdetr_model_to_detection_trainer_says_which_trainer(tmp_path):
+    """An RT-DETR model handed to the detection trainer (stock fails at the first loss: 'RTDETRDecoder' object has no
+    attribute 'stride'): one line naming trainer_for('detect', model), before the run folder is made; the trainer
+    trainer_for picks for it takes the same model."""
+    from ultralytics import RTDETR
+
+    from yolo_ckpt import CheckpointDetectionTrainer
+
+    model = RTDETR("rtdetr-l.yaml")
+    with pytest.raises(ValueError, match=r"^model=rtdetr-l.yaml is an RT-DETR model .*use trainer_for\('detect', model\)") as e:
+        # a data= that does not exist: the model is refused first (a missing dataset is Ultralytics' RuntimeError)
+        model.train(trainer=CheckpointDetectionTrainer, data=str(tmp_path / "absent.yaml"), epochs=1, imgsz=64, device="cpu", project=str(tmp_path / "runs"))
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "runs").exists()
+    trainer = trainer_for("detect", model)
+    assert trainer.check_keys({"model": "rtdetr-l.yaml", "recompute": "backbone"})[0] == {"recompute": "backbone"}

@@ -96,9 +96,28 @@ def test_compare_reads_as_a_person_reads(tmp_path, capsys):
     assert printed.splitlines()[:5] == [
         f"Baseline: {tmp_path / 'base'} (recompute=none). memory: training peak change against it; time: step time ratio; pts: accuracy change in points.",
         "",
-        "| run | task | recompute | mode | imgsz | batch | epochs | peak MiB | peak GiB | memory | step s | time |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-        f"| {tmp_path / 'base'} | detect | none | full | 640 | 8 | 3 | 3072 | 3.00 | +0.0% | 1 | 1.00x |",
+        "| run | task | dataset | recompute | mode | imgsz | batch | epochs | peak MiB | peak GiB | memory | step s | time |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| {tmp_path / 'base'} | detect | data.yaml | none | full | 640 | 8 | 3 | 3072 | 3.00 | +0.0% | 1 | 1.00x |",
     ]
-    assert printed.splitlines()[5] == f"| {tmp_path / 'all'} | detect | all | full | 640 | 8 | 3 | 1024 | 1.00 | -66.7% | 1.25 | 1.25x |"
+    assert printed.splitlines()[5] == f"| {tmp_path / 'all'} | detect | data.yaml | all | full | 640 | 8 | 3 | 1024 | 1.00 | -66.7% | 1.25 | 1.25x |"
     assert "nan" not in printed and "nan" not in (tmp_path / "cmp" / "compare.csv").read_text()
+    assert "differ" not in printed and "warning" not in capsys.readouterr().err
+
+
+def test_compare_warns_on_different_data_or_task(tmp_path, capsys):
+    """Runs of different datasets or tasks side by side: one warning line on stderr and in compare.md, naming the
+    values that differ; the dataset and imgsz columns show them."""
+    from yolo_ckpt.cli import main
+
+    runs = {"a": {}, "b": {"data": "other.yaml"}, "c": {"task": "segment", "imgsz": 1024}}
+    for name, changes in runs.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / REPORT_NAME).write_text(json.dumps({**SCHEMA_2, **changes}))
+    assert main(["compare", *(str(tmp_path / n) for n in runs), f"out={tmp_path / 'cmp'}"]) == 0
+    captured = capsys.readouterr()
+    warning = "the runs differ in data (data.yaml, other.yaml) and task (detect, segment): their deltas are not the policy's alone."
+    assert captured.err.strip() == f"yolo-ckpt: warning: {warning}"
+    assert f"Warning: {warning}" in (tmp_path / "cmp" / "compare.md").read_text().splitlines()[1]
+    rows = [line for line in captured.out.splitlines() if line.startswith(f"| {tmp_path}")]
+    assert [r.split(" | ")[2:6] for r in rows] == [["data.yaml", "backbone", "full", "640"], ["other.yaml", "backbone", "full", "640"], ["data.yaml", "backbone", "full", "1024"]]

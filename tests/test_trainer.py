@@ -163,8 +163,9 @@ def test_neck_on_classify_model(synthetic, tmp_path):
 @pytest.mark.parametrize("task", ["rtdetr", "world", "yoloe", "Detect"])
 def test_not_a_task(task):
     """Model families are not tasks (RT-DETR's task is detect: trainer_for takes its model)."""
-    with pytest.raises(ValueError, match=r"is not an Ultralytics task; valid tasks: classify, detect, segment"):
+    with pytest.raises(ValueError, match=r"is not an Ultralytics task( \(did you mean [^)]*\))?; valid tasks: classify, detect, segment") as e:
         trainer_for(task)
+    assert ("did you mean 'detect'?" in str(e.value)) == (task == "Detect")  # a close one suggested, a family not
 
 
 @pytest.fixture(scope="module")

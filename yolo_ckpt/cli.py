@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING
 from ultralytics.cfg import TASKS, check_cfg, check_dict_alignment, merge_equals_args, parse_key_value_pair
 from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT, LOGGER, YAML
 
-from .config import DEFAULTS, DEFAULTS_PATH, ESTIMATE_DEFAULTS, ESTIMATE_DEFAULTS_PATH, CkptConfig, EstimateOptions
+from .config import DEFAULTS, DEFAULTS_PATH, ESTIMATE_DEFAULTS, ESTIMATE_DEFAULTS_PATH, CkptConfig, EstimateOptions, check_bool
 from .errors import ConfigError, user_input
 from .shipped import resolve_yaml, shipped
+from .suggest import did_you_mean
 
 if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
     import pandas
@@ -36,7 +37,7 @@ COMMANDS = {
     "profile": "per-layer memory and FLOPs table and estimated peak of a training step: none against recompute=",
     "plan": "largest imgsz and batch that fit memory_budget= for none, backbone, head, loss, all and auto",
     "compare": "delta table of runs against the first: RUN_DIR_A RUN_DIR_B ... [out=DIR]",
-    "bench": "run a benchmark matrix: matrix=NAME|FILE [out=DIR] [setting=value] (out: runs/bench/NAME)",
+    "bench": "run a benchmark matrix: matrix=NAME|FILE [out=DIR] [datasets=DIR] [rerun=True] [dry=True] [setting=value] (out: runs/bench/NAME)",
     "help": "show this help",
 }
 PROFILE_ONLY = ("plot",)  # keys of cfg/estimate.yaml that plan does not take
@@ -114,6 +115,9 @@ def parse_train_args(args: list[str], extra: dict | None = None) -> dict:
         elif isinstance(valid.get(a), bool):
             overrides[a] = True
         else:
+            hint = did_you_mean(a, TASKS) if a not in valid else ""
+            if hint:  # a misspelt task (Ultralytics would suggest only keys)
+                raise SyntaxError(f"'{a}' is neither a task nor a key{hint}; tasks: {', '.join(TASKS)}")
             _check_alignment(valid, {a: ""})
             raise SyntaxError(f"'{a}' is missing an '=' sign to set its value, i.e. try '{a}={valid[a]}'")
     _check_alignment(valid, overrides)
@@ -159,12 +163,13 @@ def prepare_train(args: list[str]):
 
     Raises:
         SyntaxError: for unknown keys or a key without a value. ConfigError: for an invalid yolo-ckpt key, an
-        unknown task, a missing or unreadable ``cfg=`` file or model, a ``recompute=`` the model does not have. All
-        before any run directory is created.
+        unknown task, a missing or unreadable ``cfg=`` file or model, a ``recompute=`` the model does not have,
+        ``resume`` of a finished run (:func:`yolo_ckpt.resume.check_resumable`). All before any run directory is created.
     """
     from ultralytics import RTDETR, YOLO
 
     from .policy import layout_of
+    from .resume import check_resumable
     from .trainer import trainer_for
 
     overrides = parse_train_args(args)
@@ -176,6 +181,11 @@ def prepare_train(args: list[str]):
         layout_of(name)  # a YAML without backbone:/head: fails here, with its name, not in Ultralytics' parse_model
     with user_input():
         model = RTDETR(name) if "rtdetr" in Path(str(name)).stem.lower() else YOLO(name, task=task)
+    resume = overrides.get("resume")
+    if resume:  # a finished run: stock starts a new one with the defaults (data=coco8.yaml) or fails in the trainer
+        if not isinstance(resume, (str, Path)) and not model.ckpt:
+            raise ConfigError(f"resume needs the run's checkpoint, e.g. yolo-ckpt train resume model=path/to/last.pt; model={name} is not one")
+        check_resumable(*((resume,) if isinstance(resume, (str, Path)) else (model.ckpt_path, model.ckpt)))
     trainer = trainer_for(model.task, model)
     trainer.check_keys({**overrides, "model": model.model.yaml if overrides.get("resume") is None else None})  # against the loaded model
     if overrides.get("data") is None and not overrides.get("resume"):
@@ -307,8 +317,8 @@ def profile_table(profile, policy) -> pandas.DataFrame:
 def profile(args: list[str]) -> dict:
     """``yolo-ckpt profile``: estimate one training step for none and for ``recompute=`` (default: backbone), for the
     run the keys describe (see :func:`estimate_setup`); the result on stdout, progress and logs on stderr. With
-    ``plot=True`` the per-layer picture of the ``none`` estimate, ``recompute=``'s layers marked
-    (:mod:`yolo_ckpt.layer_plot`), goes to ``layers.png`` in a new folder named as ``yolo`` names runs (``project=``,
+    ``plot=True`` the per-layer picture of the ``none`` estimate, ``recompute=``'s layers marked, beside the phases of
+    the ``recompute=`` estimate (:mod:`yolo_ckpt.layer_plot`), goes to ``layers.png`` in a new folder named as ``yolo`` names runs (``project=``,
     ``name=``; default ``<runs_dir>/profile/profile<N>``); its path is the result's ``plot``."""
     import json
 
@@ -348,11 +358,11 @@ def profile(args: list[str]) -> dict:
 
         from .layer_plot import layer_plot, write_layer_plot
 
-        title = f"{Path(str(opts['model'])).stem} at imgsz={opts['imgsz']} batch={opts['batch']}, recompute=none (estimate); orange: recompute={policy.spec}"
+        title = f"{Path(str(opts['model'])).stem} at imgsz={opts['imgsz']} batch={opts['batch']}, recompute=none's layers (estimate); orange: recompute={policy.spec}"
         # the folder as 'yolo' names a run's: project=, name= (default profile, profile2, ...), exist_ok=
         folder = get_save_dir(SimpleNamespace(project=opts["project"], name=opts["name"], exist_ok=opts["exist_ok"], task="profile", mode="profile"))
         folder.mkdir(parents=True, exist_ok=True)
-        summary["plot"] = str(write_layer_plot(layer_plot(results["none"], policy, title), folder / "layers.png"))
+        summary["plot"] = str(write_layer_plot(layer_plot(results["none"], policy, title, phases=results["policy"]), folder / "layers.png"))
         print(f"per-layer picture written to {summary['plot']}", file=sys.stderr)
     if opts["format"] == "json":
         print(json.dumps(summary, indent=2))
@@ -441,7 +451,7 @@ def compare(args: list[str]):
     from ultralytics.utils import SETTINGS
     from ultralytics.utils.files import increment_path
 
-    from .report import compare_markdown, compare_runs
+    from .report import compare_markdown, compare_runs, compare_warning
 
     dirs = [a for a in args if "=" not in a]
     options = dict(a.split("=", 1) for a in args if "=" in a)
@@ -449,6 +459,8 @@ def compare(args: list[str]):
         raise SyntaxError(f"compare takes run directories and out=; unknown keys {sorted(set(options) - {'out'})}")
     table = compare_runs(dirs)
     markdown = compare_markdown(table)
+    if warning := compare_warning(table):
+        print(f"yolo-ckpt: {warning[0].lower()}{warning[1:]}", file=sys.stderr)
     print(markdown)
     out = Path(options["out"]) if "out" in options else increment_path(Path(SETTINGS["runs_dir"]) / "compare" / "compare")
     out.mkdir(parents=True, exist_ok=True)
@@ -459,17 +471,20 @@ def compare(args: list[str]):
 
 
 def bench(args: list[str]):
-    """``yolo-ckpt bench matrix=NAME|FILE [out=DIR] [setting=value ...]``: run a benchmark matrix, shipped or a file
-    (see :mod:`yolo_ckpt.bench.matrix`); other ``key=value`` pairs replace the matrix's settings (``epochs=10``). Cells
-    already in ``out``'s results.csv with the same settings are skipped."""
+    """``yolo-ckpt bench matrix=NAME|FILE [out=DIR] [datasets=DIR] [rerun=True] [dry=True] [setting=value ...]``: run a
+    benchmark matrix, shipped or a file (see :mod:`yolo_ckpt.bench.matrix`); other ``key=value`` pairs replace the
+    matrix's settings (``epochs=10``). Cells already in ``out``'s results.csv with the same settings are skipped
+    (``rerun=True``: measured again); ``datasets=`` is searched first for the matrix's datasets; ``dry=True`` checks
+    the matrix and says what would run, writing nothing."""
     from .bench.matrix import run_matrix
 
     bare = [a for a in args if "=" not in a]
     options = dict(key_value(a) for a in args if "=" in a)
     if bare or "matrix" not in options:
         raise SyntaxError(f"bench takes matrix=NAME or matrix=FILE, optionally out=DIR and settings as key=value; got {' '.join(args) or 'nothing'}")
-    matrix, out = str(options.pop("matrix")), options.pop("out", None)
-    return run_matrix(matrix, out, command=" ".join(["yolo-ckpt bench", *args]), overrides=options)
+    matrix, out, datasets = str(options.pop("matrix")), options.pop("out", None), options.pop("datasets", None)
+    switches = {k: check_bool(k, options.pop(k, False)) for k in ("rerun", "dry")}
+    return run_matrix(matrix, out, command=" ".join(["yolo-ckpt bench", *args]), overrides=options, datasets=datasets, **switches)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -480,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
         print(help_text())
         return 0
     if command not in COMMANDS:
-        print(f"yolo-ckpt: unknown command '{args[0]}'; commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        print(f"yolo-ckpt: unknown command '{args[0]}'{did_you_mean(command, COMMANDS)}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     try:
         if command == "train":

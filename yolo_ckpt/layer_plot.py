@@ -30,6 +30,7 @@ class LayerPlot:
         static_bytes: alive all step long: parameters, buffers, optimizer state and the batch.
         phase_peak_bytes: the peak inside each of :data:`PHASES`; peak_bytes: the step's peak; peak_phase: its phase.
         loss_bytes: the loss's own share of its phase's peak. title: what was profiled.
+        phases_of: whose phases the right panel draws (``recompute=all``).
     """
 
     layers: list[dict]
@@ -39,18 +40,22 @@ class LayerPlot:
     peak_phase: str
     loss_bytes: int
     title: str
+    phases_of: str
 
 
-def layer_plot(profile, policy, title: str) -> LayerPlot:
-    """The :class:`LayerPlot` of a step ``profile`` (its layers, peaks and static bytes as they are), each layer
-    marked as ``policy`` (a :class:`~yolo_ckpt.policy.RecomputePolicy`) recomputes it."""
+def layer_plot(profile, policy, title: str, phases=None) -> LayerPlot:
+    """The :class:`LayerPlot` of a step ``profile`` (its layers as they are), each layer marked as ``policy`` (a
+    :class:`~yolo_ckpt.policy.RecomputePolicy`) recomputes it; the peaks, static and loss bytes are those of the
+    step under ``policy``: ``phases`` (``yolo-ckpt profile``: the policy's estimate, beside ``recompute=none``'s
+    layers in ``profile``), else ``profile``'s own (a run's probe, which trained with ``policy``)."""
     n = len(profile.layers)
     rows = [
         {"index": r.index, "type": r.type, "saved_bytes": r.saved_bytes, "recomputed": is_recomputed(policy, r.index, n), "head": r.index == n - 1}
         for r in profile.layers
     ]
-    phases = {p: profile.phase_peak_bytes[p] for p in PHASES}
-    return LayerPlot(rows, profile.static_bytes, phases, profile.peak_bytes, max(phases, key=phases.get), profile.loss_bytes, title)
+    step = phases or profile
+    peaks = {p: step.phase_peak_bytes[p] for p in PHASES}
+    return LayerPlot(rows, step.static_bytes, peaks, step.peak_bytes, max(peaks, key=peaks.get), step.loss_bytes, title, f"recompute={policy.spec}")
 
 
 def write_layer_plot(data: LayerPlot, path) -> Path:
@@ -78,7 +83,7 @@ def write_layer_plot(data: LayerPlot, path) -> Path:
         bx.bar(i, peak / mib - static, bottom=static, color="tab:red" if phase == data.peak_phase else "tab:green")
     bx.set_xticks(range(len(data.phase_peak_bytes)), list(data.phase_peak_bytes), fontsize=7)
     bx.set(ylabel="peak inside the phase (MiB)", xlabel=f"the loss's own share: {data.loss_bytes / mib:.1f} MiB")
-    bx.set_title("where the peak is", fontsize=9)
+    bx.set_title(f"where the peak is, {data.phases_of}", fontsize=9)
     bx.legend(handles=[Patch(color="tab:gray", label="parameters, buffers,\noptimizer state, batch"), Patch(color="tab:green", label="the rest of the phase"),
                        Patch(color="tab:red", label=f"the step's peak:\n{data.peak_bytes / mib:.1f} MiB")], fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=1)
     bx.grid(axis="y", alpha=0.3)

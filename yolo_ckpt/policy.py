@@ -23,12 +23,12 @@ nothing.
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ConfigError, user_input
+from .suggest import did_you_mean
 
 SECTIONS = ("backbone", "neck", "all")
 _INDEX = re.compile(r"[0-9]+")  # ASCII digits: str.isdigit also accepts '²', which int() rejects
@@ -265,9 +265,7 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
             continue
         matches = {i for i, t in enumerate(layout.types) if t.lower() == key}
         if not matches:
-            vocabulary = {v.lower(): v for v in ["none", *SECTIONS, *REGIONS, *sorted(set(layout.types))]}
-            close = [vocabulary[c] for c in difflib.get_close_matches(key, vocabulary, n=3, cutoff=0.6)]
-            hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+            hint = did_you_mean(key, ["none", *SECTIONS, *REGIONS, *sorted(set(layout.types))])
             raise ConfigError(f"recompute={text!r}: unknown layer name or section '{token}'{hint}; {layout.describe()}")
         chosen.update(matches)
     frozen = () if frozen is None else frozen

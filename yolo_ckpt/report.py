@@ -267,7 +267,7 @@ def add_deltas(table, base) -> pandas.DataFrame:
 
 
 COMPARE_COLUMNS = {  # compare.csv column -> the header a person reads in compare.md
-    "run": "run", "task": "task", "recompute": "recompute", "mode": "mode", "imgsz": "imgsz", "batch": "batch",
+    "run": "run", "task": "task", "data": "dataset", "recompute": "recompute", "mode": "mode", "imgsz": "imgsz", "batch": "batch",
     "epochs": "epochs", "peak_MiB": "peak MiB", "peak_GiB": "peak GiB", "memory_change_pct": "memory",
     "step_time_s": "step s", "time_ratio": "time", "mAP50": "mAP50", "mAP50_change_pts": "mAP50 pts",
     "mAP50-95": "mAP50-95", "mAP50-95_change_pts": "mAP50-95 pts", "top1": "top-1", "top1_change_pts": "top-1 pts",
@@ -306,7 +306,7 @@ def markdown_table(table, columns: dict) -> list[str]:
 
 
 def compare_runs(run_dirs) -> pandas.DataFrame:
-    """Delta table of runs against the first (the baseline): training peak memory (MiB and GiB, % change), median
+    """Delta table of runs against the first (the baseline), with each run's task, data and imgsz: training peak memory (MiB and GiB, % change), median
     step time (s, ratio), mAP50 and mAP50-95 of the task's output (boxes, masks or keypoints) or classify's
     top-1/top-5 accuracy (change in points), epochs. Metric columns no run has (a task's absent metrics, runs
     without validation) are left out.
@@ -325,6 +325,7 @@ def compare_runs(run_dirs) -> pandas.DataFrame:
         rows.append({
             "run": str(run_dir),
             "task": r.task,
+            "data": r.data,
             "recompute": r.recompute,
             "mode": r.recompute_mode,
             "imgsz": r.imgsz,
@@ -341,11 +342,20 @@ def compare_runs(run_dirs) -> pandas.DataFrame:
     return table.drop(columns=[c for c in metrics if table[c].isna().all()])
 
 
+def compare_warning(table) -> str | None:
+    """The warning that the compared runs trained different data or tasks (their deltas then mix the policy with
+    the training), naming each differing key's values in run order; None when they agree."""
+    differ = [f"{key} ({', '.join(map(str, table[key].unique()))})" for key in ("data", "task") if table[key].nunique(dropna=False) > 1]
+    return f"Warning: the runs differ in {' and '.join(differ)}: their deltas are not the policy's alone." if differ else None
+
+
 def compare_markdown(table) -> str:
-    """``compare.md``: a line naming the baseline (the first run) and what the deltas mean, then the table."""
+    """``compare.md``: a line naming the baseline (the first run) and what the deltas mean, the
+    :func:`compare_warning` where the runs differ in data or task, then the table (dataset and imgsz always shown)."""
     base = table.iloc[0]
     header = (
         f"Baseline: {base['run']} (recompute={base['recompute']}). memory: training peak change against it; "
         "time: step time ratio; pts: accuracy change in points."
     )
-    return "\n".join([header, "", *markdown_table(table, COMPARE_COLUMNS)])
+    warning = compare_warning(table)
+    return "\n".join([header, *([warning] if warning else []), "", *markdown_table(table, COMPARE_COLUMNS)])

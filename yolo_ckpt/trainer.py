@@ -182,17 +182,25 @@ class CheckpointTrainerMixin:
 
         Raises:
             ConfigError: for an invalid ``recompute=``, ``recompute_mode=``, ``loss_chunk=``, ``memory_budget=`` or
-                ``memory_headroom=``, a ``recompute=`` the model does not have (:func:`yolo_ckpt.policy.resolve`), or a
-                planning request this task or device cannot honour; before anything is written.
+                ``memory_headroom=``, a ``recompute=`` the model does not have (:func:`yolo_ckpt.policy.resolve`), a
+                planning request this task or device cannot honour, or an RT-DETR model given to a trainer other
+                than RTDETRTrainer's; before anything is written.
         """
         overrides = dict(overrides or {})
         given = {k: overrides.pop(k) for k in DEFAULTS if k in overrides}
         config = CkptConfig.from_args(given, task_of(cls))
         cls._check_planning(config, overrides)
         source = _model_source(overrides)
-        readable = isinstance(source, dict) or Path(str(source)).suffix.lower() in {".yaml", ".yml"}
-        if "recompute" in given and source and readable and not is_auto(config.recompute):
-            resolve(config.recompute, layout_of(source))
+        read = isinstance(source, dict) or Path(str(source)).suffix.lower() in {".yaml", ".yml"}  # a YAML: cheap to read
+        layout = layout_of(source) if source is not None and read else None
+        if layout is not None and layout.types[-1] == "RTDETRDecoder" and not issubclass(cls, RTDETRTrainer):
+            # stock would fail at the first loss: v8DetectionLoss reads the head's stride, which RTDETRDecoder has not
+            raise ConfigError(
+                f"model={source if isinstance(source, (str, Path)) else 'the model'} is an RT-DETR model (RTDETRDecoder head), which {cls.__name__} "
+                "cannot train; use trainer_for('detect', model) with the RTDETR model (the checkpointed RTDETRTrainer)"
+            )
+        if layout is not None and "recompute" in given and not is_auto(config.recompute):  # the model's own errors, before any write
+            resolve(config.recompute, layout)
         return config, given, overrides
 
     @classmethod
@@ -584,7 +592,9 @@ def trainer_for(task: str, model=None) -> type:
     """
     from ultralytics import YOLO
 
+    from .suggest import did_you_mean
+
     table = model.task_map if model is not None else YOLO.task_map.fget(None)  # the property reads no instance state
     if task not in table:
-        raise ConfigError(f"task={task!r} is not an Ultralytics task; valid tasks: {', '.join(table)}")
+        raise ConfigError(f"task={task!r} is not an Ultralytics task{did_you_mean(task, table)}; valid tasks: {', '.join(table)}")
     return checkpointed(table[task]["trainer"])
