@@ -151,6 +151,7 @@ def prepare_train(args: list[str]):
     """
     from ultralytics import RTDETR, YOLO
 
+    from .inputs import check_model_path, model_loading
     from .policy import layout_of
     from .trainer import trainer_for
 
@@ -159,9 +160,11 @@ def prepare_train(args: list[str]):
     if task is not None:
         trainer_for(task)  # unknown task: fail before building anything
     name = overrides.pop("model", None) or DEFAULT_MODELS[task or "detect"]
+    check_model_path(name)
     if Path(str(name)).suffix.lower() in {".yaml", ".yml"}:
         layout_of(name)  # a YAML without backbone:/head: fails here, with its name, not in Ultralytics' parse_model
-    model = RTDETR(name) if "rtdetr" in Path(str(name)).stem.lower() else YOLO(name, task=task)
+    with model_loading(name):
+        model = RTDETR(name) if "rtdetr" in Path(str(name)).stem.lower() else YOLO(name, task=task)
     trainer = trainer_for(model.task, model)
     trainer.check_keys({**overrides, "model": model.model.yaml if overrides.get("resume") is None else None})
     if overrides.get("data") is None and not overrides.get("resume"):
@@ -466,11 +469,12 @@ def main(argv: list[str] | None = None) -> int:
     except (SyntaxError, ValueError, AssertionError, FileNotFoundError, NotImplementedError) as e:
         print(f"yolo-ckpt: error: {'; '.join(line.strip() for line in str(e).splitlines() if line.strip())}", file=sys.stderr)
         return 2
+    from .inputs import InputError
     from .planner import PlanError
 
     try:
         model.train(trainer=trainer, **overrides)
-    except PlanError as e:  # the run directory is put back as it was (CheckpointTrainerMixin.train)
+    except (PlanError, InputError) as e:  # the training set's checks (before any write) or planning (run directory put back)
         print(f"yolo-ckpt: error: {e}", file=sys.stderr)
         return 2
     except RuntimeError as e:  # bad data=: Ultralytics' get_dataset raises "Dataset '...' error ..." (run dir put back)
