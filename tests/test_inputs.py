@@ -113,3 +113,29 @@ def test_a_failure_after_the_first_epoch_started_keeps_the_run_folder(synthetic,
         YOLO("yolo11n.yaml").train(data=synthetic(), trainer=checkpointed(FailingFirstEpoch), project=str(tmp_path), name="run",
                                    epochs=1, imgsz=32, batch=2, workers=0, plots=False, device="cpu")
     assert (tmp_path / "run" / "args.yaml").is_file()
+
+
+def test_messages_name_the_key_or_the_file(tmp_path, capsys):
+    """bench objects=abc names the setting (not "invalid literal for int()"), and compare of a truncated
+    ckpt_report.json names the file (not "Expecting value: line 1 column 36"); both exit 2 and write nothing."""
+    assert main(["bench", "matrix=cpu-step", "objects=abc", f"out={tmp_path / 'bench'}"]) == 2
+    assert "objects='abc' is not valid; valid: an int >= 1" in capsys.readouterr().err
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "ckpt_report.json").write_text('{"schema": 3, "task": ')
+    assert main(["compare", str(run), str(run), f"out={tmp_path / 'compare'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"yolo-ckpt: error: {run / 'ckpt_report.json'} is not a readable run report") and len(err.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_bench_out_a_run_folder_or_a_file(earlier_run, tmp_path, capsys):
+    """bench out= a training run's folder (its results.csv is Ultralytics', not a bench table: once KeyError
+    'status') or a file: one line naming out=, exit 2, the folder and the file as they were."""
+    (tmp_path / "afile").write_text("keep me\n")
+    before = folder_state(earlier_run)
+    for out, message in ((earlier_run, "its results.csv is not a bench results table"), (tmp_path / "afile", "is a file")):
+        assert main(["bench", "matrix=cpu-step", f"out={out}"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"yolo-ckpt: error: out={out}") and message in err and len(err.splitlines()) == 1
+    assert folder_state(earlier_run) == before and (tmp_path / "afile").read_text() == "keep me\n"
