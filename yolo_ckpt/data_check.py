@@ -121,9 +121,9 @@ def check_train_labels(trainer_cls: type, args) -> None:
             dataset's ``download:`` runs once, here, and not again in the trainer.
     """
     from ultralytics.data.utils import check_det_dataset
-    from ultralytics.utils import clean_url, emojis
     from ultralytics.models.rtdetr.train import RTDETRTrainer
     from ultralytics.models.yolo.detect import DetectionTrainer
+    from ultralytics.utils import clean_url, emojis
 
     from .trainer import task_of
 
