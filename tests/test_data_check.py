@@ -30,6 +30,11 @@ def set_first_row(labels: Path, row: str) -> None:
     first.write_text("\n".join([row, *lines[1:]]) + "\n")
 
 
+def add_kpt_shape(data: Path) -> None:
+    """A pose data.yaml (2 keypoints of x, y, visible) over the detect labels: boxes only, the wrong kind for pose."""
+    data.write_text(yaml.safe_dump({**yaml.safe_load(data.read_text()), "kpt_shape": [2, 3], "flip_idx": [0, 1]}))
+
+
 def corrupt_all_images(images: Path) -> None:
     for p in images.glob("*.jpg"):
         p.write_bytes(b"not a jpeg")
@@ -39,6 +44,8 @@ BAD = {
     "no labels": ("detect", lambda d: [p.unlink() for p in (d / "labels" / "train").glob("*.txt")], "no labels at all for the 8 training images"),
     "empty labels": ("detect", lambda d: [p.write_text("") for p in (d / "labels" / "train").glob("*.txt")], "no labels at all"),
     "boxes for segment": ("segment", None, "labels are boxes only (class x y w h); task=segment needs polygons"),
+    "boxes for pose": ("pose", lambda d: add_kpt_shape(d / "data.yaml"), "labels require 11 columns each (8 of 8 label files rejected"),
+    "no kpt_shape for pose": ("pose", None, "task=pose needs kpt_shape: [keypoints, 2 or 3]"),
     "class id >= nc": ("detect", lambda d: set_first_row(d / "labels" / "train", "7 0.5 0.5 0.1 0.1"), "Label class 7 exceeds dataset class count 3"),
     "negative class id": ("detect", lambda d: set_first_row(d / "labels" / "train", "-1 0.5 0.5 0.1 0.1"), "negative label values"),
     "NaN coordinate": ("detect", lambda d: set_first_row(d / "labels" / "train", "0 nan 0.5 0.1 0.1"), "train_000.txt: "),

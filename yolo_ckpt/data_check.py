@@ -87,12 +87,12 @@ def check_labels(data: dict, task: str, fraction: float = 1.0, single_cls: bool 
     Raises:
         InputError: one line naming the check that failed, the file or folder, and what the task needs.
     """
+    nkpt, ndim = data.get("kpt_shape", (0, 0))
+    if task == "pose" and (nkpt <= 0 or ndim not in {2, 3}):  # YOLODataset.__init__'s check, before the label scan
+        raise InputError(f"data={data.get('yaml_file', '')}: task=pose needs kpt_shape: [keypoints, 2 or 3] (e.g. kpt_shape: [17, 3]), got {data.get('kpt_shape')!r}")
     cache, cache_path = scan_labels(data, task, fraction, single_cls)
     found, missing, empty, corrupt, total = cache["results"]
     labels, where = cache["labels"], cache_path.with_suffix("")
-    if total and not labels:
-        first = next((m.split(CORRUPT, 1)[-1] for m in cache["msgs"] if CORRUPT in m), "")
-        raise InputError(f"data={data.get('yaml_file', '')}: all {total} training images are corrupt ({one_line(first)})")
     rejected = _rejected_labels(cache["msgs"])
     if rejected:
         file, reason = rejected[0]
@@ -100,6 +100,9 @@ def check_labels(data: dict, task: str, fraction: float = 1.0, single_cls: bool 
             f"{file}: {one_line(reason)} ({len(rejected)} of {total} label files rejected; nc={len(data['names'])}). "
             "Stock Ultralytics drops these images from training with a warning; yolo-ckpt refuses them: fix or remove those labels"
         )
+    if total and not labels:
+        first = next((m.split(CORRUPT, 1)[-1] for m in cache["msgs"] if CORRUPT in m), "")
+        raise InputError(f"data={data.get('yaml_file', '')}: all {total} training images are corrupt ({one_line(first)})")
     boxes = sum(len(lb["bboxes"]) for lb in labels)
     if boxes == 0:
         raise InputError(f"data={data.get('yaml_file', '')}: no labels at all for the {total} training images (label files are looked for in {where}: one <image name>.txt per image)")
