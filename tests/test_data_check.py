@@ -50,6 +50,7 @@ BAD = {
     "negative class id": ("detect", lambda d: set_first_row(d / "labels" / "train", "-1 0.5 0.5 0.1 0.1"), "negative label values"),
     "NaN coordinate": ("detect", lambda d: set_first_row(d / "labels" / "train", "0 nan 0.5 0.1 0.1"), "train_000.txt: "),
     "out of range": ("detect", lambda d: set_first_row(d / "labels" / "train", "0 1.5 0.5 0.1 0.1"), "non-normalized or out of bounds coordinates"),
+    "no train images": ("detect", lambda d: shutil.rmtree(d / "images" / "train"), "images/train does not exist"),
     "all images corrupt": ("detect", lambda d: corrupt_all_images(d / "images" / "train"), "all 8 training images are corrupt"),
 }
 

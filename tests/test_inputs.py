@@ -18,8 +18,8 @@ TRAIN = ["epochs=1", "imgsz=32", "batch=2", "workers=0", "plots=False", "exist_o
 
 
 def folder_state(folder: Path) -> dict:
-    """Every file under ``folder`` -> the sha256 of its bytes (an empty dict for a missing folder)."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+    """Every file under ``folder`` -> (the sha256 of its bytes, its mode) (an empty dict for a missing folder)."""
+    return {str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mode) for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture
@@ -29,6 +29,7 @@ def earlier_run(tmp_path):
     (run / "weights").mkdir(parents=True)
     (run / "args.yaml").write_text("from: the earlier run\n")
     (run / "results.csv").write_text("epoch,time\n1,2.0\n")
+    (run / "results.csv").chmod(0o640)  # not the umask's: the restore keeps it
     (run / "weights" / "last.pt").write_bytes(b"earlier weights")
     return run
 

@@ -44,14 +44,17 @@ def scan_labels(data: dict, task: str, fraction: float = 1.0, single_cls: bool =
         ``msgs``; ``results``: found, missing, empty, corrupt, total) and where the cache is or would be.
 
     Raises:
-        FileNotFoundError: for a training path with no images (Ultralytics' ``get_img_files``).
+        InputError: for a training path with no images (Ultralytics' ``get_img_files``), naming it.
     """
     from ultralytics.data import dataset as yolo_dataset
 
     ds = yolo_dataset.YOLODataset.__new__(yolo_dataset.YOLODataset)  # the scan's attributes only: no images loaded
     ds.prefix, ds.fraction, ds.augment, ds.single_cls, ds.data = "", fraction, False, single_cls, data
     ds.use_segments, ds.use_keypoints, ds.use_obb = task == "segment", task == "pose", task == "obb"
-    ds.im_files = ds.get_img_files(data["train"])
+    try:
+        ds.im_files = ds.get_img_files(data["train"])
+    except FileNotFoundError as e:  # e.g. a download: that ran and left train: missing
+        raise InputError(f"data={data.get('yaml_file', '')}: train: {data['train']}: {one_line(e.__cause__ or e)}") from None
     cache_path = Path(ds.get_label_files()[0]).parent.with_suffix(".cache")
     level = LOGGER.level
     LOGGER.setLevel(logging.ERROR)  # the trainer logs the scan's messages when it builds its dataset

@@ -557,25 +557,27 @@ RUN_DIR_FILES = ("args.yaml", "results.csv")  # what BaseTrainer.__init__ rewrit
 
 
 def _run_dir_state(cfg, overrides: dict):
-    """``(run dir, whether it exists, {name: bytes} of its files in RUN_DIR_FILES)`` as ``BaseTrainer.__init__`` will
+    """``(run dir, whether it exists, {name: (bytes, mode)} of its files in RUN_DIR_FILES)`` as ``BaseTrainer.__init__`` will
     pick the run dir (Ultralytics' ``get_cfg`` and ``get_save_dir``); None for a resumed run, whose folder is the
     resumed one."""
     args = get_cfg(cfg, overrides)
     if args.resume:
         return None
     run_dir = get_save_dir(args)
-    return run_dir, run_dir.exists(), {n: (run_dir / n).read_bytes() for n in RUN_DIR_FILES if (run_dir / n).is_file()}
+    files = [run_dir / n for n in RUN_DIR_FILES if (run_dir / n).is_file()]
+    return run_dir, run_dir.exists(), {p.name: (p.read_bytes(), p.stat().st_mode & 0o7777) for p in files}
 
 
-def _restore_run_dir(run_dir: Path, existed: bool, files: dict[str, bytes]) -> None:
+def _restore_run_dir(run_dir: Path, existed: bool, files: dict[str, tuple[bytes, int]]) -> None:
     """Put a run directory back as :func:`_run_dir_state` found it: remove it if it did not exist, else restore its
     ``args.yaml`` and ``results.csv`` (the run rewrote or removed them) and remove the ``weights`` folder the run made
     if it is empty."""
     if not existed:
         shutil.rmtree(run_dir, ignore_errors=True)
         return
-    for name, data in files.items():
+    for name, (data, mode) in files.items():
         atomic_write_bytes(run_dir / name, data)
+        (run_dir / name).chmod(mode)  # results.csv was removed: a new file would get the umask's mode
     with contextlib.suppress(OSError):  # not empty, or not there: leave it
         (run_dir / "weights").rmdir()
 
