@@ -95,6 +95,7 @@ class FailingFirstEpoch(DetectionTrainer):
         raise OSError("the disk went away")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("existing", [True, False])
 def test_any_failure_before_the_first_epoch_puts_the_run_folder_back(existing, earlier_run, synthetic, tmp_path):
     """An OSError from Ultralytics' set-up (dataloaders, after args.yaml was written and results.csv removed): the

@@ -40,9 +40,17 @@ def stock_mode(path: Path) -> int:
     ``open(path, "wb")`` creates; ``mkstemp``'s 0600 would make a checkpoint unreadable to the group)."""
     with contextlib.suppress(FileNotFoundError):
         return stat.S_IMODE(os.stat(path).st_mode)
-    umask = os.umask(0)  # the only portable way to read it: set and put back
+    return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    """The process's umask: Linux's /proc/self/status, else set and put back (a moment another thread could see)."""
+    with contextlib.suppress(OSError, StopIteration, IndexError, ValueError):
+        status = Path("/proc/self/status").read_text().splitlines()
+        return int(next(line for line in status if line.startswith("Umask:")).split()[1], 8)
+    umask = os.umask(0)
     os.umask(umask)
-    return 0o666 & ~umask
+    return umask
 
 
 def atomic_write(path: str | Path, write: Callable, in_place: Callable | None = None) -> None:

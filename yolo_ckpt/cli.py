@@ -151,7 +151,7 @@ def prepare_train(args: list[str]):
     """
     from ultralytics import RTDETR, YOLO
 
-    from .inputs import check_model_path, model_loading
+    from .inputs import check_train_inputs, model_loading
     from .policy import layout_of
     from .trainer import trainer_for
 
@@ -160,7 +160,7 @@ def prepare_train(args: list[str]):
     if task is not None:
         trainer_for(task)  # unknown task: fail before building anything
     name = overrides.pop("model", None) or DEFAULT_MODELS[task or "detect"]
-    check_model_path(name)
+    check_train_inputs({**overrides, "model": name})  # before the model is built (the trainer's key check repeats it)
     if Path(str(name)).suffix.lower() in {".yaml", ".yml"}:
         layout_of(name)  # a YAML without backbone:/head: fails here, with its name, not in Ultralytics' parse_model
     with model_loading(name):
