@@ -82,6 +82,11 @@ class Matrix:
         return None
 
 
+def _positive_int(value) -> bool:
+    """An int >= 1, or its digits ("3" from a YAML string)."""
+    return not isinstance(value, bool) and (isinstance(value, int) or (isinstance(value, str) and value.isdigit())) and int(value) >= 1
+
+
 def load_matrix(path, overrides: dict | None = None, datasets=None) -> Matrix:
     """Read and check a matrix file, before anything runs; ``overrides`` replace some of its ``settings``
     (``yolo-ckpt bench ... epochs=10``). ``path``: a file, or the name of a shipped matrix (``cpu-step``,
@@ -108,8 +113,8 @@ def load_matrix(path, overrides: dict | None = None, datasets=None) -> Matrix:
         owned = sorted(set(settings) & (set(CELL_KEYS) | {"data", "project", "name", "trainer"}))
         if owned:
             raise ConfigError(f"{path}: settings {owned} are set per cell by the runner; give them as cell keys in grid: (valid: {sorted(CELL_KEYS)})")
-    elif int(settings["pairs"]) < 1 or int(settings["objects"]) < 1:
-        raise ConfigError(f"{path}: pairs={settings['pairs']} and objects={settings['objects']} must be at least 1")
+    elif bad := next((k for k in ("pairs", "objects") if not _positive_int(settings[k])), None):
+        raise ConfigError(f"{path}: {bad}={settings[bad]!r} is not valid; valid: an int >= 1")
     elif set(settings) - set(SETTINGS[kind]):
         raise ConfigError(f"{path}: unknown settings {sorted(set(settings) - set(SETTINGS[kind]))} for kind={kind}; valid: {sorted(SETTINGS[kind])}")
     blocks = spec.get("grid") or []
@@ -243,7 +248,12 @@ def _data_yaml(matrix: Matrix, dataset: str) -> str:
 def read_results(out: Path) -> pd.DataFrame:
     """``<out>/results.csv`` (an empty frame if there is none yet)."""
     csv = out / "results.csv"
-    return pd.read_csv(csv, keep_default_na=False, na_values=[""]) if csv.is_file() else pd.DataFrame(columns=["cell", "status"])
+    if not csv.is_file():
+        return pd.DataFrame(columns=["cell", "status"])
+    table = pd.read_csv(csv, keep_default_na=False, na_values=[""])
+    if not {"cell", "status"} <= set(table.columns):  # e.g. a training run's folder, whose results.csv is Ultralytics'
+        raise ValueError(f"out={out}: its results.csv is not a bench results table (no cell and status columns); give a new folder or a bench's out folder")
+    return table
 
 
 def run_matrix(path, out=None, command: str | None = None, overrides: dict | None = None, rerun: bool = False, dry: bool = False, datasets=None) -> pd.DataFrame:
@@ -268,7 +278,10 @@ def run_matrix(path, out=None, command: str | None = None, overrides: dict | Non
     if fractions and not torch.cuda.is_available():
         raise ConfigError(f"{path}: memory_budget={fractions[0]['memory_budget']} is a fraction of CUDA memory and this machine has no CUDA device; give bytes with a unit, e.g. 8GB")
     out = Path(out) if out else Path(ULTRALYTICS_SETTINGS["runs_dir"]) / "bench" / matrix.name
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"out={out} is a file; out= is the folder the bench writes its results into")
     done = read_results(out)
+    out.mkdir(parents=True, exist_ok=True)
     settings = json.dumps(matrix.settings, sort_keys=True, default=str)
     finished = set(done.loc[(done["status"] == "ok") & (done.get("settings") == settings), "cell"]) if len(done) and not rerun else set()
     todo = [c for c in matrix.cells if cell_id(c) not in finished]

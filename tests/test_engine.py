@@ -139,6 +139,20 @@ def test_all_equals_stock_training():
     assert not torch.equal(patched.model[6].cv1.bn.running_var, untouched["model.6.cv1.bn.running_var"])
 
 
+def test_all_under_checkpoint_debug_mode_equals_stock():
+    """recompute=all under PyTorch's checkpoint debug mode (its tool for a CheckpointError; it refuses a context_fn):
+    runs, recomputes every layer and head branch once, and gradients, parameters and BN buffers equal stock's."""
+    stock, patched = build_model(), build_model()
+    apply_checkpointing(patched, "all")
+    batch = detect_batch(2, 64, 3, seed=4)
+    with count_recomputations() as counter, torch.utils.checkpoint.set_checkpoint_debug_enabled(True):
+        lp = train_step(patched, batch)
+    assert torch.equal(train_step(stock, batch), lp)
+    assert counter.total == len(Y11_ALL) + len(Y11_HEAD)
+    assert_grads_equal(stock, patched)
+    assert_state_equal(stock, patched)  # running_mean/var and num_batches_tracked: updated once, as stock
+
+
 def test_bn_buffers_without_optimizer():
     """Same, gradient accumulation without optimizer steps: BN running stats equal after 2 forward passes."""
     stock, patched = build_model(), build_model()

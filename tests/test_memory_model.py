@@ -512,3 +512,4 @@ def test_size_text_in_messages():
     from yolo_ckpt.planner import size_text
 
     assert (size_text(10**6), size_text(2**30 - 1), size_text(3 * 2**30)) == ("1.0 MiB", "1024.0 MiB", "3.00 GiB")
+    assert (size_text(1000), size_text(2**10), size_text(50 * 2**10)) == ("1000 bytes", "1.0 KiB", "50.0 KiB")  # not "0.0 MiB"

@@ -168,6 +168,7 @@ def prepare_train(args: list[str]):
     """
     from ultralytics import RTDETR, YOLO
 
+    from .inputs import check_train_inputs
     from .policy import layout_of
     from .resume import check_resumable
     from .trainer import trainer_for
@@ -177,9 +178,10 @@ def prepare_train(args: list[str]):
     if task is not None:
         trainer_for(task)  # unknown task: fail before building anything
     name = overrides.pop("model", None) or DEFAULT_MODELS[task or "detect"]
+    check_train_inputs({**overrides, "model": name})  # before the model is built (the trainer's key check repeats it)
     if Path(str(name)).suffix.lower() in {".yaml", ".yml"}:
         layout_of(name)  # a YAML without backbone:/head: fails here, with its name, not in Ultralytics' parse_model
-    with user_input():
+    with user_input(checkpoint=name):
         model = RTDETR(name) if "rtdetr" in Path(str(name)).stem.lower() else YOLO(name, task=task)
     resume = overrides.get("resume")
     if resume:  # a finished run: stock starts a new one with the defaults (data=coco8.yaml) or fails in the trainer

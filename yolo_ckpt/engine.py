@@ -152,11 +152,30 @@ def _entered(*managers):
         yield
 
 
-def _eager_contexts(layer: nn.Module, mode: str):
-    if mode == "selective":
-        forward, recompute = create_selective_checkpoint_contexts(_selective_policy)
-        return forward, _entered(_recompute_context(layer), recompute)  # BN snapshot outside the SAC mode
-    return contextlib.nullcontext(), _recompute_context(layer)
+def _selective_contexts(layer: nn.Module):
+    forward, recompute = create_selective_checkpoint_contexts(_selective_policy)
+    return forward, _entered(_recompute_context(layer), recompute)  # BN snapshot outside the SAC mode
+
+
+def _recomputed_in_context(layer: nn.Module, forward):
+    """``forward`` as is on its first call (the checkpointed forward pass), inside :func:`_recompute_context` on every
+    later call (``checkpoint``'s recomputations in backward).
+
+    The full mode's BatchNorm snapshot without a ``context_fn``, which PyTorch's checkpoint debug mode
+    (``torch.utils.checkpoint.set_checkpoint_debug_enabled(True)``) refuses ("debug=True is incompatible with
+    non-default context_fn"): so debug mode runs, with its own context, and checks the full mode exactly as it
+    trains (the selective mode needs its ``context_fn``: PyTorch refuses debug mode for it)."""
+    calls = 0
+
+    def run(*args, **kwargs):
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return forward(*args, **kwargs)
+        with _recompute_context(layer):
+            return forward(*args, **kwargs)
+
+    return run
 
 
 class PickledAsStock:
@@ -215,7 +234,11 @@ class RecomputedLayer(PickledAsStock, nn.Module):
         else:
             # SAC's saved tensors go through the surrounding saved-tensor hooks, as every other saved tensor does
             # (save_on_cpu, the per-layer accounting of yolo_ckpt.memory); torch 2.14 warns that this becomes the default
-            options = {"context_fn": functools.partial(_eager_contexts, self, self.recompute_mode), "respect_saved_tensors_hooks": True}
+            options = {"respect_saved_tensors_hooks": True}
+            if self.recompute_mode == "selective":
+                options["context_fn"] = functools.partial(_selective_contexts, self)
+            else:
+                stock_forward = _recomputed_in_context(self, stock_forward)
         return checkpoint(stock_forward, *args, use_reentrant=False, **options, **kwargs)
 
 

@@ -1,6 +1,8 @@
 """The error a user's input causes, apart from the bugs a traceback should show."""
 
 import contextlib
+import pickle
+from pathlib import Path
 
 
 class ConfigError(ValueError):
@@ -14,21 +16,32 @@ class MissingFileError(ConfigError, FileNotFoundError):
     :class:`ConfigError` that is also a FileNotFoundError."""
 
 
-def _one_line(e: BaseException) -> str:
-    return "; ".join(line.strip() for line in str(e).splitlines() if line.strip()) or repr(e)
+def one_line(text) -> str:
+    """``text``'s (an exception's) non-blank lines joined by "; " (Ultralytics' errors span several lines)."""
+    return "; ".join(line.strip() for line in str(text).splitlines() if line.strip()) or repr(text)
 
 
 @contextlib.contextmanager
-def user_input():
+def user_input(checkpoint=None):
     """Inside the block Ultralytics reads what the user named (a model file, a dataset): its errors there, a missing
     file, a malformed YAML or checkpoint, are the user's input and become a :class:`ConfigError` (a
     :class:`MissingFileError` for a missing file), in one line. Outside such blocks an exception is a bug and keeps
-    its traceback."""
+    its traceback.
+
+    Args:
+        checkpoint: the ``model=`` a block loads: where it names a ``.pt`` file, what loading a file that is not an
+            Ultralytics checkpoint raises (``torch_load``'s TypeError, an unpickling error) names it too.
+    """
     try:
         yield
     except ConfigError:
         raise
     except FileNotFoundError as e:
-        raise MissingFileError(_one_line(e)) from e
+        raise MissingFileError(one_line(e)) from e
     except (SyntaxError, AssertionError, ValueError, KeyError, RuntimeError) as e:
-        raise ConfigError(_one_line(e)) from e
+        raise ConfigError(one_line(e)) from e
+    except (TypeError, EOFError, ModuleNotFoundError, AttributeError, pickle.UnpicklingError) as e:
+        if not (str(checkpoint).lower().endswith(".pt") and Path(str(checkpoint)).is_file()):
+            raise
+        reason = one_line(str(e).replace("ERROR ❌️", "")).split("; Recommended")[0]
+        raise ConfigError(f"model={checkpoint} is not a loadable Ultralytics checkpoint: {reason}") from None

@@ -56,8 +56,13 @@ PLANNED_TASKS = TASKS  # the tasks yolo_ckpt.estimate estimates (yolo_ckpt.memor
 
 
 def size_text(n: int) -> str:
-    """Bytes as a person reads them in a message: GiB (2 decimals) from 1 GiB, else MiB (1 decimal)."""
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+    """Bytes as a person reads them in a message: GiB (2 decimals) from 1 GiB, else MiB (1 decimal) where that is not
+    0.0, else KiB (1 decimal) from 1 KiB, else bytes (``memory_budget=1KB`` is "1000 bytes", not "0.0 MiB")."""
+    if abs(n) >= 2**30:
+        return f"{n / 2**30:.2f} GiB"
+    if abs(n) >= 0.05 * 2**20:
+        return f"{n / 2**20:.1f} MiB"
+    return f"{n / 2**10:.1f} KiB" if abs(n) >= 2**10 else f"{int(n)} bytes"
 
 
 class PlanError(ConfigError):

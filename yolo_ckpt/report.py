@@ -225,12 +225,17 @@ def load_report(run_dir) -> RunReport:
 
     Raises:
         FileNotFoundError: naming the directory, when it holds no report (not a yolo-ckpt run, or unfinished).
-        ValueError: for a report of another schema (:meth:`RunReport.from_dict`).
+        ValueError: for a report of another schema (:meth:`RunReport.from_dict`), or one that is not JSON (a
+            truncated or edited file), naming the file.
     """
     path = Path(run_dir) / REPORT_NAME
     if not path.is_file():
         raise MissingFileError(f"{run_dir} has no {REPORT_NAME}: give run directories of finished yolo-ckpt runs")
-    return RunReport.from_dict(json.loads(path.read_text()), path)
+    try:
+        record = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path} is not a readable run report ({e.msg}: line {e.lineno} column {e.colno}): the file is truncated or was edited") from None
+    return RunReport.from_dict(record, path)
 
 
 PRIMARY_KIND = {"detect": "box", "obb": "box", "segment": "mask", "pose": "pose"}

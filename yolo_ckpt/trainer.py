@@ -52,10 +52,12 @@ from ultralytics.utils import (
 from ultralytics.utils.torch_utils import unwrap_model
 
 from . import distributed, report
-from .atomic import atomic_saves, atomic_write_bytes
+from .atomic import atomic_saves, atomic_write_bytes, remove_stale_temporaries
 from .config import DEFAULTS, TASK_DEFAULTS, CkptConfig
+from .data_check import check_train_labels
 from .engine import apply_checkpointing
 from .errors import ConfigError
+from .inputs import check_train_inputs
 from .layer_plot import layer_plot, write_layer_plot
 from .planner import PLANNED_TASKS, PlanError, size_text
 from .policy import is_auto, layout_of, resolve
@@ -125,8 +127,13 @@ def _on_pretrain_routine_end(trainer) -> None:
         trainer.estimate_step_peaks()
 
 
+def _on_train_start(trainer) -> None:
+    trainer._run_dir_before = None  # the first epoch starts: a failure from here on keeps the run folder as it is
+
+
 CALLBACKS = {
     "on_pretrain_routine_end": _on_pretrain_routine_end,
+    "on_train_start": _on_train_start,
     "on_train_batch_start": _on_train_batch_start,
     "on_train_batch_end": _on_train_batch_end,
     "on_train_end": _on_train_end,
@@ -140,18 +147,17 @@ class CheckpointTrainerMixin:
         """Take yolo-ckpt's keys out of ``overrides``/``cfg``, validate them, then build the Ultralytics trainer.
 
         Raises:
-            ValueError: for an invalid yolo-ckpt key (:meth:`check_keys`), before any file or folder is written.
-                Whatever Ultralytics' trainer raises while it is built (a missing ``data=``: RuntimeError), after the
-                run directory is put back as it was (:func:`_restore_run_dir`).
+            ConfigError: for an invalid yolo-ckpt key or input (:meth:`check_keys`) or training set
+                (:func:`~yolo_ckpt.data_check.check_train_labels`), before any file or folder is written. Whatever
+                Ultralytics' trainer raises while it is built (a missing ``data=``: RuntimeError), after the run
+                directory is put back as it was (:func:`_restore_run_dir`).
         """
         config, given, overrides = self.check_keys(overrides)
+        if RANK in {-1, 0}:
+            check_train_labels(type(self), get_cfg(cfg, overrides))
         self._run_dir_before = _run_dir_state(cfg, overrides)
-        try:
+        with self._run_dir_restored_on_failure():  # e.g. a data= that does not exist: Ultralytics wrote args.yaml, removed results.csv
             super().__init__(cfg, overrides, _callbacks)
-        except Exception:  # e.g. a data= that does not exist: Ultralytics wrote args.yaml and removed results.csv
-            if RANK in {-1, 0} and self._run_dir_before:
-                _restore_run_dir(*self._run_dir_before)
-            raise
         if distributed.torchrun_world_size() > 1:  # a torchrun worker: the whole job's ranks, on every node
             self.world_size = distributed.torchrun_world_size()
         # given > restored by resume (train_args) > this task's default > default
@@ -161,6 +167,7 @@ class CheckpointTrainerMixin:
         self.ckpt_config = CkptConfig.from_args(vars(self.args)) if self.args.resume else config
         if RANK in {-1, 0}:
             YAML.save(self.save_dir / "args.yaml", vars(self.args))  # again, now with yolo-ckpt's keys
+            remove_stale_temporaries(self.wdir)  # of this run's saves a kill interrupted
         self.policy = self.plan = self.run_spec = self._planned = None
         self.ckpt_stats = RunStats()
         self.estimated_peaks, self.estimated_step, self.estimate_skipped = {}, None, None  # estimate_step_peaks()
@@ -184,9 +191,11 @@ class CheckpointTrainerMixin:
             ConfigError: for an invalid ``recompute=``, ``recompute_mode=``, ``loss_chunk=``, ``memory_budget=`` or
                 ``memory_headroom=``, a ``recompute=`` the model does not have (:func:`yolo_ckpt.policy.resolve`), a
                 planning request this task or device cannot honour, or an RT-DETR model given to a trainer other
-                than RTDETRTrainer's; before anything is written.
+                than RTDETRTrainer's, or a bad ``imgsz=``, ``device=``, ``project=`` or ``model=``
+                (:func:`yolo_ckpt.inputs.check_train_inputs`); before anything is written.
         """
         overrides = dict(overrides or {})
+        check_train_inputs(overrides)
         given = {k: overrides.pop(k) for k in DEFAULTS if k in overrides}
         config = CkptConfig.from_args(given, task_of(cls))
         cls._check_planning(config, overrides)
@@ -370,15 +379,31 @@ class CheckpointTrainerMixin:
             self.ckpt_stats.probe_batch = dict(batch)
         return batch
 
+    def get_model(self, *args, **kwargs):
+        """Ultralytics' ``get_model`` (``Model.train`` calls it between building the trainer and training), the run
+        directory put back as it was if it fails (:meth:`_run_dir_restored_on_failure`)."""
+        with self._run_dir_restored_on_failure():
+            return super().get_model(*args, **kwargs)
+
     def train(self):
-        """Ultralytics' training. When no plan fits the budget (:class:`~yolo_ckpt.planner.PlanError`, raised as the
-        run sets up, before any epoch), the run directory is put back as it was: removed if this run made it, else
-        its previous ``args.yaml`` restored; then the error is raised."""
-        try:
+        """Ultralytics' training. Whatever fails before the first epoch starts (Ultralytics' set-up, the dataset,
+        planning: :class:`~yolo_ckpt.planner.PlanError`) leaves the run directory as it was
+        (:meth:`_run_dir_restored_on_failure`); then the error is raised."""
+        with self._run_dir_restored_on_failure():
             return super().train()
-        except PlanError:
-            if RANK in {-1, 0} and self._run_dir_before and self._run_dir_before[0] == self.save_dir:
-                _restore_run_dir(*self._run_dir_before)
+
+    @contextlib.contextmanager
+    def _run_dir_restored_on_failure(self):
+        """Put the run directory back as it was before this run (:func:`_restore_run_dir`: removed if this run made
+        it, else its previous ``args.yaml`` and ``results.csv``) when the block raises, anything, before the first
+        epoch starts (``on_train_start`` clears the saved state: from then on the folder holds this run's results).
+        Not for a resumed run (its folder is the resumed one) nor a DDP launcher, whose workers train."""
+        try:
+            yield
+        except BaseException:
+            before = getattr(self, "_run_dir_before", None)
+            if RANK in {-1, 0} and before and not getattr(self, "ddp", False) and before[0] == getattr(self, "save_dir", before[0]):
+                _restore_run_dir(*before)
             raise
 
     def _setup_ddp(self):
@@ -413,9 +438,10 @@ class CheckpointTrainerMixin:
             return super().validate()
 
     def final_eval(self):
-        """Ultralytics' final validation of ``best.pt``, with its CUDA peak counted as validation."""
+        """Ultralytics' final validation of ``best.pt``, with its CUDA peak counted as validation, and its
+        ``strip_optimizer`` rewrites of ``last.pt`` and ``best.pt`` atomic (:mod:`yolo_ckpt.atomic`)."""
         cpu_ranks = self.device.type == "cpu" and self.world_size > 1
-        with self._cuda_peak("val"), distributed.cpu_validation() if cpu_ranks else contextlib.nullcontext():
+        with self._cuda_peak("val"), atomic_saves(self.wdir), distributed.cpu_validation() if cpu_ranks else contextlib.nullcontext():
             super().final_eval()
 
     def memory_probes(self):
@@ -549,25 +575,27 @@ RUN_DIR_FILES = ("args.yaml", "results.csv")  # what BaseTrainer.__init__ rewrit
 
 
 def _run_dir_state(cfg, overrides: dict):
-    """``(run dir, whether it exists, {name: bytes} of its files in RUN_DIR_FILES)`` as ``BaseTrainer.__init__`` will
+    """``(run dir, whether it exists, {name: (bytes, mode)} of its files in RUN_DIR_FILES)`` as ``BaseTrainer.__init__`` will
     pick the run dir (Ultralytics' ``get_cfg`` and ``get_save_dir``); None for a resumed run, whose folder is the
     resumed one."""
     args = get_cfg(cfg, overrides)
     if args.resume:
         return None
     run_dir = get_save_dir(args)
-    return run_dir, run_dir.exists(), {n: (run_dir / n).read_bytes() for n in RUN_DIR_FILES if (run_dir / n).is_file()}
+    files = [run_dir / n for n in RUN_DIR_FILES if (run_dir / n).is_file()]
+    return run_dir, run_dir.exists(), {p.name: (p.read_bytes(), p.stat().st_mode & 0o7777) for p in files}
 
 
-def _restore_run_dir(run_dir: Path, existed: bool, files: dict[str, bytes]) -> None:
+def _restore_run_dir(run_dir: Path, existed: bool, files: dict[str, tuple[bytes, int]]) -> None:
     """Put a run directory back as :func:`_run_dir_state` found it: remove it if it did not exist, else restore its
     ``args.yaml`` and ``results.csv`` (the run rewrote or removed them) and remove the ``weights`` folder the run made
     if it is empty."""
     if not existed:
         shutil.rmtree(run_dir, ignore_errors=True)
         return
-    for name, data in files.items():
+    for name, (data, mode) in files.items():
         atomic_write_bytes(run_dir / name, data)
+        (run_dir / name).chmod(mode)  # results.csv was removed: a new file would get the umask's mode
     with contextlib.suppress(OSError):  # not empty, or not there: leave it
         (run_dir / "weights").rmdir()
 
