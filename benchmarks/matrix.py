@@ -252,7 +252,7 @@ def read_results(out: Path) -> pd.DataFrame:
         return pd.DataFrame(columns=["cell", "status"])
     table = pd.read_csv(csv, keep_default_na=False, na_values=[""])
     if not {"cell", "status"} <= set(table.columns):  # e.g. a training run's folder, whose results.csv is Ultralytics'
-        raise ValueError(f"out={out}: its results.csv is not a bench results table (no cell and status columns); give a new folder or a bench's out folder")
+        raise ConfigError(f"out={out}: its results.csv is not a bench results table (no cell and status columns); give a new folder or a bench's out folder")
     return table
 
 
