@@ -89,12 +89,14 @@ class RecomputeCounter:
             recomputed module: layers (``"6"``), their inner blocks (``"6.m.0.1"``) and head branches (``"23.cv2.0"``).
         loss_images: number of images whose mask loss the loss region recomputed in backward
             (:mod:`yolo_ckpt.losses`).
+        assignments: number of task-aligned assignments that ran in chunks of objects (:mod:`yolo_ckpt.assigner`).
     """
 
     def __init__(self):
         self.per_layer: Counter[int] = Counter()
         self.per_module: Counter[str] = Counter()
         self.loss_images = 0
+        self.assignments = 0
 
     @property
     def total(self) -> int:
