@@ -133,8 +133,6 @@ BAD = [
     ("bogus", "unknown layer name or section 'bogus'"),
     ("99", "layer index 99 is out of range"),
     ("haed", r"did you mean 'head'\?"),
-    ("loss", "the final head Detect has no loss region"),
-    ("all,loss", "segment models"),
     ("none,backbone", "combines 'none'"),
     ("4-2", "is empty"),
     (True, "not a valid value"),

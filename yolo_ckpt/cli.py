@@ -213,6 +213,7 @@ def _estimate_setup(args: list[str], command: str = "plan"):
     from ultralytics.data.utils import check_cls_dataset, check_det_dataset
 
     from .planner import PLANNED_TASKS
+    from .policy import ModelLayout
     from .runspec import RunSpec, amp_enabled, autobatch_imgsz, count_data, device_type, objects_rule, optimizer_rule
 
     keys = {k: v for k, v in ESTIMATE_DEFAULTS.items() if command == "profile" or k not in PROFILE_ONLY}
@@ -225,7 +226,8 @@ def _estimate_setup(args: list[str], command: str = "plan"):
     yolo = YOLO(opts["model"], task=given.get("task"))
     if yolo.task not in PLANNED_TASKS:
         raise ValueError(f"profile and plan estimate {', '.join(PLANNED_TASKS)} models; model={opts['model']} is a {yolo.task} model")
-    config = CkptConfig.from_args(given, task=yolo.task)  # with the task's defaults, as train takes them
+    # with the task's defaults, as train takes them: its loss region where the head has one (not RT-DETR's, ...)
+    config = CkptConfig.from_args(given, task=yolo.task if ModelLayout.from_model(yolo.model).has_loss_region else None)
     device = device_type(opts["device"])
     cfg = get_cfg(DEFAULT_CFG, {k: v for k, v in opts.items() if k in DEFAULT_CFG_DICT and k != "format"} | {"task": yolo.task})
     model, counts = yolo.model, None
@@ -296,7 +298,7 @@ def profile(args: list[str]) -> dict:
         recompute, mode = config.recompute, config.recompute_mode
         policy = resolve(recompute, ModelLayout.from_model(model), mode=mode)
         steps = TQDM(total=3, desc="yolo-ckpt profile: calibrating the loss, estimating none, estimating the policy")
-        formulas = loss_models(model, spec.amp, config.loss_chunk)  # the stock loss's, and the loss region's
+        formulas = loss_models(model, spec.amp, config.loss_chunk, config.assign_chunk)  # the stock loss's, the region's
         steps.update()
         results = {}
         for name, spec_name, loss in (("none", "none", False), ("policy", recompute, policy.loss)):
@@ -357,7 +359,10 @@ def plan_setup(args: list[str]):
         raise ValueError("plan needs memory_budget= (bytes with a unit, e.g. memory_budget=16GB)")
     headroom = config.headroom_on(spec.device)
     print("yolo-ckpt plan: estimating the model (calibrating its loss formula, one fake pass)", file=sys.stderr)
-    memory = MemoryModel(model, opts["imgsz"], opts["batch"], spec.objects, spec.optimizer, spec.amp, headroom, config.loss_chunk)
+    memory = MemoryModel(
+        model, opts["imgsz"], opts["batch"], spec.objects, spec.optimizer, spec.amp, headroom, config.loss_chunk,
+        config.assign_chunk,
+    )
     return memory, config.memory_budget.bytes(None), opts, spec
 
 

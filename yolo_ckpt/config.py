@@ -1,7 +1,7 @@
 """yolo-ckpt's keys as one typed config, validated once where it is built.
 
 :class:`CkptConfig` holds the train keys of ``cfg/default.yaml`` (``recompute``, ``recompute_mode``,
-``memory_budget``, ``memory_headroom``, ``loss_chunk``) with their types: a budget is a :class:`Budget`, a headroom a
+``memory_budget``, ``memory_headroom``, ``loss_chunk``, ``assign_chunk``) with their types: a budget is a :class:`Budget`, a headroom a
 :class:`Headroom`. :meth:`CkptConfig.from_args` is the one constructor: it fills the defaults from the YAML (and
 :data:`TASK_DEFAULTS`) and checks every key, before anything is built or written. The trainers
 (:mod:`yolo_ckpt.trainer`), the CLI (:mod:`yolo_ckpt.cli`) and the benchmark matrix (``benchmarks/matrix.py``) read
@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ultralytics.utils import YAML
 
+from .assigner import check_assign_chunk
 from .losses import check_loss_chunk
 from .policy import check_mode, check_spec, spec_string
 
@@ -28,9 +29,11 @@ DEFAULTS_PATH = CFG_DIR / "default.yaml"
 DEFAULTS: dict = YAML.load(DEFAULTS_PATH)  # the train keys and their defaults
 ESTIMATE_DEFAULTS_PATH = CFG_DIR / "estimate.yaml"
 ESTIMATE_DEFAULTS: dict = YAML.load(ESTIMATE_DEFAULTS_PATH)  # profile and plan's own keys and their defaults
-# yolo-ckpt keys whose default differs for a task from cfg/default.yaml. Segmentation recomputes its mask loss (the
-# loss region, yolo_ckpt.losses): exact and, with many objects per image, it frees more memory than any layer policy.
-TASK_DEFAULTS = {"segment": {"recompute": "backbone,loss"}}
+# yolo-ckpt keys whose default differs for a task from cfg/default.yaml: the loss region (yolo_ckpt.losses), where
+# the task's YOLO heads have one. Exact; it chunks the assigner (no recomputation) and recomputes the segmentation
+# mask loss: with many objects per image it frees more memory than any layer policy. Only for the task's own
+# trainers (yolo_ckpt.trainer): RT-DETR's, YOLO-World's and YOLOE's heads have no loss region.
+TASK_DEFAULTS = {task: {"recompute": "backbone,loss"} for task in ("detect", "obb", "pose", "segment")}
 
 _UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 _BUDGET = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*$")
@@ -161,7 +164,8 @@ class CkptConfig:
         recompute_mode: ``full`` or ``selective``.
         memory_budget: the :class:`Budget`, or None (unset).
         memory_headroom: the :class:`Headroom` a CUDA plan against a budget in bytes keeps.
-        loss_chunk: anchors per chunk of the loss region's forward (a positive int).
+        loss_chunk: anchors per chunk of the loss region's mask loss forward (a positive int).
+        assign_chunk: objects per chunk of the loss region's assigner (a positive int).
     """
 
     recompute: str
@@ -169,6 +173,7 @@ class CkptConfig:
     memory_budget: Budget | None
     memory_headroom: Headroom
     loss_chunk: int
+    assign_chunk: int
 
     @classmethod
     def from_args(cls, args: Mapping, task: str | None = None) -> CkptConfig:
@@ -179,7 +184,8 @@ class CkptConfig:
             ValueError: naming the key, the bad value and the valid choices, for a bad ``recompute=`` form
                 (:func:`yolo_ckpt.policy.check_spec`), ``recompute_mode=`` (:func:`yolo_ckpt.policy.check_mode`),
                 ``memory_budget=`` (:meth:`Budget.parse`), ``memory_headroom=`` (:meth:`Headroom.parse`) or
-                ``loss_chunk=`` (:func:`yolo_ckpt.losses.check_loss_chunk`).
+                ``loss_chunk=`` (:func:`yolo_ckpt.losses.check_loss_chunk`) or ``assign_chunk=``
+                (:func:`yolo_ckpt.assigner.check_assign_chunk`).
         """
         values = {**DEFAULTS, **TASK_DEFAULTS.get(task, {}), **{k: args[k] for k in DEFAULTS if k in args}}
         check_spec(values["recompute"])
@@ -191,6 +197,7 @@ class CkptConfig:
             memory_budget=None if budget is None else Budget.parse(budget),
             memory_headroom=Headroom.parse(values["memory_headroom"]),
             loss_chunk=check_loss_chunk(values["loss_chunk"]),
+            assign_chunk=check_assign_chunk(values["assign_chunk"]),
         )
 
     def headroom_on(self, device: str) -> Headroom:

@@ -159,7 +159,7 @@ class CheckpointTrainerMixin:
         if distributed.torchrun_world_size() > 1:  # a torchrun worker: the whole job's ranks, on every node
             self.world_size = distributed.torchrun_world_size()
         # given > restored by resume (train_args) > this task's default > default
-        for k, default in {**DEFAULTS, **TASK_DEFAULTS.get(task_of(type(self)), {})}.items():
+        for k, default in {**DEFAULTS, **_task_defaults(type(self))}.items():
             setattr(self.args, k, given.get(k, getattr(self.args, k, default)))
         self.ckpt_config = CkptConfig.from_args(vars(self.args))  # typed; the raw values stay on args for args.yaml
         if RANK in {-1, 0}:
@@ -182,7 +182,7 @@ class CheckpointTrainerMixin:
             ``(yolo-ckpt's keys given, the other overrides)``.
 
         Raises:
-            ValueError: for an invalid ``recompute=``, ``recompute_mode=``, ``loss_chunk=``, ``memory_budget=`` or
+            ValueError: for an invalid ``recompute=``, ``recompute_mode=``, ``loss_chunk=``, ``assign_chunk=``, ``memory_budget=`` or
                 ``memory_headroom=`` (:meth:`yolo_ckpt.config.CkptConfig.from_args`), a ``recompute=`` the model does
                 not have (:func:`yolo_ckpt.policy.resolve`), or a planning request this task or device cannot honour.
         """
@@ -257,9 +257,10 @@ class CheckpointTrainerMixin:
         model.args = self.args  # the loss's hyperparameters (set_model_attributes has not run yet in setup_model)
         self.run_spec = RunSpec(self.device.type, amp, optimizer, optimizer_text, objects, objects_text, int(model.yaml["nc"]))
         LOGGER.info(f"{PREFIX}memory model {self.run_spec.describe()}")
-        headroom, chunk = self.ckpt_config.headroom_on(self.device.type), self.ckpt_config.loss_chunk
+        config = self.ckpt_config
         return MemoryModel(
-            model, self._planned_imgsz(), batch, objects=objects, optimizer=optimizer, amp=amp, headroom=headroom, loss_chunk=chunk
+            model, self._planned_imgsz(), batch, objects=objects, optimizer=optimizer, amp=amp,
+            headroom=config.headroom_on(self.device.type), loss_chunk=config.loss_chunk, assign_chunk=config.assign_chunk,
         )
 
     def _plan_recompute(self) -> str:
@@ -340,6 +341,7 @@ class CheckpointTrainerMixin:
             frozen=frozen_layers(self.args.freeze),
             mode=config.recompute_mode,
             loss_chunk=config.loss_chunk,
+            assign_chunk=config.assign_chunk,
         )
         if RANK in {-1, 0}:
             LOGGER.info(f"{PREFIX}activation checkpointing {self.policy}")
@@ -424,7 +426,11 @@ class CheckpointTrainerMixin:
             return None, probe_validation_step(self.ema.ema, batch["img"])
         val_batch = self.test_loader.batch_size or len(batch["img"])
         images = batch["img"].repeat((val_batch + len(batch["img"]) - 1) // len(batch["img"]), 1, 1, 1)[:val_batch]
-        step = profile_step(model, batch, self.policy.spec, self.policy.mode, optimizer_for(self.args.optimizer))
+        config = self.ckpt_config
+        step = profile_step(
+            model, batch, self.policy.spec, self.policy.mode, optimizer_for(self.args.optimizer),
+            loss_chunk=config.loss_chunk, assign_chunk=config.assign_chunk,
+        )
         return step, probe_validation_step(self.ema.ema, images)
 
     @contextlib.contextmanager
@@ -552,6 +558,17 @@ def _restore_run_dir(run_dir: Path, existed: bool, files: dict[str, bytes]) -> N
         atomic_write_bytes(run_dir / name, data)
     with contextlib.suppress(OSError):  # not empty, or not there: leave it
         (run_dir / "weights").rmdir()
+
+
+def _task_defaults(trainer_cls: type) -> dict:
+    """:data:`yolo_ckpt.config.TASK_DEFAULTS` of the trainer's task where its nearest Ultralytics trainer is the task's
+    own (a user's subclass of it too): RT-DETR's, YOLO-World's and YOLOE's trainers, task detect or segment, train
+    heads without a loss region and keep ``cfg/default.yaml``'s."""
+    from ultralytics import YOLO
+
+    task = task_of(trainer_cls)
+    nearest = next(c for c in trainer_cls.__mro__ if c.__module__.startswith("ultralytics."))
+    return TASK_DEFAULTS.get(task, {}) if nearest is YOLO.task_map.fget(None)[task]["trainer"] else {}
 
 
 def task_of(trainer_cls: type) -> str:
