@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers import train
 from torch.utils._pytree import tree_leaves, tree_map
 from ultralytics.cfg import get_cfg
 from ultralytics.nn.tasks import DetectionModel, OBBModel, PoseModel, SegmentationModel
@@ -19,7 +20,7 @@ from ultralytics.utils.tal import (
     make_anchors,
 )
 
-from yolo_ckpt import count_recomputations
+from yolo_ckpt import CheckpointDetectionTrainer, count_recomputations, engine
 from yolo_ckpt.assigner import assigners, check_assign_chunk, chunk_assigners
 
 IMGSZ, N, NC, K, NM = 128, 12, 3, 5, 8
@@ -220,3 +221,24 @@ def test_loss_and_gradients_equal_stock(name, one_thread):
         assert len(got) == len(expected)
         for a, b in zip(got, expected):
             assert torch.equal(a, b)
+
+
+@pytest.mark.slow
+def test_run_probe_uses_the_runs_chunks(synthetic, tmp_path, monkeypatch, one_thread):
+    """The run report's CPU probe re-applies the run's policy with the run's loss_chunk and assign_chunk (not the
+    defaults); the run's assigner ran chunked."""
+    seen = []
+    original = engine.apply_checkpointing
+
+    def spy(model, *args, **kwargs):  # the probe's apply_checkpointing (the trainer's own is bound at import)
+        policy = original(model, *args, **kwargs)
+        inner = type(engine._layers(model))
+        seen.append((policy.spec, inner.loss_chunk, inner.assign_chunk))
+        return policy
+
+    monkeypatch.setattr(engine, "apply_checkpointing", spy)
+    trainer, counter = train(
+        "yolo11n.yaml", synthetic(), tmp_path, "probe", trainer=CheckpointDetectionTrainer, loss_chunk=7, assign_chunk=3
+    )
+    assert trainer.train_probe is not None and seen == [("backbone,loss", 7, 3)]
+    assert type(trainer.model.criterion.assigner).assign_chunk == 3 and counter.assignments > 0

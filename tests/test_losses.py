@@ -273,6 +273,8 @@ def test_trainer_all_equals_stock_fresh_and_resumed(model, dense_data, tmp_path,
     assert ckpt.policy.loss and ckpt.args.loss_chunk == 100
     assert first.loss_images == 2 * 2 * branches  # 2 steps of 2 images, no report probe (interrupted)
     assert second.loss_images == (2 + 1) * 2 * branches  # 2 steps and the report's probe
+    # the chunked assigner (150 objects: 3 chunks of the default 64) in each step, validation and the probe
+    assert first.assignments >= 2 * branches and second.assignments >= (2 + 1) * branches
     assert_state_equal(stock.model, ckpt.model)
     assert_state_equal(stock.ema.ema, ckpt.ema.ema)
 

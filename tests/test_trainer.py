@@ -32,6 +32,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # two threads spin on the sh
         ("yolo12n.yaml", "detect"),
         ("yolo26n.yaml", "detect"),
         ("yolo11n-seg.yaml", "segment"),
+        ("yolo26n-seg.yaml", "segment"),
         ("yolo11n-obb.yaml", "obb"),
         ("yolo11n-pose.yaml", "pose"),
         ("yolo26n-pose.yaml", "pose"),
@@ -39,9 +40,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # two threads spin on the sh
     ],
 )
 def test_same_training_result_as_stock(model, task, shared_run):
-    """recompute=all (every layer, YOLO12's A2C2f blocks nested, the head's branches) gives the weights, BN buffers
-    and EMA of stock training, bit for bit (failure modes 1, 2); every layer, block and head branch is recomputed
-    once per step. (Both runs are shared: test_selective.py compares against the same stock runs, the ``trained``
+    """recompute=all (every layer, YOLO12's A2C2f blocks nested, the head's branches and, but for classify, the loss
+    region: the chunked assigner) gives the weights, BN buffers and EMA of stock training, bit for bit (failure
+    modes 1, 2); every layer, block and head branch is recomputed once per step, the assigner chunked in every step. (Both runs are shared: test_selective.py compares against the same stock runs, the ``trained``
     tests below read the yolo11n recompute=all run.)"""
     stock, none_counter = shared_run(model, task)
     ckpt, counter = shared_run(model, task, trainer_for(task), recompute="all")
@@ -50,6 +51,8 @@ def test_same_training_result_as_stock(model, task, shared_run):
     assert steps >= 3 and stock.ema.updates == steps
     layers = len(ckpt.policy.indices)
     assert layers >= 8 and none_counter.total == 0 and ckpt.policy.head
+    assert ckpt.policy.loss == (task != "classify") and none_counter.assignments == 0
+    assert counter.assignments >= steps if ckpt.policy.loss else counter.assignments == 0
     # every recomputed module once per training step, plus once in the report's CPU memory probe
     head = ckpt.model.model[-1]
     branches = [f"{head.i}.{name}" for name, _ in head_branches(head)]
