@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import train
+from helpers import assert_state_equal, train
 from torch.utils._pytree import tree_leaves, tree_map
 from ultralytics.cfg import get_cfg
 from ultralytics.nn.tasks import DetectionModel, OBBModel, PoseModel, SegmentationModel
@@ -20,7 +20,7 @@ from ultralytics.utils.tal import (
     make_anchors,
 )
 
-from yolo_ckpt import CheckpointDetectionTrainer, count_recomputations, engine
+from yolo_ckpt import CheckpointDetectionTrainer, count_recomputations, engine, trainer_for
 from yolo_ckpt.assigner import assigners, check_assign_chunk, chunk_assigners
 
 IMGSZ, N, NC, K, NM = 128, 12, 3, 5, 8
@@ -242,3 +242,20 @@ def test_run_probe_uses_the_runs_chunks(synthetic, tmp_path, monkeypatch, one_th
     )
     assert trainer.train_probe is not None and seen == [("backbone,loss", 7, 3)]
     assert type(trainer.model.criterion.assigner).assign_chunk == 3 and counter.assignments > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "model, task",
+    [("yolo11n.yaml", "detect"), ("yolo11n-obb.yaml", "obb"), ("yolo26n-pose.yaml", "pose"), ("yolo26n-seg.yaml", "segment")],
+)
+def test_trainer_all_equals_stock(model, task, shared_run, one_thread):
+    """recompute=all with the assigner in chunks of one object trains as stock: weights, BatchNorm buffers and EMA
+    bit for bit; the chunked assigner ran in every training step (imgsz 128: the synthetic objects survive)."""
+    stock, none_counter = shared_run(model, task, imgsz=128)
+    ckpt, counter = shared_run(model, task, trainer_for(task), imgsz=128, recompute="all", assign_chunk=1)
+    steps = ckpt.ema.updates
+    assert steps >= 3 and stock.ema.updates == steps and ckpt.policy.loss
+    assert none_counter.assignments == 0 and counter.assignments >= steps
+    assert_state_equal(stock.model, ckpt.model)
+    assert_state_equal(stock.ema.ema, ckpt.ema.ema)

@@ -41,8 +41,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # two threads spin on the sh
 )
 def test_same_training_result_as_stock(model, task, shared_run):
     """recompute=all (every layer, YOLO12's A2C2f blocks nested, the head's branches and, but for classify, the loss
-    region: the chunked assigner) gives the weights, BN buffers and EMA of stock training, bit for bit (failure
-    modes 1, 2); every layer, block and head branch is recomputed once per step, the assigner chunked in every step. (Both runs are shared: test_selective.py compares against the same stock runs, the ``trained``
+    region) gives the weights, BN buffers and EMA of stock training, bit for bit (failure modes 1, 2); every layer,
+    block and head branch is recomputed once per step (at imgsz 64 few batches keep objects: the chunked assigner's
+    runs are tests/test_assigner.py's). (Both runs are shared: test_selective.py compares against the same stock runs, the ``trained``
     tests below read the yolo11n recompute=all run.)"""
     stock, none_counter = shared_run(model, task)
     ckpt, counter = shared_run(model, task, trainer_for(task), recompute="all")
@@ -52,7 +53,6 @@ def test_same_training_result_as_stock(model, task, shared_run):
     layers = len(ckpt.policy.indices)
     assert layers >= 8 and none_counter.total == 0 and ckpt.policy.head
     assert ckpt.policy.loss == (task != "classify") and none_counter.assignments == 0
-    assert counter.assignments >= steps if ckpt.policy.loss else counter.assignments == 0
     # every recomputed module once per training step, plus once in the report's CPU memory probe
     head = ckpt.model.model[-1]
     branches = [f"{head.i}.{name}" for name, _ in head_branches(head)]
