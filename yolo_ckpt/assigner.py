@@ -57,18 +57,24 @@ from . import engine
 DEFAULT_ASSIGN_CHUNK = 64  # objects per chunk: 64 x 21504 anchors (imgsz 1024) x 4 B = 5.5 MB per float row block
 
 
+def check_chunk(key: str, chunk, unit: str, default: int) -> int:
+    """Return ``chunk`` if it is a valid value of the chunk key ``key`` (``unit`` per chunk, ``default``).
+
+    Raises:
+        ValueError: unless ``chunk`` is a positive int (a bool is not), naming the key, the value and the default.
+    """
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"{key}={chunk!r} is not valid; give a positive int ({unit} per chunk, default {default})")
+    return chunk
+
+
 def check_assign_chunk(chunk) -> int:
     """Return ``chunk`` if it is a valid ``assign_chunk=`` (objects per chunk of the chunked assigner).
 
     Raises:
         ValueError: unless ``chunk`` is a positive int (a bool is not).
     """
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise ValueError(
-            f"assign_chunk={chunk!r} is not valid; give a positive int (objects per chunk, default "
-            f"{DEFAULT_ASSIGN_CHUNK})"
-        )
-    return chunk
+    return check_chunk("assign_chunk", chunk, "objects", DEFAULT_ASSIGN_CHUNK)
 
 
 def _chunks(indices, bs: int, n: int, chunk: int) -> list[tuple[int, slice, slice]]:

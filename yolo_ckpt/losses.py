@@ -49,7 +49,7 @@ from ultralytics.utils.loss import E2ELoss, v8SegmentationLoss
 from ultralytics.utils.ops import crop_mask, xyxy2xywh
 
 from . import engine
-from .assigner import DEFAULT_ASSIGN_CHUNK, check_assign_chunk, chunk_assigners
+from .assigner import DEFAULT_ASSIGN_CHUNK, check_assign_chunk, check_chunk, chunk_assigners
 from .policy import LOSS_HEADS, ModelLayout
 
 DEFAULT_CHUNK = 256  # anchors per forward chunk: 256 x 65536 mask pixels (imgsz 1024) x 4 B = 64 MiB per temporary
@@ -61,11 +61,7 @@ def check_loss_chunk(chunk) -> int:
     Raises:
         ValueError: unless ``chunk`` is a positive int (a bool is not).
     """
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise ValueError(
-            f"loss_chunk={chunk!r} is not valid; give a positive int (anchors per chunk, default {DEFAULT_CHUNK})"
-        )
-    return chunk
+    return check_chunk("loss_chunk", chunk, "anchors", DEFAULT_CHUNK)
 
 
 def _anchor_losses(pred_mask, gt_mask, xyxy, area):
