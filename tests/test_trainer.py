@@ -355,3 +355,26 @@ def test_trainer_for_rtdetr_model_and_bad_task():
     assert issubclass(trainer_for("detect", RTDETR("rtdetr-l.yaml")), RTDETRTrainer)
     with pytest.raises(ValueError, match="valid tasks: classify, detect"):
         trainer_for("segmentation")
+
+
+def test_loss_region_default_only_for_yolo_trainers():
+    """backbone,loss is the default of the detect, obb, pose and segment trainers and of a user's subclass of one;
+    RT-DETR's, YOLO-World's and YOLOE's trainers (task detect or segment, heads without a loss region) and the
+    other tasks keep cfg/default.yaml's backbone."""
+    from ultralytics.models.rtdetr.train import RTDETRTrainer
+    from ultralytics.models.yolo.detect import DetectionTrainer
+    from ultralytics.models.yolo.world import WorldTrainer
+    from ultralytics.models.yolo.yoloe import YOLOESegTrainer, YOLOETrainer
+
+    from yolo_ckpt.trainer import _task_defaults, checkpointed
+
+    class UsersTrainer(DetectionTrainer):
+        pass
+
+    for task in ("detect", "obb", "pose", "segment"):
+        assert _task_defaults(trainer_for(task)) == {"recompute": "backbone,loss"}
+    assert _task_defaults(checkpointed(UsersTrainer)) == {"recompute": "backbone,loss"}
+    for task in ("classify", "semantic", "depth"):
+        assert _task_defaults(trainer_for(task)) == {}
+    for other in (RTDETRTrainer, WorldTrainer, YOLOETrainer, YOLOESegTrainer):
+        assert _task_defaults(checkpointed(other)) == {}
