@@ -133,6 +133,22 @@ def test_outputs_equal_stock(variant, case, one_thread):
             assert_same(a, b)
 
 
+def test_crafted_cases_hold_conflicts_and_ties():
+    """The crafted batches reach the paths that need care: anchors claimed by several objects (select_highest_overlaps'
+    argmax), and in-box alignment metrics all exactly 0 (top-k among tied zeros)."""
+    stock = TaskAlignedAssigner(topk=10, num_classes=NC, alpha=0.5, beta=6.0, stride=list(STRIDES))
+    for case in ("overlapping", "identical", "tied_zero"):
+        x = crafted(case, TaskAlignedAssigner)
+        stock.bs, stock.n_max_boxes = x["gt_bboxes"].shape[:2]
+        mask_pos, align_metric, _ = stock.get_pos_mask(
+            x["pd_scores"], x["pd_bboxes"], x["gt_labels"], x["gt_bboxes"], x["anc_points"], x["mask_gt"]
+        )
+        if case == "tied_zero":
+            assert mask_pos.any() and not align_metric.any()
+        else:
+            assert (mask_pos.sum(-2) > 1).any()
+
+
 def test_class_pickles_as_stock_and_restores():
     """The chunked class pickles as the stock one; ``chunk=None`` restores it; a bad chunk is refused."""
     import pickle
