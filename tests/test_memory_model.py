@@ -473,7 +473,8 @@ def test_cli_profile_and_plan_json(tmp_path, capsys):
     assert result["imgsz"] == 352 and result["imgsz_given"] == 333 and "updating to [352]" in out.stderr
     assert result["assumed"]["device"] == "cpu" and not result["assumed"]["amp"] and result["memory_headroom"] == "1x+0MiB"
     rows = {r["recompute"].split(" ")[0]: r for r in result["policies"]}
-    assert list(rows) == ["none", "backbone", "head", "all", "auto"] and "not_planned_regions" not in result  # detect: no loss row
+    assert list(rows) == ["none", "backbone", "head", "loss", "all", "auto"] and "not_planned_regions" not in result
+    assert rows["loss"]["recompute_GFLOPs"] == 0  # detect's loss region is the chunked assigner: no recomputation
     assert rows["all"]["max_imgsz_at_batch_2"] >= rows["backbone"]["max_imgsz_at_batch_2"] > rows["none"]["max_imgsz_at_batch_2"]
     assert rows["all"]["max_batch_at_imgsz_352"] > rows["none"]["max_batch_at_imgsz_352"]
     assert rows["none"]["recompute_GFLOPs"] == 0 and 15 < rows["all"]["recompute_pct_of_step"] < 35
