@@ -59,7 +59,7 @@ def test_unknown_key_suggests(tmp_path, capfd):
     [
         ("recompute=C3k3", "did you mean 'C3k2'?"),
         ("recompute=30", "layer index 30 is out of range"),
-        ("recompute=loss", "has no loss region to recompute"),
+        ("assign_chunk=0", "assign_chunk=0 is not valid"),
         ("recompute=²", "recompute='²': unknown layer name"),
         ("recompute_mode=partial", "valid modes: full, selective"),
         ("memory_budget=12XB", "unknown unit 'XB'"),
@@ -187,7 +187,7 @@ def test_builtin_default_offline(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((tmp_path / "default" / REPORT_NAME).read_text())
     assert report["model"] == "yolo11n.yaml" and "synthetic-v1-seed0-detect" in report["data"]
-    assert report["recompute"] == "backbone" and len(report["recomputed_layers"]) == 11
+    assert report["recompute"] == "backbone,loss" and len(report["recomputed_layers"]) == 11
     assert report["train_peak_allocated_bytes"] > 0 and report["imgsz"] == 96
 
 
@@ -218,7 +218,7 @@ def test_aerial_cars_at_1536(shared_datasets, tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((tmp_path / "aerial" / REPORT_NAME).read_text())
-    assert report["imgsz"] == 1536 and report["recompute"] == "backbone"
+    assert report["imgsz"] == 1536 and report["recompute"] == "backbone,loss"
     assert report["train_peak_allocated_bytes"] > 100 * 2**20  # activations of 2 images at 1536 px
     assert set(report["metrics"]) >= {"box_mAP50", "box_mAP50-95"}
     assert (tmp_path / "aerial" / "weights" / "best.pt").exists()

@@ -6,6 +6,7 @@ import dataclasses
 import pytest
 import yaml
 
+from yolo_ckpt.assigner import DEFAULT_ASSIGN_CHUNK
 from yolo_ckpt.config import (
     DEFAULTS_PATH,
     ESTIMATE_DEFAULTS_PATH,
@@ -24,21 +25,24 @@ def test_defaults_are_the_yamls():
     train, estimate = (yaml.safe_load(p.read_text()) for p in (DEFAULTS_PATH, ESTIMATE_DEFAULTS_PATH))
     config = CkptConfig.from_args({})
     assert set(train) == {f.name for f in dataclasses.fields(CkptConfig)}
-    assert (config.recompute, config.recompute_mode, config.memory_budget, config.loss_chunk) == (
-        train["recompute"], train["recompute_mode"], train["memory_budget"], train["loss_chunk"])
+    assert (config.recompute, config.recompute_mode, config.memory_budget, config.loss_chunk, config.assign_chunk) == (
+        train["recompute"], train["recompute_mode"], train["memory_budget"], train["loss_chunk"], train["assign_chunk"])
+    assert train["assign_chunk"] == DEFAULT_ASSIGN_CHUNK  # the YAML key's default and the Python API's agree
     assert config.memory_headroom == Headroom.parse(train["memory_headroom"]) == Headroom(1.15, 500 * 2**20)
     assert dataclasses.asdict(EstimateOptions.from_args({})) == estimate == {"objects": 20, "format": "text", "plot": False}
 
 
 def test_task_default_given_values_and_other_keys():
-    """Segmentation's default recomputes the mask loss; a given value wins; Ultralytics' keys are left alone; a
+    """Detect, obb, pose and segment default to their loss region; a given value wins; Ultralytics' keys are left alone; a
     recompute= value is kept in its canonical string form (what the CLI parser makes of 'none', '6', '0,1,2')."""
     assert CkptConfig.from_args({}, "segment").recompute == "backbone,loss"
-    assert CkptConfig.from_args({}, "detect").recompute == "backbone"
+    for task in ("detect", "obb", "pose"):  # the loss region of every task with a task-aligned assigner
+        assert CkptConfig.from_args({}, task).recompute == "backbone,loss"
+    assert CkptConfig.from_args({}, "classify").recompute == "backbone"
     assert CkptConfig.from_args({"recompute": "all", "imgsz": "bogus", "bogus": 1}, "segment").recompute == "all"
     assert [CkptConfig.from_args({"recompute": v}).recompute for v in (None, 6, (0, 1, 2), "auto")] == ["none", "6", "0,1,2", "auto"]
-    config = CkptConfig.from_args({"memory_budget": "12GB", "memory_headroom": "1.2x", "loss_chunk": 7, "recompute_mode": "selective"})
-    assert (config.memory_budget, config.memory_headroom, config.loss_chunk, config.recompute_mode) == (Budget(12 * 10**9), Headroom(1.2), 7, "selective")
+    config = CkptConfig.from_args({"memory_budget": "12GB", "memory_headroom": "1.2x", "loss_chunk": 7, "assign_chunk": 3, "recompute_mode": "selective"})
+    assert (config.memory_budget, config.memory_headroom, config.loss_chunk, config.assign_chunk, config.recompute_mode) == (Budget(12 * 10**9), Headroom(1.2), 7, 3, "selective")
 
 
 @pytest.mark.parametrize(
@@ -51,6 +55,8 @@ def test_task_default_given_values_and_other_keys():
         ("memory_headroom", "0.5x", r"memory_headroom='0.5x': the factor 0.5 is below 1"),
         ("loss_chunk", 0, r"loss_chunk=0 is not valid; give a positive int"),
         ("loss_chunk", True, r"loss_chunk=True is not valid"),
+        ("assign_chunk", 0, r"assign_chunk=0 is not valid; give a positive int \(objects per chunk"),
+        ("assign_chunk", 2.5, r"assign_chunk=2.5 is not valid"),
     ],
 )
 def test_bad_key_names_it(key, value, message):

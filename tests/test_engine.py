@@ -330,9 +330,13 @@ def test_apply_twice_is_idempotent_and_replaces():
     # an invalid value leaves the model as it was
     with pytest.raises(ValueError, match="C3k3"):
         apply_checkpointing(m, "C3k3")
-    with pytest.raises(ValueError, match="no loss region"):
-        apply_checkpointing(m, "all,loss")
+    with pytest.raises(ValueError, match="assign_chunk=0 is not valid"):
+        apply_checkpointing(m, "all,loss", assign_chunk=0)
     assert checkpointed_modules(m) == [str(i) for i in range(11)]
+    classify = build_model("yolo11n-cls.yaml")
+    with pytest.raises(ValueError, match="no loss region"):
+        apply_checkpointing(classify, "all,loss")
+    assert checkpointed_modules(classify) == []
 
 
 def test_remove_checkpointing_restores_stock():

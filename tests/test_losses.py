@@ -14,10 +14,12 @@ from helpers import assert_state_equal, train
 from torch.utils._pytree import tree_leaves, tree_map
 from ultralytics import YOLO
 from ultralytics.cfg import get_cfg
-from ultralytics.nn.tasks import DetectionModel, SegmentationModel
+from ultralytics.nn.tasks import ClassificationModel, SegmentationModel
 from ultralytics.utils.loss import v8SegmentationLoss
+from ultralytics.utils.tal import TaskAlignedAssigner
 
 from yolo_ckpt import CheckpointDetectionTrainer, count_recomputations, losses, trainer_for
+from yolo_ckpt.assigner import DEFAULT_ASSIGN_CHUNK
 from yolo_ckpt.losses import (
     DEFAULT_CHUNK,
     LossRegionModel,
@@ -173,33 +175,39 @@ def test_model_hook_copies_pickles_and_removes(heads):
     seen through."""
     model, _, _ = heads("yolo11n-seg.yaml")
     model = copy.deepcopy(model)
-    apply_loss_region(model, 32)
+    apply_loss_region(model, 32, 5)
     assert isinstance(model, LossRegionModel) and isinstance(model, SegmentationModel)
     ema = copy.deepcopy(model)
     for m in (model, ema):
         criterion = m.init_criterion()
         assert isinstance(criterion, RecomputedMaskLoss) and criterion.loss_chunk == 32
+        assert type(criterion.assigner).__name__ == "ChunkedTaskAlignedAssigner" and criterion.assigner.assign_chunk == 5
         m.criterion = criterion
-    apply_loss_region(model, 16)  # again: the built criterion follows
+    apply_loss_region(model, 16, 3)  # again: the built criterion follows
     assert model.criterion.loss_chunk == 16 and ema.criterion.loss_chunk == 32
+    assert model.criterion.assigner.assign_chunk == 3 and ema.criterion.assigner.assign_chunk == 5
     data = pickle.dumps(model)
-    assert b"yolo_ckpt" not in data and b"Recomputed" not in data
+    assert b"yolo_ckpt" not in data and b"Recomputed" not in data and b"Chunked" not in data
     loaded = pickle.loads(data)
     assert type(loaded) is SegmentationModel and type(loaded.criterion).__name__ == "v8SegmentationLoss"
+    assert type(loaded.criterion.assigner) is TaskAlignedAssigner
     remove_loss_region(model)
     assert type(model) is SegmentationModel and type(model.criterion).__name__ == "v8SegmentationLoss"
+    assert type(model.criterion.assigner) is TaskAlignedAssigner
     compiled = torch.compile(model)  # lazy: nothing compiles here; Ultralytics runs the loss on the inner model
     apply_loss_region(compiled, 8)
     assert isinstance(model, LossRegionModel) and model.loss_chunk == 8
 
 
 def test_bad_model_and_chunk():
-    with pytest.raises(ValueError, match="only segmentation models"):
-        apply_loss_region(DetectionModel("yolo11n.yaml", verbose=False))
+    with pytest.raises(ValueError, match="only detect, obb, pose and segment models"):
+        apply_loss_region(ClassificationModel("yolo11n-cls.yaml", verbose=False))
     model = SegmentationModel("yolo11n-seg.yaml", verbose=False)
     for bad in (0, -1, 2.5, True, "64"):
         with pytest.raises(ValueError, match=rf"loss_chunk={bad!r} is not valid; give a positive int"):
             apply_loss_region(model, bad)
+        with pytest.raises(ValueError, match=rf"assign_chunk={bad!r} is not valid; give a positive int"):
+            apply_loss_region(model, 8, bad)
     assert type(model) is SegmentationModel
 
 
@@ -265,17 +273,19 @@ def test_trainer_all_equals_stock_fresh_and_resumed(model, dense_data, tmp_path,
     assert ckpt.policy.loss and ckpt.args.loss_chunk == 100
     assert first.loss_images == 2 * 2 * branches  # 2 steps of 2 images, no report probe (interrupted)
     assert second.loss_images == (2 + 1) * 2 * branches  # 2 steps and the report's probe
+    # the chunked assigner (150 objects: 3 chunks of the default 64) in each step, validation and the probe
+    assert first.assignments >= 2 * branches and second.assignments >= (2 + 1) * branches
     assert_state_equal(stock.model, ckpt.model)
     assert_state_equal(stock.ema.ema, ckpt.ema.ema)
 
 
 @pytest.mark.slow
 def test_trainer_segmentation_default_and_bad_input(synthetic, dense_data, tmp_path):
-    """The segmentation trainer defaults to backbone,loss (others: backbone) with the default chunk; recompute=loss
-    on a detection model and a bad loss_chunk fail before any folder is written."""
-    with pytest.raises(ValueError, match="segment"):
-        YOLO("yolo11n.yaml").train(
-            data=synthetic(), trainer=CheckpointDetectionTrainer, recompute="loss", project=str(tmp_path)
+    """The segmentation and detection trainers default to backbone,loss (classify: backbone) with the default chunks;
+    recompute=loss on a classification model and a bad loss_chunk fail before any folder is written."""
+    with pytest.raises(ValueError, match="the final head Classify has no loss region"):
+        YOLO("yolo11n-cls.yaml").train(
+            data=synthetic("classify"), trainer=trainer_for("classify"), recompute="loss", project=str(tmp_path)
         )
     with pytest.raises(ValueError, match="loss_chunk=0 is not valid"):
         YOLO("yolo11n-seg.yaml").train(
@@ -287,4 +297,4 @@ def test_trainer_segmentation_default_and_bad_input(synthetic, dense_data, tmp_p
     detect = CheckpointDetectionTrainer(overrides={"model": "yolo11n.yaml", **settings, "data": synthetic()})
     assert DEFAULTS["loss_chunk"] == DEFAULT_CHUNK  # the YAML key's default and the Python API's agree
     assert (segment.args.recompute, segment.args.loss_chunk) == ("backbone,loss", DEFAULT_CHUNK)
-    assert detect.args.recompute == "backbone"
+    assert (detect.args.recompute, detect.args.assign_chunk) == ("backbone,loss", DEFAULT_ASSIGN_CHUNK)

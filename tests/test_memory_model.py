@@ -276,7 +276,7 @@ def test_odd_and_list_imgsz_are_planned_at_the_size_that_trains():
     memory = MemoryModel(model, 2736, 1, 20, amp=False)  # a fake pass at 2752: cheap
     assert memory.base.imgsz == 2752
     plan = memory.plan(2**40, 2, [65, 40])
-    assert plan.imgsz == 96 and plan.recompute == "none"
+    assert plan.imgsz == 96 and plan.recompute == "loss"  # nothing but the loss region, in every plan
     assert memory.largest_batch((), 200 * 2**20, 65) == memory.largest_batch((), 200 * 2**20, 96) > 0
     with pytest.raises(TypeError, match="imgsz"):
         estimate_step(model, 3.5, 1)
@@ -499,7 +499,8 @@ def test_cli_profile_and_plan_json(tmp_path, capsys, monkeypatch):
     assert result["imgsz"] == 352 and result["imgsz_given"] == 333 and "updating to [352]" in out.stderr
     assert result["assumed"]["device"] == "cpu" and not result["assumed"]["amp"] and result["memory_headroom"] == "1x+0MiB"
     rows = {r["recompute"].split(" ")[0]: r for r in result["policies"]}
-    assert list(rows) == ["none", "backbone", "head", "all", "auto"] and "not_planned_regions" not in result  # detect: no loss row
+    assert list(rows) == ["none", "backbone", "head", "loss", "all", "auto"] and "not_planned_regions" not in result
+    assert rows["loss"]["recompute_GFLOPs"] == 0  # detect's loss region is the chunked assigner: no recomputation
     assert rows["all"]["max_imgsz_at_batch_2"] >= rows["backbone"]["max_imgsz_at_batch_2"] > rows["none"]["max_imgsz_at_batch_2"]
     assert rows["all"]["max_batch_at_imgsz_352"] > rows["none"]["max_batch_at_imgsz_352"]
     assert rows["none"]["recompute_GFLOPs"] == 0 and 15 < rows["all"]["recompute_pct_of_step"] < 35

@@ -293,13 +293,17 @@ def test_all_means_layers_head_and_loss_where_there_is_one(name):
     lay = layout(name)
     p = resolve("all", lay)
     assert p.head
-    assert p.loss == (lay.types[lay.head] in policy.LOSS_HEADS) == (name == "yolo11n-seg.yaml")
+    assert p.loss == (lay.types[lay.head] in policy.LOSS_HEADS) == (name != "yolo11n-cls.yaml")
     assert p.indices == resolve("backbone,neck" if len(lay.section("neck")) else "backbone", lay).indices
     assert not resolve("backbone,neck" if len(lay.section("neck")) else "backbone", lay).head
 
 
 def test_loss_token():
-    assert policy.LOSS_HEADS == ("Segment", "Segment26")
+    assert policy.LOSS_HEADS == ("Detect", "v10Detect", "OBB", "OBB26", "Pose", "Pose26", "Segment", "Segment26")
+    assert policy.MASK_LOSS_HEADS == ("Segment", "Segment26")
+    for name in ("yolo11n.yaml", "yolo11n-obb.yaml", "yolo11n-pose.yaml", "yolo26n.yaml"):  # the chunked assigner
+        lay = layout(name)
+        assert resolve("loss", lay).loss and lay.has_loss_region and not lay.has_mask_loss
     seg = layout("yolo11n-seg.yaml")
     p = resolve("loss", seg)
     assert p.loss and not p.head and p.indices == ()
@@ -308,12 +312,12 @@ def test_loss_token():
     assert seg26.types[seg26.head] == "Segment26" and resolve("loss", seg26).loss and resolve("all", seg26).loss
 
 
-@pytest.mark.parametrize("name", ["yolo11n.yaml", "yolo11n-obb.yaml", "yolo11n-pose.yaml", "yolo11n-cls.yaml"])
+@pytest.mark.parametrize("name", ["yolo11n-cls.yaml", "yolo26n-sem.yaml", "yolo26n-depth.yaml"])
 def test_loss_without_loss_region_names_the_heads_that_have_one(name):
-    lay = layout(name)
+    lay = ModelLayout.from_yaml(yaml_model_load(name))
     with pytest.raises(ValueError, match=f"the final head {lay.types[lay.head]} has no loss region") as e:
         resolve("loss", lay)
-    assert "segment models" in str(e.value) and "Segment, Segment26" in str(e.value)
+    assert "detect, obb, pose and segment models" in str(e.value) and "Detect, v10Detect" in str(e.value)
     with pytest.raises(ValueError, match="no loss region"):
         resolve("backbone,loss", lay)
 
@@ -337,7 +341,7 @@ def test_unknown_name_suggests_close_match():
     assert "backbone (layers 0-10)" in msg
     assert "neck (layers 11-22)" in msg
     assert "layer 23, Detect: 'head' recomputes its branches" in msg
-    assert "without a loss region" in msg
+    assert "with a loss region ('loss')" in msg
     assert "'C3k2'" in msg and "'SPPF'" in msg
 
 

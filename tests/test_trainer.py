@@ -32,6 +32,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # two threads spin on the sh
         ("yolo12n.yaml", "detect"),
         ("yolo26n.yaml", "detect"),
         ("yolo11n-seg.yaml", "segment"),
+        ("yolo26n-seg.yaml", "segment"),
         ("yolo11n-obb.yaml", "obb"),
         ("yolo11n-pose.yaml", "pose"),
         ("yolo26n-pose.yaml", "pose"),
@@ -39,9 +40,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # two threads spin on the sh
     ],
 )
 def test_same_training_result_as_stock(model, task, shared_run):
-    """recompute=all (every layer, YOLO12's A2C2f blocks nested, the head's branches) gives the weights, BN buffers
-    and EMA of stock training, bit for bit (failure modes 1, 2); every layer, block and head branch is recomputed
-    once per step. (Both runs are shared: test_selective.py compares against the same stock runs, the ``trained``
+    """recompute=all (every layer, YOLO12's A2C2f blocks nested, the head's branches and, but for classify, the loss
+    region) gives the weights, BN buffers and EMA of stock training, bit for bit (failure modes 1, 2); every layer,
+    block and head branch is recomputed once per step (at imgsz 64 few batches keep objects: the chunked assigner's
+    runs are tests/test_assigner.py's). (Both runs are shared: test_selective.py compares against the same stock runs, the ``trained``
     tests below read the yolo11n recompute=all run.)"""
     stock, none_counter = shared_run(model, task)
     ckpt, counter = shared_run(model, task, trainer_for(task), recompute="all")
@@ -50,6 +52,7 @@ def test_same_training_result_as_stock(model, task, shared_run):
     assert steps >= 3 and stock.ema.updates == steps
     layers = len(ckpt.policy.indices)
     assert layers >= 8 and none_counter.total == 0 and ckpt.policy.head
+    assert ckpt.policy.loss == (task != "classify") and none_counter.assignments == 0
     # every recomputed module once per training step, plus once in the report's CPU memory probe
     head = ckpt.model.model[-1]
     branches = [f"{head.i}.{name}" for name, _ in head_branches(head)]
@@ -133,8 +136,6 @@ BAD = [
     ("bogus", "unknown layer name or section 'bogus'"),
     ("99", "layer index 99 is out of range"),
     ("haed", r"did you mean 'head'\?"),
-    ("loss", "the final head Detect has no loss region"),
-    ("all,loss", "segment models"),
     ("none,backbone", "combines 'none'"),
     ("4-2", "is empty"),
     (True, "not a valid value"),
@@ -356,3 +357,26 @@ def test_trainer_for_rtdetr_model_and_bad_task():
     assert issubclass(trainer_for("detect", RTDETR("rtdetr-l.yaml")), RTDETRTrainer)
     with pytest.raises(ValueError, match="valid tasks: classify, detect"):
         trainer_for("segmentation")
+
+
+def test_loss_region_default_only_for_yolo_trainers():
+    """backbone,loss is the default of the detect, obb, pose and segment trainers and of a user's subclass of one;
+    RT-DETR's, YOLO-World's and YOLOE's trainers (task detect or segment, heads without a loss region) and the
+    other tasks keep cfg/default.yaml's backbone."""
+    from ultralytics.models.rtdetr.train import RTDETRTrainer
+    from ultralytics.models.yolo.detect import DetectionTrainer
+    from ultralytics.models.yolo.world import WorldTrainer
+    from ultralytics.models.yolo.yoloe import YOLOESegTrainer, YOLOETrainer
+
+    from yolo_ckpt.trainer import _task_defaults, checkpointed
+
+    class UsersTrainer(DetectionTrainer):
+        pass
+
+    for task in ("detect", "obb", "pose", "segment"):
+        assert _task_defaults(trainer_for(task)) == {"recompute": "backbone,loss"}
+    assert _task_defaults(checkpointed(UsersTrainer)) == {"recompute": "backbone,loss"}
+    for task in ("classify", "semantic", "depth"):
+        assert _task_defaults(trainer_for(task)) == {}
+    for other in (RTDETRTrainer, WorldTrainer, YOLOETrainer, YOLOESegTrainer):
+        assert _task_defaults(checkpointed(other)) == {}

@@ -258,6 +258,7 @@ def estimate_setup(args: list[str], command: str = "plan"):
 
     from .planned_run import planned_run
     from .planner import PLANNED_TASKS
+    from .policy import ModelLayout
     from .runspec import device_type
 
     keys = {k: v for k, v in ESTIMATE_DEFAULTS.items() if command == "profile" or k not in PROFILE_ONLY}
@@ -271,7 +272,8 @@ def estimate_setup(args: list[str], command: str = "plan"):
         yolo = YOLO(opts["model"], task=given.get("task"))
     if yolo.task not in PLANNED_TASKS:
         raise ConfigError(f"profile and plan estimate {', '.join(PLANNED_TASKS)} models; model={opts['model']} is a {yolo.task} model")
-    config = config.for_task(yolo.task, given)  # the task's defaults, as train takes them
+    # the task's defaults, as train takes them: its loss region where the head has one (not RT-DETR's, ...)
+    config = config.for_task(yolo.task if ModelLayout.from_model(yolo.model).has_loss_region else None, given)
     cfg = get_cfg(DEFAULT_CFG, {k: v for k, v in opts.items() if k in DEFAULT_CFG_DICT and k != "format"} | {"task": yolo.task})
     model, data = yolo.model, None
     if opts["data"]:
@@ -336,7 +338,7 @@ def profile(args: list[str]) -> dict:
         recompute, mode = config.recompute, config.recompute_mode
         policy = resolve(recompute, ModelLayout.from_model(model), mode=mode)
         steps = TQDM(total=3, desc="yolo-ckpt profile: calibrating the loss, estimating none, estimating the policy")
-        formulas = loss_models(model, spec.amp, config.loss_chunk)  # the stock loss's, and the loss region's
+        formulas = loss_models(model, spec.amp, config.loss_chunk, config.assign_chunk)  # the stock loss's, the region's
         steps.update()
         results = {}
         for name, spec_name, loss in (("none", "none", False), ("policy", recompute, policy.loss)):

@@ -1,7 +1,7 @@
 """yolo-ckpt's keys as one typed config, validated once where it is built.
 
 :class:`CkptConfig` holds the train keys of ``cfg/default.yaml`` (``recompute``, ``recompute_mode``,
-``memory_budget``, ``memory_headroom``, ``loss_chunk``) with their types: a budget is a :class:`Budget`, a headroom a
+``memory_budget``, ``memory_headroom``, ``loss_chunk``, ``assign_chunk``) with their types: a budget is a :class:`Budget`, a headroom a
 :class:`Headroom`. :meth:`CkptConfig.from_args` is the one constructor: it fills the defaults from the YAML (and
 :data:`TASK_DEFAULTS`) and checks every key, before anything is built or written. The trainers
 (:mod:`yolo_ckpt.trainer`), the CLI (:mod:`yolo_ckpt.cli`) and the benchmark matrix (``benchmarks/matrix.py``) read
@@ -28,9 +28,11 @@ DEFAULTS_PATH = CFG_DIR / "default.yaml"
 DEFAULTS: dict = yaml.safe_load(DEFAULTS_PATH.read_text())  # the train keys and their defaults
 ESTIMATE_DEFAULTS_PATH = CFG_DIR / "estimate.yaml"
 ESTIMATE_DEFAULTS: dict = yaml.safe_load(ESTIMATE_DEFAULTS_PATH.read_text())  # profile and plan's own keys and their defaults
-# yolo-ckpt keys whose default differs for a task from cfg/default.yaml. Segmentation recomputes its mask loss (the
-# loss region, yolo_ckpt.losses): exact and, with many objects per image, it frees more memory than any layer policy.
-TASK_DEFAULTS = {"segment": {"recompute": "backbone,loss"}}
+# yolo-ckpt keys whose default differs for a task from cfg/default.yaml: the loss region (yolo_ckpt.losses), where
+# the task's YOLO heads have one. Exact; it chunks the assigner (no recomputation) and recomputes the segmentation
+# mask loss: with many objects per image it frees more memory than any layer policy. Only for the task's own
+# trainers (yolo_ckpt.trainer): RT-DETR's, YOLO-World's and YOLOE's heads have no loss region.
+TASK_DEFAULTS = {task: {"recompute": "backbone,loss"} for task in ("detect", "obb", "pose", "segment")}
 
 _UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 _BUDGET = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*$")
@@ -162,15 +164,25 @@ def check_bool(key: str, value) -> bool:
     return value
 
 
-def check_loss_chunk(chunk) -> int:
-    """Return ``chunk`` if it is a valid ``loss_chunk=`` (anchors per forward chunk of the loss region).
+def check_chunk(key: str, chunk, unit: str) -> int:
+    """Return ``chunk`` if it is a valid value of the chunk key ``key`` (``unit`` per chunk).
 
     Raises:
-        ConfigError: unless ``chunk`` is a positive int (a bool is not).
+        ConfigError: unless ``chunk`` is a positive int (a bool is not), naming the key, the value and its default.
     """
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise ConfigError(f"loss_chunk={chunk!r} is not valid; give a positive int (anchors per chunk, default {DEFAULTS['loss_chunk']})")
+        raise ConfigError(f"{key}={chunk!r} is not valid; give a positive int ({unit} per chunk, default {DEFAULTS[key]})")
     return chunk
+
+
+def check_loss_chunk(chunk) -> int:
+    """``loss_chunk=``: anchors per forward chunk of the segmentation mask loss region (:func:`check_chunk`)."""
+    return check_chunk("loss_chunk", chunk, "anchors")
+
+
+def check_assign_chunk(chunk) -> int:
+    """``assign_chunk=``: objects per chunk of the loss region's task-aligned assigner (:func:`check_chunk`)."""
+    return check_chunk("assign_chunk", chunk, "objects")
 
 
 _BUILT: dict[tuple, CkptConfig] = {}  # CkptConfig.from_args's configs, by their values
@@ -186,7 +198,8 @@ class CkptConfig:
         recompute_mode: ``full`` or ``selective``.
         memory_budget: the :class:`Budget`, or None (unset).
         memory_headroom: the :class:`Headroom` a CUDA plan against a budget in bytes keeps.
-        loss_chunk: anchors per chunk of the loss region's forward (a positive int).
+        loss_chunk: anchors per chunk of the loss region's mask loss forward (a positive int).
+        assign_chunk: objects per chunk of the loss region's assigner (a positive int).
         estimate: whether a run estimates its peak for none, all and its policy at set-up (the run report's).
     """
 
@@ -195,6 +208,7 @@ class CkptConfig:
     memory_budget: Budget | None
     memory_headroom: Headroom
     loss_chunk: int
+    assign_chunk: int
     estimate: bool = True
 
     @classmethod
@@ -207,7 +221,7 @@ class CkptConfig:
             ConfigError: naming the key, the bad value and the valid choices, for a bad ``recompute=`` form
                 (:func:`yolo_ckpt.policy.check_spec`), ``recompute_mode=`` (:func:`yolo_ckpt.policy.check_mode`),
                 ``memory_budget=`` (:meth:`Budget.parse`), ``memory_headroom=`` (:meth:`Headroom.parse`) or
-                ``loss_chunk=`` (:func:`check_loss_chunk`).
+                ``loss_chunk=`` (:func:`check_loss_chunk`) or ``assign_chunk=`` (:func:`check_assign_chunk`).
         """
         values = {**DEFAULTS, **TASK_DEFAULTS.get(task, {}), **{k: args[k] for k in DEFAULTS if k in args}}
         key = tuple((k, type(v), repr(v)) for k, v in values.items())
@@ -226,6 +240,7 @@ class CkptConfig:
             memory_budget=None if budget is None else Budget.parse(budget),
             memory_headroom=Headroom.parse(values["memory_headroom"]),
             loss_chunk=check_loss_chunk(values["loss_chunk"]),
+            assign_chunk=check_assign_chunk(values["assign_chunk"]),
             estimate=check_bool("estimate", values["estimate"]),
         )
 

@@ -89,12 +89,14 @@ class RecomputeCounter:
             recomputed module: layers (``"6"``), their inner blocks (``"6.m.0.1"``) and head branches (``"23.cv2.0"``).
         loss_images: number of images whose mask loss the loss region recomputed in backward
             (:mod:`yolo_ckpt.losses`).
+        assignments: number of task-aligned assignments that ran in chunks of objects (:mod:`yolo_ckpt.assigner`).
     """
 
     def __init__(self):
         self.per_layer: Counter[int] = Counter()
         self.per_module: Counter[str] = Counter()
         self.loss_images = 0
+        self.assignments = 0
 
     @property
     def total(self) -> int:
@@ -359,7 +361,12 @@ def remove_checkpointing(model: nn.Module) -> None:
 
 
 def apply_checkpointing(
-    model: nn.Module, recompute="backbone", frozen=(), mode: str = "full", loss_chunk: int | None = None
+    model: nn.Module,
+    recompute="backbone",
+    frozen=(),
+    mode: str = "full",
+    loss_chunk: int | None = None,
+    assign_chunk: int | None = None,
 ) -> RecomputePolicy:
     """Recompute the regions selected by ``recompute=`` in backward instead of keeping their activations.
 
@@ -379,22 +386,26 @@ def apply_checkpointing(
             (selective mode would keep the predicted masks, the very tensors it frees).
         loss_chunk: with ``policy.loss``, anchors per chunk of the mask loss's forward
             (:func:`yolo_ckpt.losses.apply_loss_region`); ``None``: its default. Every value gives the same bits.
+        assign_chunk: with ``policy.loss``, objects per chunk of the task-aligned assigner
+            (:mod:`yolo_ckpt.assigner`); ``None``: its default. Every value gives the same bits.
 
     Returns:
         The resolved :class:`~yolo_ckpt.policy.RecomputePolicy` (parameter-free and frozen layers dropped).
 
     Raises:
         ValueError: for an invalid ``recompute=`` value (see :func:`yolo_ckpt.policy.resolve`), ``mode``, ``frozen``
-            or ``loss_chunk``, or a fused model (``model.fuse()``, for inference) with anything to recompute; the
+            ``loss_chunk`` or ``assign_chunk``, or a fused model (``model.fuse()``, for inference) with anything to recompute; the
             model is then left unchanged.
         TypeError: if ``model`` is not an Ultralytics ``BaseModel``.
     """
-    from .config import check_loss_chunk
+    from .assigner import DEFAULT_ASSIGN_CHUNK
+    from .config import check_assign_chunk, check_loss_chunk
     from .losses import DEFAULT_CHUNK, apply_loss_region
 
     inner = _layers(model)
     policy = resolve(recompute, ModelLayout.from_model(inner), frozen, mode)
     chunk = check_loss_chunk(DEFAULT_CHUNK if loss_chunk is None else loss_chunk)
+    objects = check_assign_chunk(DEFAULT_ASSIGN_CHUNK if assign_chunk is None else assign_chunk)
     fused = sorted({n.split(".")[0] for n, m in inner.model.named_modules() if "forward" in m.__dict__}, key=int)
     if fused and (policy.indices or policy.head or policy.loss):
         # BaseModel.fuse() sets forward = forward_fuse on each fused module, which would bypass the recomputed class
@@ -408,5 +419,5 @@ def apply_checkpointing(
         module.__class__ = _recomputed_class(type(module), mode)
         module.__dict__[_NAME] = name
     if policy.loss:
-        apply_loss_region(inner, chunk)
+        apply_loss_region(inner, chunk, objects)
     return policy

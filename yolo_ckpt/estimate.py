@@ -274,14 +274,17 @@ def _is_spec(x) -> bool:
 def calibrate_loss(model, amp: bool = False) -> LossModel:
     """Fit the loss formula of ``model`` (any task of :data:`~yolo_ckpt.memory.TASKS`, any ``nc``) to CPU
     measurements of its real loss, as ``model.loss`` computes it (with the loss region where one is applied:
-    ``model.loss_chunk``), at :data:`CALIBRATION_POINTS` (a few seconds for a nano model); cached per model YAML,
+    ``model.loss_chunk``, ``model.assign_chunk``), at :data:`CALIBRATION_POINTS` (a few seconds for a nano model); cached per model YAML,
     class count, mask settings, loss region and ``amp``.
 
     Raises:
         ValueError: for a task that is not modelled.
     """
     args = getattr(model, "args", None)
-    settings = (getattr(args, "overlap_mask", None), getattr(args, "mask_ratio", None), getattr(model, "loss_chunk", None))
+    settings = (
+        getattr(args, "overlap_mask", None), getattr(args, "mask_ratio", None), getattr(model, "loss_chunk", None),
+        getattr(model, "assign_chunk", None),
+    )
     key = repr((model.yaml, getattr(model.model[-1], "nc", None), settings, amp))
     if key not in _LOSS_MODELS:
         _LOSS_MODELS[key] = _calibrate(model, amp)

@@ -1,4 +1,8 @@
-"""The loss region: the segmentation mask loss, recomputed in backward, exactly (``recompute=loss``).
+"""The loss region (``recompute=loss``): the task-aligned assigner in chunks of objects and the segmentation mask
+loss recomputed in backward, both exact.
+
+The assigner part is :mod:`yolo_ckpt.assigner` (every task with one: detect, obb, pose, segment); this module holds
+the mask loss and hooks both on the model.
 
 Ultralytics' ``v8SegmentationLoss.calculate_segmentation_loss`` (``ultralytics/utils/loss.py``; YOLO26's
 ``SegmentLoss26`` inherits it) builds, per image, a predicted mask ``einsum("in,nhw->ihw", coefficients, proto)``
@@ -26,26 +30,28 @@ equal stock training bit for bit on the CPU, for every chunk size (tested; the a
 giving a row tile of >= ANCHOR_TILE rows the whole product's bits, measured for MKL here). The region ignores
 ``recompute_mode``: selective mode would keep the einsum's output, the very tensor the region exists to free.
 
-How it is hooked: the model's class is swapped for a subclass (``LossRecomputedSegmentationModel``) whose
-``init_criterion`` returns the stock criterion with the classes of its segmentation losses swapped
-(``Recomputedv8SegmentationLoss``, ``RecomputedSegmentLoss26``; ``E2ELoss`` holds two). Ultralytics builds the
+How it is hooked: the model's class is swapped for a subclass (``LossRecomputedSegmentationModel``,
+``LossRecomputedDetectionModel``, ...) whose ``init_criterion`` returns the stock criterion with the classes of its
+segmentation losses swapped (``Recomputedv8SegmentationLoss``, ``RecomputedSegmentLoss26``; ``E2ELoss`` holds two)
+and those of its assigners (:func:`yolo_ckpt.assigner.chunk_assigners`). Ultralytics builds the
 criterion lazily in ``BaseModel.loss`` (first training loss, the EMA model's first validation) and in
 ``resume_training`` for end-to-end heads: all go through ``init_criterion``. The chunk size is a class attribute, and
 every patched class pickles as its stock class (:class:`yolo_ckpt.engine.PickledAsStock`), so ``last.pt`` holds
-only stock Ultralytics classes. The recomputed loss is active only when grad is enabled: validation, which runs
-``model.loss`` under ``inference_mode``, runs the stock loss.
+only stock Ultralytics classes. The recomputed mask loss is active only when grad is enabled: validation, which runs
+``model.loss`` under ``inference_mode``, runs the stock mask loss (the chunked assigner, same bits, in both).
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from ultralytics.nn.tasks import SegmentationModel
 from ultralytics.utils.loss import E2ELoss, v8SegmentationLoss
 from ultralytics.utils.ops import crop_mask, xyxy2xywh
 
 from . import engine
-from .config import check_loss_chunk
+from .assigner import DEFAULT_ASSIGN_CHUNK, chunk_assigners
+from .config import check_assign_chunk, check_loss_chunk
+from .policy import LOSS_HEADS, ModelLayout
 
 DEFAULT_CHUNK = 256  # anchors per forward chunk: 256 x 65536 mask pixels (imgsz 1024) x 4 B = 64 MiB per temporary
 
@@ -199,13 +205,15 @@ class RecomputedMaskLoss(engine.PickledAsStock):
 
 
 class LossRegionModel(engine.PickledAsStock):
-    """Mixin placed before ``SegmentationModel``: the criterion it builds recomputes its mask loss."""
+    """Mixin placed before a model class with a loss region (``DetectionModel``, ``SegmentationModel``, ...): the
+    criterion it builds chunks its assigners and recomputes its mask loss."""
 
     loss_chunk = DEFAULT_CHUNK
+    assign_chunk = DEFAULT_ASSIGN_CHUNK
 
     def init_criterion(self):
-        """The stock criterion, its segmentation losses patched (:func:`recompute_criterion`)."""
-        return recompute_criterion(super().init_criterion(), self.loss_chunk)
+        """The stock criterion, its assigners and segmentation losses patched (:func:`recompute_criterion`)."""
+        return recompute_criterion(super().init_criterion(), self.loss_chunk, self.assign_chunk)
 
 
 def _segmentation_losses(criterion) -> list:
@@ -214,9 +222,11 @@ def _segmentation_losses(criterion) -> list:
     return [p for p in parts if isinstance(p, v8SegmentationLoss)]
 
 
-def recompute_criterion(criterion, chunk: int = DEFAULT_CHUNK):
-    """Patch ``criterion``'s segmentation losses in place to recompute their mask loss in chunks of ``chunk``
-    anchors, or back to stock with ``chunk=None``; returns ``criterion``."""
+def recompute_criterion(criterion, chunk: int | None = DEFAULT_CHUNK, assign_chunk: int = DEFAULT_ASSIGN_CHUNK):
+    """Patch ``criterion`` in place: its segmentation losses to recompute their mask loss in chunks of ``chunk``
+    anchors and its assigners to run in chunks of ``assign_chunk`` objects, or both back to stock with
+    ``chunk=None``; returns ``criterion``."""
+    chunk_assigners(criterion, None if chunk is None else assign_chunk)
     for part in _segmentation_losses(criterion):
         stock = engine._stock_class(type(part))
         if chunk is None:
@@ -227,38 +237,46 @@ def recompute_criterion(criterion, chunk: int = DEFAULT_CHUNK):
     return criterion
 
 
-def _model(model) -> SegmentationModel:
+def _model(model):
     inner = engine._layers(model)
-    if not isinstance(inner, SegmentationModel):
+    if not ModelLayout.from_model(inner).has_loss_region:
         raise ValueError(
-            f"recompute=loss: {type(inner).__name__} has no loss region; only segmentation models (task=segment: "
-            "SegmentationModel with a Segment or Segment26 head, v8SegmentationLoss and SegmentLoss26) have one"
+            f"recompute=loss: {type(inner).__name__} has no loss region; only detect, obb, pose and segment models "
+            f"(heads {', '.join(LOSS_HEADS)}, whose losses have a task-aligned assigner) have one"
         )
     return inner
 
 
-def apply_loss_region(model, chunk: int = DEFAULT_CHUNK) -> None:
-    """Recompute the segmentation mask loss of ``model`` in backward (the loss region), exactly.
+def apply_loss_region(model, chunk: int = DEFAULT_CHUNK, assign_chunk: int = DEFAULT_ASSIGN_CHUNK) -> None:
+    """Apply the loss region to ``model``: its assigners in chunks of objects and, for a segmentation model, its mask
+    loss recomputed in backward, exactly.
 
     Patches the model's class (and the criterion, if it is built already); inert when grad is disabled. Replaces a
     loss region applied before.
 
     Args:
-        model: an Ultralytics ``SegmentationModel`` (optionally wrapped in DDP or ``torch.compile``).
-        chunk: anchors per chunk in the forward (``loss_chunk=``); every chunk size gives the same bits, smaller
-            ones less memory (chunk x H/4 x W/4 x 4 bytes per temporary).
+        model: an Ultralytics model whose head is in :data:`yolo_ckpt.policy.LOSS_HEADS` (detect, obb, pose,
+            segment; optionally wrapped in DDP or ``torch.compile``).
+        chunk: anchors per chunk in the mask loss's forward (``loss_chunk=``); every chunk size gives the same bits,
+            smaller ones less memory (chunk x H/4 x W/4 x 4 bytes per temporary).
+        assign_chunk: objects per chunk of the assigner (``assign_chunk=``, :mod:`yolo_ckpt.assigner`); every
+            chunk size gives the same bits, smaller ones less memory (assign_chunk x anchors x 4 bytes per
+            temporary).
 
     Raises:
-        ValueError: for a model without a loss region (not a segmentation model) or a bad ``chunk``; the model is
-            then unchanged.
+        ValueError: for a model without a loss region or a bad ``chunk`` or ``assign_chunk``; the model is then
+            unchanged.
     """
     inner = _model(model)
     check_loss_chunk(chunk)
+    check_assign_chunk(assign_chunk)
     stock = engine._stock_class(type(inner))
     name = f"LossRecomputed{stock.__name__}"
-    inner.__class__ = engine._patched_class(LossRegionModel, stock, name, loss_chunk=chunk)
+    inner.__class__ = engine._patched_class(
+        LossRegionModel, stock, name, loss_chunk=chunk, assign_chunk=assign_chunk
+    )
     if getattr(inner, "criterion", None) is not None:
-        recompute_criterion(inner.criterion, chunk)
+        recompute_criterion(inner.criterion, chunk, assign_chunk)
 
 
 def remove_loss_region(model) -> None:

@@ -26,7 +26,7 @@ class PlannedRun:
         spec: what the estimate assumes and why (device, AMP, optimizer, objects per image, classes).
         imgsz: the largest size (pixels) a step trains at: ``imgsz=`` rounded to the stride, x (1 + ``multi_scale``).
         batch: the batch the memory model's base pass is estimated at (activations are rescaled from it).
-        config: yolo-ckpt's keys (``loss_chunk``, the headroom).
+        config: yolo-ckpt's keys (``loss_chunk``, ``assign_chunk``, the headroom).
         counts: the training set's images and objects (None without ``data=``).
         stride: the training size's grid, the model's largest stride and at least 32 (Ultralytics' ``gs``).
     """
@@ -53,7 +53,8 @@ class PlannedRun:
 
             spec = self.spec
             self._memory = MemoryModel(
-                self.model, self.imgsz, self.batch, spec.objects, spec.optimizer, spec.amp, self.headroom, self.config.loss_chunk
+                self.model, self.imgsz, self.batch, spec.objects, spec.optimizer, spec.amp, self.headroom, self.config.loss_chunk,
+                self.config.assign_chunk,
             )
         return self._memory
 

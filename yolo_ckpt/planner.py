@@ -1,8 +1,9 @@
 """Plan recomputation for a memory budget: which units (``recompute=auto``), and the largest batch or imgsz.
 
 A unit is what a plan recomputes or not: a layer of ``model.model`` (a nested layer with its inner blocks one at a
-time, :data:`yolo_ckpt.engine.NESTED_BLOCKS`), ``head`` (the final head's branches) and, for segmentation
-(:data:`yolo_ckpt.policy.LOSS_HEADS`), ``loss`` (the mask loss region, :mod:`yolo_ckpt.losses`). The planner
+time, :data:`yolo_ckpt.engine.NESTED_BLOCKS`), ``head`` (the final head's branches) and, for detect, obb, pose and
+segment models (:data:`yolo_ckpt.policy.LOSS_HEADS`), ``loss`` (the loss region, :mod:`yolo_ckpt.losses`: the chunked
+assigner and the segmentation mask loss). The planner
 composes the per-layer and per-module figures of one fake-tensor estimate of ``recompute=none``
 (:func:`yolo_ckpt.estimate.estimate_step`) instead of running a fake pass per candidate:
 
@@ -14,7 +15,8 @@ composes the per-layer and per-module figures of one fake-tensor estimate of ``r
   their inputs, and a recomputed unit i itself holds its freed tensors again, a nested layer one inner block at a
   time and the head one branch at a time;
 - the loss's forward and backward peaks are a formula (:class:`yolo_ckpt.estimate.LossModel`), the stock loss's
-  or, with ``loss``, the loss region's, calibrated with the region applied in ``loss_chunk`` anchors per chunk;
+  or, with ``loss``, the loss region's, calibrated with the region applied in ``loss_chunk`` anchors and
+  ``assign_chunk`` objects per chunk;
 - activations and the training batch scale with batch x imgsz^2, the loss by its own formula, parameters and
   optimizer state not at all;
 - an imgsz is planned at the size it trains at (:func:`yolo_ckpt.memory.train_imgsz`: 2736 -> 2752).
@@ -26,7 +28,8 @@ little more than its largest branch); the plan's own fake pass catches that.
 Among the unit sets that fit, it picks the one with the least recompute cost (forward FLOPs of the recomputed
 layers and head branches, and the loss region's mask products, :meth:`MemoryModel.loss_flops`): greedily by bytes
 freed per FLOP, then dropping units that are no longer needed, and never worse than the cheapest named policy
-(backbone, neck, all) that fits. The chosen plan is checked with one more fake pass of that policy. A plan is a
+(backbone, neck, all) that fits. ``loss`` is in every plan where the model has it: the assigner's part recomputes
+nothing, and it bounds the loss's memory where objects are many. The chosen plan is checked with one more fake pass of that policy. A plan is a
 ``recompute=`` value, ``"2,4,6,head,loss"``, that :func:`yolo_ckpt.policy.resolve` reads back to its units.
 
 :class:`MemoryModel` is the one planning entry: ``recompute=auto`` and ``batch=-1`` in the trainers,
@@ -44,7 +47,8 @@ import copy
 import dataclasses
 from dataclasses import dataclass
 
-from .config import NO_HEADROOM, Headroom, check_loss_chunk
+from .assigner import DEFAULT_ASSIGN_CHUNK
+from .config import NO_HEADROOM, Headroom, check_assign_chunk, check_loss_chunk
 from .engine import sub_regions
 from .errors import ConfigError
 from .estimate import LossModel, calibrate_loss, estimate_step
@@ -124,24 +128,30 @@ def _largest(fits, limit: int) -> int:
     return lo
 
 
-def loss_models(model, amp: bool, chunk: int | None = None) -> dict[bool, LossModel]:
+def loss_models(
+    model, amp: bool, chunk: int | None = None, assign_chunk: int | None = None
+) -> dict[bool, LossModel]:
     """The loss formula without (``False``) and, where the head has a loss region, with (``True``) the loss region
-    in ``chunk`` anchors per chunk (None: its default), each calibrated on a copy of ``model`` with or without it
-    (:func:`yolo_ckpt.estimate.calibrate_loss`, which measures ``model.loss`` as patched) under ``amp``.
+    in ``chunk`` anchors and ``assign_chunk`` objects per chunk (None: their defaults), each calibrated on a copy of
+    ``model`` with or without it (:func:`yolo_ckpt.estimate.calibrate_loss`, which measures ``model.loss`` as
+    patched) under ``amp``.
 
     Raises:
-        ValueError: for a bad ``chunk`` (:func:`yolo_ckpt.config.check_loss_chunk`).
+        ValueError: for a bad ``chunk`` or ``assign_chunk`` (:func:`yolo_ckpt.config.check_loss_chunk`,
+            :func:`yolo_ckpt.config.check_assign_chunk`).
     """
     chunk = check_loss_chunk(DEFAULT_CHUNK if chunk is None else chunk)
-    variants = {False: None, True: chunk} if ModelLayout.from_model(model).has_loss_region else {False: None}
+    objects = check_assign_chunk(DEFAULT_ASSIGN_CHUNK if assign_chunk is None else assign_chunk)
+    variants = {False: None, True: (chunk, objects)} if ModelLayout.from_model(model).has_loss_region else {False: None}
     models = {}
-    for on, region_chunk in variants.items():
+    for on, region in variants.items():
         variant = model
-        if getattr(model, "loss_chunk", None) != region_chunk:  # the loss region is on, or off, where it must not be
+        applied = (getattr(model, "loss_chunk", None), getattr(model, "assign_chunk", None))
+        if applied != (region or (None, None)):  # the loss region is on, or off, where it must not be
             variant = copy.deepcopy(model)
             remove_loss_region(variant)
             if on:
-                apply_loss_region(variant, region_chunk)
+                apply_loss_region(variant, *region)
         models[on] = calibrate_loss(variant, amp)
     return models
 
@@ -172,24 +182,26 @@ class MemoryModel:
             ``imgsz=`` takes it (int, list, string), here and in every method: the size that trains is planned.
         optimizer, amp: as in :func:`yolo_ckpt.estimate.estimate_step`.
         headroom: kept on top of every estimate when it is held against a budget (:meth:`yolo_ckpt.config.CkptConfig.headroom_on`).
-        loss_chunk: anchors per forward chunk of the loss region (``loss_chunk=``); None: its default.
+        loss_chunk: anchors per forward chunk of the loss region's mask loss (``loss_chunk=``); None: its default.
+        assign_chunk: objects per chunk of the loss region's assigner (``assign_chunk=``); None: its default.
 
     Raises:
-        ValueError: for a bad ``loss_chunk``, and as :func:`yolo_ckpt.estimate.estimate_step` raises.
+        ValueError: for a bad ``loss_chunk`` or ``assign_chunk``, and as :func:`yolo_ckpt.estimate.estimate_step` raises.
     """
 
     def __init__(
         self, model, imgsz, batch: int, objects: int = 20, optimizer: str = "AdamW", amp: bool = False,
-        headroom: Headroom = NO_HEADROOM, loss_chunk: int | None = None,
+        headroom: Headroom = NO_HEADROOM, loss_chunk: int | None = None, assign_chunk: int | None = None,
     ):
         self.model, self.objects, self.optimizer, self.amp, self.headroom = model, objects, optimizer, amp, headroom
         self.layout = ModelLayout.from_model(model)
-        self.loss_models = loss_models(model, amp, loss_chunk)
+        self.loss_models = loss_models(model, amp, loss_chunk, assign_chunk)
         # The fake pass without the loss's share (a formula of zeros): the loss's peaks are composed per unit below.
         zeros = (0.0,) * len(self.loss_models[False].forward)
         no_loss = dataclasses.replace(self.loss_models[False], forward=zeros, backward=zeros)
         self.base = estimate_step(model, imgsz, batch, objects, "none", optimizer=optimizer, amp=amp, loss_model=no_loss)
         self.candidates = self.units("all")  # the layers, then "head" and, where there is one, "loss"
+        self.always = tuple(u for u in self.candidates if u == "loss")  # in every plan (module docstring)
         self.strides = model.stride.tolist()
         rows, modules, parts = self.base.layers, self.base.modules, sub_regions(model)
         self.freed, self.rebuilt, self.flops = {}, {}, {}
@@ -233,8 +245,9 @@ class MemoryModel:
         """Forward FLOPs the loss region recomputes per step: each image's predicted masks (foreground anchors x
         32 coefficients x prototype pixels, 2 FLOPs a product) twice, once per backward product's tiling
         (``yolo_ckpt.losses._MaskLoss.backward``): ``4 * nm * Fb * (imgsz / 4)^2``, with ``Fb`` the loss formula's
-        bound on the batch's foreground anchors and ``nm`` the head's mask coefficients; 0 without a loss region."""
-        if True not in self.loss_models:
+        bound on the batch's foreground anchors and ``nm`` the head's mask coefficients; 0 without a mask loss (the
+        chunked assigner recomputes nothing)."""
+        if True not in self.loss_models or not self.layout.has_mask_loss:
             return 0
         imgsz = train_imgsz(imgsz, self.model.stride)
         batch_foreground, _ = self.loss_models[True].foreground(batch, imgsz, self.objects)
@@ -301,19 +314,20 @@ class MemoryModel:
         return sorted(self.candidates, key=lambda u: -freed(u) / max(self.cost((u,), batch, imgsz), 1))
 
     def cheapest(self, budget: int, batch: int, imgsz) -> tuple | None:
-        """The least-FLOPs set of units whose composed peak (with the headroom) fits ``budget``; None if even ``all``
-        does not fit."""
+        """The least-FLOPs set of units, :attr:`always` among them, whose composed peak (with the headroom) fits
+        ``budget``; None if even ``all`` does not fit."""
         imgsz = train_imgsz(imgsz, self.model.stride)
-        if self.fits(self.peak((), batch, imgsz), budget):
-            return ()
-        chosen: list = []
-        for u in self._order(batch, imgsz):
+        if self.fits(self.peak(self.always, batch, imgsz), budget):
+            return self.always
+        chosen: list = list(self.always)
+        for u in (u for u in self._order(batch, imgsz) if u not in self.always):
             chosen.append(u)
             if self.fits(self.peak(chosen, batch, imgsz), budget):
                 break
         else:
             return None
-        for u in sorted(chosen, key=lambda u: -self.cost((u,), batch, imgsz)):  # drop what is no longer needed, dearest first
+        optional = [u for u in chosen if u not in self.always]
+        for u in sorted(optional, key=lambda u: -self.cost((u,), batch, imgsz)):  # drop what is no longer needed, dearest first
             rest = [v for v in chosen if v != u]
             if self.fits(self.peak(rest, batch, imgsz), budget):
                 chosen = rest
@@ -321,8 +335,10 @@ class MemoryModel:
         return min(fitting, key=lambda s: self.cost(s, batch, imgsz))
 
     def _named(self) -> list[tuple]:
-        """The units of the named policies a plan is never worse than: backbone, neck (where there is one), all."""
-        return [self.units(n) for n in ("backbone", "all") + (("neck",) if len(self.layout.section("neck")) else ())]
+        """The units of the named policies a plan is never worse than: backbone, neck (where there is one), all;
+        each with :attr:`always`."""
+        names = ("backbone", "all") + (("neck",) if len(self.layout.section("neck")) else ())
+        return [self._sorted((*self.units(n), *self.always)) for n in names]
 
     def _sorted(self, units) -> tuple:
         """``units`` in candidate order (layers ascending, then the regions)."""

@@ -2,7 +2,7 @@
 
 A region is what the engine recomputes in backward instead of keeping its activations: a layer ``model.model[i]``
 of an Ultralytics ``BaseModel`` (with, for big layers, its inner blocks one at a time: an engine rule, see
-:data:`yolo_ckpt.engine.NESTED_BLOCKS`), the branches of the final task head, or the segmentation loss. A spec is
+:data:`yolo_ckpt.engine.NESTED_BLOCKS`), the branches of the final task head, or the loss region. A spec is
 a union of
 
 - ``backbone``: the layers of the model YAML's ``backbone:`` section (the default);
@@ -10,7 +10,9 @@ a union of
 - ``head``: the parameterised branches of the final task head (each element of its ``ModuleList``s, ``cv2[i]``,
   ``cv3[i]``, ..., and ``proto``; ``Classify``'s ``conv``); its decode and glue stay stock. The head's index
   (``23``) and class name (``Detect``) mean ``head`` too;
-- ``loss``: the segmentation mask loss (segment models only: heads in :data:`LOSS_HEADS`);
+- ``loss``: the loss region (detect, obb, pose and segment models: heads in :data:`LOSS_HEADS`): the task-aligned
+  assigner in chunks of objects (:mod:`yolo_ckpt.assigner`) and, for segment models (:data:`MASK_LOSS_HEADS`), the
+  mask loss recomputed in backward (:mod:`yolo_ckpt.losses`);
 - ``all``: every layer, the head's branches and, where the head has one, the loss;
 - layer indices and inclusive ranges, ``0-4,6,8``;
 - Ultralytics module class names, the last part of ``layer.type``, ``C3k2,SPPF``.
@@ -33,12 +35,15 @@ from .suggest import did_you_mean
 SECTIONS = ("backbone", "neck", "all")
 _INDEX = re.compile(r"[0-9]+")  # ASCII digits: str.isdigit also accepts '²', which int() rejects
 REGIONS = ("head", "loss")  # recomputed regions beyond the layers of model.model (yolo_ckpt.engine, yolo_ckpt.losses)
-# Heads whose task has a loss region (the segmentation mask loss: v8SegmentationLoss, SegmentLoss26 in
-# ultralytics/utils/loss.py). YOLOESegment is left out: it does not train offline.
-LOSS_HEADS = ("Segment", "Segment26")
+# Heads whose loss has a task-aligned assigner (ultralytics/utils/tal.py, built in ultralytics/utils/loss.py by
+# v8DetectionLoss, v8OBBLoss, v8PoseLoss, PoseLoss26, v8SegmentationLoss, SegmentLoss26 and E2ELoss): they have a
+# loss region. RT-DETR, YOLO-World and YOLOE heads are left out (their own losses; YOLOE does not train offline).
+LOSS_HEADS = ("Detect", "v10Detect", "OBB", "OBB26", "Pose", "Pose26", "Segment", "Segment26")
+# Of those, the heads whose loss region also holds the segmentation mask loss (v8SegmentationLoss, SegmentLoss26).
+MASK_LOSS_HEADS = ("Segment", "Segment26")
 MODES = ("full", "selective")  # recompute_mode=: whole layers, or only their cheap ops (yolo_ckpt.engine)
 CHOICES = (
-    "valid choices: none, backbone, neck, all, head, loss (segment models), layer indices and ranges ('0-4,6'), "
+    "valid choices: none, backbone, neck, all, head, loss (detect, obb, pose, segment models), layer indices and ranges ('0-4,6'), "
     "module names ('C3k2,SPPF'), joined by commas, or auto (with memory_budget=)"
 )
 
@@ -102,6 +107,11 @@ class ModelLayout:
         """Whether the final head's task has a loss region (``recompute=loss``): its type is in :data:`LOSS_HEADS`."""
         return self.types[self.head] in LOSS_HEADS
 
+    @property
+    def has_mask_loss(self) -> bool:
+        """Whether the loss region also recomputes a segmentation mask loss: the head is in :data:`MASK_LOSS_HEADS`."""
+        return self.types[self.head] in MASK_LOSS_HEADS
+
     def describe(self) -> str:
         """The model's sections and recomputable module names, for error messages."""
 
@@ -110,7 +120,7 @@ class ModelLayout:
 
         names = sorted({t for i, t in enumerate(self.types) if i not in self.param_free})
         loss = "with a loss region ('loss')" if self.has_loss_region else (
-            f"without a loss region (only segment models have one: heads {', '.join(LOSS_HEADS)})"
+            f"without a loss region (only detect, obb, pose and segment models have one: heads {', '.join(LOSS_HEADS)})"
         )
         return (
             f"this model has backbone ({span(self.section('backbone'))}), neck ({span(self.section('neck'))}) "
@@ -130,7 +140,8 @@ class RecomputePolicy:
         types: the type name of each layer in ``indices``.
         mode: ``"full"`` or ``"selective"`` recomputation (``recompute_mode=``), for the layers and the head.
         head: whether the final head's branches are recomputed.
-        loss: whether the segmentation loss is recomputed (only where the head is in :data:`LOSS_HEADS`).
+        loss: whether the loss region is applied (only where the head is in :data:`LOSS_HEADS`): the chunked
+            assigner and, for segment models, the recomputed mask loss.
     """
 
     spec: str

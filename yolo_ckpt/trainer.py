@@ -161,7 +161,7 @@ class CheckpointTrainerMixin:
         if distributed.torchrun_world_size() > 1:  # a torchrun worker: the whole job's ranks, on every node
             self.world_size = distributed.torchrun_world_size()
         # given > restored by resume (train_args) > this task's default > default
-        for k, default in {**DEFAULTS, **TASK_DEFAULTS.get(task_of(type(self)), {})}.items():
+        for k, default in {**DEFAULTS, **_task_defaults(type(self))}.items():
             setattr(self.args, k, given.get(k, getattr(self.args, k, default)))
         # typed (the raw values stay on args for args.yaml); a resumed run's own keys are read back from last.pt
         self.ckpt_config = CkptConfig.from_args(vars(self.args)) if self.args.resume else config
@@ -188,7 +188,7 @@ class CheckpointTrainerMixin:
             ``(config, yolo-ckpt's keys given, the other overrides)``.
 
         Raises:
-            ConfigError: for an invalid ``recompute=``, ``recompute_mode=``, ``loss_chunk=``, ``memory_budget=`` or
+            ConfigError: for an invalid ``recompute=``, ``recompute_mode=``, ``loss_chunk=``, ``assign_chunk=``, ``memory_budget=`` or
                 ``memory_headroom=``, a ``recompute=`` the model does not have (:func:`yolo_ckpt.policy.resolve`), a
                 planning request this task or device cannot honour, or an RT-DETR model given to a trainer other
                 than RTDETRTrainer's, or a bad ``imgsz=``, ``device=``, ``project=`` or ``model=``
@@ -197,7 +197,7 @@ class CheckpointTrainerMixin:
         overrides = dict(overrides or {})
         check_train_inputs(overrides)
         given = {k: overrides.pop(k) for k in DEFAULTS if k in overrides}
-        config = CkptConfig.from_args(given, task_of(cls))
+        config = CkptConfig.from_args(given, task_of(cls) if _task_defaults(cls) else None)  # RT-DETR, World, YOLOE: no loss region
         cls._check_planning(config, overrides)
         source = _model_source(overrides)
         read = isinstance(source, dict) or Path(str(source)).suffix.lower() in {".yaml", ".yml"}  # a YAML: cheap to read
@@ -363,6 +363,7 @@ class CheckpointTrainerMixin:
             frozen=frozen_layers(self.args.freeze),
             mode=config.recompute_mode,
             loss_chunk=config.loss_chunk,
+            assign_chunk=config.assign_chunk,
         )
         if RANK in {-1, 0}:
             LOGGER.info(f"{PREFIX}activation checkpointing {self.policy}")
@@ -464,7 +465,11 @@ class CheckpointTrainerMixin:
             return None, probe_validation_step(self.ema.ema, batch["img"])
         val_batch = self.test_loader.batch_size or len(batch["img"])
         images = batch["img"].repeat((val_batch + len(batch["img"]) - 1) // len(batch["img"]), 1, 1, 1)[:val_batch]
-        step = profile_step(model, batch, self.policy.spec, self.policy.mode, optimizer_for(self.args.optimizer))
+        config = self.ckpt_config
+        step = profile_step(
+            model, batch, self.policy.spec, self.policy.mode, optimizer_for(self.args.optimizer),
+            loss_chunk=config.loss_chunk, assign_chunk=config.assign_chunk,
+        )
         return step, probe_validation_step(self.ema.ema, images)
 
     @contextlib.contextmanager
@@ -598,6 +603,17 @@ def _restore_run_dir(run_dir: Path, existed: bool, files: dict[str, tuple[bytes,
         (run_dir / name).chmod(mode)  # results.csv was removed: a new file would get the umask's mode
     with contextlib.suppress(OSError):  # not empty, or not there: leave it
         (run_dir / "weights").rmdir()
+
+
+def _task_defaults(trainer_cls: type) -> dict:
+    """:data:`yolo_ckpt.config.TASK_DEFAULTS` of the trainer's task where its nearest Ultralytics trainer is the task's
+    own (a user's subclass of it too): RT-DETR's, YOLO-World's and YOLOE's trainers, task detect or segment, train
+    heads without a loss region and keep ``cfg/default.yaml``'s."""
+    from ultralytics import YOLO
+
+    task = task_of(trainer_cls)
+    nearest = next(c for c in trainer_cls.__mro__ if c.__module__.startswith("ultralytics."))
+    return TASK_DEFAULTS.get(task, {}) if nearest is YOLO.task_map.fget(None)[task]["trainer"] else {}
 
 
 def task_of(trainer_cls: type) -> str:
