@@ -20,7 +20,7 @@ from ultralytics.utils.tal import (
     make_anchors,
 )
 
-from yolo_ckpt import CheckpointDetectionTrainer, count_recomputations, engine, trainer_for
+from yolo_ckpt import CheckpointDetectionTrainer, count_recomputations, engine, patching, trainer_for
 from yolo_ckpt.assigner import assigners, chunk_assigners
 from yolo_ckpt.config import check_assign_chunk
 
@@ -249,7 +249,7 @@ def test_run_probe_uses_the_runs_chunks(synthetic, tmp_path, monkeypatch, one_th
 
     def spy(model, *args, **kwargs):  # the probe's apply_checkpointing (the trainer's own is bound at import)
         policy = original(model, *args, **kwargs)
-        inner = type(engine._layers(model))
+        inner = type(patching.model_layers(model))
         seen.append((policy.spec, inner.loss_chunk, inner.assign_chunk))
         return policy
 

@@ -22,7 +22,7 @@ _EXPORTS = {
     "apply_checkpointing": "engine",
     "checkpointed_layers": "engine",
     "checkpointed_modules": "engine",
-    "count_recomputations": "engine",
+    "count_recomputations": "patching",
     "remove_checkpointing": "engine",
     "ModelLayout": "policy",
     "RecomputePolicy": "policy",

@@ -41,7 +41,7 @@ intersections (integer counts, exact in any grouping) and their IoU buffer; the 
 peak.
 
 How it is hooked: :func:`chunk_assigners` swaps the class of a criterion's assigner(s) for a subclass
-(``ChunkedTaskAlignedAssigner``, ...) that pickles as its stock class (:class:`yolo_ckpt.engine.PickledAsStock`);
+(``ChunkedTaskAlignedAssigner``, ...) that pickles as its stock class (:class:`yolo_ckpt.patching.PickledAsStock`);
 :mod:`yolo_ckpt.losses` calls it when it builds the criterion of a model with the loss region.
 """
 
@@ -52,7 +52,7 @@ from ultralytics.utils.ops import crop_mask
 from ultralytics.utils.tal import SegTaskAlignedAssigner, TaskAlignedAssigner
 from ultralytics.utils.torch_utils import autocast
 
-from . import engine
+from . import patching
 from .config import check_assign_chunk
 
 DEFAULT_ASSIGN_CHUNK = 64  # objects per chunk: 64 x 21504 anchors (imgsz 1024) x 4 B = 5.5 MB per float row block
@@ -92,7 +92,7 @@ def _first_max(best, best_idx, rows, start: int):
     return torch.where(take, value, best), torch.where(take, idx, best_idx)
 
 
-class ChunkedAssignment(engine.PickledAsStock):
+class ChunkedAssignment(patching.PickledAsStock):
     """Mixin placed before a ``TaskAlignedAssigner`` class: its ``_forward`` runs over chunks of objects (see the
     module). Not instantiated: :func:`chunk_assigners` swaps an assigner's class; ``assign_chunk`` is set on it."""
 
@@ -101,7 +101,7 @@ class ChunkedAssignment(engine.PickledAsStock):
     def _forward(self, pd_scores, pd_bboxes, anc_points, gt_labels, gt_bboxes, mask_gt, **extra):
         """Stock's ``TaskAlignedAssigner._forward`` (same arguments and results, bit for bit on the CPU), in chunks
         of ``assign_chunk`` objects of one image."""
-        for counter in engine._ACTIVE_COUNTERS:
+        for counter in patching.ACTIVE_COUNTERS:
             counter.assignments += 1
         bs, n, na = self.bs, self.n_max_boxes, anc_points.shape[0]
         gt_valid = mask_gt.bool()
@@ -235,7 +235,7 @@ class ChunkedSegAssignment(ChunkedAssignment):
 
 def _chunked_class(stock: type, chunk: int) -> type:
     mixin = ChunkedSegAssignment if issubclass(stock, SegTaskAlignedAssigner) else ChunkedAssignment
-    return engine._patched_class(mixin, stock, f"Chunked{stock.__name__}", assign_chunk=chunk)
+    return patching.patched_class(mixin, stock, f"Chunked{stock.__name__}", assign_chunk=chunk)
 
 
 def assigners(criterion) -> list[TaskAlignedAssigner]:
@@ -255,6 +255,6 @@ def chunk_assigners(criterion, chunk: int | None = DEFAULT_ASSIGN_CHUNK):
     if chunk is not None:
         check_assign_chunk(chunk)
     for assigner in assigners(criterion):
-        stock = engine._stock_class(type(assigner))
+        stock = patching.stock_class(type(assigner))
         assigner.__class__ = stock if chunk is None else _chunked_class(stock, chunk)
     return criterion

@@ -117,9 +117,9 @@ def check_labels(data: dict, task: str, fraction: float = 1.0, single_cls: bool 
         LOGGER.warning(f"{where}: {missing + empty} of {total} training images have no labels (background images); more than {BACKGROUND_WARNING:.0%} is unusual: check the labels folder")
 
 
-def check_train_labels(trainer_cls: type, args) -> None:
-    """:func:`check_labels` for a trainer class and its args (``get_cfg``'s), where the module docstring's scope
-    covers them (not for a resumed run, whose data trained already).
+def check_train_labels(trainer_cls: type, task: str, args) -> None:
+    """:func:`check_labels` for a trainer class of ``task`` and its args (``get_cfg``'s), where the module
+    docstring's scope covers them (not for a resumed run, whose data trained already).
 
     Raises:
         ConfigError: as :func:`check_labels`. RuntimeError: for a ``data=`` Ultralytics' ``check_det_dataset`` cannot
@@ -131,14 +131,12 @@ def check_train_labels(trainer_cls: type, args) -> None:
     from ultralytics.models.yolo.detect import DetectionTrainer
     from ultralytics.utils import clean_url, emojis
 
-    from .trainer import task_of
-
     yolo_dataset = trainer_cls.build_dataset in {DetectionTrainer.build_dataset, RTDETRTrainer.build_dataset}
     data = str(args.data or "")
-    if args.resume or not yolo_dataset or task_of(trainer_cls) not in CHECKED_TASKS or Path(data).suffix.lower() not in {".yaml", ".yml"}:
+    if args.resume or not yolo_dataset or task not in CHECKED_TASKS or Path(data).suffix.lower() not in {".yaml", ".yml"}:
         return
     try:
         checked = check_det_dataset(data, split=args.split)
     except Exception as e:
         raise RuntimeError(emojis(f"Dataset '{clean_url(data)}' error ❌ {e}")) from e
-    check_labels(checked, task_of(trainer_cls), args.fraction, args.single_cls)
+    check_labels(checked, task, args.fraction, args.single_cls)

@@ -30,20 +30,22 @@ How a module is patched, and why:
 from __future__ import annotations
 
 import contextlib
-import copy
-import copyreg
 import functools
-from collections import Counter
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
+from .patching import (
+    ACTIVE_COUNTERS,
+    RECOMPUTE_NAME,
+    PickledAsStock,
+    model_layers,
+    patched_class,
+    stock_class,
+)
 from .policy import ModelLayout, RecomputePolicy, resolve
 
-_ACTIVE_COUNTERS: list[RecomputeCounter] = []
-_PATCHED_CLASSES: dict[tuple, type] = {}
-_NAME = "_recompute_name"  # instance attribute of a recomputed module: its qualified name under model.model
 # Layer types whose inner blocks (the elements of the ModuleList named here, see _inner_blocks) are recomputed one
 # at a time inside the recomputed layer. A2C2f: at stride 16 its area-attention blocks dominate (YOLO12n at imgsz
 # 1536, batch 1: layer 6 saves 844 MiB that a whole-layer recompute rebuilds at once). Measured without a gain of
@@ -79,50 +81,6 @@ def _save_ops(names=SELECTIVE_SAVE_OP_NAMES) -> frozenset:
 SELECTIVE_SAVE_OPS = _save_ops()
 
 
-class RecomputeCounter:
-    """Counts backward recomputations while it is active (see :func:`count_recomputations`).
-
-    Attributes:
-        per_layer: ``Counter`` of layer index ``i`` -> number of times the layer ``model.model[i]`` itself was
-            recomputed in backward.
-        per_module: ``Counter`` of qualified module name under ``model.model`` -> recomputations, for every
-            recomputed module: layers (``"6"``), their inner blocks (``"6.m.0.1"``) and head branches (``"23.cv2.0"``).
-        loss_images: number of images whose mask loss the loss region recomputed in backward
-            (:mod:`yolo_ckpt.losses`).
-        assignments: number of task-aligned assignments that ran in chunks of objects (:mod:`yolo_ckpt.assigner`).
-    """
-
-    def __init__(self):
-        self.per_layer: Counter[int] = Counter()
-        self.per_module: Counter[str] = Counter()
-        self.loss_images = 0
-        self.assignments = 0
-
-    @property
-    def total(self) -> int:
-        """Recomputations of all modules (layers, inner blocks and head branches)."""
-        return sum(self.per_module.values())
-
-    def _count(self, name: str) -> None:
-        self.per_module[name] += 1
-        if name.isdigit():
-            self.per_layer[int(name)] += 1
-
-
-@contextlib.contextmanager
-def count_recomputations():
-    """Context manager yielding a :class:`RecomputeCounter` that counts the backward recomputations it sees.
-
-    Tests use it to prove that recomputation ran: an engine that did nothing would count 0.
-    """
-    counter = RecomputeCounter()
-    _ACTIVE_COUNTERS.append(counter)
-    try:
-        yield counter
-    finally:
-        _ACTIVE_COUNTERS.remove(counter)
-
-
 @contextlib.contextmanager
 def _recompute_context(layer: nn.Module):
     """Entered by ``torch.utils.checkpoint`` around the backward recomputation of ``layer`` (any recomputed module,
@@ -131,8 +89,8 @@ def _recompute_context(layer: nn.Module):
     # (Turning track_running_stats off instead changes what batch_norm saves for backward, which checkpoint rejects.)
     stats = [b for m in layer.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) for b in m.buffers()]
     saved = [b.clone() for b in stats]
-    for c in _ACTIVE_COUNTERS:
-        c._count(getattr(layer, _NAME, ""))
+    for c in ACTIVE_COUNTERS:
+        c._count(getattr(layer, RECOMPUTE_NAME, ""))
     try:
         yield
     finally:
@@ -180,39 +138,6 @@ def _recomputed_in_context(layer: nn.Module, forward):
     return run
 
 
-class PickledAsStock:
-    """Mixin of a patched subclass (made by :func:`_patched_class`): pickles as its stock class, copies as itself.
-
-    Used for recomputed layers (:class:`RecomputedLayer`) and for the loss region's model and criterion classes
-    (:mod:`yolo_ckpt.losses`).
-    """
-
-    def __reduce_ex__(self, protocol):
-        # Pickle as the stock class: last.pt/best.pt and DDP files must load without yolo_ckpt. Copies (copy.copy,
-        # deepcopy for EMA and AutoBatch's probe) keep the patched class.
-        # copyreg._reconstructor is what pickle itself uses for protocols 0-1; __newobj__ would insist on type(self).
-        state = {k: v for k, v in self.__getstate__().items() if k != _NAME}  # a recomputed module's name
-        return copyreg._reconstructor, (_stock_class(type(self)), object, None), state
-
-    def __copy__(self):
-        new = type(self).__new__(type(self))
-        new._set_state(dict(self.__getstate__()))
-        return new
-
-    def __deepcopy__(self, memo):
-        new = type(self).__new__(type(self))
-        memo[id(self)] = new
-        new._set_state(copy.deepcopy(self.__getstate__(), memo))
-        return new
-
-    def _set_state(self, state: dict) -> None:
-        # As pickle restores state: __setstate__ where the class has one (nn.Module), else the instance __dict__.
-        if hasattr(self, "__setstate__"):
-            self.__setstate__(state)
-        else:
-            self.__dict__.update(state)
-
-
 class RecomputedLayer(PickledAsStock, nn.Module):
     """Mixin placed before a module's own class: its forward runs under activation checkpointing when training.
 
@@ -244,43 +169,20 @@ class RecomputedLayer(PickledAsStock, nn.Module):
         return checkpoint(stock_forward, *args, use_reentrant=False, **options, **kwargs)
 
 
-def _stock_class(cls: type) -> type:
-    return cls.__dict__["_stock_class"] if issubclass(cls, PickledAsStock) else cls
-
-
-def _patched_class(mixin: type, stock: type, name: str, **attrs) -> type:
-    """The subclass ``name(mixin, stock)`` with class attributes ``attrs``, pickled as ``stock``; made once per
-    distinct arguments."""
-    key = (mixin, stock, name, tuple(sorted(attrs.items())))
-    if key not in _PATCHED_CLASSES:
-        body = {"__module__": mixin.__module__, "_stock_class": stock, **attrs}
-        _PATCHED_CLASSES[key] = type(name, (mixin, stock), body)
-    return _PATCHED_CLASSES[key]
-
-
 def _recomputed_class(stock: type, mode: str) -> type:
     name = f"{'Selective' if mode == 'selective' else ''}Recomputed{stock.__name__}"
-    return _patched_class(RecomputedLayer, stock, name, recompute_mode=mode)
-
-
-def _layers(model: nn.Module) -> nn.Sequential:
-    inner = getattr(model, "module", model)  # DDP
-    inner = getattr(inner, "_orig_mod", inner)  # torch.compile
-    inner = getattr(inner, "student_model", inner)  # distill_model=: Ultralytics' DistillationModel trains its student
-    if not isinstance(getattr(inner, "model", None), nn.Sequential) or not hasattr(inner, "yaml"):
-        raise TypeError(f"expected an Ultralytics BaseModel with .model layers and .yaml, got {type(model).__name__}")
-    return inner
+    return patched_class(RecomputedLayer, stock, name, recompute_mode=mode)
 
 
 def checkpointed_layers(model: nn.Module) -> list[int]:
     """Indices of the layers of ``model.model`` under activation checkpointing (``layer.recompute_mode`` says how)."""
-    return [i for i, m in enumerate(_layers(model).model) if isinstance(m, RecomputedLayer)]
+    return [i for i, m in enumerate(model_layers(model).model) if isinstance(m, RecomputedLayer)]
 
 
 def checkpointed_modules(model: nn.Module) -> list[str]:
     """Qualified names under ``model.model`` of every module under activation checkpointing: layers (``"6"``),
     their inner blocks (``"6.m.0.1"``) and head branches (``"23.cv2.0"``), in module order."""
-    return [name for name, m in _layers(model).model.named_modules() if isinstance(m, RecomputedLayer)]
+    return [name for name, m in model_layers(model).model.named_modules() if isinstance(m, RecomputedLayer)]
 
 
 def recompute_mode_of(layer: nn.Module) -> str | None:
@@ -329,7 +231,7 @@ def sub_regions(model: nn.Module) -> dict[int, list[tuple[str, nn.Module]]]:
     blocks of a layer of a type in :data:`NESTED_BLOCKS` (with parameters) and, at the head's index, the head's
     branches (:func:`head_branches`); ``(qualified name under model.model, module)``, e.g. ``("6.m.0.1", ...)``,
     ``("23.cv2.0", ...)``; an empty list for other layers. The memory model accounts these one by one."""
-    layers = _layers(model).model
+    layers = model_layers(model).model
     head = len(layers) - 1
     return {
         i: [(f"{i}.{name}", b) for name, b in (head_branches(layer) if i == head else _inner_blocks(layer)) if _has_params(b)]
@@ -353,10 +255,10 @@ def remove_checkpointing(model: nn.Module) -> None:
     """Restore every module of ``model`` and its loss to their stock classes (a no-op for an unpatched model)."""
     from .losses import remove_loss_region
 
-    for m in _layers(model).model.modules():
+    for m in model_layers(model).model.modules():
         if isinstance(m, RecomputedLayer):
-            m.__class__ = _stock_class(type(m))
-            del m.__dict__[_NAME]
+            m.__class__ = stock_class(type(m))
+            del m.__dict__[RECOMPUTE_NAME]
     remove_loss_region(model)
 
 
@@ -402,7 +304,7 @@ def apply_checkpointing(
     from .config import check_assign_chunk, check_loss_chunk
     from .losses import DEFAULT_CHUNK, apply_loss_region
 
-    inner = _layers(model)
+    inner = model_layers(model)
     policy = resolve(recompute, ModelLayout.from_model(inner), frozen, mode)
     chunk = check_loss_chunk(DEFAULT_CHUNK if loss_chunk is None else loss_chunk)
     objects = check_assign_chunk(DEFAULT_ASSIGN_CHUNK if assign_chunk is None else assign_chunk)
@@ -417,7 +319,7 @@ def apply_checkpointing(
     remove_checkpointing(inner)
     for name, module in _regions(inner, policy):
         module.__class__ = _recomputed_class(type(module), mode)
-        module.__dict__[_NAME] = name
+        module.__dict__[RECOMPUTE_NAME] = name
     if policy.loss:
         apply_loss_region(inner, chunk, objects)
     return policy

@@ -36,7 +36,7 @@ segmentation losses swapped (``Recomputedv8SegmentationLoss``, ``RecomputedSegme
 and those of its assigners (:func:`yolo_ckpt.assigner.chunk_assigners`). Ultralytics builds the
 criterion lazily in ``BaseModel.loss`` (first training loss, the EMA model's first validation) and in
 ``resume_training`` for end-to-end heads: all go through ``init_criterion``. The chunk size is a class attribute, and
-every patched class pickles as its stock class (:class:`yolo_ckpt.engine.PickledAsStock`), so ``last.pt`` holds
+every patched class pickles as its stock class (:class:`yolo_ckpt.patching.PickledAsStock`), so ``last.pt`` holds
 only stock Ultralytics classes. The recomputed mask loss is active only when grad is enabled: validation, which runs
 ``model.loss`` under ``inference_mode``, runs the stock mask loss (the chunked assigner, same bits, in both).
 """
@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from ultralytics.utils.loss import E2ELoss, v8SegmentationLoss
 from ultralytics.utils.ops import crop_mask, xyxy2xywh
 
-from . import engine
+from . import patching
 from .assigner import DEFAULT_ASSIGN_CHUNK, chunk_assigners
 from .config import check_assign_chunk, check_loss_chunk
 from .policy import LOSS_HEADS, ModelLayout
@@ -125,7 +125,7 @@ class _MaskLoss(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         pred, proto, masks, idx, xyxy, area = ctx.saved_tensors
-        for counter in engine._ACTIVE_COUNTERS:
+        for counter in patching.ACTIVE_COUNTERS:
             counter.loss_images += 1
         (n, _), (_, h, w) = pred.shape, proto.shape
         d_pred = d_proto = None
@@ -165,7 +165,7 @@ class _MaskLoss(torch.autograd.Function):
         return d
 
 
-class RecomputedMaskLoss(engine.PickledAsStock):
+class RecomputedMaskLoss(patching.PickledAsStock):
     """Mixin placed before ``v8SegmentationLoss`` or ``SegmentLoss26``: its mask loss is the loss region.
 
     Not instantiated: :func:`recompute_criterion` swaps a criterion's class. ``loss_chunk`` is set on each class.
@@ -204,7 +204,7 @@ class RecomputedMaskLoss(engine.PickledAsStock):
         return loss / fg_mask.sum()
 
 
-class LossRegionModel(engine.PickledAsStock):
+class LossRegionModel(patching.PickledAsStock):
     """Mixin placed before a model class with a loss region (``DetectionModel``, ``SegmentationModel``, ...): the
     criterion it builds chunks its assigners and recomputes its mask loss."""
 
@@ -228,17 +228,17 @@ def recompute_criterion(criterion, chunk: int | None = DEFAULT_CHUNK, assign_chu
     ``chunk=None``; returns ``criterion``."""
     chunk_assigners(criterion, None if chunk is None else assign_chunk)
     for part in _segmentation_losses(criterion):
-        stock = engine._stock_class(type(part))
+        stock = patching.stock_class(type(part))
         if chunk is None:
             part.__class__ = stock
         else:
             name = f"Recomputed{stock.__name__}"
-            part.__class__ = engine._patched_class(RecomputedMaskLoss, stock, name, loss_chunk=chunk)
+            part.__class__ = patching.patched_class(RecomputedMaskLoss, stock, name, loss_chunk=chunk)
     return criterion
 
 
 def _model(model):
-    inner = engine._layers(model)
+    inner = patching.model_layers(model)
     if not ModelLayout.from_model(inner).has_loss_region:
         raise ValueError(
             f"recompute=loss: {type(inner).__name__} has no loss region; only detect, obb, pose and segment models "
@@ -270,9 +270,9 @@ def apply_loss_region(model, chunk: int = DEFAULT_CHUNK, assign_chunk: int = DEF
     inner = _model(model)
     check_loss_chunk(chunk)
     check_assign_chunk(assign_chunk)
-    stock = engine._stock_class(type(inner))
+    stock = patching.stock_class(type(inner))
     name = f"LossRecomputed{stock.__name__}"
-    inner.__class__ = engine._patched_class(
+    inner.__class__ = patching.patched_class(
         LossRegionModel, stock, name, loss_chunk=chunk, assign_chunk=assign_chunk
     )
     if getattr(inner, "criterion", None) is not None:
@@ -281,9 +281,9 @@ def apply_loss_region(model, chunk: int = DEFAULT_CHUNK, assign_chunk: int = DEF
 
 def remove_loss_region(model) -> None:
     """Restore the stock loss of ``model`` (a no-op for a model without a loss region applied)."""
-    inner = engine._layers(model)
+    inner = patching.model_layers(model)
     if isinstance(inner, LossRegionModel):
-        inner.__class__ = engine._stock_class(type(inner))
+        inner.__class__ = patching.stock_class(type(inner))
     if getattr(inner, "criterion", None) is not None:
         recompute_criterion(inner.criterion, None)
 

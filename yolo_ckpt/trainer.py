@@ -154,7 +154,7 @@ class CheckpointTrainerMixin:
         """
         config, given, overrides = self.check_keys(overrides)
         if RANK in {-1, 0}:
-            check_train_labels(type(self), get_cfg(cfg, overrides))
+            check_train_labels(type(self), task_of(type(self)), get_cfg(cfg, overrides))
         self._run_dir_before = _run_dir_state(cfg, overrides)
         with self._run_dir_restored_on_failure():  # e.g. a data= that does not exist: Ultralytics wrote args.yaml, removed results.csv
             super().__init__(cfg, overrides, _callbacks)
