@@ -140,15 +140,19 @@ def load_matrix(path, overrides: dict | None = None, datasets=None) -> Matrix:
     if kind == "step" and not {"model", "amp"} <= set(baseline_keys):
         raise ConfigError(f"{path}: baseline_keys={baseline_keys}: step cells are measured beside their baseline in one process, so model and amp must be among them")
     matrix = Matrix(spec.get("name") or path.stem, kind, path, settings, cells, list(baseline_keys), datasets_dir, spec.get("description", ""), Path(datasets) if datasets else None)
+    layouts: dict[str, object] = {}  # per model: a checkpoint is unpickled once, whatever its cells
     for cell in cells:
-        _check_cell(matrix, cell)
+        _check_cell(matrix, cell, layouts)
     return matrix
 
 
-def _check_cell(matrix: Matrix, cell: dict) -> None:
-    """Check one cell's values against its model and the matrix kind (see :func:`load_matrix`)."""
+def _check_cell(matrix: Matrix, cell: dict, layouts: dict) -> None:
+    """Check one cell's values against its model and the matrix kind (see :func:`load_matrix`); ``layouts``: the
+    models' layouts read so far, by model."""
     where = f"{matrix.path}: cell {cell_id(cell)}"
-    layout = layout_of(cell["model"])  # FileNotFoundError for a missing model YAML
+    if cell["model"] not in layouts:
+        layouts[cell["model"]] = layout_of(cell["model"])  # MissingFileError for a missing model
+    layout = layouts[cell["model"]]
     task = cell["task"] or _model_task(cell["model"])
     cell["task"] = task
     config = CkptConfig.from_args({k: cell[k] for k in ("recompute", "recompute_mode")})  # as train checks them

@@ -1,0 +1,68 @@
+"""Untrusted files run no more often than stock makes them run: a crafted .pt (code on unpickling) is unpickled once
+per command, as `yolo train` unpickles it once; plan and profile never run a data.yaml's download: code."""
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from ultralytics import YOLO
+
+from yolo_ckpt.cli import main
+
+
+class _Tally:
+    """Appends a line to ``path`` each time it is unpickled (what a crafted checkpoint could do)."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return exec, (f"open({self.path!r}, 'a').write('unpickled\\n')",)
+
+
+@pytest.fixture(scope="module")
+def crafted(tmp_path_factory):
+    """A loadable Ultralytics checkpoint of yolo11n that tallies its unpickles in ``tally.txt`` beside it."""
+    folder = tmp_path_factory.mktemp("crafted")
+    yolo = YOLO("yolo11n.yaml")
+    path = folder / "crafted.pt"
+    torch.save({"model": yolo.model, "train_args": {}, "date": None, "version": None, "tally": _Tally(folder / "tally.txt")}, path)
+    return path, folder / "tally.txt"
+
+
+def _unpickles(tally: Path) -> int:
+    n = len(tally.read_text().splitlines()) if tally.exists() else 0
+    tally.unlink(missing_ok=True)
+    return n
+
+
+@pytest.mark.parametrize("command", ["plan", "profile"])
+def test_plan_and_profile_unpickle_a_pt_once(command, crafted):
+    path, tally = crafted
+    _unpickles(tally)
+    keys = [f"model={path}", "imgsz=64", "batch=1", "device=cpu", "format=json"] + (["memory_budget=1GB"] if command == "plan" else [])
+    assert main([command, *keys]) == 0
+    assert _unpickles(tally) == 1
+
+
+@pytest.mark.slow
+def test_train_unpickles_a_pt_once_as_stock(crafted, synthetic, tmp_path):
+    """recompute=all on a .pt: the policy is checked against the loaded model, not by unpickling the file again."""
+    path, tally = crafted
+    _unpickles(tally)
+    keys = [f"model={path}", f"data={synthetic()}", "epochs=1", "imgsz=64", "batch=2", "device=cpu", "recompute=all",
+            "plots=False", "val=False", "estimate=False", f"project={tmp_path}", "name=run"]
+    assert main(["train", *keys]) == 0
+    assert _unpickles(tally) == 1
+
+
+def test_plan_never_runs_a_datasets_download(tmp_path, capsys):
+    """A data.yaml whose images are not on disk and whose download: is Python: plan says so in one line, runs nothing."""
+    marker = tmp_path / "downloaded"
+    data = tmp_path / "data.yaml"
+    data.write_text(yaml.safe_dump({"path": str(tmp_path / "nowhere"), "train": "images/train", "val": "images/val", "names": {0: "a"},
+                                    "download": f"open({str(marker)!r}, 'w').write('ran')"}))
+    assert main(["plan", f"data={data}", "imgsz=64", "batch=1", "device=cpu", "memory_budget=1GB"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not on disk; profile and plan never download" in err[0] and not marker.exists()
