@@ -78,7 +78,8 @@ def help_text() -> str:
         f"yolo-ckpt's keys (defaults from {DEFAULTS_PATH.name}):\n{keys}\n\n"
         f"profile's and plan's keys (defaults from {ESTIMATE_DEFAULTS_PATH.name}):\n{estimate_keys}\n\n"
         "profile and plan read train's keys as train does: data= (classes, objects, images for optimizer=auto), device=\n"
-        "(default: a CUDA device; cpu estimates fp32), amp=, optimizer=, epochs=, nbs=; the output states what it assumed.\n"
+        "(default: the device train would use, CUDA where torch sees one, else the CPU; device=0 plans for a GPU from any\n"
+        "machine; cpu estimates fp32), amp=, optimizer=, epochs=, nbs=; the output states what it assumed.\n"
     )
 
 
