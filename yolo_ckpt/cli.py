@@ -67,7 +67,7 @@ def help_text() -> str:
         "examples:\n  yolo-ckpt train data=path/to/data.yaml model=yolo11s.yaml imgsz=1536 recompute=backbone\n"
         "  yolo-ckpt profile model=yolo11s.yaml imgsz=1536 batch=8 recompute=all\n"
         "  yolo-ckpt plan model=yolo11s.yaml memory_budget=16GB imgsz=1536 batch=8 format=json\n"
-        "  yolo-ckpt bench matrix=cpu-step out=benchmarks/results/cpu-step\n"
+        "  yolo-ckpt bench matrix=cpu-step dry=True   # what would run, and where; without dry=True it measures\n"
         "  yolo-ckpt train cfg=heavy-blocks data=path/to/data.yaml\n\n"
         f"shipped matrices (bench matrix=NAME): {', '.join(shipped('bench'))}\n"
         f"shipped policies (train cfg=NAME): {', '.join(shipped('policies'))}\n\n"
@@ -78,7 +78,8 @@ def help_text() -> str:
         f"yolo-ckpt's keys (defaults from {DEFAULTS_PATH.name}):\n{keys}\n\n"
         f"profile's and plan's keys (defaults from {ESTIMATE_DEFAULTS_PATH.name}):\n{estimate_keys}\n\n"
         "profile and plan read train's keys as train does: data= (classes, objects, images for optimizer=auto), device=\n"
-        "(default: a CUDA device; cpu estimates fp32), amp=, optimizer=, epochs=, nbs=; the output states what it assumed.\n"
+        "(default: the device train would use, CUDA where torch sees one, else the CPU; device=0 plans for a GPU from any\n"
+        "machine; cpu estimates fp32), amp=, optimizer=, epochs=, nbs=; the output states what it assumed.\n"
     )
 
 
