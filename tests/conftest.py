@@ -4,6 +4,9 @@ that only read them, the shared real datasets."""
 import os
 
 os.environ["YOLO_OFFLINE"] = "1"  # nothing downloads: no weights, fonts, AMP-check models or datasets
+# each test computes its own estimates (a test that patches the estimate must not read another's from disk);
+# tests/test_estimate_cache.py turns the cache on in a folder of its own
+os.environ["YOLO_CKPT_ESTIMATE_CACHE"] = "0"
 
 from pathlib import Path  # noqa: E402
 

@@ -198,6 +198,15 @@ class StepProfile:
     input_bytes: int = 0
     modules: dict = field(default_factory=dict)
 
+    @classmethod
+    def from_dict(cls, data: dict) -> StepProfile:
+        """A profile from its ``dataclasses.asdict`` (the estimate cache's JSON): rows back to their classes."""
+        return cls(**{
+            **data,
+            "layers": [LayerRow(**row) for row in data["layers"]],
+            "modules": {name: ModuleRow(**row) for name, row in data["modules"].items()},
+        })
+
 
 def anchors(imgsz: int, strides) -> int:
     """Anchor points of a detection head at ``imgsz``: sum over strides of (imgsz / stride)^2."""

@@ -47,6 +47,7 @@ import copy
 import dataclasses
 from dataclasses import dataclass
 
+from . import estimate_cache
 from .assigner import DEFAULT_ASSIGN_CHUNK
 from .config import NO_HEADROOM, Headroom, check_assign_chunk, check_loss_chunk
 from .engine import sub_regions
@@ -128,6 +129,16 @@ def _largest(fits, limit: int) -> int:
     return lo
 
 
+def _cached_step(key: tuple, compute) -> StepProfile:
+    """``compute()``'s fake pass, or an earlier process's of the same ``key`` (:mod:`yolo_ckpt.estimate_cache`)."""
+    stored = estimate_cache.load("step", key)
+    if stored is not None:
+        return StepProfile.from_dict(stored)
+    step = compute()
+    estimate_cache.store("step", key, dataclasses.asdict(step))
+    return step
+
+
 def loss_models(
     model, amp: bool, chunk: int | None = None, assign_chunk: int | None = None
 ) -> dict[bool, LossModel]:
@@ -199,7 +210,9 @@ class MemoryModel:
         # The fake pass without the loss's share (a formula of zeros): the loss's peaks are composed per unit below.
         zeros = (0.0,) * len(self.loss_models[False].forward)
         no_loss = dataclasses.replace(self.loss_models[False], forward=zeros, backward=zeros)
-        self.base = estimate_step(model, imgsz, batch, objects, "none", optimizer=optimizer, amp=amp, loss_model=no_loss)
+        self._key = (estimate_cache.model_key(model), objects, optimizer, amp)
+        self._base_key = (*self._key, "base", batch, train_imgsz(imgsz, model.stride), repr(no_loss))
+        self.base = _cached_step(self._base_key, lambda: estimate_step(model, imgsz, batch, objects, "none", optimizer=optimizer, amp=amp, loss_model=no_loss))
         self.candidates = self.units("all")  # the layers, then "head" and, where there is one, "loss"
         self.always = tuple(u for u in self.candidates if u == "loss")  # in every plan (module docstring)
         self.strides = model.stride.tolist()
@@ -396,14 +409,16 @@ class MemoryModel:
         """A fake-pass estimate (no per-layer FLOPs) of ``recompute`` at this batch and imgsz, with the loss formula
         of its loss region where it recomputes the loss and the optimizer phase of the base pass (``optimizer_from``:
         the step itself is not run); computed once per units, batch and trained imgsz (the plan, ``plan``'s rows and
-        the checks of the largest imgsz and batch ask for the same steps)."""
+        the checks of the largest imgsz and batch ask for the same steps), and kept across processes
+        (:mod:`yolo_ckpt.estimate_cache`)."""
         units = self.units(recompute)
         key = (units, batch, train_imgsz(imgsz, self.model.stride))
         if key not in self._estimates:
-            self._estimates[key] = estimate_step(
+            loss_model = self.loss_models["loss" in units]
+            self._estimates[key] = _cached_step((*self._key, *key, repr(loss_model), self._base_key), lambda: estimate_step(
                 self.model, imgsz, batch, self.objects, recompute, optimizer=self.optimizer, amp=self.amp,
-                loss_model=self.loss_models["loss" in units], flops=False, optimizer_from=self.base,
-            )
+                loss_model=loss_model, flops=False, optimizer_from=self.base,
+            ))
         return self._estimates[key]
 
     def largest_batch(self, units, budget: int, imgsz, limit: int = 1024) -> int:
