@@ -2,7 +2,7 @@
 against ``all`` with the chunked one (the loss region, ``yolo_ckpt.assigner``), yolo11n at imgsz 1024, batch 1, 600
 objects of 8-28 px (issue 21's dense case), one CPU thread::
 
-    python -m yolo_ckpt.bench.dense_assigner out=benchmarks/results/dense [objects=600] [imgsz=1024] [steps=5]
+    python -m benchmarks.dense_assigner out=benchmarks/results/dense [objects=600] [imgsz=1024] [steps=5]
 
 Peak: live-tensor bytes of one training step (:func:`yolo_ckpt.memory.profile_step`: forward, loss, backward,
 AdamW step). Time: forward, loss and backward, median over ``steps`` interleaved pairs (stock assigner, chunked), so
@@ -24,7 +24,7 @@ from yolo_ckpt import apply_checkpointing, count_recomputations
 from yolo_ckpt.losses import remove_loss_region
 from yolo_ckpt.memory import profile_step
 
-from .results_io import provenance, publish
+from yolo_ckpt.bench.results_io import provenance, publish
 
 
 def dense_batch(imgsz: int, objects: int, seed: int = 0) -> dict:
@@ -87,7 +87,7 @@ def main(argv: list[str]) -> dict:
             times[name].append(step_seconds(model, batch))
     median = {name: statistics.median(t) for name, t in times.items()}
     result = {
-        **provenance(" ".join(["python -m yolo_ckpt.bench.dense_assigner", *argv])),
+        **provenance(" ".join(["python -m benchmarks.dense_assigner", *argv])),
         "load_average_1_5_15min": os.getloadavg(),
         "model": "yolo11n.yaml", "imgsz": imgsz, "batch": 1, "objects_per_image": objects, "object_px": [8, 28],
         "recompute": "all", "peak_bytes": peaks, "chunked_assignments_in_probe": counts, "assignment_equal": equal,

@@ -8,7 +8,7 @@ letterboxed to imgsz / 2 by Ultralytics' dataset, without augmentation, and laid
 its random placement), measures one CPU training step of it (:func:`yolo_ckpt.memory.profile_step`, fp32,
 ``recompute=none``) and puts the estimate beside it, at the batch's own object count and at the planner's bound.
 
-    python -m yolo_ckpt.bench.densest_mosaic data=../shared/datasets/monuseg/data.yaml out=benchmarks/results/densest-mosaic
+    python -m benchmarks.densest_mosaic data=../shared/datasets/monuseg/data.yaml out=benchmarks/results/densest-mosaic
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from yolo_ckpt.errors import ConfigError
 from yolo_ckpt.estimate import estimate_step
 from yolo_ckpt.memory import profile_step
 
-from .results_io import provenance, publish
+from yolo_ckpt.bench.results_io import provenance, publish
 
 
 def densest_mosaic(data: str, imgsz: int) -> tuple[dict, list[int]]:
@@ -72,7 +72,7 @@ def main(argv: list[str]) -> dict:
     estimates = {n: estimate_step(model, imgsz, 1, n, "none", flops=False).peak_bytes for n in (objects, bound)}
     model_cfg = keys_read["model"]
     result = {
-        **provenance(" ".join(["python -m yolo_ckpt.bench.densest_mosaic", *argv])),
+        **provenance(" ".join(["python -m benchmarks.densest_mosaic", *argv])),
         "model": model_cfg, "data": opts["data"], "imgsz": imgsz, "batch": 1, "amp": False, "device": "cpu",
         "objects_of_the_four_images": counts, "objects": objects, "objects_bound": bound,
         "measured_peak_bytes": measured.peak_bytes, "measured_loss_bytes": measured.loss_bytes,

@@ -5,7 +5,7 @@ take on this machine, and the recompute cost of the auto plan against the cheape
 same budget (a budget halfway between the 'all' and 'none' estimates). Then the timing targets (:data:`TIMING_TARGETS`):
 a plan for yolo11x at imgsz 2048 batch 16, and for yolov9e-seg at imgsz 1280 batch 1 with 800 objects per image.
 
-    python -m yolo_ckpt.bench.memory_model_benchmark out=benchmarks/results/memory-model
+    python -m benchmarks.memory_model_benchmark out=benchmarks/results/memory-model
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from yolo_ckpt.config import Budget
 from yolo_ckpt.estimate import calibrate_loss, estimate_step
 from yolo_ckpt.planner import MemoryModel
 
-from .results_io import provenance, publish
+from yolo_ckpt.bench.results_io import provenance, publish
 
 
 def build(cfg: str) -> BaseModel:
@@ -86,7 +86,7 @@ def main(argv: list[str]) -> dict:
     cases = [case("yolo11n.yaml", 1536, 8), case("yolo11s.yaml", 1536, 8)]
     targets = [timed_plan(*t) for t in TIMING_TARGETS]
     result = {
-        **provenance(" ".join(["python -m yolo_ckpt.bench.memory_model_benchmark", *argv])),
+        **provenance(" ".join(["python -m benchmarks.memory_model_benchmark", *argv])),
         "load_average_1_5_15min": os.getloadavg(),  # the machine is shared: the seconds depend on it
         "cases": cases,
         "plan_timing_targets": targets,

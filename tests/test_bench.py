@@ -264,7 +264,7 @@ def test_fits_budget_only_for_bytes():
 
 
 def test_bench_arguments(tmp_path, capsys):
-    assert main(["bench", "cfg/bench/cpu-step.yaml"]) == 2  # a bare word: matrix= is required
+    assert main(["bench", "yolo_ckpt/cfg/bench/cpu-step.yaml"]) == 2  # a bare word: matrix= is required
     assert "bench takes matrix=NAME or matrix=FILE" in capsys.readouterr().err
     for missing in (tmp_path / "none.yaml", "cpu-stepp"):  # neither a file nor a shipped name: one line, the names
         assert main(["bench", f"matrix={missing}"]) == 2

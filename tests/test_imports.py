@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = {"yolo_ckpt": ROOT / "yolo_ckpt", "yolo_ckpt.bench": ROOT / "benchmarks"}
+PACKAGES = {"yolo_ckpt": ROOT / "yolo_ckpt", "benchmarks": ROOT / "benchmarks"}
 
 
 def _modules() -> dict[str, Path]:
-    """Every module of the package (the bench is installed as ``yolo_ckpt.bench``), by its dotted name."""
+    """Every module of the package and of the studies in ``benchmarks/``, by its dotted name."""
     found = {}
     for package, folder in PACKAGES.items():
         for path in folder.rglob("*.py"):

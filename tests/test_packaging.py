@@ -22,10 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_shipped_by_name_or_path(tmp_path, monkeypatch):
     assert list(shipped("policies")) == ["full-resolution", "heavy-blocks"]
-    assert {p.parent for p in shipped("bench").values()} == {ROOT / "cfg" / "bench"}  # this checkout's
-    assert resolve_yaml("cpu-step", "bench", "matrix") == resolve_yaml("cpu-step.yaml", "bench", "matrix") == ROOT / "cfg" / "bench" / "cpu-step.yaml"
+    assert {p.parent for p in shipped("bench").values()} == {ROOT / "yolo_ckpt" / "cfg" / "bench"}  # this checkout's
+    assert resolve_yaml("cpu-step", "bench", "matrix") == resolve_yaml("cpu-step.yaml", "bench", "matrix") == ROOT / "yolo_ckpt" / "cfg" / "bench" / "cpu-step.yaml"
     monkeypatch.chdir(ROOT)
-    assert resolve_yaml("cfg/bench/cpu-step.yaml", "bench", "matrix") == Path("cfg/bench/cpu-step.yaml")
+    assert resolve_yaml("yolo_ckpt/cfg/bench/cpu-step.yaml", "bench", "matrix") == Path("yolo_ckpt/cfg/bench/cpu-step.yaml")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "cpu-step.yaml").write_text("kind: step\n")
     assert resolve_yaml("cpu-step.yaml", "bench", "matrix") == Path("cpu-step.yaml")  # a file wins over the name
@@ -48,14 +48,14 @@ def test_wheel_ships_the_bench_and_its_yaml(tmp_path):
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
-    for folder in ("yolo_ckpt", "benchmarks", "cfg"):
+    for folder in ("yolo_ckpt",):
         shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("results", "__pycache__"))
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(source), "-w", str(tmp_path / "whl")], capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr[-3000:]
     (wheel,) = (tmp_path / "whl").glob("yolo_ckpt-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    runner = {f"yolo_ckpt/bench/{p.name}" for p in (ROOT / "benchmarks").glob("*.py")}
-    yamls = {f"yolo_ckpt/cfg/{p.relative_to(ROOT / 'cfg')}" for p in (ROOT / "cfg").glob("*/*.yaml")}
+    runner = {f"yolo_ckpt/bench/{p.name}" for p in (ROOT / "yolo_ckpt" / "bench").glob("*.py")}
+    yamls = {p.relative_to(ROOT).as_posix() for p in (ROOT / "yolo_ckpt" / "cfg").rglob("*.yaml")}
     assert runner <= names and yamls <= names and "yolo_ckpt/cfg/default.yaml" in names
     assert {n.split("/")[0] for n in names if not n.startswith("yolo_ckpt-")} == {"yolo_ckpt"}  # one top-level package
     venv = tmp_path / "venv"  # the system's torch and Ultralytics; yolo-ckpt only from the wheel, offline

@@ -11,7 +11,7 @@ instead: hundreds of small, non-overlapping nuclei per image, where the mask los
 
 Small-object scenes (:func:`small_object_dataset`) hold one class of 5 px crosses among distractors of the same
 size and colours (rings, dots): told apart at full resolution, blurred into alike 2-3 px blobs once the image is
-downscaled, which is what the accuracy-at-equal-memory benchmark (``cfg/bench/small-objects.yaml``) needs.
+downscaled, which is what the accuracy-at-equal-memory benchmark (``yolo_ckpt/cfg/bench/small-objects.yaml``) needs.
 
 Datasets are generated on first use into a cache folder and reused afterwards. The same seed always yields
 byte-identical images and labels (for given numpy and OpenCV versions, which own the RNG and the JPEG encoder).
@@ -677,7 +677,7 @@ def small_object_dataset(
 
     At full resolution a cross is told from a distractor by its shape; downscaled to 0.7x (224 of 320 px: where
     ``imgsz=fit`` puts recompute=none of YOLO26n under the budget that recompute=all needs at full size) every shape
-    becomes an alike 3-4 px blob; at ``size=640`` (``cfg/bench/small-objects-640.yaml``: 80-240 crosses per image)
+    becomes an alike 3-4 px blob; at ``size=640`` (``yolo_ckpt/cfg/bench/small-objects-640.yaml``: 80-240 crosses per image)
     the budget of recompute=all at 640 puts stock at 416 (0.65x).
     Objects sit one per cell of a 16 px grid (jittered), so boxes never touch. Same arguments give byte-identical
     files. Labels: ``0 xc yc w h`` normalised.

@@ -1,6 +1,6 @@
 """``yolo-ckpt bench matrix=NAME``: run a benchmark matrix, cell by cell, into ``results.csv``.
 
-``NAME`` is a shipped matrix (``cpu-step``: ``cfg/bench/cpu-step.yaml`` in the repository, installed as package data
+``NAME`` is a shipped matrix (``cpu-step``: ``yolo_ckpt/cfg/bench/cpu-step.yaml`` in the repository, installed as package data
 of yolo-ckpt) or a path to a matrix file (a path that exists wins).
 
 A matrix file (YAML) has:

@@ -10,7 +10,7 @@ A ``tiles`` cell trains on a tile dataset (:func:`yolo_ckpt.tiles.tile_dataset`,
 ``<out>/data/``) and validates on those tiles during training; its mAP figures are those of the best weights
 validated afterwards on the full val images at the cell's ``imgsz`` (``val_imgsz``). Every epoch of it passes each
 source pixel at least once (pixels in tile overlaps more often), in more, smaller steps; to match the pixels
-processed by full-image cells, give it fewer epochs (``cfg/bench/small-objects-tiles.yaml`` says how).
+processed by full-image cells, give it fewer epochs (``yolo_ckpt/cfg/bench/small-objects-tiles.yaml`` says how).
 """
 
 from __future__ import annotations
