@@ -1,5 +1,5 @@
 """The chunked assigner on a dense detection step: peak and step time of ``recompute=all`` with the stock assigner
-against ``all`` with the chunked one (the loss region, ``yolo_ckpt.assigner``), yolo11n at imgsz 1024, batch 1, 600
+against ``all`` with the chunked one (the loss region, ``yolo_ckpt.checkpointing.assigner``), yolo11n at imgsz 1024, batch 1, 600
 objects of 8-28 px (issue 21's dense case), one CPU thread::
 
     python -m benchmarks.dense_assigner out=benchmarks/results/dense [objects=600] [imgsz=1024] [steps=5]
@@ -21,10 +21,9 @@ from ultralytics import YOLO
 from ultralytics.utils import DEFAULT_CFG
 
 from yolo_ckpt import apply_checkpointing, count_recomputations
-from yolo_ckpt.losses import remove_loss_region
-from yolo_ckpt.memory import profile_step
-
 from yolo_ckpt.bench.results_io import provenance, publish
+from yolo_ckpt.checkpointing.losses import remove_loss_region
+from yolo_ckpt.memory import profile_step
 
 
 def dense_batch(imgsz: int, objects: int, seed: int = 0) -> dict:

@@ -20,12 +20,11 @@ from ultralytics.cfg import get_cfg
 from ultralytics.data import YOLODataset
 from ultralytics.data.utils import check_det_dataset
 
+from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.cli import estimate_setup
 from yolo_ckpt.errors import ConfigError
 from yolo_ckpt.estimate import estimate_step
 from yolo_ckpt.memory import profile_step
-
-from yolo_ckpt.bench.results_io import provenance, publish
 
 
 def densest_mosaic(data: str, imgsz: int) -> tuple[dict, list[int]]:

@@ -17,10 +17,9 @@ import torch
 from ultralytics.cfg import get_cfg
 from ultralytics.nn.tasks import SegmentationModel
 
+from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.estimate import estimate_step
 from yolo_ckpt.memory import profile_step, training_batch
-
-from yolo_ckpt.bench.results_io import provenance, publish
 
 MODELS = ("yolo11n-seg.yaml", "yolo26n-seg.yaml")
 STEPS = tuple(itertools.product((1, 2), (256, 384, 512), (20, 100, 300, 600)))  # (batch, imgsz, objects per image)

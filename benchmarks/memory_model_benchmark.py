@@ -19,11 +19,10 @@ from ultralytics import YOLO
 from ultralytics.nn.tasks import BaseModel
 from ultralytics.utils import DEFAULT_CFG
 
+from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.config import Budget
 from yolo_ckpt.estimate import calibrate_loss, estimate_step
 from yolo_ckpt.planner import MemoryModel
-
-from yolo_ckpt.bench.results_io import provenance, publish
 
 
 def build(cfg: str) -> BaseModel:

@@ -1,4 +1,4 @@
-"""The chunked task-aligned assigners (yolo_ckpt.assigner) against Ultralytics' stock ones: every output bit for bit
+"""The chunked task-aligned assigners (yolo_ckpt.checkpointing.assigner) against Ultralytics' stock ones: every output bit for bit
 on crafted batches, at chunk sizes 1, 7 and all, for every assigner variant (detect, obb, pose, YOLO26 seg; the
 end-to-end losses' topk 10, 7/1 and 1); then the loss and its gradients through the stock loss classes."""
 
@@ -20,8 +20,9 @@ from ultralytics.utils.tal import (
     make_anchors,
 )
 
-from yolo_ckpt import CheckpointDetectionTrainer, count_recomputations, engine, patching, trainer_for
-from yolo_ckpt.assigner import assigners, chunk_assigners
+from yolo_ckpt import CheckpointDetectionTrainer, count_recomputations, trainer_for
+from yolo_ckpt.checkpointing import engine, patching
+from yolo_ckpt.checkpointing.assigner import assigners, chunk_assigners
 from yolo_ckpt.config import check_assign_chunk
 
 IMGSZ, N, NC, K, NM = 128, 12, 3, 5, 8

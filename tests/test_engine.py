@@ -1,4 +1,4 @@
-"""Tests of yolo_ckpt.engine (and yolo_ckpt.memory): patched models train exactly like stock ones, with less memory.
+"""Tests of yolo_ckpt.checkpointing.engine (and yolo_ckpt.memory): patched models train exactly like stock ones, with less memory.
 
 Models are built from YAML (no download); small images (64 px) except for the memory measurement.
 """
@@ -20,9 +20,9 @@ from ultralytics.nn.tasks import (
     DetectionModel,
 )
 
-import yolo_ckpt.engine as engine
+import yolo_ckpt.checkpointing.engine as engine
 from yolo_ckpt import apply_checkpointing, checkpointed_layers, count_recomputations, remove_checkpointing
-from yolo_ckpt.engine import checkpointed_modules
+from yolo_ckpt.checkpointing.engine import checkpointed_modules
 from yolo_ckpt.memory import LiveTensorTracker, detect_batch, probe_training_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")

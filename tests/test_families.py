@@ -13,7 +13,7 @@ from ultralytics.nn.tasks import yaml_model_load
 from ultralytics.utils import YAML
 
 from yolo_ckpt import apply_checkpointing, count_recomputations
-from yolo_ckpt.policy import ModelLayout, resolve
+from yolo_ckpt.checkpointing.policy import ModelLayout, resolve
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

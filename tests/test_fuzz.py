@@ -4,9 +4,9 @@ and memory_budget=. No input may raise anything but the documented error, and th
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from yolo_ckpt.checkpointing.policy import ModelLayout, check_spec, resolve
 from yolo_ckpt.cli import parse_train_args
 from yolo_ckpt.config import Budget
-from yolo_ckpt.policy import ModelLayout, check_spec, resolve
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # yolo11n's layout, without building the model: 23 layers, 11 in the backbone, parameter-free Upsample/Concat.

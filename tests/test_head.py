@@ -1,4 +1,4 @@
-"""Head branches and nested inner blocks (yolo_ckpt.engine): exact against stock, each recomputed once per backward.
+"""Head branches and nested inner blocks (yolo_ckpt.checkpointing.engine): exact against stock, each recomputed once per backward.
 
 Models are built from YAML (no download), 64 px images; a target-free surrogate loss over every training output
 reaches every branch (the trainer-level tests in test_trainer.py use the real losses).
@@ -13,9 +13,9 @@ import ultralytics
 from helpers import assert_grads_equal, assert_state_equal, build_model, sgd_steps, surrogate_step
 from torch import nn
 
-import yolo_ckpt.engine as engine
+import yolo_ckpt.checkpointing.engine as engine
 from yolo_ckpt import apply_checkpointing, checkpointed_layers, count_recomputations, remove_checkpointing
-from yolo_ckpt.engine import checkpointed_modules, head_branches
+from yolo_ckpt.checkpointing.engine import checkpointed_modules, head_branches
 from yolo_ckpt.memory import LiveTensorTracker, detect_batch
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -1,4 +1,4 @@
-"""The loss region (yolo_ckpt.losses) against Ultralytics' stock segmentation losses: the same loss value and
+"""The loss region (yolo_ckpt.checkpointing.losses) against Ultralytics' stock segmentation losses: the same loss value and
 gradients bit for bit at every chunk size, counted per recomputed image, inert without grad, pickled as stock.
 
 Dense batches (150 nuclei per image at imgsz 256, hence ~64 x 64 mask pixels and hundreds of foreground anchors per
@@ -18,9 +18,10 @@ from ultralytics.nn.tasks import ClassificationModel, SegmentationModel
 from ultralytics.utils.loss import v8SegmentationLoss
 from ultralytics.utils.tal import TaskAlignedAssigner
 
-from yolo_ckpt import CheckpointDetectionTrainer, count_recomputations, losses, trainer_for
-from yolo_ckpt.assigner import DEFAULT_ASSIGN_CHUNK
-from yolo_ckpt.losses import (
+from yolo_ckpt import CheckpointDetectionTrainer, count_recomputations, trainer_for
+from yolo_ckpt.checkpointing import losses
+from yolo_ckpt.checkpointing.assigner import DEFAULT_ASSIGN_CHUNK
+from yolo_ckpt.checkpointing.losses import (
     DEFAULT_CHUNK,
     LossRegionModel,
     RecomputedMaskLoss,

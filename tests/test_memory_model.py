@@ -23,12 +23,12 @@ from ultralytics.utils import DEFAULT_CFG
 from ultralytics.utils.torch_utils import unwrap_model
 
 from yolo_ckpt import apply_checkpointing, count_recomputations, trainer_for
+from yolo_ckpt.checkpointing.engine import NESTED_BLOCKS, sub_regions
+from yolo_ckpt.checkpointing.policy import resolve
 from yolo_ckpt.config import Budget, Headroom
-from yolo_ckpt.engine import NESTED_BLOCKS, sub_regions
 from yolo_ckpt.estimate import CALIBRATION_POINTS, estimate_step
 from yolo_ckpt.memory import build_optimizer, detect_batch, optimizer_for, probe_training_step, profile_step, train_imgsz, training_batch
 from yolo_ckpt.planner import MemoryModel
-from yolo_ckpt.policy import resolve
 from yolo_ckpt.report import REPORT_NAME, RunReport
 from yolo_ckpt.runspec import device_type
 

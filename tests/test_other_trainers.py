@@ -13,7 +13,7 @@ from ultralytics import YOLO
 from ultralytics.nn.tasks import DetectionModel
 
 from yolo_ckpt import checkpointed_layers, trainer_for
-from yolo_ckpt.engine import RecomputedLayer
+from yolo_ckpt.checkpointing.engine import RecomputedLayer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -164,8 +164,8 @@ def test_semantic_planned_under_a_budget_fits_when_measured(synthetic, tmp_path)
     """recompute=auto on YOLO26n-sem (the synthetic scenes' 6 classes, imgsz 160, batch 2; the estimate says 49.4 MiB
     without recomputation, 33.9 MiB with all): a 45 MB budget gives a policy between the extremes whose measured
     step (forward, loss over full-resolution logits, backward, AdamW step) fits it."""
+    from yolo_ckpt.checkpointing.policy import layout_of, resolve
     from yolo_ckpt.memory import profile_step, training_batch
-    from yolo_ckpt.policy import layout_of, resolve
 
     budget = 45_000_000
     overrides = dict(model="yolo26n-sem.yaml", data=synthetic("semantic"), imgsz=160, batch=2, device="cpu", project=str(tmp_path))

@@ -1,4 +1,4 @@
-"""Tests of yolo_ckpt.policy: recompute= specs -> validated layer indices (no training, fast)."""
+"""Tests of yolo_ckpt.checkpointing.policy: recompute= specs -> validated layer indices (no training, fast)."""
 
 import functools
 import re
@@ -15,8 +15,8 @@ from ultralytics.nn.tasks import (
     yaml_model_load,
 )
 
-from yolo_ckpt import policy
-from yolo_ckpt.policy import ModelLayout, RecomputePolicy, check_spec, layout_of, resolve, spec_string
+from yolo_ckpt.checkpointing import policy
+from yolo_ckpt.checkpointing.policy import ModelLayout, RecomputePolicy, check_spec, layout_of, resolve, spec_string
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -15,7 +15,7 @@ from helpers import TRAIN, assert_state_equal, logged_messages, train
 from ultralytics import YOLO
 
 from yolo_ckpt import CheckpointDetectionTrainer, checkpointed_layers, count_recomputations, trainer_for
-from yolo_ckpt.engine import checkpointed_modules, head_branches
+from yolo_ckpt.checkpointing.engine import checkpointed_modules, head_branches
 from yolo_ckpt.layer_plot import layer_plot
 from yolo_ckpt.report import REPORT_NAME, RunReport, load_report
 from yolo_ckpt.trainer import LAYER_PLOT_NAME, CheckpointTrainerMixin, _on_train_end

@@ -168,8 +168,8 @@ def prepare_train(args: list[str]):
     """
     from ultralytics import RTDETR, YOLO
 
+    from .checkpointing.policy import layout_of
     from .inputs import check_train_inputs
-    from .policy import layout_of
     from .resume import check_resumable
     from .trainer import trainer_for
 
@@ -256,9 +256,9 @@ def estimate_setup(args: list[str], command: str = "plan"):
     from ultralytics import YOLO
     from ultralytics.cfg import get_cfg
 
+    from .checkpointing.policy import ModelLayout
     from .planned_run import planned_run
     from .planner import PLANNED_TASKS
-    from .policy import ModelLayout
     from .runspec import device_type
 
     keys = {k: v for k, v in ESTIMATE_DEFAULTS.items() if command == "profile" or k not in PROFILE_ONLY}
@@ -328,9 +328,9 @@ def profile(args: list[str]) -> dict:
 
     from ultralytics.utils import TQDM
 
+    from .checkpointing.policy import ModelLayout, resolve
     from .estimate import estimate_step
     from .planner import loss_models
-    from .policy import ModelLayout, resolve
 
     with _diagnostics_to_stderr():
         run, opts = estimate_setup(args, "profile")

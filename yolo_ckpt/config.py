@@ -20,15 +20,15 @@ from pathlib import Path
 
 import yaml
 
+from .checkpointing.policy import check_mode, check_spec, spec_string
 from .errors import ConfigError
-from .policy import check_mode, check_spec, spec_string
 
 CFG_DIR = Path(__file__).parent / "cfg"
 DEFAULTS_PATH = CFG_DIR / "default.yaml"
 DEFAULTS: dict = yaml.safe_load(DEFAULTS_PATH.read_text())  # the train keys and their defaults
 ESTIMATE_DEFAULTS_PATH = CFG_DIR / "estimate.yaml"
 ESTIMATE_DEFAULTS: dict = yaml.safe_load(ESTIMATE_DEFAULTS_PATH.read_text())  # profile and plan's own keys and their defaults
-# yolo-ckpt keys whose default differs for a task from cfg/default.yaml: the loss region (yolo_ckpt.losses), where
+# yolo-ckpt keys whose default differs for a task from cfg/default.yaml: the loss region (yolo_ckpt.checkpointing.losses), where
 # the task's YOLO heads have one. Exact; it chunks the assigner (no recomputation) and recomputes the segmentation
 # mask loss: with many objects per image it frees more memory than any layer policy. Only for the task's own
 # trainers (yolo_ckpt.trainer): RT-DETR's, YOLO-World's and YOLOE's heads have no loss region.
@@ -193,7 +193,7 @@ class CkptConfig:
     """yolo-ckpt's train keys, typed and checked (``cfg/default.yaml`` describes each).
 
     Attributes:
-        recompute: the ``recompute=`` value in its canonical string form (:func:`yolo_ckpt.policy.spec_string`:
+        recompute: the ``recompute=`` value in its canonical string form (:func:`yolo_ckpt.checkpointing.policy.spec_string`:
             ``None`` -> ``"none"``, ``(0, 1)`` -> ``"0,1"``); its form is checked, not against a model.
         recompute_mode: ``full`` or ``selective``.
         memory_budget: the :class:`Budget`, or None (unset).
@@ -219,7 +219,7 @@ class CkptConfig:
 
         Raises:
             ConfigError: naming the key, the bad value and the valid choices, for a bad ``recompute=`` form
-                (:func:`yolo_ckpt.policy.check_spec`), ``recompute_mode=`` (:func:`yolo_ckpt.policy.check_mode`),
+                (:func:`yolo_ckpt.checkpointing.policy.check_spec`), ``recompute_mode=`` (:func:`yolo_ckpt.checkpointing.policy.check_mode`),
                 ``memory_budget=`` (:meth:`Budget.parse`), ``memory_headroom=`` (:meth:`Headroom.parse`) or
                 ``loss_chunk=`` (:func:`check_loss_chunk`) or ``assign_chunk=`` (:func:`check_assign_chunk`).
         """

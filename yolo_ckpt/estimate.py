@@ -18,7 +18,7 @@ estimate takes its bound, ``min(M * topk, A)`` per image and assigner, so it doe
 overlap or are small and claim fewer anchors. YOLO26's ``SegTaskAlignedAssigner`` also decodes the predicted
 masks of each object's ``3 * topk`` best candidates (its mask IoU), in chunks of 2^27 mask pixels: one more term
 per such assigner, the most pixels decoded at once (:func:`_decoded`, for at most ``min(M * 3 * topk, A)``
-candidates per image). With the loss region (``yolo_ckpt.losses``: the mask loss recomputed in backward, its forward chunked)
+candidates per image). With the loss region (``yolo_ckpt.checkpointing.losses``: the mask loss recomputed in backward, its forward chunked)
 one more term, ``min(chunk, F1)*P``, and the same fit measures the recomputed loss. Classification: ``1, B``.
 Semantic segmentation and depth, whose losses upsample the predictions to the input's resolution (Ultralytics'
 ``SemanticSegmentationLoss``, ``DepthLoss26``), in full-resolution pixels P = imgsz^2: depth ``1, B*P``; semantic
@@ -55,7 +55,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from ultralytics.utils.tal import SegTaskAlignedAssigner
 
 from .amp import cuda_amp_emulated
-from .engine import apply_checkpointing
+from .checkpointing.engine import apply_checkpointing
 from .memory import (
     OBJECTLESS_TASKS,
     LayerAccounting,
@@ -99,7 +99,7 @@ class LossModel:
         topk: per assigner of a segmentation loss, the anchors one object can claim (``min(topk, topk2)``).
         forward, backward: the coefficients (bytes per unit of each term) of the loss's forward peak and of its
             backward peak.
-        chunk: anchors per chunk of the loss region (``yolo_ckpt.losses``: the mask loss recomputed in backward,
+        chunk: anchors per chunk of the loss region (``yolo_ckpt.checkpointing.losses``: the mask loss recomputed in backward,
             its forward run in chunks), which adds a term in ``min(chunk, F1) * P``; None for the stock loss.
         mask_topk: per mask-scoring assigner (YOLO26's ``SegTaskAlignedAssigner``), the candidates per object whose
             masks it decodes (``3 * topk``); empty for other losses.
@@ -316,7 +316,7 @@ def estimate_step(
         optimizer: an Ultralytics optimizer name (:func:`yolo_ckpt.memory.build_optimizer`); its state as built.
         amp: estimate a CUDA AMP step: CUDA fp16 autocast's dtypes (see the module docstring).
         loss_model: the loss formula; when None :func:`calibrate_loss` of ``model``, or where ``recompute`` applies
-            the loss region (``yolo_ckpt.losses``), of a copy of ``model`` with it applied.
+            the loss region (``yolo_ckpt.checkpointing.losses``), of a copy of ``model`` with it applied.
         flops: count per-layer forward FLOPs (a second fake forward pass).
         optimizer_from: an earlier estimate of the same model and optimizer (any policy, batch and imgsz) whose
             optimizer phase and state this one takes instead of running the step (a quarter of a pass's time):

@@ -45,7 +45,7 @@ class LayerPlot:
 
 def layer_plot(profile, policy, title: str, phases=None) -> LayerPlot:
     """The :class:`LayerPlot` of a step ``profile`` (its layers as they are), each layer marked as ``policy`` (a
-    :class:`~yolo_ckpt.policy.RecomputePolicy`) recomputes it; the peaks, static and loss bytes are those of the
+    :class:`~yolo_ckpt.checkpointing.policy.RecomputePolicy`) recomputes it; the peaks, static and loss bytes are those of the
     step under ``policy``: ``phases`` (``yolo-ckpt profile``: the policy's estimate, beside ``recompute=none``'s
     layers in ``profile``), else ``profile``'s own (a run's probe, which trained with ``policy``)."""
     n = len(profile.layers)

@@ -149,7 +149,7 @@ class LayerRow:
 
 @dataclass
 class ModuleRow:
-    """One module below the layers that is recomputed on its own (``yolo_ckpt.engine.sub_regions``: an inner block
+    """One module below the layers that is recomputed on its own (``yolo_ckpt.checkpointing.engine.sub_regions``: an inner block
     of a nested layer, a head branch): its share of its layer's :class:`LayerRow`, counted by the same rules.
 
     Attributes:
@@ -337,13 +337,13 @@ def _grid_masks(batch: int, size: int, objects: int, xywh: torch.Tensor, overlap
 
 class LayerAccounting:
     """Forward hooks on each layer that attribute output and saved-for-backward bytes to it, and on each module
-    recomputed on its own below the layers (``yolo_ckpt.engine.sub_regions``) that attribute its layer's saved bytes
+    recomputed on its own below the layers (``yolo_ckpt.checkpointing.engine.sub_regions``) that attribute its layer's saved bytes
     to it too (``modules``: name -> [saved, freeable] bytes). With ``tracker`` set, also each layer's peak live bytes
     in its forward and in its backward (gradient hooks on its outputs, the last segment closed when the backward
     ends)."""
 
     def __init__(self, model):
-        from .engine import sub_regions
+        from .checkpointing.engine import sub_regions
 
         self.rows = {i: [0, 0, 0] for i in range(len(model.model))}  # index -> [output, saved, freeable] bytes
         self.modules: dict[str, list[int]] = {}
@@ -443,7 +443,7 @@ class LayerAccounting:
     def profile_rows(self, model, flops: dict[str, int]) -> tuple[list[LayerRow], dict[str, ModuleRow]]:
         """The :class:`LayerRow` of each layer and the :class:`ModuleRow` of each sub-module of ``model`` (the model
         hooked), with ``flops`` from :func:`module_flops` (0 where absent)."""
-        from .engine import recompute_mode_of
+        from .checkpointing.engine import recompute_mode_of
 
         layers = [
             LayerRow(
@@ -590,18 +590,18 @@ def profile_step(
     Args:
         model: an Ultralytics ``BaseModel`` of a task in :data:`TASKS`, with ``.args`` set.
         batch: a preprocessed training batch (:func:`training_batch`), on the model's device.
-        recompute, mode: the policy (``yolo_ckpt.policy``) and ``recompute_mode`` to apply to the copy; ``None``
+        recompute, mode: the policy (``yolo_ckpt.checkpointing.policy``) and ``recompute_mode`` to apply to the copy; ``None``
             keeps what is applied to ``model`` (a ``deepcopy`` keeps it).
         optimizer: an Ultralytics optimizer name (:func:`build_optimizer`), ``auto`` meaning AdamW.
         amp: autocast the forward and loss (:func:`autocast_for`).
         flops: count per-layer forward FLOPs (one more forward pass); 0 when False.
         loss_chunk, assign_chunk: the loss region's chunks where ``recompute`` applies it
-            (:func:`yolo_ckpt.engine.apply_checkpointing`); None: their defaults.
+            (:func:`yolo_ckpt.checkpointing.engine.apply_checkpointing`); None: their defaults.
 
     Returns:
         The :class:`StepProfile` (``source`` says which counter; ``recompute`` the layers recomputed).
     """
-    from .engine import apply_checkpointing, checkpointed_layers
+    from .checkpointing.engine import apply_checkpointing, checkpointed_layers
 
     cuda = batch["img"].device.type == "cuda"
     before = torch.cuda.memory_allocated() if cuda else 0

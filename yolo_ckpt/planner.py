@@ -1,8 +1,8 @@
 """Plan recomputation for a memory budget: which units (``recompute=auto``), and the largest batch or imgsz.
 
 A unit is what a plan recomputes or not: a layer of ``model.model`` (a nested layer with its inner blocks one at a
-time, :data:`yolo_ckpt.engine.NESTED_BLOCKS`), ``head`` (the final head's branches) and, for detect, obb, pose and
-segment models (:data:`yolo_ckpt.policy.LOSS_HEADS`), ``loss`` (the loss region, :mod:`yolo_ckpt.losses`: the chunked
+time, :data:`yolo_ckpt.checkpointing.engine.NESTED_BLOCKS`), ``head`` (the final head's branches) and, for detect, obb, pose and
+segment models (:data:`yolo_ckpt.checkpointing.policy.LOSS_HEADS`), ``loss`` (the loss region, :mod:`yolo_ckpt.checkpointing.losses`: the chunked
 assigner and the segmentation mask loss). The planner
 composes the per-layer and per-module figures of one fake-tensor estimate of ``recompute=none``
 (:func:`yolo_ckpt.estimate.estimate_step`) instead of running a fake pass per candidate:
@@ -30,7 +30,7 @@ layers and head branches, and the loss region's mask products, :meth:`MemoryMode
 freed per FLOP, then dropping units that are no longer needed, and never worse than the cheapest named policy
 (backbone, neck, all) that fits. ``loss`` is in every plan where the model has it: the assigner's part recomputes
 nothing, and it bounds the loss's memory where objects are many. The chosen plan is checked with one more fake pass of that policy. A plan is a
-``recompute=`` value, ``"2,4,6,head,loss"``, that :func:`yolo_ckpt.policy.resolve` reads back to its units.
+``recompute=`` value, ``"2,4,6,head,loss"``, that :func:`yolo_ckpt.checkpointing.policy.resolve` reads back to its units.
 
 :class:`MemoryModel` is the one planning entry: ``recompute=auto`` and ``batch=-1`` in the trainers,
 ``yolo-ckpt plan`` and the benchmark's planned cells (``benchmarks/planning.py``) all plan through it.
@@ -47,14 +47,14 @@ import copy
 import dataclasses
 from dataclasses import dataclass
 
-from .assigner import DEFAULT_ASSIGN_CHUNK
+from .checkpointing.assigner import DEFAULT_ASSIGN_CHUNK
+from .checkpointing.engine import sub_regions
+from .checkpointing.losses import DEFAULT_CHUNK, apply_loss_region, remove_loss_region
+from .checkpointing.policy import REGIONS, ModelLayout, RecomputePolicy, resolve
 from .config import NO_HEADROOM, Headroom, check_assign_chunk, check_loss_chunk
-from .engine import sub_regions
 from .errors import ConfigError
 from .estimate import LossModel, calibrate_loss, estimate_step
-from .losses import DEFAULT_CHUNK, apply_loss_region, remove_loss_region
 from .memory import TASKS, StepProfile, train_imgsz
-from .policy import REGIONS, ModelLayout, RecomputePolicy, resolve
 
 PLANNED_TASKS = TASKS  # the tasks yolo_ckpt.estimate estimates (yolo_ckpt.memory.training_batch builds their batches)
 
@@ -80,7 +80,7 @@ class Plan:
 
     Attributes:
         recompute: the chosen units as a ``recompute=`` value (``"2,4,6,head,loss"``, or ``"none"``) that
-            :func:`yolo_ckpt.policy.resolve` reads back to the same units.
+            :func:`yolo_ckpt.checkpointing.policy.resolve` reads back to the same units.
         indices: the layer indices among them.
         estimated_peak_bytes: the fake-pass estimate of the plan's peak.
         budget_bytes: the budget it is held against.
@@ -88,7 +88,7 @@ class Plan:
             layers' forward and backward, and a segmentation loss's mask products: :meth:`MemoryModel.as_plan`).
         batch, imgsz: the step the plan is for.
         headroom_bytes: what the :class:`Headroom` adds to the estimate (0 without one).
-        regions: the regions beyond the layers among them, in :data:`yolo_ckpt.policy.REGIONS` order (``("head",
+        regions: the regions beyond the layers among them, in :data:`yolo_ckpt.checkpointing.policy.REGIONS` order (``("head",
             "loss")``, ``()``).
     """
 
@@ -159,9 +159,9 @@ def loss_models(
 class MemoryModel:
     """Per-unit figures of one ``recompute=none`` estimate, composed for any set of units, batch and imgsz.
 
-    A unit is what a plan recomputes or not: a layer index (a nested layer, :data:`yolo_ckpt.engine.NESTED_BLOCKS`,
+    A unit is what a plan recomputes or not: a layer index (a nested layer, :data:`yolo_ckpt.checkpointing.engine.NESTED_BLOCKS`,
     with its inner blocks), ``"head"`` (the final head's branches) or, where the head has a loss region
-    (:data:`yolo_ckpt.policy.LOSS_HEADS`), ``"loss"``. Per unit, from the fake pass's per-layer and per-module
+    (:data:`yolo_ckpt.checkpointing.policy.LOSS_HEADS`), ``"loss"``. Per unit, from the fake pass's per-layer and per-module
     accounting (:class:`yolo_ckpt.memory.LayerRow`, :class:`yolo_ckpt.memory.ModuleRow`):
 
     - a layer frees its ``freeable_bytes`` and holds them again while it runs (its inputs and parameters stay
@@ -218,18 +218,18 @@ class MemoryModel:
         self._estimates: dict[tuple, StepProfile] = {}  # estimate()'s fake passes, by units, batch and imgsz
 
     def units(self, recompute) -> tuple:
-        """The units of a ``recompute=`` value or a :class:`~yolo_ckpt.policy.RecomputePolicy`: its layer indices,
+        """The units of a ``recompute=`` value or a :class:`~yolo_ckpt.checkpointing.policy.RecomputePolicy`: its layer indices,
         then ``"head"`` and ``"loss"`` where it recomputes them (``"all"`` -> every candidate).
 
         Raises:
-            ValueError: as :func:`yolo_ckpt.policy.resolve` raises for a bad value.
+            ValueError: as :func:`yolo_ckpt.checkpointing.policy.resolve` raises for a bad value.
         """
         policy = recompute if isinstance(recompute, RecomputePolicy) else resolve(recompute, self.layout)
         return (*policy.indices, *policy.regions())
 
     @staticmethod
     def regions(units) -> tuple[str, ...]:
-        """The regions among ``units``, in :data:`yolo_ckpt.policy.REGIONS` order."""
+        """The regions among ``units``, in :data:`yolo_ckpt.checkpointing.policy.REGIONS` order."""
         return tuple(r for r in REGIONS if r in units)
 
     @staticmethod
@@ -244,7 +244,7 @@ class MemoryModel:
     def loss_flops(self, batch: int, imgsz) -> int:
         """Forward FLOPs the loss region recomputes per step: each image's predicted masks (foreground anchors x
         32 coefficients x prototype pixels, 2 FLOPs a product) twice, once per backward product's tiling
-        (``yolo_ckpt.losses._MaskLoss.backward``): ``4 * nm * Fb * (imgsz / 4)^2``, with ``Fb`` the loss formula's
+        (``yolo_ckpt.checkpointing.losses._MaskLoss.backward``): ``4 * nm * Fb * (imgsz / 4)^2``, with ``Fb`` the loss formula's
         bound on the batch's foreground anchors and ``nm`` the head's mask coefficients; 0 without a mask loss (the
         chunked assigner recomputes nothing)."""
         if True not in self.loss_models or not self.layout.has_mask_loss:

@@ -53,14 +53,14 @@ from ultralytics.utils.torch_utils import unwrap_model
 
 from . import distributed, report
 from .atomic import atomic_saves, atomic_write_bytes, remove_stale_temporaries
+from .checkpointing.engine import apply_checkpointing
+from .checkpointing.policy import is_auto, layout_of, resolve
 from .config import DEFAULTS, TASK_DEFAULTS, CkptConfig
 from .data_check import check_train_labels
-from .engine import apply_checkpointing
 from .errors import ConfigError
 from .inputs import check_train_inputs
 from .layer_plot import layer_plot, write_layer_plot
 from .planner import PLANNED_TASKS, PlanError, size_text
-from .policy import is_auto, layout_of, resolve
 from .runspec import (
     autobatch_fraction,
     device_type,
@@ -189,7 +189,7 @@ class CheckpointTrainerMixin:
 
         Raises:
             ConfigError: for an invalid ``recompute=``, ``recompute_mode=``, ``loss_chunk=``, ``assign_chunk=``, ``memory_budget=`` or
-                ``memory_headroom=``, a ``recompute=`` the model does not have (:func:`yolo_ckpt.policy.resolve`), a
+                ``memory_headroom=``, a ``recompute=`` the model does not have (:func:`yolo_ckpt.checkpointing.policy.resolve`), a
                 planning request this task or device cannot honour, or an RT-DETR model given to a trainer other
                 than RTDETRTrainer's, or a bad ``imgsz=``, ``device=``, ``project=`` or ``model=``
                 (:func:`yolo_ckpt.inputs.check_train_inputs`); before anything is written.

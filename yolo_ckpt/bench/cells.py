@@ -12,9 +12,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from yolo_ckpt.checkpointing.policy import spec_string
 from yolo_ckpt.config import Budget
 from yolo_ckpt.errors import ConfigError
-from yolo_ckpt.policy import spec_string
 
 CELL_KEYS = {  # key: default
     "study": "",  # a free label that groups cells, e.g. "same-settings"

@@ -45,11 +45,11 @@ import torch
 from ultralytics.cfg import check_dict_alignment
 from ultralytics.utils import DEFAULT_CFG_DICT, LOGGER, SETTINGS as ULTRALYTICS_SETTINGS, TQDM, YAML
 
+from yolo_ckpt.checkpointing.policy import is_auto, layout_of, resolve
 from yolo_ckpt.config import Budget, CkptConfig
 from yolo_ckpt.errors import ConfigError, MissingFileError
 from yolo_ckpt.memory import TASKS
 from yolo_ckpt.planner import PLANNED_TASKS
-from yolo_ckpt.policy import is_auto, layout_of, resolve
 from yolo_ckpt.shipped import resolve_yaml
 
 from . import plots, step_cell, tables, train_cell

@@ -7,11 +7,11 @@ from __future__ import annotations
 from ultralytics.cfg import get_cfg
 from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT
 
+from yolo_ckpt.checkpointing.policy import is_auto
 from yolo_ckpt.config import CkptConfig
 from yolo_ckpt.errors import ConfigError
 from yolo_ckpt.planned_run import PlannedRun, planned_run
 from yolo_ckpt.planner import MemoryModel
-from yolo_ckpt.policy import is_auto
 from yolo_ckpt.runspec import device_type
 
 from .cells import RelativeBudget, cell_budget

@@ -1,7 +1,7 @@
 """The loss region (``recompute=loss``): the task-aligned assigner in chunks of objects and the segmentation mask
 loss recomputed in backward, both exact.
 
-The assigner part is :mod:`yolo_ckpt.assigner` (every task with one: detect, obb, pose, segment); this module holds
+The assigner part is :mod:`yolo_ckpt.checkpointing.assigner` (every task with one: detect, obb, pose, segment); this module holds
 the mask loss and hooks both on the model.
 
 Ultralytics' ``v8SegmentationLoss.calculate_segmentation_loss`` (``ultralytics/utils/loss.py``; YOLO26's
@@ -33,10 +33,10 @@ giving a row tile of >= ANCHOR_TILE rows the whole product's bits, measured for 
 How it is hooked: the model's class is swapped for a subclass (``LossRecomputedSegmentationModel``,
 ``LossRecomputedDetectionModel``, ...) whose ``init_criterion`` returns the stock criterion with the classes of its
 segmentation losses swapped (``Recomputedv8SegmentationLoss``, ``RecomputedSegmentLoss26``; ``E2ELoss`` holds two)
-and those of its assigners (:func:`yolo_ckpt.assigner.chunk_assigners`). Ultralytics builds the
+and those of its assigners (:func:`yolo_ckpt.checkpointing.assigner.chunk_assigners`). Ultralytics builds the
 criterion lazily in ``BaseModel.loss`` (first training loss, the EMA model's first validation) and in
 ``resume_training`` for end-to-end heads: all go through ``init_criterion``. The chunk size is a class attribute, and
-every patched class pickles as its stock class (:class:`yolo_ckpt.patching.PickledAsStock`), so ``last.pt`` holds
+every patched class pickles as its stock class (:class:`yolo_ckpt.checkpointing.patching.PickledAsStock`), so ``last.pt`` holds
 only stock Ultralytics classes. The recomputed mask loss is active only when grad is enabled: validation, which runs
 ``model.loss`` under ``inference_mode``, runs the stock mask loss (the chunked assigner, same bits, in both).
 """
@@ -48,9 +48,9 @@ import torch.nn.functional as F
 from ultralytics.utils.loss import E2ELoss, v8SegmentationLoss
 from ultralytics.utils.ops import crop_mask, xyxy2xywh
 
+from ..config import check_assign_chunk, check_loss_chunk
 from . import patching
 from .assigner import DEFAULT_ASSIGN_CHUNK, chunk_assigners
-from .config import check_assign_chunk, check_loss_chunk
 from .policy import LOSS_HEADS, ModelLayout
 
 DEFAULT_CHUNK = 256  # anchors per forward chunk: 256 x 65536 mask pixels (imgsz 1024) x 4 B = 64 MiB per temporary
@@ -255,11 +255,11 @@ def apply_loss_region(model, chunk: int = DEFAULT_CHUNK, assign_chunk: int = DEF
     loss region applied before.
 
     Args:
-        model: an Ultralytics model whose head is in :data:`yolo_ckpt.policy.LOSS_HEADS` (detect, obb, pose,
+        model: an Ultralytics model whose head is in :data:`yolo_ckpt.checkpointing.policy.LOSS_HEADS` (detect, obb, pose,
             segment; optionally wrapped in DDP or ``torch.compile``).
         chunk: anchors per chunk in the mask loss's forward (``loss_chunk=``); every chunk size gives the same bits,
             smaller ones less memory (chunk x H/4 x W/4 x 4 bytes per temporary).
-        assign_chunk: objects per chunk of the assigner (``assign_chunk=``, :mod:`yolo_ckpt.assigner`); every
+        assign_chunk: objects per chunk of the assigner (``assign_chunk=``, :mod:`yolo_ckpt.checkpointing.assigner`); every
             chunk size gives the same bits, smaller ones less memory (assign_chunk x anchors x 4 bytes per
             temporary).
 

@@ -2,7 +2,7 @@
 
 A region is what the engine recomputes in backward instead of keeping its activations: a layer ``model.model[i]``
 of an Ultralytics ``BaseModel`` (with, for big layers, its inner blocks one at a time: an engine rule, see
-:data:`yolo_ckpt.engine.NESTED_BLOCKS`), the branches of the final task head, or the loss region. A spec is
+:data:`yolo_ckpt.checkpointing.engine.NESTED_BLOCKS`), the branches of the final task head, or the loss region. A spec is
 a union of
 
 - ``backbone``: the layers of the model YAML's ``backbone:`` section (the default);
@@ -11,8 +11,8 @@ a union of
   ``cv3[i]``, ..., and ``proto``; ``Classify``'s ``conv``); its decode and glue stay stock. The head's index
   (``23``) and class name (``Detect``) mean ``head`` too;
 - ``loss``: the loss region (detect, obb, pose and segment models: heads in :data:`LOSS_HEADS`): the task-aligned
-  assigner in chunks of objects (:mod:`yolo_ckpt.assigner`) and, for segment models (:data:`MASK_LOSS_HEADS`), the
-  mask loss recomputed in backward (:mod:`yolo_ckpt.losses`);
+  assigner in chunks of objects (:mod:`yolo_ckpt.checkpointing.assigner`) and, for segment models (:data:`MASK_LOSS_HEADS`), the
+  mask loss recomputed in backward (:mod:`yolo_ckpt.checkpointing.losses`);
 - ``all``: every layer, the head's branches and, where the head has one, the loss;
 - layer indices and inclusive ranges, ``0-4,6,8``;
 - Ultralytics module class names, the last part of ``layer.type``, ``C3k2,SPPF``.
@@ -29,19 +29,19 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ConfigError, user_input
-from .suggest import did_you_mean
+from ..errors import ConfigError, user_input
+from ..suggest import did_you_mean
 
 SECTIONS = ("backbone", "neck", "all")
 _INDEX = re.compile(r"[0-9]+")  # ASCII digits: str.isdigit also accepts '²', which int() rejects
-REGIONS = ("head", "loss")  # recomputed regions beyond the layers of model.model (yolo_ckpt.engine, yolo_ckpt.losses)
+REGIONS = ("head", "loss")  # recomputed regions beyond the layers of model.model (yolo_ckpt.checkpointing.engine, yolo_ckpt.checkpointing.losses)
 # Heads whose loss has a task-aligned assigner (ultralytics/utils/tal.py, built in ultralytics/utils/loss.py by
 # v8DetectionLoss, v8OBBLoss, v8PoseLoss, PoseLoss26, v8SegmentationLoss, SegmentLoss26 and E2ELoss): they have a
 # loss region. RT-DETR, YOLO-World and YOLOE heads are left out (their own losses; YOLOE does not train offline).
 LOSS_HEADS = ("Detect", "v10Detect", "OBB", "OBB26", "Pose", "Pose26", "Segment", "Segment26")
 # Of those, the heads whose loss region also holds the segmentation mask loss (v8SegmentationLoss, SegmentLoss26).
 MASK_LOSS_HEADS = ("Segment", "Segment26")
-MODES = ("full", "selective")  # recompute_mode=: whole layers, or only their cheap ops (yolo_ckpt.engine)
+MODES = ("full", "selective")  # recompute_mode=: whole layers, or only their cheap ops (yolo_ckpt.checkpointing.engine)
 CHOICES = (
     "valid choices: none, backbone, neck, all, head, loss (detect, obb, pose, segment models), layer indices and ranges ('0-4,6'), "
     "module names ('C3k2,SPPF'), joined by commas, or auto (with memory_budget=)"

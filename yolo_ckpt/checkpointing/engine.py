@@ -279,7 +279,7 @@ def apply_checkpointing(
     Args:
         model: an Ultralytics ``BaseModel`` (optionally wrapped in DDP, ``torch.compile`` or the ``DistillationModel``
             of ``distill_model=``, whose student is patched; its teacher runs under ``no_grad``, never recomputed).
-        recompute: a ``recompute=`` value, see :mod:`yolo_ckpt.policy`.
+        recompute: a ``recompute=`` value, see :mod:`yolo_ckpt.checkpointing.policy`.
         frozen: indices of layers frozen with ``freeze=``, left alone.
         mode: ``"full"`` recomputes the whole module; ``"selective"`` keeps the outputs of its convolutions, matrix
             products and attention (:data:`SELECTIVE_SAVE_OPS`) and recomputes the rest, with PyTorch's selective
@@ -287,21 +287,21 @@ def apply_checkpointing(
             recompute time. The same for layers, inner blocks and head branches; the loss region ignores it
             (selective mode would keep the predicted masks, the very tensors it frees).
         loss_chunk: with ``policy.loss``, anchors per chunk of the mask loss's forward
-            (:func:`yolo_ckpt.losses.apply_loss_region`); ``None``: its default. Every value gives the same bits.
+            (:func:`yolo_ckpt.checkpointing.losses.apply_loss_region`); ``None``: its default. Every value gives the same bits.
         assign_chunk: with ``policy.loss``, objects per chunk of the task-aligned assigner
-            (:mod:`yolo_ckpt.assigner`); ``None``: its default. Every value gives the same bits.
+            (:mod:`yolo_ckpt.checkpointing.assigner`); ``None``: its default. Every value gives the same bits.
 
     Returns:
-        The resolved :class:`~yolo_ckpt.policy.RecomputePolicy` (parameter-free and frozen layers dropped).
+        The resolved :class:`~yolo_ckpt.checkpointing.policy.RecomputePolicy` (parameter-free and frozen layers dropped).
 
     Raises:
-        ValueError: for an invalid ``recompute=`` value (see :func:`yolo_ckpt.policy.resolve`), ``mode``, ``frozen``
+        ValueError: for an invalid ``recompute=`` value (see :func:`yolo_ckpt.checkpointing.policy.resolve`), ``mode``, ``frozen``
             ``loss_chunk`` or ``assign_chunk``, or a fused model (``model.fuse()``, for inference) with anything to recompute; the
             model is then left unchanged.
         TypeError: if ``model`` is not an Ultralytics ``BaseModel``.
     """
+    from ..config import check_assign_chunk, check_loss_chunk
     from .assigner import DEFAULT_ASSIGN_CHUNK
-    from .config import check_assign_chunk, check_loss_chunk
     from .losses import DEFAULT_CHUNK, apply_loss_region
 
     inner = model_layers(model)

@@ -1,5 +1,5 @@
-"""The patching that makes a module recompute, shared by every recompute region (:mod:`yolo_ckpt.engine`'s layers,
-inner blocks and head branches; :mod:`yolo_ckpt.losses`' loss region; :mod:`yolo_ckpt.assigner`'s chunked
+"""The patching that makes a module recompute, shared by every recompute region (:mod:`yolo_ckpt.checkpointing.engine`'s layers,
+inner blocks and head branches; :mod:`yolo_ckpt.checkpointing.losses`' loss region; :mod:`yolo_ckpt.checkpointing.assigner`'s chunked
 assigners): a class swap to a patched subclass that pickles as its stock class (:class:`PickledAsStock`), and the
 counters that prove a region ran (:func:`count_recomputations`).
 """
@@ -27,8 +27,8 @@ class RecomputeCounter:
         per_module: ``Counter`` of qualified module name under ``model.model`` -> recomputations, for every
             recomputed module: layers (``"6"``), their inner blocks (``"6.m.0.1"``) and head branches (``"23.cv2.0"``).
         loss_images: number of images whose mask loss the loss region recomputed in backward
-            (:mod:`yolo_ckpt.losses`).
-        assignments: number of task-aligned assignments that ran in chunks of objects (:mod:`yolo_ckpt.assigner`).
+            (:mod:`yolo_ckpt.checkpointing.losses`).
+        assignments: number of task-aligned assignments that ran in chunks of objects (:mod:`yolo_ckpt.checkpointing.assigner`).
     """
 
     def __init__(self):
@@ -66,7 +66,7 @@ class PickledAsStock:
     """Mixin of a patched subclass (made by :func:`patched_class`): pickles as its stock class, copies as itself.
 
     Used for recomputed layers (:class:`RecomputedLayer`) and for the loss region's model and criterion classes
-    (:mod:`yolo_ckpt.losses`).
+    (:mod:`yolo_ckpt.checkpointing.losses`).
     """
 
     def __reduce_ex__(self, protocol):

@@ -41,8 +41,8 @@ intersections (integer counts, exact in any grouping) and their IoU buffer; the 
 peak.
 
 How it is hooked: :func:`chunk_assigners` swaps the class of a criterion's assigner(s) for a subclass
-(``ChunkedTaskAlignedAssigner``, ...) that pickles as its stock class (:class:`yolo_ckpt.patching.PickledAsStock`);
-:mod:`yolo_ckpt.losses` calls it when it builds the criterion of a model with the loss region.
+(``ChunkedTaskAlignedAssigner``, ...) that pickles as its stock class (:class:`yolo_ckpt.checkpointing.patching.PickledAsStock`);
+:mod:`yolo_ckpt.checkpointing.losses` calls it when it builds the criterion of a model with the loss region.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ from ultralytics.utils.ops import crop_mask
 from ultralytics.utils.tal import SegTaskAlignedAssigner, TaskAlignedAssigner
 from ultralytics.utils.torch_utils import autocast
 
+from ..config import check_assign_chunk
 from . import patching
-from .config import check_assign_chunk
 
 DEFAULT_ASSIGN_CHUNK = 64  # objects per chunk: 64 x 21504 anchors (imgsz 1024) x 4 B = 5.5 MB per float row block
 
