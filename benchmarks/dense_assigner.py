@@ -4,7 +4,7 @@ objects of 8-28 px (issue 21's dense case), one CPU thread::
 
     python -m benchmarks.dense_assigner out=benchmarks/results/dense [objects=600] [imgsz=1024] [steps=5]
 
-Peak: live-tensor bytes of one training step (:func:`yolo_ckpt.memory.profile_step`: forward, loss, backward,
+Peak: live-tensor bytes of one training step (:func:`yolo_ckpt.memory.measure.profile_step`: forward, loss, backward,
 AdamW step). Time: forward, loss and backward, median over ``steps`` interleaved pairs (stock assigner, chunked), so
 that a shared machine's load slows both alike. The assignments are checked equal (every output, ``torch.equal``).
 """
@@ -23,7 +23,7 @@ from ultralytics.utils import DEFAULT_CFG
 from yolo_ckpt import apply_checkpointing, count_recomputations
 from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.checkpointing.losses import remove_loss_region
-from yolo_ckpt.memory import profile_step
+from yolo_ckpt.memory.measure import profile_step
 
 
 def dense_batch(imgsz: int, objects: int, seed: int = 0) -> dict:

@@ -21,8 +21,8 @@ from ultralytics.utils import DEFAULT_CFG
 
 from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.config import Budget
-from yolo_ckpt.estimate import calibrate_loss, estimate_step
-from yolo_ckpt.planner import MemoryModel
+from yolo_ckpt.memory.estimate import calibrate_loss, estimate_step
+from yolo_ckpt.memory.plan import MemoryModel
 
 
 def build(cfg: str) -> BaseModel:

@@ -11,7 +11,7 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.checkpoint import checkpoint
 from ultralytics.nn.tasks import DetectionModel
 
-from yolo_ckpt.amp import cuda_amp_emulated
+from yolo_ckpt.memory.amp import cuda_amp_emulated
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

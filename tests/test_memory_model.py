@@ -26,11 +26,19 @@ from yolo_ckpt import apply_checkpointing, count_recomputations, trainer_for
 from yolo_ckpt.checkpointing.engine import NESTED_BLOCKS, sub_regions
 from yolo_ckpt.checkpointing.policy import resolve
 from yolo_ckpt.config import Budget, Headroom
-from yolo_ckpt.estimate import CALIBRATION_POINTS, estimate_step
-from yolo_ckpt.memory import build_optimizer, detect_batch, optimizer_for, probe_training_step, profile_step, train_imgsz, training_batch
-from yolo_ckpt.planner import MemoryModel
+from yolo_ckpt.memory.estimate import CALIBRATION_POINTS, estimate_step
+from yolo_ckpt.memory.measure import (
+    build_optimizer,
+    detect_batch,
+    optimizer_for,
+    probe_training_step,
+    profile_step,
+    train_imgsz,
+    training_batch,
+)
+from yolo_ckpt.memory.plan import MemoryModel
+from yolo_ckpt.memory.runspec import device_type
 from yolo_ckpt.report import REPORT_NAME, RunReport
-from yolo_ckpt.runspec import device_type
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 GiB = 2**30
@@ -141,7 +149,7 @@ TASK_CASES = {
 
 
 # The estimate's error window per case: segmentation 0% to +5% (its mask terms bound the foreground anchors and carry
-# yolo_ckpt.estimate.MASK_TERMS_MARGIN), never under.
+# yolo_ckpt.memory.estimate.MASK_TERMS_MARGIN), never under.
 ERROR_WINDOW = {"segment": (0.0, 0.05), "segment26": (0.0, 0.05)}
 
 
@@ -510,7 +518,7 @@ def test_cli_profile_and_plan_json(tmp_path, capsys, monkeypatch):
 
 def test_size_text_in_messages():
     """A budget of 1MB reads as 1.0 MiB in a planning error, not 0.00 GiB."""
-    from yolo_ckpt.planner import size_text
+    from yolo_ckpt.memory.plan import size_text
 
     assert (size_text(10**6), size_text(2**30 - 1), size_text(3 * 2**30)) == ("1.0 MiB", "1024.0 MiB", "3.00 GiB")
     assert (size_text(1000), size_text(2**10), size_text(50 * 2**10)) == ("1000 bytes", "1.0 KiB", "50.0 KiB")  # not "0.0 MiB"

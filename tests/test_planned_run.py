@@ -1,4 +1,4 @@
-"""The one builder of a run's memory model (yolo_ckpt.planned_run): the trainer, `yolo-ckpt plan` and a bench cell
+"""The one builder of a run's memory model (yolo_ckpt.memory.planned_run): the trainer, `yolo-ckpt plan` and a bench cell
 plan the same run for the same keys; plan and profile default to the device train would use."""
 
 import pytest
@@ -71,7 +71,7 @@ def test_plan_and_profile_default_to_the_device_train_uses(capsys):
 
 def test_a_bug_keeps_its_traceback_and_bad_input_is_one_line(monkeypatch, capsys):
     """The CLI turns the input's errors into one line and exit 2, but an internal error is not bad input: it raises."""
-    import yolo_ckpt.planned_run
+    import yolo_ckpt.memory.planned_run
 
     assert main(["profile", "imgsz=64", "optimizer=Adamax2"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == ["yolo-ckpt: error: optimizer='Adamax2' is not an Ultralytics optimizer; valid: auto, Adam, Adamax, AdamW, NAdam, RAdam, RMSprop, SGD, MuSGD"]
@@ -79,7 +79,7 @@ def test_a_bug_keeps_its_traceback_and_bad_input_is_one_line(monkeypatch, capsys
     def broken(*args, **kwargs):
         raise ValueError("a bug")
 
-    monkeypatch.setattr(yolo_ckpt.planned_run, "planned_run", broken)
+    monkeypatch.setattr(yolo_ckpt.memory.planned_run, "planned_run", broken)
     with pytest.raises(ValueError, match="a bug"):
         main(["profile", "imgsz=64", "batch=1"])
 

@@ -1,4 +1,4 @@
-"""The Ultralytics rules yolo_ckpt.runspec (and memory.optimizer_for) mirror, checked against Ultralytics itself:
+"""The Ultralytics rules yolo_ckpt.memory.runspec (and memory.optimizer_for) mirror, checked against Ultralytics itself:
 its trainer's set-up is run up to the point where it has applied the rule, and what it decided is compared."""
 
 import pytest
@@ -9,8 +9,8 @@ from ultralytics.engine import trainer as engine_trainer
 from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.utils import DEFAULT_CFG, autobatch as ultralytics_autobatch
 
-from yolo_ckpt.memory import optimizer_for
-from yolo_ckpt.runspec import (
+from yolo_ckpt.memory.measure import optimizer_for
+from yolo_ckpt.memory.runspec import (
     DataCounts,
     RunSpec,
     amp_enabled,

@@ -6,7 +6,7 @@ exceptions to ``yolo train``'s defaults: with no ``data=`` it trains on the buil
 and with no ``model=`` it builds ``yolo11n.yaml`` (``yolo11n-seg.yaml``, ...; ``yolo26n-sem.yaml`` and
 ``yolo26n-depth.yaml`` for semantic and depth) instead of downloading weights.
 
-``profile`` and ``plan`` read the same keys as ``train`` (:mod:`yolo_ckpt.runspec` decides the device, AMP, optimizer
+``profile`` and ``plan`` read the same keys as ``train`` (:mod:`yolo_ckpt.memory.runspec` decides the device, AMP, optimizer
 and objects per image they stand for), plus their own (``objects=``, ``format=``, profile's ``plot=``:
 ``yolo_ckpt/cfg/estimate.yaml``), and say what they assumed; their result is all that goes to stdout. Every command
 checks yolo-ckpt's keys once, through :mod:`yolo_ckpt.config`, before it builds or writes anything.
@@ -236,15 +236,15 @@ def dataset_on_disk(data: str, task: str) -> dict:
 
 def estimate_setup(args: list[str], command: str = "plan"):
     """Parse the arguments of ``command`` (``profile`` or ``plan``, which does not take profile's ``plot=``) into the
-    run ``yolo-ckpt train`` would make of the same keys (:func:`yolo_ckpt.planned_run.planned_run`).
+    run ``yolo-ckpt train`` would make of the same keys (:func:`yolo_ckpt.memory.planned_run.planned_run`).
 
     The model is built from ``model=`` (no download; a ``.pt`` is loaded once) as the trainer builds it: with the
     data's classes and channels when ``data=`` is given (Ultralytics' ``check_det_dataset``, or ``check_cls_dataset``
     for classify), its parameters trainable as training makes them. The device is ``device=``, else the one ``train``
-    would use (:func:`yolo_ckpt.runspec.device_type`); AMP as that device runs it.
+    would use (:func:`yolo_ckpt.memory.runspec.device_type`); AMP as that device runs it.
 
     Returns:
-        ``(run, opts)``: the :class:`~yolo_ckpt.planned_run.PlannedRun` (model, spec, trained imgsz, config), and the
+        ``(run, opts)``: the :class:`~yolo_ckpt.memory.planned_run.PlannedRun` (model, spec, trained imgsz, config), and the
         keys with defaults (Ultralytics' for ``yolo train``'s keys, ``cfg/estimate.yaml``'s for ``objects``,
         ``format`` and ``plot``; ``imgsz`` is the largest size a step trains at, ``imgsz_given`` the value given).
 
@@ -257,9 +257,9 @@ def estimate_setup(args: list[str], command: str = "plan"):
     from ultralytics.cfg import get_cfg
 
     from .checkpointing.policy import ModelLayout
-    from .planned_run import planned_run
-    from .planner import PLANNED_TASKS
-    from .runspec import device_type
+    from .memory.plan import PLANNED_TASKS
+    from .memory.planned_run import planned_run
+    from .memory.runspec import device_type
 
     keys = {k: v for k, v in ESTIMATE_DEFAULTS.items() if command == "profile" or k not in PROFILE_ONLY}
     given = parse_train_args(args, keys)
@@ -295,7 +295,7 @@ def _trained_at(opts: dict) -> str:
 
 
 def profile_table(profile, policy) -> pandas.DataFrame:
-    """Per-layer rows of a ``recompute=none`` :class:`~yolo_ckpt.memory.StepProfile` (MiB, GFLOPs), the layers of
+    """Per-layer rows of a ``recompute=none`` :class:`~yolo_ckpt.memory.measure.StepProfile` (MiB, GFLOPs), the layers of
     ``policy`` marked (the final head's row when ``policy.head``: its branches), and a total row: the saved-for-backward column adds up to the total."""
     import pandas as pd
 
@@ -329,8 +329,8 @@ def profile(args: list[str]) -> dict:
     from ultralytics.utils import TQDM
 
     from .checkpointing.policy import ModelLayout, resolve
-    from .estimate import estimate_step
-    from .planner import loss_models
+    from .memory.estimate import estimate_step
+    from .memory.plan import loss_models
 
     with _diagnostics_to_stderr():
         run, opts = estimate_setup(args, "profile")
@@ -382,12 +382,12 @@ def profile(args: list[str]) -> dict:
 
 
 def plan_setup(args: list[str]):
-    """The :class:`~yolo_ckpt.planner.MemoryModel` ``yolo-ckpt plan`` plans with, for its arguments: the run
+    """The :class:`~yolo_ckpt.memory.plan.MemoryModel` ``yolo-ckpt plan`` plans with, for its arguments: the run
     :func:`estimate_setup` makes of them (its headroom on the assumed device, ``loss_chunk=``).
 
     Returns:
         ``(memory, budget, opts, spec)``: the memory model, ``memory_budget=`` in bytes, the keys with defaults and
-        the :class:`~yolo_ckpt.runspec.RunSpec`.
+        the :class:`~yolo_ckpt.memory.runspec.RunSpec`.
 
     Raises:
         ConfigError: without ``memory_budget=``, for a fraction off CUDA, and as :func:`estimate_setup` raises.

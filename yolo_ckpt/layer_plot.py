@@ -2,7 +2,7 @@
 recomputed, and where the step's peak is: per phase (forward, loss, backward, optimizer step) above what is alive all
 step long (parameters, buffers, optimizer state, the batch), the loss's own share, the head's layer marked.
 
-Drawn from a :class:`yolo_ckpt.memory.StepProfile`: at the end of a CPU run from its memory probe (the figures of its
+Drawn from a :class:`yolo_ckpt.memory.measure.StepProfile`: at the end of a CPU run from its memory probe (the figures of its
 ``ckpt_report.json``), and by ``yolo-ckpt profile ... plot=True`` from the estimate of any model.
 """
 

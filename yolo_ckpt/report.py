@@ -40,7 +40,7 @@ class PlanRecord:
             margin_bytes: the budget left after both (negative: over).
         batch, imgsz (px): the step planned. recompute_flops: forward FLOPs recomputed per step;
             recompute_cost_fraction: those as a fraction of a step's FLOPs.
-        assumed: what the estimate assumed (:meth:`yolo_ckpt.runspec.RunSpec.to_dict`), or None.
+        assumed: what the estimate assumed (:meth:`yolo_ckpt.memory.runspec.RunSpec.to_dict`), or None.
     """
 
     recompute: str
@@ -56,7 +56,7 @@ class PlanRecord:
 
     @classmethod
     def of(cls, plan, assumed: dict | None) -> PlanRecord:
-        """The record of a :class:`yolo_ckpt.planner.Plan` and the assumptions of its estimate."""
+        """The record of a :class:`yolo_ckpt.memory.plan.Plan` and the assumptions of its estimate."""
         return cls(
             plan.recompute, plan.budget_bytes, plan.estimated_peak_bytes, plan.batch, plan.imgsz, plan.recompute_flops,
             plan.recompute_cost, plan.headroom_bytes, plan.margin_bytes, assumed,
@@ -79,7 +79,7 @@ class RunReport:
         train_step_time_median_s: median training step (after :data:`WARMUP_STEPS`), train_steps_timed: steps in it.
         estimated_none_peak_bytes, estimated_all_peak_bytes, estimated_policy_peak_bytes: the memory model's peak of
             this run's step (:attr:`estimated_step`) for ``recompute=none``, ``all`` and the policy that trained,
-            estimated at set-up for this run's spec (:func:`yolo_ckpt.planned_run.planned_run`); None where skipped.
+            estimated at set-up for this run's spec (:func:`yolo_ckpt.memory.planned_run.planned_run`); None where skipped.
         estimated_step: ``{"batch", "imgsz", "objects", "device", "amp"}`` of that estimate (objects per image: the
             data's densest, times its augmentation's factors). estimate_skipped: why there is no estimate
             (``estimate=False``, a model the memory model does not cover), else None.

@@ -60,8 +60,8 @@ from .data_check import check_train_labels
 from .errors import ConfigError
 from .inputs import check_train_inputs
 from .layer_plot import layer_plot, write_layer_plot
-from .planner import PLANNED_TASKS, PlanError, size_text
-from .runspec import (
+from .memory.plan import PLANNED_TASKS, PlanError, size_text
+from .memory.runspec import (
     autobatch_fraction,
     device_type,
     frozen_layers,
@@ -234,7 +234,7 @@ class CheckpointTrainerMixin:
             )
 
     def _budget(self) -> int:
-        """memory_budget= in bytes; on CUDA by default AutoBatch's fraction for batch= (:func:`~yolo_ckpt.runspec.autobatch_fraction`)
+        """memory_budget= in bytes; on CUDA by default AutoBatch's fraction for batch= (:func:`~yolo_ckpt.memory.runspec.autobatch_fraction`)
         of the memory available.
 
         Raises:
@@ -253,9 +253,9 @@ class CheckpointTrainerMixin:
         return torch.cuda.mem_get_info(self.device)[0] + torch.cuda.memory_reserved(self.device)
 
     def _planned_run(self, batch: int):
-        """The run this trainer plans (:func:`yolo_ckpt.planned_run.planned_run`): its model, keys, data and device;
+        """The run this trainer plans (:func:`yolo_ckpt.memory.planned_run.planned_run`): its model, keys, data and device;
         the data counted once per run (RNG untouched). Logs what it assumed (``self.run_spec``)."""
-        from .planned_run import planned_run
+        from .memory.planned_run import planned_run
 
         counts = self._planned.counts if self._planned else None
         self._planned = planned_run(self.args, unwrap_model(self.model), self.ckpt_config, self.device.type, self.data, batch=batch, counts=counts)
@@ -265,7 +265,7 @@ class CheckpointTrainerMixin:
 
     def _plan_recompute(self) -> str:
         """recompute=auto: the cheapest set of layers, head branches and loss region that fits the budget at this
-        run's batch and largest imgsz (:meth:`yolo_ckpt.planner.MemoryModel.plan`). With batch=-1 the order is:
+        run's batch and largest imgsz (:meth:`yolo_ckpt.memory.plan.MemoryModel.plan`). With batch=-1 the order is:
         recompute everything (``all``), then take the largest batch that fits (:meth:`auto_batch`)."""
         if self.args.batch < 1:
             LOGGER.info(f"{PREFIX}recompute=auto with batch=-1: recompute everything (all), then take the largest batch")
@@ -319,9 +319,9 @@ class CheckpointTrainerMixin:
 
     def estimate_step_peaks(self) -> None:
         """What recompute buys this run: the memory model's peaks for ``none``, ``all`` and the policy that trains, at
-        the batch and largest imgsz this run trains, for its spec (:func:`yolo_ckpt.planned_run.planned_run`, the
+        the batch and largest imgsz this run trains, for its spec (:func:`yolo_ckpt.memory.planned_run.planned_run`, the
         planned run's memory model reused), into ``estimated_peaks`` (bytes) and ``estimated_step``; composed from
-        one fake pass (:meth:`yolo_ckpt.planner.MemoryModel.peak`). Skipped, with the reason in
+        one fake pass (:meth:`yolo_ckpt.memory.plan.MemoryModel.peak`). Skipped, with the reason in
         ``estimate_skipped``, for ``estimate=False`` and for models the memory model does not cover."""
         from ultralytics.nn.tasks import BaseModel
 
@@ -388,7 +388,7 @@ class CheckpointTrainerMixin:
 
     def train(self):
         """Ultralytics' training. Whatever fails before the first epoch starts (Ultralytics' set-up, the dataset,
-        planning: :class:`~yolo_ckpt.planner.PlanError`) leaves the run directory as it was
+        planning: :class:`~yolo_ckpt.memory.plan.PlanError`) leaves the run directory as it was
         (:meth:`_run_dir_restored_on_failure`); then the error is raised."""
         with self._run_dir_restored_on_failure():
             return super().train()
@@ -457,7 +457,7 @@ class CheckpointTrainerMixin:
         """
         from ultralytics.nn.tasks import BaseModel
 
-        from .memory import optimizer_for, probe_validation_step, profile_step
+        from .memory.measure import optimizer_for, probe_validation_step, profile_step
 
         batch = self.ckpt_stats.probe_batch
         model = unwrap_model(self.model)

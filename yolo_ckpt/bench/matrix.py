@@ -48,8 +48,8 @@ from ultralytics.utils import DEFAULT_CFG_DICT, LOGGER, SETTINGS as ULTRALYTICS_
 from yolo_ckpt.checkpointing.policy import is_auto, layout_of, resolve
 from yolo_ckpt.config import Budget, CkptConfig
 from yolo_ckpt.errors import ConfigError, MissingFileError
-from yolo_ckpt.memory import TASKS
-from yolo_ckpt.planner import PLANNED_TASKS
+from yolo_ckpt.memory.measure import TASKS
+from yolo_ckpt.memory.plan import PLANNED_TASKS
 from yolo_ckpt.shipped import resolve_yaml
 
 from . import plots, step_cell, tables, train_cell
@@ -155,7 +155,7 @@ def _check_cell(matrix: Matrix, cell: dict) -> None:
     if not is_auto(config.recompute):
         resolve(config.recompute, layout)
     if matrix.kind == "step" and task not in TASKS:
-        raise ConfigError(f"{where}: step cells measure the tasks {', '.join(TASKS)} (yolo_ckpt.memory.training_batch); task={task} needs kind: train")
+        raise ConfigError(f"{where}: step cells measure the tasks {', '.join(TASKS)} (yolo_ckpt.memory.measure.training_batch); task={task} needs kind: train")
     try:
         budget = cell_budget(cell["memory_budget"])  # the form; a fraction's device is checked by run_matrix
     except ValueError as e:

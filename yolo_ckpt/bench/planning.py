@@ -1,6 +1,6 @@
 """What a matrix cell's planned values become: ``imgsz=fit``, ``batch=-1``, ``recompute=auto`` and relative
 ``memory_budget=0.6x``, from the run the cell trains planned by the one builder the trainers and ``yolo-ckpt plan``
-use (:func:`yolo_ckpt.planned_run.planned_run`): the same keys give the same spec and estimate."""
+use (:func:`yolo_ckpt.memory.planned_run.planned_run`): the same keys give the same spec and estimate."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT
 from yolo_ckpt.checkpointing.policy import is_auto
 from yolo_ckpt.config import CkptConfig
 from yolo_ckpt.errors import ConfigError
-from yolo_ckpt.planned_run import PlannedRun, planned_run
-from yolo_ckpt.planner import MemoryModel
-from yolo_ckpt.runspec import device_type
+from yolo_ckpt.memory.plan import MemoryModel
+from yolo_ckpt.memory.planned_run import PlannedRun, planned_run
+from yolo_ckpt.memory.runspec import device_type
 
 from .cells import RelativeBudget, cell_budget
 

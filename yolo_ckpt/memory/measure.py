@@ -28,7 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 class LiveTensorTracker(TorchDispatchMode):
@@ -343,7 +343,7 @@ class LayerAccounting:
     ends)."""
 
     def __init__(self, model):
-        from .checkpointing.engine import sub_regions
+        from ..checkpointing.engine import sub_regions
 
         self.rows = {i: [0, 0, 0] for i in range(len(model.model))}  # index -> [output, saved, freeable] bytes
         self.modules: dict[str, list[int]] = {}
@@ -443,7 +443,7 @@ class LayerAccounting:
     def profile_rows(self, model, flops: dict[str, int]) -> tuple[list[LayerRow], dict[str, ModuleRow]]:
         """The :class:`LayerRow` of each layer and the :class:`ModuleRow` of each sub-module of ``model`` (the model
         hooked), with ``flops`` from :func:`module_flops` (0 where absent)."""
-        from .checkpointing.engine import recompute_mode_of
+        from ..checkpointing.engine import recompute_mode_of
 
         layers = [
             LayerRow(
@@ -601,7 +601,7 @@ def profile_step(
     Returns:
         The :class:`StepProfile` (``source`` says which counter; ``recompute`` the layers recomputed).
     """
-    from .checkpointing.engine import apply_checkpointing, checkpointed_layers
+    from ..checkpointing.engine import apply_checkpointing, checkpointed_layers
 
     cuda = batch["img"].device.type == "cuda"
     before = torch.cuda.memory_allocated() if cuda else 0

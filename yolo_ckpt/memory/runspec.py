@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from ultralytics.utils.checks import check_imgsz
 
-from .memory import OBJECTLESS_TASKS, optimizer_for, train_imgsz
+from .measure import OBJECTLESS_TASKS, optimizer_for, train_imgsz
 
 
 def device_type(device) -> str:
@@ -96,8 +96,8 @@ def optimizer_rule(name, images: int | None, batch: int, nbs: int, epochs: int) 
         images: training images (None when unknown: no ``data=``); batch, nbs, epochs: the run's keys.
 
     Returns:
-        ``(optimizer, rule)``: the optimizer Ultralytics builds, by its name (:func:`yolo_ckpt.memory.optimizer_for`:
-        ``"AdamW"``, ``"MuSGD"``, ``"SGD"``, ...; :func:`yolo_ckpt.memory.build_optimizer` counts its real state), and
+        ``(optimizer, rule)``: the optimizer Ultralytics builds, by its name (:func:`yolo_ckpt.memory.measure.optimizer_for`:
+        ``"AdamW"``, ``"MuSGD"``, ``"SGD"``, ...; :func:`yolo_ckpt.memory.measure.build_optimizer` counts its real state), and
         a sentence saying which optimizer Ultralytics will build and why.
     """
     if str(name).lower() != "auto":
@@ -212,7 +212,7 @@ class RunSpec:
 
 def objects_rule(counts: DataCounts | None, objects: int, task: str = "detect") -> tuple[int, str]:
     """Objects per image for the loss and where they came from: none for a task whose batch has none
-    (:data:`yolo_ckpt.memory.OBJECTLESS_TASKS`), else the data's most times its augmentation's factors (x 4 for
+    (:data:`yolo_ckpt.memory.measure.OBJECTLESS_TASKS`), else the data's most times its augmentation's factors (x 4 for
     mosaic: :func:`augment_factors`) when counted, else ``objects``."""
     if task in OBJECTLESS_TASKS:
         return 0, f"a {task} batch has none"

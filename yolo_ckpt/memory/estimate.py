@@ -1,10 +1,10 @@
 """Estimate the peak memory of a training step without computing it: fake tensors plus a calibrated loss formula.
 
 The model's forward, backward and optimizer step run on fake tensors (``torch._subclasses.FakeTensorMode``: shapes,
-dtypes and storages, no data), with the recompute policy applied, and :class:`~yolo_ckpt.memory.LiveTensorTracker`
+dtypes and storages, no data), with the recompute policy applied, and :class:`~yolo_ckpt.memory.measure.LiveTensorTracker`
 counts the live storages as on the CPU: parameters, buffers, gradients, the optimizer state Ultralytics' own
-builder gives (:func:`~yolo_ckpt.memory.build_optimizer`), the task's training batch
-(:func:`~yolo_ckpt.memory.training_batch`) and activations. Fake tensors cannot run the loss: its task-aligned
+builder gives (:func:`~yolo_ckpt.memory.measure.build_optimizer`), the task's training batch
+(:func:`~yolo_ckpt.memory.measure.training_batch`) and activations. Fake tensors cannot run the loss: its task-aligned
 assigner has data-dependent ops (``nonzero``, ``topk`` over the targets). Its memory is a formula per task
 (:class:`LossModel`), fitted to CPU measurements of the real loss at small sizes
 (:func:`calibrate_loss`); the fake pass backpropagates a stand-in loss with dense gradients of the same shapes.
@@ -37,7 +37,7 @@ Not counted: the dataloader and its workers, validation (a separate phase), CUDA
 allocator fragmentation (``memory_reserved`` above ``memory_allocated``), GradScaler and DDP buffers.
 
 AMP (Ultralytics runs it on CUDA only): the fake pass and the loss calibration run under CUDA fp16 autocast's dtypes,
-emulated on the CPU (:func:`yolo_ckpt.amp.cuda_amp_emulated`: CPU autocast in fp16, with the ops CUDA autocast
+emulated on the CPU (:func:`yolo_ckpt.memory.amp.cuda_amp_emulated`: CPU autocast in fp16, with the ops CUDA autocast
 keeps in fp32, softmax among them, run in fp32).
 """
 
@@ -54,9 +54,9 @@ from torch._subclasses.fake_tensor import FakeCopyMode, FakeTensorMode
 from torch.utils._pytree import tree_leaves, tree_map
 from ultralytics.utils.tal import SegTaskAlignedAssigner
 
+from ..checkpointing.engine import apply_checkpointing
 from .amp import cuda_amp_emulated
-from .checkpointing.engine import apply_checkpointing
-from .memory import (
+from .measure import (
     OBJECTLESS_TASKS,
     LayerAccounting,
     LiveTensorTracker,
@@ -272,7 +272,7 @@ def _is_spec(x) -> bool:
 
 
 def calibrate_loss(model, amp: bool = False) -> LossModel:
-    """Fit the loss formula of ``model`` (any task of :data:`~yolo_ckpt.memory.TASKS`, any ``nc``) to CPU
+    """Fit the loss formula of ``model`` (any task of :data:`~yolo_ckpt.memory.measure.TASKS`, any ``nc``) to CPU
     measurements of its real loss, as ``model.loss`` computes it (with the loss region where one is applied:
     ``model.loss_chunk``, ``model.assign_chunk``), at :data:`CALIBRATION_POINTS` (a few seconds for a nano model); cached per model YAML,
     class count, mask settings, loss region and ``amp``.
@@ -307,13 +307,13 @@ def estimate_step(
     """Estimate one training step's peak memory (bytes) for ``model`` without computing anything.
 
     Args:
-        model: an Ultralytics ``BaseModel`` of a task in :data:`~yolo_ckpt.memory.TASKS` (real parameters; it is
+        model: an Ultralytics ``BaseModel`` of a task in :data:`~yolo_ckpt.memory.measure.TASKS` (real parameters; it is
             copied onto fake tensors), with ``.args`` set.
         imgsz: the ``imgsz=`` of the run: an int, a list or a string; estimated at the size it trains at
-            (:func:`~yolo_ckpt.memory.train_imgsz`: 2736 -> 2752). batch: images per step.
+            (:func:`~yolo_ckpt.memory.measure.train_imgsz`: 2736 -> 2752). batch: images per step.
         objects: targets per image (the loss grows with it: take the dataset's maximum, as AutoBatch does).
         recompute, mode: the policy and ``recompute_mode`` to estimate.
-        optimizer: an Ultralytics optimizer name (:func:`yolo_ckpt.memory.build_optimizer`); its state as built.
+        optimizer: an Ultralytics optimizer name (:func:`yolo_ckpt.memory.measure.build_optimizer`); its state as built.
         amp: estimate a CUDA AMP step: CUDA fp16 autocast's dtypes (see the module docstring).
         loss_model: the loss formula; when None :func:`calibrate_loss` of ``model``, or where ``recompute`` applies
             the loss region (``yolo_ckpt.checkpointing.losses``), of a copy of ``model`` with it applied.
@@ -324,7 +324,7 @@ def estimate_step(
             between the two only by their batches' bytes (``input_bytes``).
 
     Returns:
-        A :class:`~yolo_ckpt.memory.StepProfile` with ``source="fake_estimate"`` and ``imgsz`` the trained size.
+        A :class:`~yolo_ckpt.memory.measure.StepProfile` with ``source="fake_estimate"`` and ``imgsz`` the trained size.
 
     Raises:
         ValueError, TypeError: for a task that is not modelled, an unknown optimizer or an invalid imgsz.
@@ -347,7 +347,7 @@ def estimate_step(
         for group in opt.param_groups if opt else ():  # foreach kernels (CUDA's default): a few ops, not a few per
             group["foreach"] = True  # parameter, on fake tensors; the state they keep is the same
         accounting = LayerAccounting(fake)
-        with LiveTensorTracker() as tracker, cuda_amp_emulated(amp) as autocast:  # backward included: yolo_ckpt.amp
+        with LiveTensorTracker() as tracker, cuda_amp_emulated(amp) as autocast:  # backward included: yolo_ckpt.memory.amp
             tracker.track(list(fake.parameters()), list(fake.buffers()), data)
             static = tracker.live_bytes
             accounting.tracker = tracker  # each layer's backward peak (LayerRow.backward_peak_bytes)

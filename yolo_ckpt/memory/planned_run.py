@@ -1,5 +1,5 @@
 """The one builder of a run's memory model: from the run's keys, its model, its data and its device, the run the
-estimate assumes (:class:`~yolo_ckpt.runspec.RunSpec`) and the :class:`~yolo_ckpt.planner.MemoryModel` that plans it.
+estimate assumes (:class:`~yolo_ckpt.memory.runspec.RunSpec`) and the :class:`~yolo_ckpt.memory.plan.MemoryModel` that plans it.
 
 ``recompute=auto`` and ``batch=-1`` in the trainers, ``yolo-ckpt profile`` and ``plan``, and the benchmark's
 planned cells (``imgsz=fit``, ``tiles.size: fit``, budget studies) all call :func:`planned_run`, so the same keys
@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from .config import ESTIMATE_DEFAULTS, CkptConfig
+from ..config import ESTIMATE_DEFAULTS, CkptConfig
 from .runspec import RunSpec, amp_enabled, autobatch_imgsz, count_data, objects_rule, optimizer_rule, trainable_as_trained
 
 
@@ -46,10 +46,10 @@ class PlannedRun:
         return self.config.headroom_on(self.spec.device)
 
     def memory_model(self):
-        """The :class:`~yolo_ckpt.planner.MemoryModel` of this run (built on first use: it calibrates the loss and
+        """The :class:`~yolo_ckpt.memory.plan.MemoryModel` of this run (built on first use: it calibrates the loss and
         runs one fake pass, seconds for a nano model)."""
         if self._memory is None:
-            from .planner import MemoryModel
+            from .plan import MemoryModel
 
             spec = self.spec
             self._memory = MemoryModel(
@@ -69,12 +69,12 @@ def planned_run(args, model, config: CkptConfig, device: str, data: dict | None 
         model: the run's Ultralytics model (any device; not changed: a CPU copy is estimated).
         config: yolo-ckpt's keys, validated (:meth:`yolo_ckpt.config.CkptConfig.from_args`).
         device: the device type the run trains on (``"cuda"``, ``"cpu"``, ``"mps"``:
-            :func:`yolo_ckpt.runspec.device_type`).
+            :func:`yolo_ckpt.memory.runspec.device_type`).
         data: the dataset dict the task's trainer reads (``check_det_dataset``/``check_cls_dataset``), or None.
         batch: the batch of the base pass and of the optimizer rule's iteration count (default ``args.batch``).
         objects: objects per image, given (``objects=``: it replaces the data's count); None: the data's most in one
             image times its augmentation's factors, or without ``data=`` ``cfg/estimate.yaml``'s default.
-        counts: the training set's :class:`~yolo_ckpt.runspec.DataCounts` where the caller counted them already.
+        counts: the training set's :class:`~yolo_ckpt.memory.runspec.DataCounts` where the caller counted them already.
 
     Raises:
         ValueError: for an optimizer Ultralytics does not build.

@@ -5,21 +5,21 @@ time, :data:`yolo_ckpt.checkpointing.engine.NESTED_BLOCKS`), ``head`` (the final
 segment models (:data:`yolo_ckpt.checkpointing.policy.LOSS_HEADS`), ``loss`` (the loss region, :mod:`yolo_ckpt.checkpointing.losses`: the chunked
 assigner and the segmentation mask loss). The planner
 composes the per-layer and per-module figures of one fake-tensor estimate of ``recompute=none``
-(:func:`yolo_ckpt.estimate.estimate_step`) instead of running a fake pass per candidate:
+(:func:`yolo_ckpt.memory.estimate.estimate_step`) instead of running a fake pass per candidate:
 
 - recomputing a layer or the head's branches frees what their forward saved for backward, less their inputs,
   which the checkpoint keeps, and the parameters (outputs kept anyway for skip connections are attributed to the
   layer that saves them, so they are never counted as freed twice);
 - the fake pass measures, per layer, the peak live bytes while its forward ran and while its backward ran
-  (:class:`yolo_ckpt.memory.LayerRow`); in layer i's forward or backward the recomputed units before it hold only
+  (:class:`yolo_ckpt.memory.measure.LayerRow`); in layer i's forward or backward the recomputed units before it hold only
   their inputs, and a recomputed unit i itself holds its freed tensors again, a nested layer one inner block at a
   time and the head one branch at a time;
-- the loss's forward and backward peaks are a formula (:class:`yolo_ckpt.estimate.LossModel`), the stock loss's
+- the loss's forward and backward peaks are a formula (:class:`yolo_ckpt.memory.estimate.LossModel`), the stock loss's
   or, with ``loss``, the loss region's, calibrated with the region applied in ``loss_chunk`` anchors and
   ``assign_chunk`` objects per chunk;
 - activations and the training batch scale with batch x imgsz^2, the loss by its own formula, parameters and
   optimizer state not at all;
-- an imgsz is planned at the size it trains at (:func:`yolo_ckpt.memory.train_imgsz`: 2736 -> 2752).
+- an imgsz is planned at the size it trains at (:func:`yolo_ckpt.memory.measure.train_imgsz`: 2736 -> 2752).
 
 In the tests (``tests/test_memory_model.py``) the composed peak equals the fake pass's of the same policy for layer
 sets and the loss region, and is up to 2.5% below it where the head's branches are recomputed (the head holds a
@@ -47,16 +47,16 @@ import copy
 import dataclasses
 from dataclasses import dataclass
 
-from .checkpointing.assigner import DEFAULT_ASSIGN_CHUNK
-from .checkpointing.engine import sub_regions
-from .checkpointing.losses import DEFAULT_CHUNK, apply_loss_region, remove_loss_region
-from .checkpointing.policy import REGIONS, ModelLayout, RecomputePolicy, resolve
-from .config import NO_HEADROOM, Headroom, check_assign_chunk, check_loss_chunk
-from .errors import ConfigError
+from ..checkpointing.assigner import DEFAULT_ASSIGN_CHUNK
+from ..checkpointing.engine import sub_regions
+from ..checkpointing.losses import DEFAULT_CHUNK, apply_loss_region, remove_loss_region
+from ..checkpointing.policy import REGIONS, ModelLayout, RecomputePolicy, resolve
+from ..config import NO_HEADROOM, Headroom, check_assign_chunk, check_loss_chunk
+from ..errors import ConfigError
 from .estimate import LossModel, calibrate_loss, estimate_step
-from .memory import TASKS, StepProfile, train_imgsz
+from .measure import TASKS, StepProfile, train_imgsz
 
-PLANNED_TASKS = TASKS  # the tasks yolo_ckpt.estimate estimates (yolo_ckpt.memory.training_batch builds their batches)
+PLANNED_TASKS = TASKS  # the tasks yolo_ckpt.memory.estimate estimates (yolo_ckpt.memory.measure.training_batch builds their batches)
 
 
 def size_text(n: int) -> str:
@@ -133,7 +133,7 @@ def loss_models(
 ) -> dict[bool, LossModel]:
     """The loss formula without (``False``) and, where the head has a loss region, with (``True``) the loss region
     in ``chunk`` anchors and ``assign_chunk`` objects per chunk (None: their defaults), each calibrated on a copy of
-    ``model`` with or without it (:func:`yolo_ckpt.estimate.calibrate_loss`, which measures ``model.loss`` as
+    ``model`` with or without it (:func:`yolo_ckpt.memory.estimate.calibrate_loss`, which measures ``model.loss`` as
     patched) under ``amp``.
 
     Raises:
@@ -162,7 +162,7 @@ class MemoryModel:
     A unit is what a plan recomputes or not: a layer index (a nested layer, :data:`yolo_ckpt.checkpointing.engine.NESTED_BLOCKS`,
     with its inner blocks), ``"head"`` (the final head's branches) or, where the head has a loss region
     (:data:`yolo_ckpt.checkpointing.policy.LOSS_HEADS`), ``"loss"``. Per unit, from the fake pass's per-layer and per-module
-    accounting (:class:`yolo_ckpt.memory.LayerRow`, :class:`yolo_ckpt.memory.ModuleRow`):
+    accounting (:class:`yolo_ckpt.memory.measure.LayerRow`, :class:`yolo_ckpt.memory.measure.ModuleRow`):
 
     - a layer frees its ``freeable_bytes`` and holds them again while it runs (its inputs and parameters stay
       alive); a nested layer holds them less what its inner blocks free, plus what its largest inner block frees
@@ -176,17 +176,17 @@ class MemoryModel:
     (``torch.utils.flop_counter``); the loss region's, :meth:`loss_flops`.
 
     Args:
-        model: an Ultralytics ``BaseModel`` of any task in :data:`yolo_ckpt.memory.TASKS`, with ``.args`` set
+        model: an Ultralytics ``BaseModel`` of any task in :data:`yolo_ckpt.memory.measure.TASKS`, with ``.args`` set
             (a policy applied to it is ignored: its figures are of the stock model).
         imgsz, batch, objects: the step to base the figures on (activations are rescaled from it); ``imgsz`` as
             ``imgsz=`` takes it (int, list, string), here and in every method: the size that trains is planned.
-        optimizer, amp: as in :func:`yolo_ckpt.estimate.estimate_step`.
+        optimizer, amp: as in :func:`yolo_ckpt.memory.estimate.estimate_step`.
         headroom: kept on top of every estimate when it is held against a budget (:meth:`yolo_ckpt.config.CkptConfig.headroom_on`).
         loss_chunk: anchors per forward chunk of the loss region's mask loss (``loss_chunk=``); None: its default.
         assign_chunk: objects per chunk of the loss region's assigner (``assign_chunk=``); None: its default.
 
     Raises:
-        ValueError: for a bad ``loss_chunk`` or ``assign_chunk``, and as :func:`yolo_ckpt.estimate.estimate_step` raises.
+        ValueError: for a bad ``loss_chunk`` or ``assign_chunk``, and as :func:`yolo_ckpt.memory.estimate.estimate_step` raises.
     """
 
     def __init__(
