@@ -73,7 +73,7 @@ def main(argv: list[str]) -> None:
     epochs, out = int(options.get("epochs", 30)), options.get("out")
     import tempfile
 
-    from yolo_ckpt.synthetic import synthetic_dataset
+    from yolo_ckpt.data.synthetic import synthetic_dataset
 
     data = str(synthetic_dataset("detect"))
     context = multiprocessing.get_context("spawn")

@@ -58,7 +58,7 @@ def synthetic_cache(tmp_path_factory):
 @pytest.fixture(scope="session")
 def synthetic(synthetic_cache):
     """``synthetic(task)`` -> the built-in synthetic dataset of ``task`` (generated once per session)."""
-    from yolo_ckpt.synthetic import synthetic_dataset
+    from yolo_ckpt.data.synthetic import synthetic_dataset
 
     return lambda task="detect": str(synthetic_dataset(task))
 

@@ -219,7 +219,7 @@ def test_loss_and_gradients_equal_stock(name, one_thread):
     model.args = get_cfg()
     batch = detection_batch(task)
     if task == "segment":
-        from yolo_ckpt.synthetic import dense_segment_batch
+        from yolo_ckpt.data.synthetic import dense_segment_batch
 
         batch = dense_segment_batch(2, IMGSZ, 30)
     with torch.no_grad():

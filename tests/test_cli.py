@@ -13,7 +13,7 @@ import tomllib
 import yaml
 
 from yolo_ckpt.cli import main, parse_train_args, plan_setup
-from yolo_ckpt.report import REPORT_NAME
+from yolo_ckpt.report.record import REPORT_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 

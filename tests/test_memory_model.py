@@ -38,7 +38,7 @@ from yolo_ckpt.memory.measure import (
 )
 from yolo_ckpt.memory.plan import MemoryModel
 from yolo_ckpt.memory.runspec import device_type
-from yolo_ckpt.report import REPORT_NAME, RunReport
+from yolo_ckpt.report.record import REPORT_NAME, RunReport
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 GiB = 2**30
@@ -476,8 +476,8 @@ def test_cli_profile_and_plan_json(tmp_path, capsys, monkeypatch):
     """yolo-ckpt profile and plan with format=json, in this process (test_cli.py runs the command line in a
     subprocess): stdout holds only the JSON, progress and logs go to stderr. profile's picture: the right panel
     draws the named policy's phases (not none's), the left none's layers marked as the policy recomputes them."""
-    from yolo_ckpt import layer_plot as plots
     from yolo_ckpt.cli import main
+    from yolo_ckpt.report import layer_plot as plots
 
     drawn, write = [], plots.write_layer_plot
     monkeypatch.setattr(plots, "write_layer_plot", lambda data, path: drawn.append(data) or write(data, path))

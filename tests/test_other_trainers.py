@@ -70,7 +70,7 @@ def test_synthetic_dense_targets(synthetic):
     import cv2
     import numpy as np
 
-    from yolo_ckpt.synthetic import DEPTH_SCALE, IMAGE_SIZE, SEMANTIC_NAMES
+    from yolo_ckpt.data.synthetic import DEPTH_SCALE, IMAGE_SIZE, SEMANTIC_NAMES
 
     detect, semantic, depth = (Path(synthetic(task)).parent for task in ("detect", "semantic", "depth"))
     images = sorted((detect / "images" / "train").glob("*.jpg"))

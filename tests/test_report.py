@@ -1,11 +1,11 @@
-"""The run report record (:class:`yolo_ckpt.report.RunReport`): schema 2 files still read, other schemas refused
+"""The run report record (:class:`yolo_ckpt.report.record.RunReport`): schema 2 files still read, other schemas refused
 with their number, the headline a person reads."""
 
 import json
 
 import pytest
 
-from yolo_ckpt.report import REPORT_NAME, PlanRecord, RunReport, load_report
+from yolo_ckpt.report.record import REPORT_NAME, PlanRecord, RunReport, load_report
 
 # a schema-2 ckpt_report.json as yolo-ckpt 0.1.0 wrote it before the record (estimated_none_peak_bytes came in 3)
 SCHEMA_2 = {

@@ -1,4 +1,4 @@
-"""The built-in synthetic datasets (yolo_ckpt.synthetic): read by Ultralytics' own dataset code in every task's
+"""The built-in synthetic datasets (yolo_ckpt.data.synthetic): read by Ultralytics' own dataset code in every task's
 format, byte-identical for a seed, and cached where YOLO_CKPT_CACHE says."""
 
 import os
@@ -11,7 +11,7 @@ from ultralytics.data.dataset import ClassificationDataset, YOLODataset
 from ultralytics.data.utils import check_cls_dataset, check_det_dataset
 from ultralytics.utils import DEFAULT_CFG
 
-from yolo_ckpt import synthetic as syn
+from yolo_ckpt.data import synthetic as syn
 
 LABELLED = {"detect": "bboxes", "segment": "segments", "obb": "segments", "pose": "keypoints"}
 # detect is generated for the fast subset anyway; every other task generates a dataset of its own (12-20 s here)

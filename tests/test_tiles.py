@@ -8,8 +8,8 @@ import cv2
 import numpy as np
 import pytest
 
-from yolo_ckpt.synthetic import SMALL_OBJECT_PX, small_object_dataset
-from yolo_ckpt.tiles import MIN_VISIBLE, tile_dataset, tile_starts
+from yolo_ckpt.data.synthetic import SMALL_OBJECT_PX, small_object_dataset
+from yolo_ckpt.data.tiles import MIN_VISIBLE, tile_dataset, tile_starts
 
 
 def _tree_digest(folder: Path) -> dict:

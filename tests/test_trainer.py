@@ -16,8 +16,8 @@ from ultralytics import YOLO
 
 from yolo_ckpt import CheckpointDetectionTrainer, checkpointed_layers, count_recomputations, trainer_for
 from yolo_ckpt.checkpointing.engine import checkpointed_modules, head_branches
-from yolo_ckpt.layer_plot import layer_plot
-from yolo_ckpt.report import REPORT_NAME, RunReport, load_report
+from yolo_ckpt.report.layer_plot import layer_plot
+from yolo_ckpt.report.record import REPORT_NAME, RunReport, load_report
 from yolo_ckpt.trainer import LAYER_PLOT_NAME, CheckpointTrainerMixin, _on_train_end
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # two threads spin on the shared 2-core machine

@@ -191,7 +191,7 @@ def prepare_train(args: list[str]):
     trainer = trainer_for(model.task, model)
     trainer.check_keys({**overrides, "model": model.model.yaml if overrides.get("resume") is None else None})  # against the loaded model
     if overrides.get("data") is None and not overrides.get("resume"):
-        from .synthetic import synthetic_dataset
+        from .data.synthetic import synthetic_dataset
 
         overrides["data"] = str(synthetic_dataset(model.task))
     return model, trainer, overrides
@@ -299,7 +299,7 @@ def profile_table(profile, policy) -> pandas.DataFrame:
     ``policy`` marked (the final head's row when ``policy.head``: its branches), and a total row: the saved-for-backward column adds up to the total."""
     import pandas as pd
 
-    from .layer_plot import is_recomputed
+    from .report.layer_plot import is_recomputed
 
     rows = [
         {
@@ -322,7 +322,7 @@ def profile(args: list[str]) -> dict:
     """``yolo-ckpt profile``: estimate one training step for none and for ``recompute=`` (default: backbone), for the
     run the keys describe (see :func:`estimate_setup`); the result on stdout, progress and logs on stderr. With
     ``plot=True`` the per-layer picture of the ``none`` estimate, ``recompute=``'s layers marked, beside the phases of
-    the ``recompute=`` estimate (:mod:`yolo_ckpt.layer_plot`), goes to ``layers.png`` in a new folder named as ``yolo`` names runs (``project=``,
+    the ``recompute=`` estimate (:mod:`yolo_ckpt.report.layer_plot`), goes to ``layers.png`` in a new folder named as ``yolo`` names runs (``project=``,
     ``name=``; default ``<runs_dir>/profile/profile<N>``); its path is the result's ``plot``."""
     import json
 
@@ -360,7 +360,7 @@ def profile(args: list[str]) -> dict:
 
         from ultralytics.cfg import get_save_dir
 
-        from .layer_plot import layer_plot, write_layer_plot
+        from .report.layer_plot import layer_plot, write_layer_plot
 
         title = f"{Path(str(opts['model'])).stem} at imgsz={opts['imgsz']} batch={opts['batch']}, recompute=none's layers (estimate); orange: recompute={policy.spec}"
         # the folder as 'yolo' names a run's: project=, name= (default profile, profile2, ...), exist_ok=
@@ -455,7 +455,7 @@ def compare(args: list[str]):
     from ultralytics.utils import SETTINGS
     from ultralytics.utils.files import increment_path
 
-    from .report import compare_markdown, compare_runs, compare_warning
+    from .report.compare import compare_markdown, compare_runs, compare_warning
 
     dirs = [a for a in args if "=" not in a]
     options = dict(a.split("=", 1) for a in args if "=" in a)

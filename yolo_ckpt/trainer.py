@@ -59,13 +59,13 @@ from .config import DEFAULTS, TASK_DEFAULTS, CkptConfig
 from .data_check import check_train_labels
 from .errors import ConfigError
 from .inputs import check_train_inputs
-from .layer_plot import layer_plot, write_layer_plot
 from .memory.plan import PLANNED_TASKS, PlanError, size_text
 from .memory.runspec import (
     autobatch_fraction,
     device_type,
     frozen_layers,
 )
+from .report.layer_plot import layer_plot, write_layer_plot
 
 PREFIX = colorstr("yolo-ckpt: ")
 LAYER_PLOT_NAME = "ckpt_layers.png"
@@ -112,7 +112,7 @@ def _on_train_batch_end(trainer) -> None:
 
 def _on_train_end(trainer) -> None:
     """Write the run report and log where it is and its headline; with ``plots=True`` and a CPU probe, the per-layer
-    picture of the probed step (``ckpt_layers.png``, :mod:`yolo_ckpt.layer_plot`)."""
+    picture of the probed step (``ckpt_layers.png``, :mod:`yolo_ckpt.report.layer_plot`)."""
     record = trainer.run_report()
     path = record.write(trainer.save_dir)
     LOGGER.info(f"{PREFIX}run report {path}\n{PREFIX}{record.headline()}")
@@ -492,9 +492,9 @@ class CheckpointTrainerMixin:
         torch.cuda.reset_peak_memory_stats(self.device)
 
     def run_report(self) -> report.RunReport:
-        """The :class:`~yolo_ckpt.report.RunReport` of this finished run: its policy and settings, the CUDA
+        """The :class:`~yolo_ckpt.report.record.RunReport` of this finished run: its policy and settings, the CUDA
         allocator's peaks (CPU: :meth:`memory_probes` on the kept batch, whose step profile is kept as
-        ``self.train_probe`` for the picture), the median step time after :data:`~yolo_ckpt.report.WARMUP_STEPS`,
+        ``self.train_probe`` for the picture), the median step time after :data:`~yolo_ckpt.report.record.WARMUP_STEPS`,
         the plan and the final metrics."""
         import statistics
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from yolo_ckpt.config import Budget
-from yolo_ckpt.report import add_deltas, markdown_table
+from yolo_ckpt.report.compare import add_deltas, markdown_table
 
 from .cells import cell_budget, cell_id
 

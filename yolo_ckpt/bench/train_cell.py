@@ -3,10 +3,10 @@
 The run takes the cell's model, data, imgsz, batch, amp and policy plus the matrix's ``settings`` (any ``yolo
 train`` argument: epochs, fraction, seed, nbs, ...). ``val_images: N`` validates on the first N validation images
 (sorted by path): validating dense high-resolution images dominates CPU time. Peak memory, step time and accuracy
-come from the run's :class:`yolo_ckpt.report.RunReport` (``ckpt_report.json``); the final weights are hashed so that runs with and
+come from the run's :class:`yolo_ckpt.report.record.RunReport` (``ckpt_report.json``); the final weights are hashed so that runs with and
 without recomputation can be shown identical.
 
-A ``tiles`` cell trains on a tile dataset (:func:`yolo_ckpt.tiles.tile_dataset`, written once into
+A ``tiles`` cell trains on a tile dataset (:func:`yolo_ckpt.data.tiles.tile_dataset`, written once into
 ``<out>/data/``) and validates on those tiles during training; its mAP figures are those of the best weights
 validated afterwards on the full val images at the cell's ``imgsz`` (``val_imgsz``). Every epoch of it passes each
 source pixel at least once (pixels in tile overlaps more often), in more, smaller steps; to match the pixels
@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 from ultralytics.utils import YAML
 
+from yolo_ckpt.data.tiles import dataset_root, split_images, tile_dataset
 from yolo_ckpt.errors import MissingFileError
-from yolo_ckpt.tiles import dataset_root, split_images, tile_dataset
 
 from .cells import SETTINGS, SMALL_OBJECT_SETS, run_name
 from .planning import planned_cell, settle
@@ -47,14 +47,15 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
     from ultralytics import YOLO
 
     from yolo_ckpt import count_recomputations, trainer_for
-    from yolo_ckpt.report import load_report, primary_metrics
+    from yolo_ckpt.report.compare import primary_metrics
+    from yolo_ckpt.report.record import load_report
 
     if data == "synthetic":
-        from yolo_ckpt.synthetic import synthetic_dataset
+        from yolo_ckpt.data.synthetic import synthetic_dataset
 
         data = str(synthetic_dataset(cell["task"]))
     elif data in SMALL_OBJECT_SETS:
-        from yolo_ckpt.synthetic import small_object_dataset
+        from yolo_ckpt.data.synthetic import small_object_dataset
 
         data = str(small_object_dataset(SMALL_OBJECT_SETS[data]))
     if settings["val_images"]:

@@ -29,7 +29,7 @@ import cv2
 import numpy as np
 import yaml
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = [
     "CACHE_ENV",

@@ -16,7 +16,7 @@ import numpy as np
 from ultralytics.data.utils import IMG_FORMATS, img2label_paths
 from ultralytics.utils import YAML
 
-from .errors import ConfigError, MissingFileError
+from ..errors import ConfigError, MissingFileError
 from .synthetic import staged
 
 __all__ = ["MIN_VISIBLE", "dataset_root", "split_images", "tile_dataset", "tile_starts"]
