@@ -23,6 +23,7 @@ from ultralytics.utils import DEFAULT_CFG
 from yolo_ckpt import apply_checkpointing, count_recomputations
 from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.checkpointing.losses import remove_loss_region
+from yolo_ckpt.cli.args import key_value
 from yolo_ckpt.memory.measure import profile_step
 
 
@@ -51,7 +52,7 @@ def step_seconds(model, batch: dict) -> float:
 
 
 def main(argv: list[str]) -> dict:
-    opts = dict(a.split("=", 1) for a in argv)
+    opts = dict(key_value(a) for a in argv)
     imgsz, objects, steps = int(opts.get("imgsz", 1024)), int(opts.get("objects", 600)), int(opts.get("steps", 5))
     torch.set_num_threads(1)
     torch.manual_seed(0)

@@ -21,7 +21,8 @@ from ultralytics.data import YOLODataset
 from ultralytics.data.utils import check_det_dataset
 
 from yolo_ckpt.bench.results_io import provenance, publish
-from yolo_ckpt.cli import estimate_setup
+from yolo_ckpt.cli.args import key_value
+from yolo_ckpt.cli.commands import estimate_setup
 from yolo_ckpt.errors import ConfigError
 from yolo_ckpt.memory.estimate import estimate_step
 from yolo_ckpt.memory.measure import profile_step
@@ -59,7 +60,7 @@ def densest_mosaic(data: str, imgsz: int) -> tuple[dict, list[int]]:
 
 
 def main(argv: list[str]) -> dict:
-    opts = dict(a.split("=", 1) for a in argv)
+    opts = dict(key_value(a) for a in argv)
     imgsz = int(opts.get("imgsz", 1024))
     batch, counts = densest_mosaic(opts["data"], imgsz)
     # the model and the objects bound as `yolo-ckpt plan` takes them for these keys (the data's classes; its most x 4)

@@ -18,6 +18,7 @@ from ultralytics.cfg import get_cfg
 from ultralytics.nn.tasks import SegmentationModel
 
 from yolo_ckpt.bench.results_io import provenance, publish
+from yolo_ckpt.cli.args import key_value
 from yolo_ckpt.memory.estimate import estimate_step
 from yolo_ckpt.memory.measure import profile_step, training_batch
 
@@ -26,7 +27,7 @@ STEPS = tuple(itertools.product((1, 2), (256, 384, 512), (20, 100, 300, 600)))  
 
 
 def main(argv: list[str]) -> dict:
-    opts = dict(a.split("=", 1) for a in argv)
+    opts = dict(key_value(a) for a in argv)
     rows = []
     for cfg in MODELS:
         torch.manual_seed(0)

@@ -20,6 +20,7 @@ from ultralytics.nn.tasks import BaseModel
 from ultralytics.utils import DEFAULT_CFG
 
 from yolo_ckpt.bench.results_io import provenance, publish
+from yolo_ckpt.cli.args import key_value
 from yolo_ckpt.config import Budget
 from yolo_ckpt.memory.estimate import calibrate_loss, estimate_step
 from yolo_ckpt.memory.plan import MemoryModel
@@ -81,7 +82,7 @@ def timed_plan(cfg: str, imgsz: int, batch: int, objects: int, budget: str, targ
 
 
 def main(argv: list[str]) -> dict:
-    opts = dict(a.split("=", 1) for a in argv)
+    opts = dict(key_value(a) for a in argv)
     cases = [case("yolo11n.yaml", 1536, 8), case("yolo11s.yaml", 1536, 8)]
     targets = [timed_plan(*t) for t in TIMING_TARGETS]
     result = {

@@ -20,6 +20,7 @@ import sys
 import numpy as np
 
 from yolo_ckpt.bench.results_io import provenance, publish
+from yolo_ckpt.cli.args import key_value
 
 ARMS = ("stock", "none", "all")
 WARMUP_EPOCHS = 5  # allocator pools, dataset caches and the optimizer state settle in the first epochs
@@ -69,7 +70,7 @@ def slope(rows: list[dict], key: str) -> float:
 
 
 def main(argv: list[str]) -> None:
-    options = dict(a.split("=", 1) for a in argv)
+    options = dict(key_value(a) for a in argv)
     epochs, out = int(options.get("epochs", 30)), options.get("out")
     import tempfile
 

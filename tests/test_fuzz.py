@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from yolo_ckpt.checkpointing.policy import ModelLayout, check_spec, resolve
-from yolo_ckpt.cli import parse_train_args
+from yolo_ckpt.cli.args import parse_train_args
 from yolo_ckpt.config import Budget
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

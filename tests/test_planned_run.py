@@ -9,7 +9,8 @@ from ultralytics.data.utils import check_det_dataset
 from yolo_ckpt import trainer_for
 from yolo_ckpt.bench.cells import CELL_KEYS
 from yolo_ckpt.bench.planning import planned_cell
-from yolo_ckpt.cli import estimate_setup, main
+from yolo_ckpt.cli import main
+from yolo_ckpt.cli.commands import estimate_setup
 
 AUGMENT = {"detect": {}, "segment": {"copy_paste": 0.5, "mixup": 0.5}}  # mosaic is on by default
 

@@ -75,9 +75,10 @@ class Budget:
             return cls(fraction=number, given=value)
         if unit not in _UNITS:
             raise ConfigError(f"memory_budget={value!r}: unknown unit '{m.group(2)}'; use {forms}")
-        if number <= 0:
+        size = int(number * _UNITS[unit])
+        if size <= 0:  # '.1B' too: under one byte
             raise ConfigError(f"memory_budget={value!r} must be more than 0 bytes")
-        return cls(size_bytes=int(number * _UNITS[unit]), given=value)
+        return cls(size_bytes=size, given=value)
 
     @property
     def is_fraction(self) -> bool:
@@ -95,7 +96,10 @@ class Budget:
             return self.size_bytes
         if cuda_available_bytes is None:
             raise ConfigError(f"memory_budget={self.given!r}: a fraction needs a CUDA device; on this device give bytes, e.g. 8GB")
-        return int(self.fraction * cuda_available_bytes)
+        size = int(self.fraction * cuda_available_bytes)
+        if size <= 0:
+            raise ConfigError(f"memory_budget={self.given!r} is {size} bytes of the {cuda_available_bytes} available: give more")
+        return size
 
     def __str__(self) -> str:
         if self.given is not None:

@@ -21,13 +21,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ultralytics.cfg import TASKS, check_cfg, check_dict_alignment, merge_equals_args, parse_key_value_pair
-from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT, LOGGER, YAML
+from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT, LOGGER
 
-from .config import DEFAULTS, DEFAULTS_PATH, ESTIMATE_DEFAULTS, ESTIMATE_DEFAULTS_PATH, CkptConfig, EstimateOptions, check_bool
-from .errors import ConfigError, user_input
-from .shipped import resolve_yaml, shipped
-from .suggest import did_you_mean
+from ..config import DEFAULTS_PATH, ESTIMATE_DEFAULTS, ESTIMATE_DEFAULTS_PATH, CkptConfig, EstimateOptions, check_bool
+from ..errors import ConfigError, user_input
+from ..shipped import shipped
+from ..suggest import did_you_mean
+from .args import key_value, parse_train_args
 
 if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
     import pandas
@@ -82,75 +82,6 @@ def help_text() -> str:
     )
 
 
-def parse_train_args(args: list[str], extra: dict | None = None) -> dict:
-    """``["data=x.yaml", "imgsz=1536", "segment", "cfg=my.yaml"]`` -> overrides dict, the way ``yolo`` parses them.
-
-    Args:
-        args: the words after the command.
-        extra: further valid keys and their defaults (profile and plan take ``objects=``, ...: ``cfg/estimate.yaml``).
-
-    Raises:
-        SyntaxError: for an unknown key (with Ultralytics' suggestions of similar keys) or a bare word that is
-            neither a task nor a boolean key. FileNotFoundError: for a ``cfg=`` that is neither a file nor a shipped
-            policy (``cfg=heavy-blocks``, :func:`yolo_ckpt.shipped.resolve_yaml`), listing the shipped ones.
-        ConfigError: for an Ultralytics key's value of the wrong type or range (Ultralytics' ``check_cfg``, whose
-            TypeError for ``mosaic=abc`` is a bad value like its ValueError for ``mixup=-1``).
-    """
-    valid = {**DEFAULT_CFG_DICT, **DEFAULTS, **(extra or {})}
-    overrides: dict = {}
-    try:
-        words = merge_equals_args(args)
-    except IndexError:  # Ultralytics' merger pops an empty list on a bare '=' after '[': report it as its own errors
-        raise SyntaxError(f"{' '.join(args)!r} has a '=' with no key before it") from None
-    for a in words:
-        a = a.removeprefix("--").rstrip(",")
-        if "=" in a:
-            k, v = key_value(a)
-            if k == "cfg" and v is not None:  # a YAML of overrides, as in 'yolo train cfg=custom.yaml', or a shipped policy's name
-                overrides = {**{k2: v2 for k2, v2 in YAML.load(resolve_yaml(v, "policies", "cfg")).items() if k2 != "cfg"}, **overrides}
-            else:
-                overrides[k] = v
-        elif a in TASKS:
-            overrides["task"] = a
-        elif isinstance(valid.get(a), bool):
-            overrides[a] = True
-        else:
-            hint = did_you_mean(a, TASKS) if a not in valid else ""
-            if hint:  # a misspelt task (Ultralytics would suggest only keys)
-                raise SyntaxError(f"'{a}' is neither a task nor a key{hint}; tasks: {', '.join(TASKS)}")
-            _check_alignment(valid, {a: ""})
-            raise SyntaxError(f"'{a}' is missing an '=' sign to set its value, i.e. try '{a}={valid[a]}'")
-    _check_alignment(valid, overrides)
-    try:  # on a copy: check_cfg converts values in place
-        check_cfg({k: v for k, v in overrides.items() if k in DEFAULT_CFG_DICT})
-    except (TypeError, ValueError) as e:
-        raise ConfigError(str(e)) from None
-    return overrides
-
-
-def key_value(word: str) -> tuple:
-    """``"imgsz=640"`` -> ``("imgsz", 640)`` by Ultralytics' ``parse_key_value_pair``.
-
-    Raises:
-        SyntaxError: for a key without a value (Ultralytics asserts it: "missing 'imgsz' value").
-    """
-    try:
-        return parse_key_value_pair(word)
-    except AssertionError as e:
-        raise SyntaxError(str(e)) from None
-
-
-def _check_alignment(valid: dict, overrides: dict) -> None:
-    """Ultralytics' ``check_dict_alignment``: a SyntaxError naming each unknown key and its similar valid keys,
-    without the ``yolo`` CLI's 40-line help that it logs first (the error is the one line yolo-ckpt prints)."""
-    level = LOGGER.level
-    LOGGER.setLevel(logging.WARNING)
-    try:
-        check_dict_alignment(valid, overrides)
-    finally:
-        LOGGER.setLevel(level)
-
-
 def prepare_train(args: list[str]):
     """Parse and check ``yolo-ckpt train`` arguments; resolve the task, the model and the data.
 
@@ -168,10 +99,10 @@ def prepare_train(args: list[str]):
     """
     from ultralytics import RTDETR, YOLO
 
-    from .checkpointing.policy import layout_of
-    from .inputs import check_train_inputs
-    from .resume import check_resumable
-    from .trainer import trainer_for
+    from ..checkpointing.policy import layout_of
+    from ..inputs import check_train_inputs
+    from ..resume import check_resumable
+    from ..trainer import trainer_for
 
     overrides = parse_train_args(args)
     task = overrides.pop("task", None)
@@ -191,7 +122,7 @@ def prepare_train(args: list[str]):
     trainer = trainer_for(model.task, model)
     trainer.check_keys({**overrides, "model": model.model.yaml if overrides.get("resume") is None else None})  # against the loaded model
     if overrides.get("data") is None and not overrides.get("resume"):
-        from .data.synthetic import synthetic_dataset
+        from ..data.synthetic import synthetic_dataset
 
         overrides["data"] = str(synthetic_dataset(model.task))
     return model, trainer, overrides
@@ -256,10 +187,10 @@ def estimate_setup(args: list[str], command: str = "plan"):
     from ultralytics import YOLO
     from ultralytics.cfg import get_cfg
 
-    from .checkpointing.policy import ModelLayout
-    from .memory.plan import PLANNED_TASKS
-    from .memory.planned_run import planned_run
-    from .memory.runspec import device_type
+    from ..checkpointing.policy import ModelLayout
+    from ..memory.plan import PLANNED_TASKS
+    from ..memory.planned_run import planned_run
+    from ..memory.runspec import device_type
 
     keys = {k: v for k, v in ESTIMATE_DEFAULTS.items() if command == "profile" or k not in PROFILE_ONLY}
     given = parse_train_args(args, keys)
@@ -299,7 +230,7 @@ def profile_table(profile, policy) -> pandas.DataFrame:
     ``policy`` marked (the final head's row when ``policy.head``: its branches), and a total row: the saved-for-backward column adds up to the total."""
     import pandas as pd
 
-    from .report.layer_plot import is_recomputed
+    from ..report.layer_plot import is_recomputed
 
     rows = [
         {
@@ -328,9 +259,9 @@ def profile(args: list[str]) -> dict:
 
     from ultralytics.utils import TQDM
 
-    from .checkpointing.policy import ModelLayout, resolve
-    from .memory.estimate import estimate_step
-    from .memory.plan import loss_models
+    from ..checkpointing.policy import ModelLayout, resolve
+    from ..memory.estimate import estimate_step
+    from ..memory.plan import loss_models
 
     with _diagnostics_to_stderr():
         run, opts = estimate_setup(args, "profile")
@@ -360,7 +291,7 @@ def profile(args: list[str]) -> dict:
 
         from ultralytics.cfg import get_save_dir
 
-        from .report.layer_plot import layer_plot, write_layer_plot
+        from ..report.layer_plot import layer_plot, write_layer_plot
 
         title = f"{Path(str(opts['model'])).stem} at imgsz={opts['imgsz']} batch={opts['batch']}, recompute=none's layers (estimate); orange: recompute={policy.spec}"
         # the folder as 'yolo' names a run's: project=, name= (default profile, profile2, ...), exist_ok=
@@ -455,10 +386,10 @@ def compare(args: list[str]):
     from ultralytics.utils import SETTINGS
     from ultralytics.utils.files import increment_path
 
-    from .report.compare import compare_markdown, compare_runs, compare_warning
+    from ..report.compare import compare_markdown, compare_runs, compare_warning
 
     dirs = [a for a in args if "=" not in a]
-    options = dict(a.split("=", 1) for a in args if "=" in a)
+    options = dict(key_value(a) for a in args if "=" in a)
     if set(options) - {"out"}:
         raise SyntaxError(f"compare takes run directories and out=; unknown keys {sorted(set(options) - {'out'})}")
     table = compare_runs(dirs)
@@ -466,7 +397,7 @@ def compare(args: list[str]):
     if warning := compare_warning(table):
         print(f"yolo-ckpt: {warning[0].lower()}{warning[1:]}", file=sys.stderr)
     print(markdown)
-    out = Path(options["out"]) if "out" in options else increment_path(Path(SETTINGS["runs_dir"]) / "compare" / "compare")
+    out = Path(str(options["out"])) if "out" in options else increment_path(Path(SETTINGS["runs_dir"]) / "compare" / "compare")
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "compare.csv", index=False)
     (out / "compare.md").write_text(markdown + "\n")
@@ -480,7 +411,7 @@ def bench(args: list[str]):
     matrix's settings (``epochs=10``). Cells already in ``out``'s results.csv with the same settings are skipped
     (``rerun=True``: measured again); ``datasets=`` is searched first for the matrix's datasets; ``dry=True`` checks
     the matrix and says what would run, writing nothing."""
-    from .bench.matrix import run_matrix
+    from ..bench.matrix import run_matrix
 
     bare = [a for a in args if "=" not in a]
     options = dict(key_value(a) for a in args if "=" in a)
@@ -517,6 +448,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
