@@ -14,7 +14,7 @@ from helpers import logged_messages
 from ultralytics import YOLO
 
 from yolo_ckpt import CheckpointDetectionTrainer
-from yolo_ckpt.atomic import atomic_saves, atomic_write_bytes
+from yolo_ckpt.train.atomic import atomic_saves, atomic_write_bytes
 
 # A training run that pauses inside its second save of last.pt (epoch 1), where the test kills it with SIGKILL.
 # The pause is in os.fsync, after the bytes reached the temporary file and before os.replace; "half" truncates the
@@ -65,7 +65,7 @@ def test_atomic_write_keeps_old_file_when_interrupted(tmp_path, monkeypatch):
 def test_atomic_saves_only_inside_the_folder(tmp_path, monkeypatch):
     """Inside the context, writes to the weights folder go through atomic_write, others do not."""
     calls = []
-    monkeypatch.setattr("yolo_ckpt.atomic.atomic_write", lambda p, write, in_place=None: calls.append(Path(p).name))
+    monkeypatch.setattr("yolo_ckpt.train.atomic.atomic_write", lambda p, write, in_place=None: calls.append(Path(p).name))
     (tmp_path / "weights").mkdir()
     with atomic_saves(tmp_path / "weights"):
         (tmp_path / "weights" / "last.pt").write_bytes(b"x")

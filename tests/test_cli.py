@@ -104,7 +104,7 @@ def test_resume_of_a_finished_run_exits_2(tmp_path, capfd):
     from ultralytics.utils import DEFAULT_CFG_DICT
     from ultralytics.utils.torch_utils import strip_optimizer
 
-    from yolo_ckpt.resume import check_resumable, is_finished
+    from yolo_ckpt.train.resume import check_resumable, is_finished
 
     weights = tmp_path / "run" / "weights"
     weights.mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""The training-set checks before the run folder is created (yolo_ckpt.data_check): each bad dataset one line, exit 2,
+"""The training-set checks before the run folder is created (yolo_ckpt.train.data_check): each bad dataset one line, exit 2,
 no run folder and no label cache written; a good one passes, and an existing cache is read, not rescanned."""
 
 import shutil
@@ -9,8 +9,8 @@ import yaml
 from helpers import logged_messages
 
 from yolo_ckpt.cli import main
-from yolo_ckpt.data_check import check_labels
 from yolo_ckpt.errors import ConfigError
+from yolo_ckpt.train.data_check import check_labels
 
 
 def copy_dataset(synthetic, task, dest: Path) -> Path:

@@ -63,7 +63,7 @@ def test_light_modules_load_no_heavy_library():
         "print(CheckpointDetectionTrainer.__module__, apply_checkpointing.__module__, 'ultralytics' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout.splitlines()
-    assert out == ["[]", "yolo_ckpt.trainer yolo_ckpt.checkpointing.engine True"]
+    assert out == ["[]", "yolo_ckpt.train.trainer yolo_ckpt.checkpointing.engine True"]
 
 
 def test_public_names_resolve_and_unknown_names_raise():

@@ -13,7 +13,7 @@ from ultralytics.models.yolo.detect import DetectionTrainer
 from yolo_ckpt import checkpointed
 from yolo_ckpt.cli import main
 from yolo_ckpt.errors import ConfigError
-from yolo_ckpt.inputs import check_imgsz
+from yolo_ckpt.train.inputs import check_imgsz
 
 TRAIN = ["epochs=1", "imgsz=32", "batch=2", "workers=0", "plots=False", "exist_ok=True"]
 

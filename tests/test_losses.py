@@ -30,9 +30,9 @@ from yolo_ckpt.checkpointing.losses import (
     recompute_criterion,
     remove_loss_region,
 )
+from yolo_ckpt.config import DEFAULTS
 from yolo_ckpt.data.synthetic import dense_segment_batch, dense_segment_dataset
 from yolo_ckpt.memory.measure import probe_training_step
-from yolo_ckpt.trainer import DEFAULTS
 
 IMGSZ, OBJECTS = 256, 150
 

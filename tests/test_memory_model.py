@@ -333,7 +333,7 @@ def test_optimizer_state_counted_as_built(name, states):
         ({"recompute": "auto", "batch": -1}, "recompute=auto on the CPU needs memory_budget="),
         ({"recompute": "auto", "memory_budget": "7 apples"}, "unknown unit .apples."),
         ({"memory_headroom": "0.9x"}, "the factor 0.9 is below 1"),
-        ({"batch": -1, "memory_budget": "1GB"}, None),  # RT-DETR: no estimate for its loss (trainer.NOT_PLANNED)
+        ({"batch": -1, "memory_budget": "1GB"}, None),  # RT-DETR: no estimate for its loss (planning.NOT_PLANNED)
     ],
 )
 def test_planning_errors_before_run_dir(kw, message, synthetic, tmp_path):
@@ -400,10 +400,12 @@ def test_batch_minus_one_capped_by_data_and_sized_for_multi_scale(synthetic, tmp
     budget reaches as the fraction of the memory AutoBatch counts as available."""
     from ultralytics.engine.trainer import BaseTrainer
 
+    from yolo_ckpt.train import planning
+
     trainer = _planning_trainer(synthetic(), tmp_path, batch=-1, memory_budget="100GB", recompute="auto")
     assert len(trainer.policy.indices) == 17  # recompute=auto batch=-1: all layers, then the largest batch
-    assert trainer.auto_batch() == 8 == trainer._planned.counts.images
-    assert trainer.run_spec.objects == 4 * trainer._planned.counts.max_objects > 0 and not trainer.run_spec.amp
+    assert trainer.auto_batch() == 8 == trainer.planned.counts.images
+    assert trainer.run_spec.objects == 4 * trainer.planned.counts.max_objects > 0 and not trainer.run_spec.amp
     trainer.ckpt_config = dataclasses.replace(trainer.ckpt_config, memory_budget=Budget.parse("60MB"))
     trainer.args.multi_scale, trainer.plan = 0.5, None
     batch = trainer.auto_batch()
@@ -411,7 +413,7 @@ def test_batch_minus_one_capped_by_data_and_sized_for_multi_scale(synthetic, tmp
     assert trainer.plan.estimated_peak_bytes <= 60_000_000
     calls = []
     monkeypatch.setattr(BaseTrainer, "auto_batch", lambda self, objects, dataset_size: calls.append((self.batch_size, objects, dataset_size)) or 5)
-    monkeypatch.setattr(trainer, "_cuda_available", lambda: 10 * GiB)
+    monkeypatch.setattr(planning, "cuda_available", lambda device: 10 * GiB)
     trainer.ckpt_config = dataclasses.replace(trainer.ckpt_config, memory_budget=Budget.parse("4GiB"))
     trainer.device, trainer.plan = torch.device("cuda"), None
     assert trainer.auto_batch() == 5 and calls == [(0.4, trainer.run_spec.objects, 8)] and trainer.batch_size == -1

@@ -180,7 +180,7 @@ def test_semantic_planned_under_a_budget_fits_when_measured(synthetic, tmp_path)
 
 def test_planning_refused_for_losses_it_does_not_model(tmp_path):
     """recompute=auto's memory model knows the YOLO detect, segment, pose, obb, classify, semantic and depth models
-    and losses: RT-DETR (whose task is detect, trainer.NOT_PLANNED) takes a named policy, told so before any folder
+    and losses: RT-DETR (whose task is detect, planning.NOT_PLANNED) takes a named policy, told so before any folder
     is written."""
     from ultralytics import RTDETR
 
@@ -206,4 +206,4 @@ def test_rtdetr_model_to_detection_trainer_says_which_trainer(tmp_path):
     assert "\n" not in str(e.value)
     assert not (tmp_path / "runs").exists()
     trainer = trainer_for("detect", model)
-    assert trainer.check_keys({"model": "rtdetr-l.yaml", "recompute": "backbone"})[0] == {"recompute": "backbone"}
+    assert trainer.check_keys({"model": "rtdetr-l.yaml", "recompute": "backbone"})[1] == {"recompute": "backbone"}  # the keys given

@@ -34,7 +34,7 @@ def test_trainer_plan_and_bench_plan_the_same_run(task, model, synthetic, tmp_pa
     trainer = trainer_for(task)(overrides={**keys, "recompute": "auto", "project": str(tmp_path), "plots": False})
     trainer.setup_model()  # recompute=auto plans here
     runs = {
-        "train": trainer._planned,
+        "train": trainer.planned,
         "plan": estimate_setup([task, *(f"{k}={v}" for k, v in keys.items())])[0],
         "bench": _bench_run(task, model, keys),
     }

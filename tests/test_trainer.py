@@ -18,7 +18,8 @@ from yolo_ckpt import CheckpointDetectionTrainer, checkpointed_layers, count_rec
 from yolo_ckpt.checkpointing.engine import checkpointed_modules, head_branches
 from yolo_ckpt.report.layer_plot import layer_plot
 from yolo_ckpt.report.record import REPORT_NAME, RunReport, load_report
-from yolo_ckpt.trainer import LAYER_PLOT_NAME, CheckpointTrainerMixin, _on_train_end
+from yolo_ckpt.train.run_stats import LAYER_PLOT_NAME, _on_train_end
+from yolo_ckpt.train.trainer import CheckpointTrainerMixin
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # two threads spin on the shared 2-core machine
 
@@ -368,15 +369,16 @@ def test_loss_region_default_only_for_yolo_trainers():
     from ultralytics.models.yolo.world import WorldTrainer
     from ultralytics.models.yolo.yoloe import YOLOESegTrainer, YOLOETrainer
 
-    from yolo_ckpt.trainer import _task_defaults, checkpointed
+    from yolo_ckpt.train.tasks import task_defaults
+    from yolo_ckpt.train.trainer import checkpointed
 
     class UsersTrainer(DetectionTrainer):
         pass
 
     for task in ("detect", "obb", "pose", "segment"):
-        assert _task_defaults(trainer_for(task)) == {"recompute": "backbone,loss"}
-    assert _task_defaults(checkpointed(UsersTrainer)) == {"recompute": "backbone,loss"}
+        assert task_defaults(trainer_for(task)) == {"recompute": "backbone,loss"}
+    assert task_defaults(checkpointed(UsersTrainer)) == {"recompute": "backbone,loss"}
     for task in ("classify", "semantic", "depth"):
-        assert _task_defaults(trainer_for(task)) == {}
+        assert task_defaults(trainer_for(task)) == {}
     for other in (RTDETRTrainer, WorldTrainer, YOLOETrainer, YOLOESegTrainer):
-        assert _task_defaults(checkpointed(other)) == {}
+        assert task_defaults(checkpointed(other)) == {}

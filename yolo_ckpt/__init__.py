@@ -27,13 +27,13 @@ _EXPORTS = {
     "ModelLayout": "checkpointing.policy",
     "RecomputePolicy": "checkpointing.policy",
     "resolve": "checkpointing.policy",
-    "CheckpointClassificationTrainer": "trainer",
-    "CheckpointDetectionTrainer": "trainer",
-    "CheckpointOBBTrainer": "trainer",
-    "CheckpointPoseTrainer": "trainer",
-    "CheckpointSegmentationTrainer": "trainer",
-    "checkpointed": "trainer",
-    "trainer_for": "trainer",
+    "CheckpointClassificationTrainer": "train.trainer",
+    "CheckpointDetectionTrainer": "train.trainer",
+    "CheckpointOBBTrainer": "train.trainer",
+    "CheckpointPoseTrainer": "train.trainer",
+    "CheckpointSegmentationTrainer": "train.trainer",
+    "checkpointed": "train.trainer",
+    "trainer_for": "train.trainer",
 }
 __all__ = sorted(_EXPORTS)
 

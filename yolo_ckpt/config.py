@@ -4,7 +4,7 @@
 ``memory_budget``, ``memory_headroom``, ``loss_chunk``, ``assign_chunk``) with their types: a budget is a :class:`Budget`, a headroom a
 :class:`Headroom`. :meth:`CkptConfig.from_args` is the one constructor: it fills the defaults from the YAML (and
 :data:`TASK_DEFAULTS`) and checks every key, before anything is built or written. The trainers
-(:mod:`yolo_ckpt.trainer`), the CLI (:mod:`yolo_ckpt.cli`) and the benchmark matrix (``benchmarks/matrix.py``) read
+(:mod:`yolo_ckpt.train.trainer`), the CLI (:mod:`yolo_ckpt.cli`) and the benchmark matrix (``benchmarks/matrix.py``) read
 their keys through it; ``Budget.parse`` is the one place a budget's form is read and ``Headroom.parse`` a headroom's.
 :class:`EstimateOptions` holds ``yolo-ckpt profile``/``plan``'s own keys, defaults from ``cfg/estimate.yaml``.
 
@@ -31,7 +31,7 @@ ESTIMATE_DEFAULTS: dict = yaml.safe_load(ESTIMATE_DEFAULTS_PATH.read_text())  # 
 # yolo-ckpt keys whose default differs for a task from cfg/default.yaml: the loss region (yolo_ckpt.checkpointing.losses), where
 # the task's YOLO heads have one. Exact; it chunks the assigner (no recomputation) and recomputes the segmentation
 # mask loss: with many objects per image it frees more memory than any layer policy. Only for the task's own
-# trainers (yolo_ckpt.trainer): RT-DETR's, YOLO-World's and YOLOE's heads have no loss region.
+# trainers (yolo_ckpt.train.trainer): RT-DETR's, YOLO-World's and YOLOE's heads have no loss region.
 TASK_DEFAULTS = {task: {"recompute": "backbone,loss"} for task in ("detect", "obb", "pose", "segment")}
 
 _UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}

@@ -95,14 +95,14 @@ def prepare_train(args: list[str]):
     Raises:
         SyntaxError: for unknown keys or a key without a value. ConfigError: for an invalid yolo-ckpt key, an
         unknown task, a missing or unreadable ``cfg=`` file or model, a ``recompute=`` the model does not have,
-        ``resume`` of a finished run (:func:`yolo_ckpt.resume.check_resumable`). All before any run directory is created.
+        ``resume`` of a finished run (:func:`yolo_ckpt.train.resume.check_resumable`). All before any run directory is created.
     """
     from ultralytics import RTDETR, YOLO
 
     from ..checkpointing.policy import layout_of
-    from ..inputs import check_train_inputs
-    from ..resume import check_resumable
-    from ..trainer import trainer_for
+    from ..train.inputs import check_train_inputs
+    from ..train.resume import check_resumable
+    from ..train.trainer import trainer_for
 
     overrides = parse_train_args(args)
     task = overrides.pop("task", None)

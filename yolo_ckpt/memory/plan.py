@@ -71,7 +71,7 @@ def size_text(n: int) -> str:
 
 class PlanError(ConfigError):
     """No plan fits the budget (or the budget cannot be had): raised while a run sets up, which then removes or
-    restores the run directory it had started (:class:`yolo_ckpt.trainer.CheckpointTrainerMixin`)."""
+    restores the run directory it had started (:class:`yolo_ckpt.train.trainer.CheckpointTrainerMixin`)."""
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The run report ``ckpt_report.json``: one :class:`RunReport` record per run (policy, settings, peak memory, step time,
-final metrics), written by the trainer (:meth:`yolo_ckpt.trainer.CheckpointTrainerMixin.run_report`) and read back
+final metrics), written by the trainer (:meth:`yolo_ckpt.train.trainer.CheckpointTrainerMixin.run_report`) and read back
 by ``yolo-ckpt compare`` and the bench's train cells.
 
 Field names carry their units (``_bytes``, ``_s``). Bump :data:`SCHEMA_VERSION` when a field changes meaning

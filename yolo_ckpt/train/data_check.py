@@ -28,7 +28,7 @@ from unittest import mock
 
 from ultralytics.utils import LOGGER
 
-from .errors import ConfigError, one_line
+from ..errors import ConfigError, one_line
 
 CHECKED_TASKS = ("detect", "segment", "obb", "pose")
 BACKGROUND_WARNING = 0.5  # share of training images without labels above which the check warns

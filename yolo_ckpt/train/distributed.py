@@ -2,7 +2,7 @@
 
 Ultralytics' own launcher is single-node: with ``device=0,1`` it spawns ``torch.distributed.run --nproc_per_node``
 on this machine. Under ``torchrun --nnodes N`` each worker is already a rank (``LOCAL_RANK`` set), and three things in
-``BaseTrainer`` (engine/trainer.py, 8.4.190) stand in the way, which :class:`~yolo_ckpt.trainer.CheckpointTrainerMixin`
+``BaseTrainer`` (engine/trainer.py, 8.4.190) stand in the way, which :class:`~yolo_ckpt.train.trainer.CheckpointTrainerMixin`
 mends with the functions here:
 
 - ``BaseTrainer.__init__`` counts the devices of ``device=`` on this node as the world size; the process group needs

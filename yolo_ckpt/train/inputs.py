@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ultralytics.utils import LOGGER
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 def check_imgsz(imgsz) -> None:
@@ -98,3 +98,37 @@ def check_train_inputs(overrides: dict) -> None:
     check_device(overrides.get("device"))
     check_project(overrides.get("project"))
     check_model_path(overrides.get("model"))
+
+
+def _model_source(overrides: dict):
+    """The checkpoint or YAML the trainer will build its model from: the resumed ``last.pt``, else ``model=``."""
+    resume = overrides.get("resume")
+    if isinstance(resume, (str, Path)) and Path(resume).is_file():
+        return resume
+    return overrides.get("model")
+
+
+def check_model_keys(trainer_cls: type, overrides: dict, config, given: dict) -> None:
+    """Check ``recompute=`` (``config``, a :class:`~yolo_ckpt.config.CkptConfig`; ``given``: yolo-ckpt's keys as given)
+    against the model that ``model=`` names where reading it costs nothing: a YAML, or the loaded model's YAML dict
+    the CLI passes. A ``.pt`` is not unpickled again here (Ultralytics loaded it once).
+
+    Raises:
+        ConfigError: for a ``recompute=`` the model does not have (:func:`yolo_ckpt.checkpointing.policy.resolve`), or
+            an RT-DETR model given to a trainer other than RTDETRTrainer's.
+    """
+    from ultralytics.models.rtdetr.train import RTDETRTrainer
+
+    from ..checkpointing.policy import is_auto, layout_of, resolve
+
+    source = _model_source(overrides)
+    read = isinstance(source, dict) or Path(str(source)).suffix.lower() in {".yaml", ".yml"}  # a YAML: cheap to read
+    layout = layout_of(source) if source is not None and read else None
+    if layout is not None and layout.types[-1] == "RTDETRDecoder" and not issubclass(trainer_cls, RTDETRTrainer):
+        # stock would fail at the first loss: v8DetectionLoss reads the head's stride, which RTDETRDecoder has not
+        raise ConfigError(
+            f"model={source if isinstance(source, (str, Path)) else 'the model'} is an RT-DETR model (RTDETRDecoder head), which "
+            f"{trainer_cls.__name__} cannot train; use trainer_for('detect', model) with the RTDETR model (the checkpointed RTDETRTrainer)"
+        )
+    if layout is not None and "recompute" in given and not is_auto(config.recompute):  # the model's own errors, before any write
+        resolve(config.recompute, layout)

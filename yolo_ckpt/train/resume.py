@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 def is_finished(ckpt: dict) -> bool:
