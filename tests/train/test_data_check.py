@@ -41,15 +41,27 @@ def corrupt_all_images(images: Path) -> None:
 
 
 BAD = {
-    "no labels": ("detect", lambda d: [p.unlink() for p in (d / "labels" / "train").glob("*.txt")], "no labels at all for the 8 training images"),
+    "no labels": (
+        "detect",
+        lambda d: [p.unlink() for p in (d / "labels" / "train").glob("*.txt")],
+        "no labels at all for the 8 training images",
+    ),
     "empty labels": ("detect", lambda d: [p.write_text("") for p in (d / "labels" / "train").glob("*.txt")], "no labels at all"),
     "boxes for segment": ("segment", None, "labels are boxes only (class x y w h); task=segment needs polygons"),
     "boxes for pose": ("pose", lambda d: add_kpt_shape(d / "data.yaml"), "labels require 11 columns each (8 of 8 label files rejected"),
     "no kpt_shape for pose": ("pose", None, "task=pose needs kpt_shape: [keypoints, 2 or 3]"),
-    "class id >= nc": ("detect", lambda d: set_first_row(d / "labels" / "train", "7 0.5 0.5 0.1 0.1"), "Label class 7 exceeds dataset class count 3"),
+    "class id >= nc": (
+        "detect",
+        lambda d: set_first_row(d / "labels" / "train", "7 0.5 0.5 0.1 0.1"),
+        "Label class 7 exceeds dataset class count 3",
+    ),
     "negative class id": ("detect", lambda d: set_first_row(d / "labels" / "train", "-1 0.5 0.5 0.1 0.1"), "negative label values"),
     "NaN coordinate": ("detect", lambda d: set_first_row(d / "labels" / "train", "0 nan 0.5 0.1 0.1"), "train_000.txt: "),
-    "out of range": ("detect", lambda d: set_first_row(d / "labels" / "train", "0 1.5 0.5 0.1 0.1"), "non-normalized or out of bounds coordinates"),
+    "out of range": (
+        "detect",
+        lambda d: set_first_row(d / "labels" / "train", "0 1.5 0.5 0.1 0.1"),
+        "non-normalized or out of bounds coordinates",
+    ),
     "no train images": ("detect", lambda d: shutil.rmtree(d / "images" / "train"), "images/train does not exist"),
     "all images corrupt": ("detect", lambda d: corrupt_all_images(d / "images" / "train"), "all 8 training images are corrupt"),
 }

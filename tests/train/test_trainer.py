@@ -72,7 +72,9 @@ def test_auto_plan_trains_as_stock(synthetic, tmp_path, shared_run):
     """recompute=auto plans (building the dataset, which draws from Python's RNG) and then trains exactly as stock.
     (The auto run is shared: test_memory_model.py reads its report.)"""
     stock, _ = train("yolo11n.yaml", synthetic(), tmp_path, "stock", imgsz=160)
-    auto, counter = shared_run("yolo11n.yaml", "detect", CheckpointDetectionTrainer, imgsz=160, recompute="auto", memory_budget="60MB", estimate=True)
+    auto, counter = shared_run(
+        "yolo11n.yaml", "detect", CheckpointDetectionTrainer, imgsz=160, recompute="auto", memory_budget="60MB", estimate=True
+    )
     assert auto.plan is not None and auto.policy.indices
     # each planned layer, and only those, recomputed in the backward of every training batch (and of the report's probe)
     assert set(counter.per_layer) == set(auto.policy.indices) and min(counter.per_layer.values()) > len(auto.train_loader)
@@ -165,7 +167,9 @@ def test_neck_on_classify_model(synthetic, tmp_path):
 @pytest.mark.parametrize("task", ["rtdetr", "world", "yoloe", "Detect"])
 def test_not_a_task(task):
     """Model families are not tasks (RT-DETR's task is detect: trainer_for takes its model)."""
-    with pytest.raises(ValueError, match=r"is not an Ultralytics task( \(did you mean [^)]*\))?; valid tasks: classify, detect, segment") as e:
+    with pytest.raises(
+        ValueError, match=r"is not an Ultralytics task( \(did you mean [^)]*\))?; valid tasks: classify, detect, segment"
+    ) as e:
         trainer_for(task)
     assert ("did you mean 'detect'?" in str(e.value)) == (task == "Detect")  # a close one suggested, a family not
 
@@ -233,7 +237,12 @@ def test_layer_picture_of_the_run(trained, monkeypatch):
     assert [(r["index"], r["type"]) for r in data.layers] == [(i, m.type.rsplit(".", 1)[-1]) for i, m in enumerate(layers)]
     assert [r["index"] for r in data.layers if r["recomputed"]] == [*trained.policy.indices, len(layers) - 1] and data.layers[-1]["head"]
     record = load_report(trained.save_dir)
-    assert data.peak_bytes == record.train_peak_allocated_bytes == data.phase_peak_bytes[data.peak_phase] == max(data.phase_peak_bytes.values())
+    assert (
+        data.peak_bytes
+        == record.train_peak_allocated_bytes
+        == data.phase_peak_bytes[data.peak_phase]
+        == max(data.phase_peak_bytes.values())
+    )
     assert 0 < data.static_bytes < data.peak_bytes and sum(r["saved_bytes"] for r in data.layers) > 0
 
 
@@ -246,8 +255,11 @@ def test_run_end_message(trained):
     peak, step = record.train_peak_allocated_bytes, record.train_step_time_median_s
     (message,) = [m for m in messages if "run report" in m]
     assert f"run report {trained.save_dir / REPORT_NAME}\n" in message
-    probe = f"{record.memory_probe_images} images, {record.memory_probe_objects} objects at imgsz {record.memory_probe_imgsz}"  # the batch measured
-    assert f"recompute=all: training peak {peak / 2**20:.1f} MiB ({peak / 2**30:.2f} GiB, CPU live tensors of one step of {probe})" in message
+    # the batch measured
+    probe = f"{record.memory_probe_images} images, {record.memory_probe_objects} objects at imgsz {record.memory_probe_imgsz}"
+    assert (
+        f"recompute=all: training peak {peak / 2**20:.1f} MiB ({peak / 2**30:.2f} GiB, CPU live tensors of one step of {probe})" in message
+    )
     assert "recompute=none's peak: yolo-ckpt profile with this run's keys estimates it" in message  # named policy: no estimate
     assert message.endswith(f"; median step {step:.3f} s") and peak > 0 and step > 0
 
@@ -286,7 +298,16 @@ def test_resume_restores_and_may_change_policy(synthetic, tmp_path):
     final = {}
     for name, trainer_cls, extra in (("stock", None, {}), ("ckpt", CheckpointDetectionTrainer, {"recompute": "0-2"})):
         with pytest.raises(Interrupted):
-            train("yolo11n.yaml", synthetic(), tmp_path, name, trainer=trainer_cls, epochs=2, callbacks=[("on_model_save", interrupt)], **extra)
+            train(
+                "yolo11n.yaml",
+                synthetic(),
+                tmp_path,
+                name,
+                trainer=trainer_cls,
+                epochs=2,
+                callbacks=[("on_model_save", interrupt)],
+                **extra,
+            )
         last = tmp_path / name / "weights" / "last.pt"
         m = YOLO(last)
         with count_recomputations() as counter:
@@ -382,3 +403,12 @@ def test_loss_region_default_only_for_yolo_trainers():
         assert task_defaults(trainer_for(task)) == {}
     for other in (RTDETRTrainer, WorldTrainer, YOLOETrainer, YOLOESegTrainer):
         assert task_defaults(checkpointed(other)) == {}
+
+
+def test_mixin_holds_only_the_hooks():
+    """The mixin stays the hooks into Ultralytics (keys in, setup_model, auto_batch, the report at the end): at most
+    150 lines; what they do lives in yolo_ckpt.train's other modules."""
+    import inspect
+
+    lines = inspect.getsource(CheckpointTrainerMixin).splitlines()
+    assert len(lines) <= 150, f"CheckpointTrainerMixin is {len(lines)} lines; move what is not a hook into yolo_ckpt.train's modules"

@@ -20,7 +20,11 @@ TRAIN = ["epochs=1", "imgsz=32", "batch=2", "workers=0", "plots=False", "exist_o
 
 def folder_state(folder: Path) -> dict:
     """Every file under ``folder`` -> (the sha256 of its bytes, its mode) (an empty dict for a missing folder)."""
-    return {str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mode) for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mode)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture
@@ -49,14 +53,28 @@ def hostile(tmp_path: Path) -> dict:
         "device=cuda:0": ("device='cuda:0': Invalid CUDA", []),
         "project=FILE": (f"project={tmp_path / 'afile'}: {tmp_path / 'afile'} is a file", [f"project={tmp_path / 'afile'}"]),
         "model=DIR": (f"model={tmp_path / 'adir'} is a folder", [f"model={tmp_path / 'adir'}"]),
-        "model=notackpt.pt": (f"model={tmp_path / 'notackpt.pt'} is not a loadable Ultralytics checkpoint", [f"model={tmp_path / 'notackpt.pt'}"]),
+        "model=notackpt.pt": (
+            f"model={tmp_path / 'notackpt.pt'} is not a loadable Ultralytics checkpoint",
+            [f"model={tmp_path / 'notackpt.pt'}"],
+        ),
         "model=junk.pt": (f"model={tmp_path / 'junk.pt'} is not a loadable Ultralytics checkpoint", [f"model={tmp_path / 'junk.pt'}"]),
     }
 
 
 @pytest.mark.parametrize(
     "case",
-    ["imgsz=abc", "imgsz=fit", "imgsz=0", "imgsz=-64", "device=abc", "device=cuda:0", "project=FILE", "model=DIR", "model=notackpt.pt", "model=junk.pt"],
+    [
+        "imgsz=abc",
+        "imgsz=fit",
+        "imgsz=0",
+        "imgsz=-64",
+        "device=abc",
+        "device=cuda:0",
+        "project=FILE",
+        "model=DIR",
+        "model=notackpt.pt",
+        "model=junk.pt",
+    ],
 )
 def test_hostile_input_is_one_line_exit_2_and_the_run_folder_stays(case, earlier_run, synthetic, tmp_path, capsys):
     if case == "device=cuda:0" and torch.cuda.is_available():

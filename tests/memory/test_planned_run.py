@@ -19,7 +19,17 @@ def _bench_run(task, model, keys):
     data = check_det_dataset(keys["data"], autodownload=False)
     yolo = YOLO(model, task=task)
     net = yolo.task_map[task]["model"](yolo.model.yaml, nc=data["nc"], ch=data["channels"], verbose=False)
-    cell = {**CELL_KEYS, "model": model, "task": task, "imgsz": keys["imgsz"], "batch": keys["batch"], "recompute": "auto", "memory_budget": keys["memory_budget"], "amp": keys.get("amp", True)}  # train's amp=True
+    # train's amp=True
+    cell = {
+        **CELL_KEYS,
+        "model": model,
+        "task": task,
+        "imgsz": keys["imgsz"],
+        "batch": keys["batch"],
+        "recompute": "auto",
+        "memory_budget": keys["memory_budget"],
+        "amp": keys.get("amp", True),
+    }
     settings = {k: v for k, v in keys.items() if k in ("device", "epochs", *AUGMENT[task])}
     return planned_cell(cell, net, settings, data)
 
@@ -30,7 +40,16 @@ def test_trainer_plan_and_bench_plan_the_same_run(task, model, synthetic, tmp_pa
     """Detection with mosaic, segmentation with copy-paste and mixup: the same spec (device, AMP, optimizer, objects
     with the augmentation's factors, classes), imgsz and estimate from the trainer (recompute=auto), plan and a bench
     cell; the bench once counted 4 x the label lines and AdamW for optimizer=auto."""
-    keys = {"model": model, "data": synthetic(task), "imgsz": 96, "batch": 2, "device": "cpu", "epochs": 3, "memory_budget": "2GB", **AUGMENT[task]}
+    keys = {
+        "model": model,
+        "data": synthetic(task),
+        "imgsz": 96,
+        "batch": 2,
+        "device": "cpu",
+        "epochs": 3,
+        "memory_budget": "2GB",
+        **AUGMENT[task],
+    }
     trainer = trainer_for(task)(overrides={**keys, "recompute": "auto", "project": str(tmp_path), "plots": False})
     trainer.setup_model()  # recompute=auto plans here
     runs = {
@@ -75,7 +94,10 @@ def test_a_bug_keeps_its_traceback_and_bad_input_is_one_line(monkeypatch, capsys
     import yolo_ckpt.memory.planned_run
 
     assert main(["profile", "imgsz=64", "optimizer=Adamax2"]) == 2
-    assert capsys.readouterr().err.strip().splitlines() == ["yolo-ckpt: error: optimizer='Adamax2' is not an Ultralytics optimizer; valid: auto, Adam, Adamax, AdamW, NAdam, RAdam, RMSprop, SGD, MuSGD"]
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "yolo-ckpt: error: optimizer='Adamax2' is not an Ultralytics optimizer; valid: auto, Adam, Adamax, AdamW, NAdam, RAdam, "
+        "RMSprop, SGD, MuSGD"
+    ]
 
     def broken(*args, **kwargs):
         raise ValueError("a bug")

@@ -40,7 +40,13 @@ def _fake_forward_bytes(model, device: str) -> collections.Counter:
         fake = copy.deepcopy(model).train()
     with mode:
         for m in fake.modules():  # parameters and buffers onto the device, without a CUDA context
-            m._parameters.update({n: torch.nn.Parameter(torch.empty_like(p, device=device), p.requires_grad) for n, p in m._parameters.items() if p is not None})
+            m._parameters.update(
+                {
+                    n: torch.nn.Parameter(torch.empty_like(p, device=device), p.requires_grad)
+                    for n, p in m._parameters.items()
+                    if p is not None
+                }
+            )
             m._buffers.update({n: torch.empty_like(b, device=device) for n, b in m._buffers.items() if b is not None})
         images = torch.empty(1, 3, 128, 128, device=device)
         counter = _BytesPerDtype()

@@ -186,7 +186,9 @@ def test_planning_refused_for_losses_it_does_not_model(tmp_path):
 
     trainer_cls = trainer_for("detect", RTDETR("rtdetr-l.yaml"))
     overrides = dict(model="rtdetr-l.yaml", recompute="auto", memory_budget="1GB", device="cpu", project=str(tmp_path))
-    with pytest.raises(ValueError, match=r"which exists for YOLO models of the tasks detect, segment, .*semantic, depth; for \w*RTDETRTrainer"):
+    with pytest.raises(
+        ValueError, match=r"which exists for YOLO models of the tasks detect, segment, .*semantic, depth; for \w*RTDETRTrainer"
+    ):
         trainer_cls(overrides=overrides)
     assert list(tmp_path.iterdir()) == []
 
@@ -202,7 +204,14 @@ def test_rtdetr_model_to_detection_trainer_says_which_trainer(tmp_path):
     model = RTDETR("rtdetr-l.yaml")
     with pytest.raises(ValueError, match=r"^model=rtdetr-l.yaml is an RT-DETR model .*use trainer_for\('detect', model\)") as e:
         # a data= that does not exist: the model is refused first (a missing dataset is Ultralytics' RuntimeError)
-        model.train(trainer=CheckpointDetectionTrainer, data=str(tmp_path / "absent.yaml"), epochs=1, imgsz=64, device="cpu", project=str(tmp_path / "runs"))
+        model.train(
+            trainer=CheckpointDetectionTrainer,
+            data=str(tmp_path / "absent.yaml"),
+            epochs=1,
+            imgsz=64,
+            device="cpu",
+            project=str(tmp_path / "runs"),
+        )
     assert "\n" not in str(e.value)
     assert not (tmp_path / "runs").exists()
     trainer = trainer_for("detect", model)

@@ -33,7 +33,18 @@ HEADS = {
     "yolo11n-pose.yaml": ("Pose", ("cv2", "cv3", "cv4")),
     "yolo26n-pose.yaml": (
         "Pose26",
-        ("cv2", "cv3", "one2one_cv2", "one2one_cv3", "cv4", "cv4_kpts", "cv4_sigma", "one2one_cv4", "one2one_cv4_kpts", "one2one_cv4_sigma"),
+        (
+            "cv2",
+            "cv3",
+            "one2one_cv2",
+            "one2one_cv3",
+            "cv4",
+            "cv4_kpts",
+            "cv4_sigma",
+            "one2one_cv4",
+            "one2one_cv4_kpts",
+            "one2one_cv4_sigma",
+        ),
     ),
     "yolo11n-cls.yaml": ("Classify", ("conv",)),
 }

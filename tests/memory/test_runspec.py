@@ -36,7 +36,9 @@ def reached(*args, **kwargs):
 
 def stock_trainer(synthetic, tmp_path, **overrides) -> DetectionTrainer:
     """Ultralytics' own DetectionTrainer on the synthetic detection data, nothing run yet."""
-    return DetectionTrainer(overrides={**TRAIN, "model": "yolo11n.yaml", "data": synthetic(), "project": str(tmp_path), "name": "stock", **overrides})
+    return DetectionTrainer(
+        overrides={**TRAIN, "model": "yolo11n.yaml", "data": synthetic(), "project": str(tmp_path), "name": "stock", **overrides}
+    )
 
 
 def set_up_until_pipeline(trainer: DetectionTrainer) -> DetectionTrainer:

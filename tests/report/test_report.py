@@ -77,7 +77,10 @@ def test_headline():
         **planned.to_dict(), "plan": None, "estimated_all_peak_bytes": 2**30, "estimated_policy_peak_bytes": 3 * 2**30,
         "estimated_step": {"batch": 16, "imgsz": 1024, "objects": 0, "device": "cuda", "amp": True},
     })
-    assert "CUDA allocated); estimated at batch 16, imgsz 1024: this policy ~3072 MiB, none ~3815 MiB, all ~1024 MiB; step" in estimated.headline()
+    assert (
+        "CUDA allocated); estimated at batch 16, imgsz 1024: this policy ~3072 MiB, none ~3815 MiB, all ~1024 MiB; step"
+        in estimated.headline()
+    )
     skipped = RunReport.from_dict({**estimated.to_dict(), "estimated_none_peak_bytes": None, "estimate_skipped": "estimate=False"})
     assert "CUDA allocated); no estimate (estimate=False); step time" in skipped.headline()
 
@@ -89,18 +92,29 @@ def test_compare_reads_as_a_person_reads(tmp_path, capsys):
 
     for name, recompute, peak, step in (("base", "none", 3 * 2**30, 1.0), ("all", "all", 2**30, 1.25)):
         (tmp_path / name).mkdir()
-        record = {**SCHEMA_2, "recompute": recompute, "train_peak_allocated_bytes": peak, "train_step_time_median_s": step, "metrics": {}, "ultralytics_metrics": {}}
+        record = {
+            **SCHEMA_2,
+            "recompute": recompute,
+            "train_peak_allocated_bytes": peak,
+            "train_step_time_median_s": step,
+            "metrics": {},
+            "ultralytics_metrics": {},
+        }
         (tmp_path / name / REPORT_NAME).write_text(json.dumps(record))
     assert main(["compare", str(tmp_path / "base"), str(tmp_path / "all"), f"out={tmp_path / 'cmp'}"]) == 0
     printed = capsys.readouterr().out
     assert printed.splitlines()[:5] == [
-        f"Baseline: {tmp_path / 'base'} (recompute=none). memory: training peak change against it; time: step time ratio; pts: accuracy change in points.",
+        f"Baseline: {tmp_path / 'base'} (recompute=none). memory: training peak change against it; time: step time ratio; pts: "
+        "accuracy change in points.",
         "",
         "| run | task | dataset | recompute | mode | imgsz | batch | epochs | peak MiB | peak GiB | memory | step s | time |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         f"| {tmp_path / 'base'} | detect | data.yaml | none | full | 640 | 8 | 3 | 3072 | 3.00 | +0.0% | 1 | 1.00x |",
     ]
-    assert printed.splitlines()[5] == f"| {tmp_path / 'all'} | detect | data.yaml | all | full | 640 | 8 | 3 | 1024 | 1.00 | -66.7% | 1.25 | 1.25x |"
+    assert (
+        printed.splitlines()[5]
+        == f"| {tmp_path / 'all'} | detect | data.yaml | all | full | 640 | 8 | 3 | 1024 | 1.00 | -66.7% | 1.25 | 1.25x |"
+    )
     assert "nan" not in printed and "nan" not in (tmp_path / "cmp" / "compare.csv").read_text()
     assert "differ" not in printed and "warning" not in capsys.readouterr().err
 
@@ -120,4 +134,8 @@ def test_compare_warns_on_different_data_or_task(tmp_path, capsys):
     assert captured.err.strip() == f"yolo-ckpt: warning: {warning}"
     assert f"Warning: {warning}" in (tmp_path / "cmp" / "compare.md").read_text().splitlines()[1]
     rows = [line for line in captured.out.splitlines() if line.startswith(f"| {tmp_path}")]
-    assert [r.split(" | ")[2:6] for r in rows] == [["data.yaml", "backbone", "full", "640"], ["other.yaml", "backbone", "full", "640"], ["data.yaml", "backbone", "full", "1024"]]
+    assert [r.split(" | ")[2:6] for r in rows] == [
+        ["data.yaml", "backbone", "full", "640"],
+        ["other.yaml", "backbone", "full", "640"],
+        ["data.yaml", "backbone", "full", "1024"],
+    ]

@@ -16,7 +16,7 @@ from yolo_ckpt.bench.cells import BUILT_IN_DATASETS
 from yolo_ckpt.cli import main
 from yolo_ckpt.shipped import shipped
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_matrix(folder: Path, spec: dict, name: str = "m.yaml") -> Path:
@@ -25,7 +25,11 @@ def write_matrix(folder: Path, spec: dict, name: str = "m.yaml") -> Path:
     return path
 
 
-STEP = {"kind": "step", "settings": {"objects": 2, "pairs": 1}, "grid": [{"model": "yolo11n.yaml", "imgsz": 128, "batch": 1, "recompute": ["none", "all"]}]}
+STEP = {
+    "kind": "step",
+    "settings": {"objects": 2, "pairs": 1},
+    "grid": [{"model": "yolo11n.yaml", "imgsz": 128, "batch": 1, "recompute": ["none", "all"]}],
+}
 
 
 @pytest.mark.slow
@@ -33,14 +37,30 @@ def test_step_matrix(tmp_path, monkeypatch, one_thread):
     out = tmp_path / "out"
     assert main(["bench", f"matrix={write_matrix(tmp_path, STEP)}", f"out={out}"]) == 0
     results = pd.read_csv(out / "results.csv")
-    for column in ("cell", "status", "model", "imgsz", "batch", "recompute", "recompute_mode", "peak_MiB", "step_time_s", "time_ratio", "flop_bound", "layers", "recomputations_per_step", "loss_images_recomputed_per_step"):
+    for column in (
+        "cell",
+        "status",
+        "model",
+        "imgsz",
+        "batch",
+        "recompute",
+        "recompute_mode",
+        "peak_MiB",
+        "step_time_s",
+        "time_ratio",
+        "flop_bound",
+        "layers",
+        "recomputations_per_step",
+        "loss_images_recomputed_per_step",
+    ):
         assert column in results, column
     none, full = results.to_dict("records")
     assert none["status"] == full["status"] == "ok"
     assert none["time_ratio"] == 1 and none["flop_bound"] == 1 and none["recomputations_per_step"] == 0
     # every layer but Detect and Detect's 6 branches (cv2, cv3 at 3 scales), each once per step
     assert full["layers"] == 17 and full["recomputations_per_step"] == 17 + 6
-    assert none["loss_images_recomputed_per_step"] == full["loss_images_recomputed_per_step"] == 0  # detect: no mask loss (its loss region chunks the assigner)
+    # detect: no mask loss (its loss region chunks the assigner)
+    assert none["loss_images_recomputed_per_step"] == full["loss_images_recomputed_per_step"] == 0
     assert full["peak_MiB"] < none["peak_MiB"] and 1.1 < full["flop_bound"] < 1.4
     md = (out / "results.md").read_text()
     assert "| yolo11n.yaml | 128 | 1 | False | none | 0 | 0 |" in md and "+0.0%" in md and "Command of the last run:" in md
@@ -99,17 +119,24 @@ def test_dataset_roots_in_order(tmp_path, monkeypatch, capsys):
     spec = {"kind": "train", "settings": {}, "datasets_dir": "own", "grid": [{"dataset": ["a", "b", "c"], "recompute": "none"}]}
     path = write_matrix(tmp_path, spec)
     assert bench.load_matrix(path, datasets=tmp_path / "given").data == {
-        "a": str(tmp_path / "given" / "a" / "data.yaml"), "b": str(tmp_path / "own" / "b" / "data.yaml"), "c": str(tmp_path / "ultralytics" / "c" / "data.yaml"),
+        "a": str(tmp_path / "given" / "a" / "data.yaml"),
+        "b": str(tmp_path / "own" / "b" / "data.yaml"),
+        "c": str(tmp_path / "ultralytics" / "c" / "data.yaml"),
     }
     assert bench.load_matrix(path).data["a"] == str(tmp_path / "own" / "a" / "data.yaml")
     missing = write_matrix(tmp_path, {**spec, "datasets_dir": "absent", "grid": [{"dataset": "d", "recompute": "none"}]}, "missing.yaml")
     out = tmp_path / "out"
     assert main(["bench", f"matrix={missing}", f"out={out}", f"datasets={tmp_path / 'given'}"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and (
-        f"dataset='d' not found: no d/data.yaml in datasets= {tmp_path / 'given'}; the matrix's datasets_dir {tmp_path / 'absent'} (absent); "
-        f"Ultralytics' SETTINGS['datasets_dir'] {tmp_path / 'ultralytics'}; give datasets=DIR"
-    ) in err, err
+    assert (
+        err.count("\n") == 1
+        and (
+            f"dataset='d' not found: no d/data.yaml in datasets= {tmp_path / 'given'}; the matrix's datasets_dir "
+            f"{tmp_path / 'absent'} (absent); "
+            f"Ultralytics' SETTINGS['datasets_dir'] {tmp_path / 'ultralytics'}; give datasets=DIR"
+        )
+        in err
+    ), err
     assert not out.exists()
 
 
@@ -162,7 +189,16 @@ def test_tiles_cell_trains_on_tiles_and_validates_on_full_images(tmp_path, one_t
     spec = {
         "kind": "train",
         "settings": {"epochs": 1, "nbs": 2, "seed": 0, "workers": 0, "device": "cpu", "plots": False},
-        "grid": [{"model": "yolo26n.yaml", "dataset": str(data), "imgsz": 64, "batch": 2, "recompute": "none", "tiles": {"size": 32, "overlap": 0}}],
+        "grid": [
+            {
+                "model": "yolo26n.yaml",
+                "dataset": str(data),
+                "imgsz": 64,
+                "batch": 2,
+                "recompute": "none",
+                "tiles": {"size": 32, "overlap": 0},
+            }
+        ],
     }
     out = tmp_path / "out"
     assert main(["bench", f"matrix={write_matrix(tmp_path, spec)}", f"out={out}"]) == 0
@@ -180,11 +216,22 @@ def test_curves_keep_cells_whose_run_folder_is_gone(tmp_path):
 
     run = tmp_path / "run"
     run.mkdir()
-    pd.DataFrame({"epoch": [1, 2], "time": [1.0, 2.0], "metrics/mAP50(B)": [0.1, 0.2], "metrics/mAP50-95(B)": [0.0, 0.1]}).to_csv(run / "results.csv", index=False)
+    pd.DataFrame({"epoch": [1, 2], "time": [1.0, 2.0], "metrics/mAP50(B)": [0.1, 0.2], "metrics/mAP50-95(B)": [0.0, 0.1]}).to_csv(
+        run / "results.csv", index=False
+    )
     row = {"dataset": "d", "imgsz_used": 64, "tiles": None, "train_images": 2, "mAP50": 0.2, "mAP50-95": 0.1}
     ok = pd.DataFrame([{**row, "policy": "all", "run_dir": str(run)}, {**row, "policy": "none", "run_dir": str(tmp_path / "gone")}])
-    earlier = {"epoch": [1], "time": [1.0], "metrics/mAP50(B)": [0.5], "metrics/mAP50-95(B)": [0.3], "full_mAP50": [None], "full_mAP50_95": [None]}
-    pd.concat([pd.DataFrame({**earlier, "cell": [label]}) for label in ("d none @64", "d stale @64")]).to_csv(tmp_path / "curves.csv", index=False)
+    earlier = {
+        "epoch": [1],
+        "time": [1.0],
+        "metrics/mAP50(B)": [0.5],
+        "metrics/mAP50-95(B)": [0.3],
+        "full_mAP50": [None],
+        "full_mAP50_95": [None],
+    }
+    pd.concat([pd.DataFrame({**earlier, "cell": [label]}) for label in ("d none @64", "d stale @64")]).to_csv(
+        tmp_path / "curves.csv", index=False
+    )
     _curves(SimpleNamespace(name="m"), ok, tmp_path)
     curves = pd.read_csv(tmp_path / "curves.csv")
     assert curves["cell"].tolist() == ["d all @64", "d all @64", "d none @64"]  # the gone run's row kept, the stale one not
@@ -208,7 +255,10 @@ def test_val_subset(tmp_path, shared_datasets):
         ({"grid": [{"model": "yolo11n.yaml", "recompute": ["none", "C3k3"]}]}, "did you mean 'C3k2'?"),
         ({"grid": [{"model": "yolo11n.yaml", "recompute": "all"}]}, "no baseline cell"),
         ({"grid": [{"model": "yolo11n.yaml", "recompute": ["none", "auto"]}]}, "recompute=auto need memory_budget="),
-        ({"grid": [{"model": "yolo11n.yaml", "task": "segmentation", "recompute": "none"}]}, "step cells measure the tasks detect, segment, pose, obb, classify, semantic, depth"),
+        (
+            {"grid": [{"model": "yolo11n.yaml", "task": "segmentation", "recompute": "none"}]},
+            "step cells measure the tasks detect, segment, pose, obb, classify, semantic, depth",
+        ),
         ({"grid": [{"model": "yolo11n.yaml", "imgsz": "big", "recompute": "none"}]}, "imgsz='big' is not valid"),
         ({"settings": {"pair": 3}}, "unknown settings ['pair']"),
         ({"kind": "train", "settings": {}, "grid": [{"dataset": "nowhere", "recompute": "none"}]}, "dataset='nowhere' not found"),
@@ -217,14 +267,29 @@ def test_val_subset(tmp_path, shared_datasets):
         ({"grid": [{"model": "yolo11n.yaml", "amp": "yes", "recompute": "none"}]}, "amp='yes' is not valid"),
         ({"settings": {"pairs": 0}}, "pairs=0 is not valid; valid: an int >= 1"),
         ({"settings": {"objects": "abc"}}, "objects='abc' is not valid; valid: an int >= 1"),
-        ({"grid": [{"model": "yolo11n.yaml", "imgsz": "fit", "recompute": ["none", "auto"], "memory_budget": "1GB"}]}, "imgsz=fit needs a named policy"),
+        (
+            {"grid": [{"model": "yolo11n.yaml", "imgsz": "fit", "recompute": ["none", "auto"], "memory_budget": "1GB"}]},
+            "imgsz=fit needs a named policy",
+        ),
         ({"grid": [{"model": "missing.yaml", "recompute": "none"}]}, "missing.yaml"),
         ({"grid": [{"model": "yolo11n.yaml", "recompute": "none", "tiles": {"size": 64, "overlap": 0}}]}, "tiles= is for train cells"),
         ({"kind": "train", "settings": {}, "grid": [{"recompute": "none", "tiles": {"size": 64}}]}, "tiles={'size': 64} is not valid"),
-        ({"kind": "train", "settings": {}, "grid": [{"recompute": "none", "tiles": {"size": 999, "overlap": 0}}]}, "tiles size=999 is not valid"),
-        ({"grid": [{"model": "yolo11n.yaml", "recompute": ["none", "auto"], "memory_budget": "12XB"}]}, "memory_budget=12XB: memory_budget='12XB': unknown unit 'XB'"),
-        ({"grid": [{"model": "yolo11n.yaml", "recompute": "none", "memory_budget": "0x"}]}, "memory_budget='0x' is not valid; valid: bytes with a unit (2GB), a fraction"),
-        ({"kind": "train", "settings": {}, "grid": [{"recompute": "none", "memory_budget": "0.6x"}]}, "memory_budget=0.6x (relative to recompute=none) is for step cells"),
+        (
+            {"kind": "train", "settings": {}, "grid": [{"recompute": "none", "tiles": {"size": 999, "overlap": 0}}]},
+            "tiles size=999 is not valid",
+        ),
+        (
+            {"grid": [{"model": "yolo11n.yaml", "recompute": ["none", "auto"], "memory_budget": "12XB"}]},
+            "memory_budget=12XB: memory_budget='12XB': unknown unit 'XB'",
+        ),
+        (
+            {"grid": [{"model": "yolo11n.yaml", "recompute": "none", "memory_budget": "0x"}]},
+            "memory_budget='0x' is not valid; valid: bytes with a unit (2GB), a fraction",
+        ),
+        (
+            {"kind": "train", "settings": {}, "grid": [{"recompute": "none", "memory_budget": "0.6x"}]},
+            "memory_budget=0.6x (relative to recompute=none) is for step cells",
+        ),
         ({"grid": [{"model": "yolo11n.yaml", "recompute": "none", "recompute_mode": "partial"}]}, "valid modes: full, selective"),
     ],
 )

@@ -107,7 +107,8 @@ def test_per_layer_rows_add_up(model, measured, saved_for_backward_bytes):
     assert all(r.freeable_bytes <= r.saved_bytes for r in prof.layers)
     assert sum(r.forward_flops for r in prof.layers) == pytest.approx(2 * 6.5e9, rel=0.02)  # YOLO11n: 6.5 GFLOPs/img
     recomputed = measured[640, "all"].layers
-    assert [r.index for r in recomputed if r.recompute] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 13, 16, 17, 19, 20, 22, 23]  # 23: the head's branches
+    # 23: the head's branches
+    assert [r.index for r in recomputed if r.recompute] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 13, 16, 17, 19, 20, 22, 23]
 
 
 @pytest.mark.slow
@@ -227,7 +228,9 @@ def test_plan_with_the_loss_region_fits_when_measured(seg_memory):
     plan = memory.plan(budget, 2, 256)
     assert "loss" in plan.regions and plan.fits and plan.recompute_flops >= memory.loss_flops(2, 256)
     policy = resolve(plan.recompute, memory.layout)
-    assert (policy.indices, tuple(policy.regions())) == (plan.indices, plan.regions) and memory.units(policy) == memory.units(plan.recompute)
+    assert (policy.indices, tuple(policy.regions())) == (plan.indices, plan.regions) and memory.units(policy) == memory.units(
+        plan.recompute
+    )
     probe = copy.deepcopy(model)
     apply_checkpointing(probe, plan.recompute, loss_chunk=64)
     with count_recomputations() as recomputed:
@@ -298,7 +301,12 @@ def test_optimizer_phase_taken_from_an_earlier_estimate(model, memory):
     full, reused = (estimate_step(model, 160, 3, 3, "all", loss_model=loss, flops=False, optimizer_from=b) for b in (None, base))
     rows = lambda p: [(r.forward_peak_bytes, r.backward_peak_bytes, r.freeable_bytes) for r in p.layers]  # noqa: E731
     assert full.input_bytes > base.input_bytes and full.phase_peak_bytes["optimizer"] != base.phase_peak_bytes["optimizer"]
-    assert (reused.static_bytes, reused.phase_peak_bytes, reused.peak_bytes, rows(reused)) == (full.static_bytes, full.phase_peak_bytes, full.peak_bytes, rows(full))
+    assert (reused.static_bytes, reused.phase_peak_bytes, reused.peak_bytes, rows(reused)) == (
+        full.static_bytes,
+        full.phase_peak_bytes,
+        full.peak_bytes,
+        rows(full),
+    )
 
 
 @pytest.mark.slow
@@ -317,7 +325,9 @@ def test_optimizer_state_counted_as_built(name, states):
     others = sum(p.numel() * 4 for p in model.parameters()) + sum(b.numel() * b.element_size() for b in model.buffers())
     others += sum(t.numel() * t.element_size() for t in batch.values())
     step = (estimate_step if states is None else profile_step)
-    counted = step(model, 64, 1, 2, optimizer=name, amp=False, flops=False) if states is None else step(model, batch, optimizer=name, flops=False)
+    counted = (
+        step(model, 64, 1, 2, optimizer=name, amp=False, flops=False) if states is None else step(model, batch, optimizer=name, flops=False)
+    )
     assert counted.static_bytes - others == state
     assert type(build_optimizer(model, name)).__name__ == name
     assert optimizer_for("auto", 10001) == "MuSGD" and optimizer_for("auto", 10000) == optimizer_for("adamw") == "AdamW"
@@ -412,7 +422,9 @@ def test_batch_minus_one_capped_by_data_and_sized_for_multi_scale(synthetic, tmp
     assert (trainer.plan.imgsz, trainer.plan.batch, trainer.plan.headroom_bytes) == (160, batch, 0) and 1 <= batch < 8
     assert trainer.plan.estimated_peak_bytes <= 60_000_000
     calls = []
-    monkeypatch.setattr(BaseTrainer, "auto_batch", lambda self, objects, dataset_size: calls.append((self.batch_size, objects, dataset_size)) or 5)
+    monkeypatch.setattr(
+        BaseTrainer, "auto_batch", lambda self, objects, dataset_size: calls.append((self.batch_size, objects, dataset_size)) or 5
+    )
     monkeypatch.setattr(planning, "cuda_available", lambda device: 10 * GiB)
     trainer.ckpt_config = dataclasses.replace(trainer.ckpt_config, memory_budget=Budget.parse("4GiB"))
     trainer.device, trainer.plan = torch.device("cuda"), None
@@ -436,7 +448,19 @@ def test_cpu_batch_minus_one_is_stock_and_report_says_what_trained(synthetic, tm
     call it). An out-of-memory error in the first epoch halves it to 8: the report records the batch that trained,
     and its CPU probe measured the first full-size batch (8 images) with the optimizer step (AdamW's state alive)."""
     yolo = YOLO("yolo11n.yaml")
-    yolo.train(data=synthetic(), trainer=_OutOfMemoryOnce, batch=-1, epochs=1, imgsz=96, workers=0, device="cpu", plots=False, val=False, project=str(tmp_path), name="oom")
+    yolo.train(
+        data=synthetic(),
+        trainer=_OutOfMemoryOnce,
+        batch=-1,
+        epochs=1,
+        imgsz=96,
+        workers=0,
+        device="cpu",
+        plots=False,
+        val=False,
+        project=str(tmp_path),
+        name="oom",
+    )
     report = json.loads((tmp_path / "oom" / REPORT_NAME).read_text())
     assert (report["batch_at_start"], report["batch"], report["plan"]) == (16, 8, None)
     probe = yolo.trainer.ckpt_stats.probe_batch
@@ -444,7 +468,9 @@ def test_cpu_batch_minus_one_is_stock_and_report_says_what_trained(synthetic, tm
     assert report["memory_probe_objects"] == len(probe["bboxes"]) > 8
     # the probe is a whole step with the run's optimizer (AdamW for this short run): parameters, gradients and
     # AdamW's 2 states are alive at its peak
-    assert report["train_peak_allocated_bytes"] == pytest.approx(probe_training_step(unwrap_model(yolo.trainer.model), probe, optimizer="AdamW"), rel=0.02)
+    assert report["train_peak_allocated_bytes"] == pytest.approx(
+        probe_training_step(unwrap_model(yolo.trainer.model), probe, optimizer="AdamW"), rel=0.02
+    )
     parameter_bytes = sum(p.numel() * 4 for p in yolo.trainer.model.parameters() if p.requires_grad)
     assert report["train_peak_allocated_bytes"] > 4 * parameter_bytes
 
@@ -466,9 +492,14 @@ def test_trainer_auto_plan_and_batch(synthetic, tmp_path, shared_run):
     assert report["estimate_skipped"] is None
     headline = RunReport.from_dict(report).headline()
     assert f"estimated at batch 2, imgsz 160, {plan['assumed']['objects']} objects per image: this policy ~" in headline
-    assert f"none ~{report['estimated_none_peak_bytes'] / 2**20:.0f} MiB, all ~" in headline and "(planned for memory_budget=57 MiB)" in headline
+    assert (
+        f"none ~{report['estimated_none_peak_bytes'] / 2**20:.0f} MiB, all ~" in headline
+        and "(planned for memory_budget=57 MiB)" in headline
+    )
     kw = dict(epochs=1, imgsz=160, workers=0, device="cpu", plots=False, val=False, project=str(tmp_path))
-    YOLO("yolo11n.yaml").train(data=synthetic(), trainer=trainer_for("detect"), recompute="all", memory_budget="200MB", batch=-1, name="batch", **kw)
+    YOLO("yolo11n.yaml").train(
+        data=synthetic(), trainer=trainer_for("detect"), recompute="all", memory_budget="200MB", batch=-1, name="batch", **kw
+    )
     report = json.loads((tmp_path / "batch" / REPORT_NAME).read_text())
     assert report["batch"] == report["plan"]["batch"] > 2 and report["plan"]["estimated_peak_bytes"] <= 200_000_000
 
@@ -490,7 +521,19 @@ def test_cli_profile_and_plan_json(tmp_path, capsys, monkeypatch):
         return SimpleNamespace(returncode=code, stdout=captured.out, stderr=captured.err)
 
     # device=cpu as plan's below: one loss calibration for both (CUDA's default and AMP: test_plan_ultralytics_21100)
-    out = run("profile", "model=yolo11n.yaml", "imgsz=320", "multi_scale=0.5", "batch=2", "recompute=all", "device=cpu", "format=json", "plot=True", f"project={tmp_path}", "name=p")
+    out = run(
+        "profile",
+        "model=yolo11n.yaml",
+        "imgsz=320",
+        "multi_scale=0.5",
+        "batch=2",
+        "recompute=all",
+        "device=cpu",
+        "format=json",
+        "plot=True",
+        f"project={tmp_path}",
+        "name=p",
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     prof = json.loads(out.stdout)  # stdout is only the JSON: progress and logs went to stderr
     assert prof["imgsz"] == 480 and prof["imgsz_given"] == 320  # the largest multi-scale size, as train plans it

@@ -206,6 +206,9 @@ def test_a_disk_without_room_for_two_checkpoints_finishes_the_run(synthetic, tmp
                                    epochs=2, batch=2, nbs=2, imgsz=32, workers=0, device="cpu", plots=False, val=False, seed=0)
     weights = tmp_path / "run" / "weights"
     assert sorted(p.name for p in weights.iterdir()) == ["best.pt", "last.pt"]
-    assert torch.load(weights / "last.pt", weights_only=False)["epoch"] == -1 and torch.load(weights / "best.pt", weights_only=False)["epoch"] == -1
+    assert (
+        torch.load(weights / "last.pt", weights_only=False)["epoch"] == -1
+        and torch.load(weights / "best.pt", weights_only=False)["epoch"] == -1
+    )
     warnings = [m for m in messages if "no room for an atomic save's temporary copy" in m]
     assert refused and len(warnings) == len(refused) and {"last.pt", "best.pt"} <= set(refused)

@@ -17,7 +17,7 @@ from yolo_ckpt.cli.args import parse_train_args
 from yolo_ckpt.cli.commands import plan_setup
 from yolo_ckpt.report.record import REPORT_NAME
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args, timeout=900, env=None):
@@ -110,7 +110,13 @@ def test_resume_of_a_finished_run_exits_2(tmp_path, capfd):
     weights.mkdir(parents=True)
     last = weights / "last.pt"
     train_args = {**DEFAULT_CFG_DICT, "model": "yolo11n.yaml", "data": "my/data.yaml", "epochs": 3}
-    ckpt = {"model": DetectionModel("yolo11n.yaml", nc=3, verbose=False), "ema": None, "epoch": 0, "optimizer": {"state": {}}, "train_args": train_args}
+    ckpt = {
+        "model": DetectionModel("yolo11n.yaml", nc=3, verbose=False),
+        "ema": None,
+        "epoch": 0,
+        "optimizer": {"state": {}},
+        "train_args": train_args,
+    }
     torch.save(ckpt, last)
     check_resumable(last)  # an interrupted run's: epoch 0 of 3, with its optimizer
     assert not is_finished(ckpt) and is_finished({**ckpt, "epoch": 2})  # the last epoch saved: finished too
@@ -266,7 +272,9 @@ def _one_class_data(synthetic, tmp_path, crowded: int = 300) -> Path:
             (tmp_path / "labels" / split / f"{image.stem}.txt").write_text("".join("0" + line[line.index(" "):] + "\n" for line in lines))
     crowd = "".join(f"0 {0.05 + 0.9 * (i % 20) / 20:.4f} {0.05 + 0.9 * (i // 20) / 20:.4f} 0.01 0.01\n" for i in range(crowded))
     (tmp_path / "labels" / "train" / f"{image.stem}.txt").write_text(crowd)
-    (tmp_path / "data.yaml").write_text(yaml.safe_dump({"path": str(tmp_path), "train": "images/train", "val": "images/val", "names": {0: "car"}}))
+    (tmp_path / "data.yaml").write_text(
+        yaml.safe_dump({"path": str(tmp_path), "train": "images/train", "val": "images/val", "names": {0: "car"}})
+    )
     return tmp_path / "data.yaml"
 
 
@@ -288,7 +296,14 @@ def test_profile_and_plan_estimate_the_run_of_the_data(synthetic, tmp_path):
     )
     run, _ = estimate_setup(["objects=7", "optimizer=SGD", "memory_budget=8GB", "device=0"])  # no data=; a GPU from any machine
     config, spec = run.config, run.spec
-    assert (spec.device, spec.amp, spec.nc, spec.objects, spec.optimizer, str(config.headroom_on(spec.device))) == ("cuda", True, 80, 7, "SGD", "1.15x+500MiB")
+    assert (spec.device, spec.amp, spec.nc, spec.objects, spec.optimizer, str(config.headroom_on(spec.device))) == (
+        "cuda",
+        True,
+        80,
+        7,
+        "SGD",
+        "1.15x+500MiB",
+    )
     assert spec.describe() == (  # the line profile and plan print (their JSON carries the fields)
         "assumed: device cuda, AMP on (2-byte activations), optimizer=SGD, 7 objects per image (objects=7), 80 classes"
     )

@@ -282,7 +282,10 @@ def test_head_by_name_other_tasks(name):
         assert p.head and p.indices == () and not p.loss  # the loss is its own region, even for Segment
 
 
-@pytest.mark.parametrize("spec, indices", [("20-23", (20, 22)), ("0-23", Y11_ALL), ("all,23", Y11_ALL), ((1, 23), (1,)), ("Conv,Detect", (0, 1, 3, 5, 7, 17, 20))])
+@pytest.mark.parametrize(
+    "spec, indices",
+    [("20-23", (20, 22)), ("0-23", Y11_ALL), ("all,23", Y11_ALL), ((1, 23), (1,)), ("Conv,Detect", (0, 1, 3, 5, 7, 17, 20))],
+)
 def test_head_in_ranges_and_lists(spec, indices):
     p = resolve(spec, layout())
     assert p.head and p.indices == indices
@@ -345,7 +348,10 @@ def test_unknown_name_suggests_close_match():
     assert "'C3k2'" in msg and "'SPPF'" in msg
 
 
-@pytest.mark.parametrize("spec, suggestion", [("bakbone", "backbone"), ("Nek", "neck"), ("SPPFF", "SPPF"), ("haed", "head"), ("los", "loss"), ("Detec", "Detect")])
+@pytest.mark.parametrize(
+    "spec, suggestion",
+    [("bakbone", "backbone"), ("Nek", "neck"), ("SPPFF", "SPPF"), ("haed", "head"), ("los", "loss"), ("Detec", "Detect")],
+)
 def test_unknown_name_suggestions(spec, suggestion):
     with pytest.raises(ValueError, match=f"(?i)did you mean [^;]*'{suggestion}'"):
         resolve(spec, layout())
