@@ -77,8 +77,17 @@ def timed_plan(cfg: str, imgsz: int, batch: int, objects: int, budget: str, targ
     model = build(cfg)
     t = time.perf_counter()
     plan = MemoryModel(model, imgsz, batch, objects).plan(Budget.parse(budget).bytes(None), batch, imgsz)
-    return {"model": cfg, "imgsz": imgsz, "batch": batch, "objects_per_image": objects, "budget": budget,
-            "recompute": plan.recompute, "estimated_peak_bytes": plan.estimated_peak_bytes, "plan_s": time.perf_counter() - t, "target_s": target_s}
+    return {
+        "model": cfg,
+        "imgsz": imgsz,
+        "batch": batch,
+        "objects_per_image": objects,
+        "budget": budget,
+        "recompute": plan.recompute,
+        "estimated_peak_bytes": plan.estimated_peak_bytes,
+        "plan_s": time.perf_counter() - t,
+        "target_s": target_s,
+    }
 
 
 def main(argv: list[str]) -> dict:
@@ -91,7 +100,11 @@ def main(argv: list[str]) -> dict:
         "cases": cases,
         "plan_timing_targets": targets,
     }
-    lines = ["| model | imgsz | batch | none GiB | backbone GiB | all GiB | auto GiB (budget) | auto GFLOPs | best named fitting | estimate s | plan s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model | imgsz | batch | none GiB | backbone GiB | all GiB | auto GiB (budget) | auto GFLOPs | best named fitting | "
+        "estimate s | plan s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for c in cases:
         p = {k: v / 2**30 for k, v in c["estimated_peak_bytes"].items()}
         named = f"{c['best_named_fitting']} ({c['best_named_recompute_gflops']:.1f} GFLOPs)" if c["best_named_fitting"] else "none fits"
@@ -106,7 +119,10 @@ def main(argv: list[str]) -> dict:
             f"Plan for {t['model']} imgsz {t['imgsz']} batch {t['batch']}, {t['objects_per_image']} objects (budget {t['budget']}): "
             f"{t['plan_s']:.1f} s (target < {t['target_s']} s), recompute={t['recompute']}"
         )
-    lines.append(f"Load average (1, 5, 15 min) at the end: {', '.join(f'{v:.2f}' for v in result['load_average_1_5_15min'])} on {os.cpu_count()} cores")
+    lines.append(
+        f"Load average (1, 5, 15 min) at the end: {', '.join(f'{v:.2f}' for v in result['load_average_1_5_15min'])} on "
+        f"{os.cpu_count()} cores"
+    )
     publish(result, lines, opts.get("out"))
     return result
 

@@ -99,7 +99,10 @@ def main(argv: list[str]) -> None:
     ]
     for arm, rows in runs.items():
         s = slopes[arm]
-        lines.append(f"| {arm} | {s['rss_mib']:+.3f} | {s['tensors']:+.2f} | {s['tensor_mib']:+.4f} | {rows[-1]['rss_mib']:.0f} | {rows[-1]['tensors']} |")
+        lines.append(
+            f"| {arm} | {s['rss_mib']:+.3f} | {s['tensors']:+.2f} | {s['tensor_mib']:+.4f} | {rows[-1]['rss_mib']:.0f} | "
+            f"{rows[-1]['tensors']} |"
+        )
     lines += ["", "Within the limits: " + ", ".join(f"recompute={arm} {'yes' if ok else 'NO'}" for arm, ok in verdict.items()) + "."]
     result = {**provenance(" ".join(["python -m benchmarks.soak", *argv])), "epochs": epochs, "limits": LIMITS,
               "slopes": slopes, "within_limits": verdict, "per_epoch": runs}

@@ -223,7 +223,8 @@ class CkptConfig:
 
         Raises:
             ConfigError: naming the key, the bad value and the valid choices, for a bad ``recompute=`` form
-                (:func:`yolo_ckpt.checkpointing.policy.check_spec`), ``recompute_mode=`` (:func:`yolo_ckpt.checkpointing.policy.check_mode`),
+                (:func:`yolo_ckpt.checkpointing.policy.check_spec`), ``recompute_mode=``
+                (:func:`yolo_ckpt.checkpointing.policy.check_mode`),
                 ``memory_budget=`` (:meth:`Budget.parse`), ``memory_headroom=`` (:meth:`Headroom.parse`) or
                 ``loss_chunk=`` (:func:`check_loss_chunk`) or ``assign_chunk=`` (:func:`check_assign_chunk`).
         """
@@ -286,7 +287,9 @@ class EstimateOptions:
         values = {**ESTIMATE_DEFAULTS, **{f.name: args[f.name] for f in fields(cls) if f.name in args}}
         objects, fmt, plot = values["objects"], values["format"], values["plot"]
         if isinstance(objects, bool) or not isinstance(objects, int) or objects < 1:
-            raise ConfigError(f"objects={objects!r} is not valid; give a positive int (objects per image, default {ESTIMATE_DEFAULTS['objects']})")
+            raise ConfigError(
+                f"objects={objects!r} is not valid; give a positive int (objects per image, default {ESTIMATE_DEFAULTS['objects']})"
+            )
         if fmt not in FORMATS:
             raise ConfigError(f"format={fmt!r} is not valid here; valid: {', '.join(FORMATS)}")
         return cls(objects, fmt, check_bool("plot", plot))

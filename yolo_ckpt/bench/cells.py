@@ -65,7 +65,10 @@ def cell_budget(value) -> Budget | RelativeBudget | None:
         except ValueError:
             factor = math.nan
         if not 0 < factor < math.inf:
-            raise ConfigError(f"memory_budget={value!r} is not valid; valid: bytes with a unit (2GB), a fraction of the CUDA memory (0.6) or a factor of the recompute=none peak (0.6x)")
+            raise ConfigError(
+                f"memory_budget={value!r} is not valid; valid: bytes with a unit (2GB), a fraction of the CUDA memory (0.6) or a "
+                "factor of the recompute=none peak (0.6x)"
+            )
         return RelativeBudget(factor)
     return Budget.parse(value)
 
@@ -86,7 +89,9 @@ def run_name(cell: dict) -> str:
     digest = hashlib.sha1(cell_id(cell).encode()).hexdigest()[:8]
     stem = Path(str(cell["model"])).stem
     recompute = spec_string(cell["recompute"]).replace(",", "+")[:20]
-    return f"{cell['study'] or 'cell'}-{Path(str(cell['dataset'])).stem}-{stem}-{cell['imgsz']}-{recompute}-{cell['recompute_mode']}-{digest}"
+    return (
+        f"{cell['study'] or 'cell'}-{Path(str(cell['dataset'])).stem}-{stem}-{cell['imgsz']}-{recompute}-{cell['recompute_mode']}-{digest}"
+    )
 
 
 def failed(error: BaseException) -> dict:

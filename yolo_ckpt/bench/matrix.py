@@ -112,11 +112,15 @@ def load_matrix(path, overrides: dict | None = None, datasets=None) -> Matrix:
         check_dict_alignment({**DEFAULT_CFG_DICT, **SETTINGS[kind]}, settings)
         owned = sorted(set(settings) & (set(CELL_KEYS) | {"data", "project", "name", "trainer"}))
         if owned:
-            raise ConfigError(f"{path}: settings {owned} are set per cell by the runner; give them as cell keys in grid: (valid: {sorted(CELL_KEYS)})")
+            raise ConfigError(
+                f"{path}: settings {owned} are set per cell by the runner; give them as cell keys in grid: (valid: {sorted(CELL_KEYS)})"
+            )
     elif bad := next((k for k in ("pairs", "objects") if not _positive_int(settings[k])), None):
         raise ConfigError(f"{path}: {bad}={settings[bad]!r} is not valid; valid: an int >= 1")
     elif set(settings) - set(SETTINGS[kind]):
-        raise ConfigError(f"{path}: unknown settings {sorted(set(settings) - set(SETTINGS[kind]))} for kind={kind}; valid: {sorted(SETTINGS[kind])}")
+        raise ConfigError(
+            f"{path}: unknown settings {sorted(set(settings) - set(SETTINGS[kind]))} for kind={kind}; valid: {sorted(SETTINGS[kind])}"
+        )
     blocks = spec.get("grid") or []
     if not isinstance(blocks, list) or not blocks:
         raise ConfigError(f"{path}: grid must be a non-empty list of blocks (key: value or list of values)")
@@ -136,10 +140,25 @@ def load_matrix(path, overrides: dict | None = None, datasets=None) -> Matrix:
     datasets_dir = (path.parent / spec["datasets_dir"]).resolve() if spec.get("datasets_dir") else None
     baseline_keys = spec.get("baseline_keys") or [k for k in CELL_KEYS if k not in {"recompute", "recompute_mode"}]
     if set(baseline_keys) - set(CELL_KEYS):
-        raise ConfigError(f"{path}: baseline_keys {sorted(set(baseline_keys) - set(CELL_KEYS))} are not cell keys; valid: {sorted(CELL_KEYS)}")
+        raise ConfigError(
+            f"{path}: baseline_keys {sorted(set(baseline_keys) - set(CELL_KEYS))} are not cell keys; valid: {sorted(CELL_KEYS)}"
+        )
     if kind == "step" and not {"model", "amp"} <= set(baseline_keys):
-        raise ConfigError(f"{path}: baseline_keys={baseline_keys}: step cells are measured beside their baseline in one process, so model and amp must be among them")
-    matrix = Matrix(spec.get("name") or path.stem, kind, path, settings, cells, list(baseline_keys), datasets_dir, spec.get("description", ""), Path(datasets) if datasets else None)
+        raise ConfigError(
+            f"{path}: baseline_keys={baseline_keys}: step cells are measured beside their baseline in one process, so model and "
+            "amp must be among them"
+        )
+    matrix = Matrix(
+        spec.get("name") or path.stem,
+        kind,
+        path,
+        settings,
+        cells,
+        list(baseline_keys),
+        datasets_dir,
+        spec.get("description", ""),
+        Path(datasets) if datasets else None,
+    )
     for cell in cells:
         _check_cell(matrix, cell)
     return matrix
@@ -155,36 +174,61 @@ def _check_cell(matrix: Matrix, cell: dict) -> None:
     if not is_auto(config.recompute):
         resolve(config.recompute, layout)
     if matrix.kind == "step" and task not in TASKS:
-        raise ConfigError(f"{where}: step cells measure the tasks {', '.join(TASKS)} (yolo_ckpt.memory.measure.training_batch); task={task} needs kind: train")
+        raise ConfigError(
+            f"{where}: step cells measure the tasks {', '.join(TASKS)} (yolo_ckpt.memory.measure.training_batch); task={task} "
+            "needs kind: train"
+        )
     try:
         budget = cell_budget(cell["memory_budget"])  # the form; a fraction's device is checked by run_matrix
     except ValueError as e:
         raise ConfigError(f"{where}: {e}") from None
     relative = isinstance(budget, RelativeBudget)
     if relative and matrix.kind != "step":
-        raise ConfigError(f"{where}: memory_budget={cell['memory_budget']} (relative to recompute=none) is for step cells; give bytes with a unit, e.g. 2GB")
+        raise ConfigError(
+            f"{where}: memory_budget={cell['memory_budget']} (relative to recompute=none) is for step cells; give bytes with a "
+            "unit, e.g. 2GB"
+        )
     if cell["imgsz"] != "fit" and not (isinstance(cell["imgsz"], int) and cell["imgsz"] > 0):
         raise ConfigError(f"{where}: imgsz={cell['imgsz']!r} is not valid; valid: a positive int or 'fit'")
     if cell["amp"] not in {True, False}:
         raise ConfigError(f"{where}: amp={cell['amp']!r} is not valid; valid: true, false")
-    if isinstance(cell["imgsz"], bool) or isinstance(cell["batch"], bool) or not (isinstance(cell["batch"], int) and (cell["batch"] > 0 or cell["batch"] == -1)):
+    if (
+        isinstance(cell["imgsz"], bool)
+        or isinstance(cell["batch"], bool)
+        or not (isinstance(cell["batch"], int) and (cell["batch"] > 0 or cell["batch"] == -1))
+    ):
         raise ConfigError(f"{where}: batch={cell['batch']!r} is not valid; valid: a positive int or -1")
-    planned = [k for k, v in (("recompute=auto", is_auto(cell["recompute"])), ("batch=-1", cell["batch"] == -1), ("imgsz=fit", cell["imgsz"] == "fit")) if v]
+    planned = [
+        k
+        for k, v in (
+            ("recompute=auto", is_auto(cell["recompute"])),
+            ("batch=-1", cell["batch"] == -1),
+            ("imgsz=fit", cell["imgsz"] == "fit"),
+        )
+        if v
+    ]
     if cell["imgsz"] == "fit" and (is_auto(cell["recompute"]) or cell["batch"] == -1):
         raise ConfigError(f"{where}: imgsz=fit needs a named policy and a batch (it is the largest imgsz for them)")
     if relative and (cell["imgsz"] == "fit" or cell["batch"] == -1):
-        raise ConfigError(f"{where}: memory_budget={cell['memory_budget']} is relative to recompute=none at the cell's imgsz and batch: give both")
+        raise ConfigError(
+            f"{where}: memory_budget={cell['memory_budget']} is relative to recompute=none at the cell's imgsz and batch: give both"
+        )
     if planned and budget is None:
         raise ConfigError(f"{where}: {' and '.join(planned)} need memory_budget= (bytes with a unit, e.g. 4GB)")
     if planned and task not in PLANNED_TASKS:
-        raise ConfigError(f"{where}: {' and '.join(planned)} plan memory for the tasks {', '.join(PLANNED_TASKS)}; task={task} needs a named policy, imgsz and batch")
+        raise ConfigError(
+            f"{where}: {' and '.join(planned)} plan memory for the tasks {', '.join(PLANNED_TASKS)}; task={task} needs a named "
+            "policy, imgsz and batch"
+        )
     if cell["tiles"] is not None:
         _check_tiles(where, matrix, cell, task)
     if matrix.kind == "train":
         matrix.data[cell["dataset"]] = _data_yaml(matrix, cell["dataset"])
     if matrix.baseline_of(cell) is None:
         keys = ", ".join(f"{k}={cell[k]}" for k in matrix.baseline_keys)
-        raise ConfigError(f"{where}: no baseline cell (recompute=none, recompute_mode=full) with {keys}; add one to the grid or change baseline_keys")
+        raise ConfigError(
+            f"{where}: no baseline cell (recompute=none, recompute_mode=full) with {keys}; add one to the grid or change baseline_keys"
+        )
 
 
 def _check_tiles(where: str, matrix: Matrix, cell: dict, task: str) -> None:
@@ -233,12 +277,17 @@ def _data_yaml(matrix: Matrix, dataset: str) -> str:
     if str(dataset).endswith((".yaml", ".yml")):
         if Path(dataset).is_file():
             return str(Path(dataset).resolve())
-        raise MissingFileError(f"{matrix.path}: dataset={dataset!r}: no such file; valid: {', '.join(BUILT_IN_DATASETS)}, a data.yaml path, or a dataset name")
+        raise MissingFileError(
+            f"{matrix.path}: dataset={dataset!r}: no such file; valid: {', '.join(BUILT_IN_DATASETS)}, a data.yaml path, or a dataset name"
+        )
     roots = dataset_roots(matrix)
     for root in roots.values():
         if root is not None and (root / dataset / "data.yaml").is_file():
             return str((root / dataset / "data.yaml").resolve())
-    looked = "; ".join(f"{where} {root if root is not None else '(not given)'}{'' if root is None or root.is_dir() else ' (absent)'}" for where, root in roots.items())
+    looked = "; ".join(
+        f"{where} {root if root is not None else '(not given)'}{'' if root is None or root.is_dir() else ' (absent)'}"
+        for where, root in roots.items()
+    )
     raise MissingFileError(
         f"{matrix.path}: dataset={dataset!r} not found: no {dataset}/data.yaml in {looked}; "
         f"give datasets=DIR (a folder holding {dataset}/data.yaml), or use {', '.join(BUILT_IN_DATASETS)} or a data.yaml path"
@@ -252,11 +301,16 @@ def read_results(out: Path) -> pd.DataFrame:
         return pd.DataFrame(columns=["cell", "status"])
     table = pd.read_csv(csv, keep_default_na=False, na_values=[""])
     if not {"cell", "status"} <= set(table.columns):  # e.g. a training run's folder, whose results.csv is Ultralytics'
-        raise ConfigError(f"out={out}: its results.csv is not a bench results table (no cell and status columns); give a new folder or a bench's out folder")
+        raise ConfigError(
+            f"out={out}: its results.csv is not a bench results table (no cell and status columns); give a new folder or a "
+            "bench's out folder"
+        )
     return table
 
 
-def run_matrix(path, out=None, command: str | None = None, overrides: dict | None = None, rerun: bool = False, dry: bool = False, datasets=None) -> pd.DataFrame:
+def run_matrix(
+    path, out=None, command: str | None = None, overrides: dict | None = None, rerun: bool = False, dry: bool = False, datasets=None
+) -> pd.DataFrame:
     """Run the cells of a matrix file not yet in ``<out>/results.csv`` with the same settings; write the CSV, the
     Markdown delta table, the plots and the provenance. A run with no cell to measure writes nothing. Returns the
     results table (one row per cell, file order).
@@ -276,7 +330,10 @@ def run_matrix(path, out=None, command: str | None = None, overrides: dict | Non
     matrix = load_matrix(path, overrides, datasets)
     fractions = [c for c in matrix.cells if isinstance(b := cell_budget(c["memory_budget"]), Budget) and b.is_fraction]
     if fractions and not torch.cuda.is_available():
-        raise ConfigError(f"{path}: memory_budget={fractions[0]['memory_budget']} is a fraction of CUDA memory and this machine has no CUDA device; give bytes with a unit, e.g. 8GB")
+        raise ConfigError(
+            f"{path}: memory_budget={fractions[0]['memory_budget']} is a fraction of CUDA memory and this machine has no CUDA "
+            "device; give bytes with a unit, e.g. 8GB"
+        )
     out = Path(out) if out else Path(ULTRALYTICS_SETTINGS["runs_dir"]) / "bench" / matrix.name
     if out.exists() and not out.is_dir():
         raise ConfigError(f"out={out} is a file; out= is the folder the bench writes its results into")
@@ -285,7 +342,10 @@ def run_matrix(path, out=None, command: str | None = None, overrides: dict | Non
     settings = json.dumps(matrix.settings, sort_keys=True, default=str)
     finished = set(done.loc[(done["status"] == "ok") & (done.get("settings") == settings), "cell"]) if len(done) and not rerun else set()
     todo = [c for c in matrix.cells if cell_id(c) not in finished]
-    LOGGER.info(f"yolo-ckpt bench {matrix.name}: {len(matrix.cells)} cells, {len(matrix.cells) - len(todo)} already in {out / 'results.csv'}, {len(todo)} to run")
+    LOGGER.info(
+        f"yolo-ckpt bench {matrix.name}: {len(matrix.cells)} cells, {len(matrix.cells) - len(todo)} already in "
+        f"{out / 'results.csv'}, {len(todo)} to run"
+    )
     if dry or not todo:
         data = "".join(f"; dataset {k}: {v}" for k, v in matrix.data.items())
         reason = "dry=True" if dry else "every cell is done (rerun=True measures them again)"

@@ -70,11 +70,15 @@ def settle(cell: dict, memory: MemoryModel | None, cuda_available_bytes: int | N
     if out["imgsz"] == "fit":
         out["imgsz"] = memory.largest_imgsz(units, out["budget_bytes"], out["batch"], int(max(memory.strides)))
         if out["imgsz"] == 0:
-            raise ConfigError(f"imgsz=fit: no imgsz fits memory_budget={cell['memory_budget']} at batch={cell['batch']} with recompute={spec}")
+            raise ConfigError(
+                f"imgsz=fit: no imgsz fits memory_budget={cell['memory_budget']} at batch={cell['batch']} with recompute={spec}"
+            )
     if out["batch"] == -1:
         out["batch"] = memory.largest_batch(units, out["budget_bytes"], out["imgsz"])
         if out["batch"] == 0:
-            raise ConfigError(f"batch=-1: not even batch 1 fits memory_budget={cell['memory_budget']} at imgsz={out['imgsz']} with recompute={spec}")
+            raise ConfigError(
+                f"batch=-1: not even batch 1 fits memory_budget={cell['memory_budget']} at imgsz={out['imgsz']} with recompute={spec}"
+            )
     out["recompute"] = memory.plan(out["budget_bytes"], out["batch"], out["imgsz"]).recompute if auto and spec != "all" else spec
     return out
 

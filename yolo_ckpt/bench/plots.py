@@ -32,13 +32,24 @@ def write_plots(matrix, table: pd.DataFrame, out: Path) -> list[Path]:
         for _, row in group.iterrows():
             where = row["dataset"] if matrix.kind == "train" else Path(str(row["model"])).stem
             ax.annotate(f"{where}@{row['imgsz_used']}", (row["time_ratio"], 1 + row["memory_change_pct"] / 100), fontsize=6, alpha=0.7)
-    written.append(_save(fig, ax, out / "memory_vs_time.png", xlabel="step time vs baseline (x)", ylabel="peak memory vs baseline (x)", title=f"{matrix.name}: memory against time"))
+    written.append(
+        _save(
+            fig,
+            ax,
+            out / "memory_vs_time.png",
+            xlabel="step time vs baseline (x)",
+            ylabel="peak memory vs baseline (x)",
+            title=f"{matrix.name}: memory against time",
+        )
+    )
     if matrix.kind == "train" and ok["mAP50-95"].notna().any():
         fig, ax = plt.subplots(figsize=(7, 5))
         for (dataset, policy), group in ok.groupby(["dataset", "policy"]):
             group = group.sort_values("imgsz_used")
             ax.plot(group["imgsz_used"], group["mAP50-95"], marker="o", label=f"{dataset}: {policy}")
-        written.append(_save(fig, ax, out / "map_vs_imgsz.png", xlabel="imgsz", ylabel="mAP50-95", title=f"{matrix.name}: accuracy against imgsz"))
+        written.append(
+            _save(fig, ax, out / "map_vs_imgsz.png", xlabel="imgsz", ylabel="mAP50-95", title=f"{matrix.name}: accuracy against imgsz")
+        )
     if matrix.kind == "train":
         written += _curves(matrix, ok, out)
     return written
@@ -52,7 +63,9 @@ def _curves(matrix, ok: pd.DataFrame, out: Path) -> list[Path]:
     for _, row in ok.iterrows():
         csv = Path(str(row.get("run_dir", ""))) / "results.csv"
         tiled = isinstance(row.get("tiles"), str) and row["tiles"].strip() not in {"", "nan", "None"}
-        label = f"{row['dataset']} {row['policy']} @{row['imgsz_used']:.0f}" + (f" tiles ({row['train_images']:.0f}, val on tiles)" if tiled else "")
+        label = f"{row['dataset']} {row['policy']} @{row['imgsz_used']:.0f}" + (
+            f" tiles ({row['train_images']:.0f}, val on tiles)" if tiled else ""
+        )
         if not csv.is_file():
             if earlier is not None:
                 frames.append(earlier[earlier["cell"] == label])
@@ -80,7 +93,14 @@ def curves_plot(curves: pd.DataFrame, path: Path, title: str) -> Path:
     for label, curve in curves.groupby("cell", sort=False):
         (line,) = ax.plot(curve["epoch"], curve["metrics/mAP50(B)"], marker=".", label=label)
         if curve["full_mAP50"].notna().any():
-            ax.scatter(curve["epoch"].max(), curve["full_mAP50"].iloc[0], marker="*", s=120, color=line.get_color(), label=f"{label}: best, full images")
+            ax.scatter(
+                curve["epoch"].max(),
+                curve["full_mAP50"].iloc[0],
+                marker="*",
+                s=120,
+                color=line.get_color(),
+                label=f"{label}: best, full images",
+            )
     return _save(fig, ax, path, xlabel="epoch", ylabel="validation mAP50", title=title)
 
 

@@ -36,7 +36,11 @@ def provenance(command: str) -> dict:
 def machine_text(machine: dict) -> str:
     """A :func:`provenance` machine as one line: ``AMD EPYC, 2 cores, 1 torch thread, GPU: none``."""
     threads = machine.get("torch_threads")
-    return f"{machine['cpu']}, {machine['cores']} cores" + (f", {threads} torch thread{'s' if threads != 1 else ''}" if threads else "") + f", GPU: {machine['gpu'] or 'none'}"
+    return (
+        f"{machine['cpu']}, {machine['cores']} cores"
+        + (f", {threads} torch thread{'s' if threads != 1 else ''}" if threads else "")
+        + f", GPU: {machine['gpu'] or 'none'}"
+    )
 
 
 def versions_text(versions: dict) -> str:

@@ -12,7 +12,8 @@ parameters, gradients, optimizer state, the batch and activations; on CUDA the a
 over interleaved pairs (cell, baseline): a noisy shared machine slows both alike, and the ratio is what is
 reported. Beside it the FLOP bound of the overhead: 1 + forward FLOPs of the recomputed layers (and of the whole
 final head layer when its branches are recomputed: its decode is a small part) / FLOPs of a whole step without
-recompute (``torch.utils.flop_counter``); the loss region's recomputed mask loss is not in it. It is a bound in FLOPs, not in time: recomputed
+recompute (``torch.utils.flop_counter``); the loss region's recomputed mask loss is not in it. It is a bound in FLOPs,
+not in time: recomputed
 forward convolutions cost less time per FLOP than a step's average (its backward convolutions are slower), so
 measured ratios can come in under it; for ``selective`` it counts the whole forward of each layer, more than is
 recomputed. The recomputations of one step are counted
@@ -47,7 +48,8 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
 
     Returns:
         Per cell: status, imgsz and batch used, recompute (the layers, for auto), layers recomputed, recomputations
-        per step (modules) and images whose mask loss was recomputed per step, peak bytes and MiB, median step time (s), time ratio against the baseline of this process, FLOP
+        per step (modules) and images whose mask loss was recomputed per step, peak bytes and MiB, median step time (s),
+        time ratio against the baseline of this process, FLOP
         bound, and the step's FLOPs. A cell that raises while it is set up or its peak measured gets a
         ``failed`` row; the others go on.
 

@@ -28,6 +28,9 @@ COLUMNS = {  # Markdown columns per kind: results column -> header
 }
 
 
+STEP_MEMORY = "peak bytes a CUDA allocator would count (live tensors on the CPU)"
+TRAIN_MEMORY = "the run report (CUDA allocator peak; CPU: live-tensor probe of one step)"
+
 def policy_label(row) -> str:
     """``backbone``, ``all:selective``; for auto the planned layers too: ``auto (0-4,9)``."""
     label = str(row["recompute"]) + (f":{row['recompute_mode']}" if row["recompute_mode"] != "full" else "")
@@ -66,7 +69,8 @@ def delta_table(matrix, results: pd.DataFrame) -> pd.DataFrame:
     table["policy"] = table.apply(policy_label, axis=1)
     if "weights_sha256" in table:
         table["same_weights"] = [
-            ("yes" if a == b else "no") if isinstance(a, str) and isinstance(b, str) else "" for a, b in zip(table["weights_sha256"], base["weights_sha256"])
+            ("yes" if a == b else "no") if isinstance(a, str) and isinstance(b, str) else ""
+            for a, b in zip(table["weights_sha256"], base["weights_sha256"])
         ]
     table["fits_budget"] = [_fits(b, p) for b, p in zip(table["memory_budget"], table.get("peak_MiB", [float("nan")] * len(table)))]
     return table
@@ -110,7 +114,7 @@ def markdown(matrix, table: pd.DataFrame, record: dict) -> str:
     settings = ", ".join(f"{k}={v}" for k, v in matrix.settings.items() if v is not None)
     lines += [
         "",
-        f"Settings: {settings}. Memory: {'peak bytes a CUDA allocator would count (live tensors on the CPU)' if matrix.kind == 'step' else 'the run report (CUDA allocator peak; CPU: live-tensor probe of one step)'}.",
+        f"Settings: {settings}. Memory: {STEP_MEMORY if matrix.kind == 'step' else TRAIN_MEMORY}.",
         f"Command of the last run: `{record['command']}`",
         "",
     ]

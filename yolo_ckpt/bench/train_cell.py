@@ -38,7 +38,8 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
         training and validation peak memory (MiB) and their source, median step time (s), wall time of the training
         and its validations (s; a tiles cell's full-image validation included), mAP50 and mAP50-95 of the
         task's output or top-1/top-5 (fractions; a tiles cell's on the full val images), ``val_imgsz`` (the imgsz
-        they were validated at), ``train_images`` (the images trained, after ``fraction=``; tiles for a tiles cell) and ``weights_sha256`` of the final
+        they were validated at), ``train_images`` (the images trained, after ``fraction=``; tiles for a tiles cell) and
+        ``weights_sha256`` of the final
         model and EMA state.
 
     Raises:
@@ -67,7 +68,9 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
     if tiles is not None:  # written once per cell; a rerun reuses it (complete: tile_dataset renames it into place)
         imgsz = fit_imgsz(cell, data, settings) if tiles["size"] == "fit" else tiles["size"]
         folder = project.parent / "data" / f"tiles-{run_name(cell)}"
-        train_data = str(folder / "data.yaml") if folder.is_dir() else str(tile_dataset(data, folder, imgsz, tiles["overlap"], cell["imgsz"]))
+        train_data = (
+            str(folder / "data.yaml") if folder.is_dir() else str(tile_dataset(data, folder, imgsz, tiles["overlap"], cell["imgsz"]))
+        )
     overrides = {k: v for k, v in settings.items() if k not in SETTINGS["train"]}
     if settings["device"] is not None:
         overrides["device"] = settings["device"]
@@ -92,7 +95,15 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
     metrics = primary_metrics(report.task, report.metrics)
     weights = weights_sha256(trainer)  # before validating anew, which fuses the model it validates
     if tiles is not None:  # yolo holds the best weights now; validate them on the full images, as the others were
-        full = yolo.val(data=data, imgsz=cell["imgsz"], batch=cell["batch"], plots=False, project=str(trainer.save_dir), name="val-full", **({"device": settings["device"]} if settings["device"] is not None else {}))
+        full = yolo.val(
+            data=data,
+            imgsz=cell["imgsz"],
+            batch=cell["batch"],
+            plots=False,
+            project=str(trainer.save_dir),
+            name="val-full",
+            **({"device": settings["device"]} if settings["device"] is not None else {}),
+        )
         metrics.update({"mAP50": float(full.box.map50), "mAP50-95": float(full.box.map)})
     wall = time.perf_counter() - start
     return {

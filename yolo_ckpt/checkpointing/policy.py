@@ -34,7 +34,8 @@ from ..suggest import did_you_mean
 
 SECTIONS = ("backbone", "neck", "all")
 _INDEX = re.compile(r"[0-9]+")  # ASCII digits: str.isdigit also accepts '²', which int() rejects
-REGIONS = ("head", "loss")  # recomputed regions beyond the layers of model.model (yolo_ckpt.checkpointing.engine, yolo_ckpt.checkpointing.losses)
+# recomputed regions beyond the layers of model.model (yolo_ckpt.checkpointing.engine, yolo_ckpt.checkpointing.losses)
+REGIONS = ("head", "loss")
 # Heads whose loss has a task-aligned assigner (ultralytics/utils/tal.py, built in ultralytics/utils/loss.py by
 # v8DetectionLoss, v8OBBLoss, v8PoseLoss, PoseLoss26, v8SegmentationLoss, SegmentLoss26 and E2ELoss): they have a
 # loss region. RT-DETR, YOLO-World and YOLOE heads are left out (their own losses; YOLOE does not train offline).
@@ -283,7 +284,9 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
     if isinstance(frozen, (str, bytes)) or not isinstance(frozen, (list, tuple, set, frozenset, range)) or not all(
         isinstance(i, int) and not isinstance(i, bool) for i in frozen
     ):
-        raise ConfigError(f"frozen={frozen!r} is not valid; give layer indices (ints), as yolo_ckpt.memory.runspec.frozen_layers(freeze=) reads freeze=")
+        raise ConfigError(
+            f"frozen={frozen!r} is not valid; give layer indices (ints), as yolo_ckpt.memory.runspec.frozen_layers(freeze=) reads freeze="
+        )
     chosen -= layout.param_free | set(frozen)
     indices = tuple(sorted(chosen - {head}))
     return RecomputePolicy(

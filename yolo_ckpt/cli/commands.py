@@ -37,7 +37,10 @@ COMMANDS = {
     "profile": "per-layer memory and FLOPs table and estimated peak of a training step: none against recompute=",
     "plan": "largest imgsz and batch that fit memory_budget= for none, backbone, head, loss, all and auto",
     "compare": "delta table of runs against the first: RUN_DIR_A RUN_DIR_B ... [out=DIR]",
-    "bench": "run a benchmark matrix: matrix=NAME|FILE [out=DIR] [datasets=DIR] [rerun=True] [dry=True] [setting=value] (out: runs/bench/NAME)",
+    "bench": (
+        "run a benchmark matrix: matrix=NAME|FILE [out=DIR] [datasets=DIR] [rerun=True] [dry=True] [setting=value] "
+        "(out: runs/bench/NAME)"
+    ),
     "help": "show this help",
 }
 PROFILE_ONLY = ("plot",)  # keys of cfg/estimate.yaml that plan does not take
@@ -117,7 +120,9 @@ def prepare_train(args: list[str]):
     resume = overrides.get("resume")
     if resume:  # a finished run: stock starts a new one with the defaults (data=coco8.yaml) or fails in the trainer
         if not isinstance(resume, (str, Path)) and not model.ckpt:
-            raise ConfigError(f"resume needs the run's checkpoint, e.g. yolo-ckpt train resume model=path/to/last.pt; model={name} is not one")
+            raise ConfigError(
+                f"resume needs the run's checkpoint, e.g. yolo-ckpt train resume model=path/to/last.pt; model={name} is not one"
+            )
         check_resumable(*((resume,) if isinstance(resume, (str, Path)) else (model.ckpt_path, model.ckpt)))
     trainer = trainer_for(model.task, model)
     trainer.check_keys({**overrides, "model": model.model.yaml if overrides.get("resume") is None else None})  # against the loaded model
@@ -153,7 +158,10 @@ def dataset_on_disk(data: str, task: str) -> dict:
     """
     from ultralytics.data.utils import check_cls_dataset, check_det_dataset
 
-    fetch = f"data={data} is not on disk; profile and plan never download: fetch it first (yolo-ckpt train or yolo train data={data} downloads it)"
+    fetch = (
+        f"data={data} is not on disk; profile and plan never download: fetch it first "
+        f"(yolo-ckpt train or yolo train data={data} downloads it)"
+    )
     with user_input():
         if task != "classify":
             try:
@@ -197,7 +205,9 @@ def estimate_setup(args: list[str], command: str = "plan"):
     config = CkptConfig.from_args(given)  # bad keys fail here, before the model is built
     opts = {**DEFAULT_CFG_DICT, **given, **dataclasses.asdict(EstimateOptions.from_args(given))}
     if not isinstance(opts["batch"], int) or opts["batch"] < 1:
-        raise ConfigError(f"batch={opts['batch']!r}: profile and plan estimate a given batch (an int >= 1); plan gives the largest batch that fits")
+        raise ConfigError(
+            f"batch={opts['batch']!r}: profile and plan estimate a given batch (an int >= 1); plan gives the largest batch that fits"
+        )
     opts["model"] = opts["model"] or DEFAULT_MODELS.get(opts["task"] or "detect", "yolo11n.yaml")
     with user_input():
         yolo = YOLO(opts["model"], task=given.get("task"))
@@ -227,7 +237,8 @@ def _trained_at(opts: dict) -> str:
 
 def profile_table(profile, policy) -> pandas.DataFrame:
     """Per-layer rows of a ``recompute=none`` :class:`~yolo_ckpt.memory.measure.StepProfile` (MiB, GFLOPs), the layers of
-    ``policy`` marked (the final head's row when ``policy.head``: its branches), and a total row: the saved-for-backward column adds up to the total."""
+    ``policy`` marked (the final head's row when ``policy.head``: its branches), and a total row: the saved-for-backward
+    column adds up to the total."""
     import pandas as pd
 
     from ..report.layer_plot import is_recomputed
@@ -253,7 +264,8 @@ def profile(args: list[str]) -> dict:
     """``yolo-ckpt profile``: estimate one training step for none and for ``recompute=`` (default: backbone), for the
     run the keys describe (see :func:`estimate_setup`); the result on stdout, progress and logs on stderr. With
     ``plot=True`` the per-layer picture of the ``none`` estimate, ``recompute=``'s layers marked, beside the phases of
-    the ``recompute=`` estimate (:mod:`yolo_ckpt.report.layer_plot`), goes to ``layers.png`` in a new folder named as ``yolo`` names runs (``project=``,
+    the ``recompute=`` estimate (:mod:`yolo_ckpt.report.layer_plot`), goes to ``layers.png`` in a new folder named as
+    ``yolo`` names runs (``project=``,
     ``name=``; default ``<runs_dir>/profile/profile<N>``); its path is the result's ``plot``."""
     import json
 
@@ -273,17 +285,28 @@ def profile(args: list[str]) -> dict:
         steps.update()
         results = {}
         for name, spec_name, loss in (("none", "none", False), ("policy", recompute, policy.loss)):
-            results[name] = estimate_step(model, opts["imgsz"], opts["batch"], spec.objects, spec_name, mode, spec.optimizer, spec.amp, formulas[loss])
+            results[name] = estimate_step(
+                model, opts["imgsz"], opts["batch"], spec.objects, spec_name, mode, spec.optimizer, spec.amp, formulas[loss]
+            )
             steps.update()
         steps.close()
     table = profile_table(results["none"], policy)
     summary = {
-        "model": opts["model"], "imgsz": opts["imgsz"], "imgsz_given": opts["imgsz_given"], "batch": opts["batch"], "objects": spec.objects, "amp": spec.amp,
+        "model": opts["model"],
+        "imgsz": opts["imgsz"],
+        "imgsz_given": opts["imgsz_given"],
+        "batch": opts["batch"],
+        "objects": spec.objects,
+        "amp": spec.amp,
         "assumed": spec.to_dict(),
-        "recompute": policy.spec, "recompute_mode": mode, "recomputed_layers": policy.layers(), "recomputed_regions": policy.regions(),
+        "recompute": policy.spec,
+        "recompute_mode": mode,
+        "recomputed_layers": policy.layers(),
+        "recomputed_regions": policy.regions(),
         "estimated_peak_bytes": {"none": results["none"].peak_bytes, "policy": results["policy"].peak_bytes},
         "phase_peak_bytes": {k: r.phase_peak_bytes for k, r in results.items()},
-        "loss_bytes": results["none"].loss_bytes, "static_bytes": results["none"].static_bytes,
+        "loss_bytes": results["none"].loss_bytes,
+        "static_bytes": results["none"].static_bytes,
         "layers": table.to_dict("records"),
     }
     if opts["plot"]:
@@ -293,9 +316,14 @@ def profile(args: list[str]) -> dict:
 
         from ..report.layer_plot import layer_plot, write_layer_plot
 
-        title = f"{Path(str(opts['model'])).stem} at imgsz={opts['imgsz']} batch={opts['batch']}, recompute=none's layers (estimate); orange: recompute={policy.spec}"
+        title = (
+            f"{Path(str(opts['model'])).stem} at imgsz={opts['imgsz']} batch={opts['batch']}, "
+            f"recompute=none's layers (estimate); orange: recompute={policy.spec}"
+        )
         # the folder as 'yolo' names a run's: project=, name= (default profile, profile2, ...), exist_ok=
-        folder = get_save_dir(SimpleNamespace(project=opts["project"], name=opts["name"], exist_ok=opts["exist_ok"], task="profile", mode="profile"))
+        folder = get_save_dir(
+            SimpleNamespace(project=opts["project"], name=opts["name"], exist_ok=opts["exist_ok"], task="profile", mode="profile")
+        )
         folder.mkdir(parents=True, exist_ok=True)
         summary["plot"] = str(write_layer_plot(layer_plot(results["none"], policy, title, phases=results["policy"]), folder / "layers.png"))
         print(f"per-layer picture written to {summary['plot']}", file=sys.stderr)
@@ -333,7 +361,8 @@ def plan_setup(args: list[str]):
 
 def plan(args: list[str]) -> list[dict]:
     """``yolo-ckpt plan``: for none, backbone, head, loss (segment models), all (layers, head branches and loss) and
-    auto, the estimated peak at ``imgsz=`` (the largest size it trains at) and ``batch=``, the headroom kept on top of it (CUDA, against a budget in
+    auto, the estimated peak at ``imgsz=`` (the largest size it trains at) and ``batch=``, the headroom kept on top of
+    it (CUDA, against a budget in
     bytes) and the margin left in ``memory_budget=``, the largest imgsz (at ``batch``) and batch (at ``imgsz``) that
     fit, and each policy's recompute cost; for the run the keys describe (see :func:`estimate_setup`). Every peak is
     a fake pass's (the largest imgsz and batch: the composed answer, checked by one; ``MemoryModel.largest_imgsz``).
@@ -357,7 +386,11 @@ def plan(args: list[str]) -> list[dict]:
         for name in TQDM(names, desc="yolo-ckpt plan: checking each policy's peak, largest imgsz and batch"):
             units = memory.units(name if name != "auto" else (auto.recompute if auto else "all"))
             # each row's peak from its fake pass, the check that decides (the composition is close, not exact)
-            cost = auto if name == "auto" and auto else memory.as_plan(units, memory.estimate(memory.spec(units), batch, imgsz).peak_bytes, budget, batch, imgsz)
+            cost = (
+                auto
+                if name == "auto" and auto
+                else memory.as_plan(units, memory.estimate(memory.spec(units), batch, imgsz).peak_bytes, budget, batch, imgsz)
+            )
             rows.append({
                 "recompute": name if name != "auto" else f"auto ({cost.recompute})",
                 "estimated_peak_MiB": cost.estimated_peak_bytes / 2**20,
@@ -369,11 +402,23 @@ def plan(args: list[str]) -> list[dict]:
                 "recompute_GFLOPs": cost.recompute_flops / 1e9,
                 "recompute_pct_of_step": 100 * cost.recompute_cost,
             })
-    result = {"model": opts["model"], "memory_budget_bytes": budget, "memory_headroom": str(headroom), "imgsz": imgsz, "imgsz_given": opts["imgsz_given"], "batch": batch, "assumed": spec.to_dict(), "policies": rows}
+    result = {
+        "model": opts["model"],
+        "memory_budget_bytes": budget,
+        "memory_headroom": str(headroom),
+        "imgsz": imgsz,
+        "imgsz_given": opts["imgsz_given"],
+        "batch": batch,
+        "assumed": spec.to_dict(),
+        "policies": rows,
+    }
     if opts["format"] == "json":
         print(json.dumps(result, indent=2))
     else:
-        print(f"{opts['model']} at imgsz={imgsz}{_trained_at(opts)} batch={batch}, memory_budget={budget / 2**20:.0f} MiB, memory_headroom={headroom}")
+        print(
+            f"{opts['model']} at imgsz={imgsz}{_trained_at(opts)} batch={batch}, memory_budget={budget / 2**20:.0f} MiB, "
+            f"memory_headroom={headroom}"
+        )
         print(spec.describe())
         print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
     return rows
@@ -416,7 +461,9 @@ def bench(args: list[str]):
     bare = [a for a in args if "=" not in a]
     options = dict(key_value(a) for a in args if "=" in a)
     if bare or "matrix" not in options:
-        raise SyntaxError(f"bench takes matrix=NAME or matrix=FILE, optionally out=DIR and settings as key=value; got {' '.join(args) or 'nothing'}")
+        raise SyntaxError(
+            f"bench takes matrix=NAME or matrix=FILE, optionally out=DIR and settings as key=value; got {' '.join(args) or 'nothing'}"
+        )
     matrix, out, datasets = str(options.pop("matrix")), options.pop("out", None), options.pop("datasets", None)
     switches = {k: check_bool(k, options.pop(k, False)) for k in ("rerun", "dry")}
     return run_matrix(matrix, out, command=" ".join(["yolo-ckpt bench", *args]), overrides=options, datasets=datasets, **switches)

@@ -220,7 +220,9 @@ def _loss_samples(model, shape: LossModel, points, amp: bool) -> tuple[np.ndarra
     for batch, imgsz, objects in points:
         # Random predictions of the model's shapes and dtypes: the loss's memory depends on shapes and targets, not
         # on the values, so no real forward pass is needed, whatever the model's size.
-        preds = tree_map(lambda s, batch=batch: torch.rand(batch, *s[0], generator=g).to(s[1]).requires_grad_(), specs[imgsz], is_leaf=_is_spec)
+        preds = tree_map(
+            lambda s, batch=batch: torch.rand(batch, *s[0], generator=g).to(s[1]).requires_grad_(), specs[imgsz], is_leaf=_is_spec
+        )
         data = training_batch(model, batch, imgsz, objects)
         fg = []
         hooks = [a.register_forward_hook(lambda m, args, out, fg=fg: fg.append(out[3].sum(1))) for a in _assigners(model.criterion)]
@@ -255,7 +257,9 @@ def _prediction_specs(model, sizes: list[int], amp: bool) -> dict:
     hook = head.register_forward_pre_hook(lambda m, args: inputs.append(args))
 
     def at(size):  # the head's inputs at another imgsz: (1, C, H, W) with H, W in proportion
-        return lambda t: t.new_empty(*t.shape[:2], *(d * size // first for d in t.shape[2:])) if isinstance(t, torch.Tensor) and t.dim() == 4 else t
+        return lambda t: (
+            t.new_empty(*t.shape[:2], *(d * size // first for d in t.shape[2:])) if isinstance(t, torch.Tensor) and t.dim() == 4 else t
+        )
 
     spec = lambda out: tree_map(lambda t: (t.shape[1:], t.dtype), out)  # noqa: E731
     with fake_mode, torch.no_grad(), cuda_amp_emulated(amp) as autocast, autocast():
@@ -363,7 +367,9 @@ def estimate_step(
     if optimizer_from is not None:  # its state: its static bytes less its parameters, buffers and batch (as ours)
         earlier = optimizer_from
         state = earlier.static_bytes - earlier.input_bytes - (static - inputs)
-        peaks = {p: v + state for p, v in peaks.items()} | {"optimizer": earlier.phase_peak_bytes["optimizer"] - earlier.input_bytes + inputs}
+        peaks = {p: v + state for p, v in peaks.items()} | {
+            "optimizer": earlier.phase_peak_bytes["optimizer"] - earlier.input_bytes + inputs
+        }
     static, fwd_end[0] = static + state, fwd_end[0] + state  # the optimizer state, counted in every phase
     for peaks_of in (accounting.forward_peaks, accounting.backward_peaks):
         peaks_of.update({i: peak + state for i, peak in peaks_of.items()})

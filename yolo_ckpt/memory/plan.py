@@ -2,7 +2,8 @@
 
 A unit is what a plan recomputes or not: a layer of ``model.model`` (a nested layer with its inner blocks one at a
 time, :data:`yolo_ckpt.checkpointing.engine.NESTED_BLOCKS`), ``head`` (the final head's branches) and, for detect, obb, pose and
-segment models (:data:`yolo_ckpt.checkpointing.policy.LOSS_HEADS`), ``loss`` (the loss region, :mod:`yolo_ckpt.checkpointing.losses`: the chunked
+segment models (:data:`yolo_ckpt.checkpointing.policy.LOSS_HEADS`), ``loss`` (the loss region,
+:mod:`yolo_ckpt.checkpointing.losses`: the chunked
 assigner and the segmentation mask loss). The planner
 composes the per-layer and per-module figures of one fake-tensor estimate of ``recompute=none``
 (:func:`yolo_ckpt.memory.estimate.estimate_step`) instead of running a fake pass per candidate:
@@ -29,7 +30,8 @@ Among the unit sets that fit, it picks the one with the least recompute cost (fo
 layers and head branches, and the loss region's mask products, :meth:`MemoryModel.loss_flops`): greedily by bytes
 freed per FLOP, then dropping units that are no longer needed, and never worse than the cheapest named policy
 (backbone, neck, all) that fits. ``loss`` is in every plan where the model has it: the assigner's part recomputes
-nothing, and it bounds the loss's memory where objects are many. The chosen plan is checked with one more fake pass of that policy. A plan is a
+nothing, and it bounds the loss's memory where objects are many. The chosen plan is checked with one more fake pass of
+that policy. A plan is a
 ``recompute=`` value, ``"2,4,6,head,loss"``, that :func:`yolo_ckpt.checkpointing.policy.resolve` reads back to its units.
 
 :class:`MemoryModel` is the one planning entry: ``recompute=auto`` and ``batch=-1`` in the trainers,
@@ -209,7 +211,9 @@ class MemoryModel:
             blocks = [modules[name] for name, _ in parts[i]]
             self.freed[i], self.flops[i] = rows[i].freeable_bytes, rows[i].forward_flops
             # a nested layer's recomputation holds its own saved tensors and one inner block's at a time
-            self.rebuilt[i] = rows[i].freeable_bytes - sum(b.freeable_bytes for b in blocks) + max((b.freeable_bytes for b in blocks), default=0)
+            self.rebuilt[i] = (
+                rows[i].freeable_bytes - sum(b.freeable_bytes for b in blocks) + max((b.freeable_bytes for b in blocks), default=0)
+            )
         branches = [modules[name] for name, _ in parts[self.layout.head]]
         self.freed["head"] = sum(b.freeable_bytes for b in branches)
         self.rebuilt["head"] = max((b.freeable_bytes for b in branches), default=0)
@@ -370,7 +374,11 @@ class MemoryModel:
                 raise PlanError(
                     f"memory_budget={size_text(budget)} is below the smallest plan's need at batch={batch} "
                     f"imgsz={imgsz}: recompute=all needs {size_text(need)} ({need} bytes)"
-                    + (f" and {size_text(self.headroom.need(need))} with memory_headroom={self.headroom}" if self.headroom != NO_HEADROOM else "")
+                    + (
+                        f" and {size_text(self.headroom.need(need))} with memory_headroom={self.headroom}"
+                        if self.headroom != NO_HEADROOM
+                        else ""
+                    )
                     + ". Raise the budget, or lower batch or imgsz"
                 )
             check = self.estimate(self.spec(units), batch, imgsz)
@@ -388,8 +396,16 @@ class MemoryModel:
         headroom = self.headroom.need(peak_bytes) - peak_bytes
         layers = tuple(u for u in units if not isinstance(u, str))
         return Plan(
-            self.spec(units), layers, peak_bytes, budget, self.cost(units, batch, imgsz),
-            int(self._scale(batch, imgsz) * self.step_flops) + 3 * self.loss_flops(batch, imgsz) // 2, batch, imgsz, headroom, self.regions(units),
+            self.spec(units),
+            layers,
+            peak_bytes,
+            budget,
+            self.cost(units, batch, imgsz),
+            int(self._scale(batch, imgsz) * self.step_flops) + 3 * self.loss_flops(batch, imgsz) // 2,
+            batch,
+            imgsz,
+            headroom,
+            self.regions(units),
         )
 
     def estimate(self, recompute, batch: int, imgsz) -> StepProfile:

@@ -103,7 +103,9 @@ def optimizer_rule(name, images: int | None, batch: int, nbs: int, epochs: int) 
     if str(name).lower() != "auto":
         return optimizer_for(name), f"optimizer={name}"
     if images is None:
-        return optimizer_for("auto"), "optimizer=auto: AdamW, as Ultralytics picks for up to 10000 iterations (give data= and epochs= to count them)"
+        return optimizer_for(
+            "auto"
+        ), "optimizer=auto: AdamW, as Ultralytics picks for up to 10000 iterations (give data= and epochs= to count them)"
     iterations = math.ceil(images / max(batch, nbs)) * epochs  # as BaseTrainer._build_train_pipeline counts them
     picked = optimizer_for("auto", iterations)
     return picked, f"optimizer=auto: {picked} for {iterations} iterations ({images} images, {epochs} epochs; MuSGD above 10000)"

@@ -85,7 +85,8 @@ def markdown_table(table, columns: dict) -> list[str]:
 
 
 def compare_runs(run_dirs) -> pandas.DataFrame:
-    """Delta table of runs against the first (the baseline), with each run's task, data and imgsz: training peak memory (MiB and GiB, % change), median
+    """Delta table of runs against the first (the baseline), with each run's task, data and imgsz: training peak memory
+    (MiB and GiB, % change), median
     step time (s, ratio), mAP50 and mAP50-95 of the task's output (boxes, masks or keypoints) or classify's
     top-1/top-5 accuracy (change in points), epochs. Metric columns no run has (a task's absent metrics, runs
     without validation) are left out.

@@ -50,12 +50,20 @@ def layer_plot(profile, policy, title: str, phases=None) -> LayerPlot:
     layers in ``profile``), else ``profile``'s own (a run's probe, which trained with ``policy``)."""
     n = len(profile.layers)
     rows = [
-        {"index": r.index, "type": r.type, "saved_bytes": r.saved_bytes, "recomputed": is_recomputed(policy, r.index, n), "head": r.index == n - 1}
+        {
+            "index": r.index,
+            "type": r.type,
+            "saved_bytes": r.saved_bytes,
+            "recomputed": is_recomputed(policy, r.index, n),
+            "head": r.index == n - 1,
+        }
         for r in profile.layers
     ]
     step = phases or profile
     peaks = {p: step.phase_peak_bytes[p] for p in PHASES}
-    return LayerPlot(rows, step.static_bytes, peaks, step.peak_bytes, max(peaks, key=peaks.get), step.loss_bytes, title, f"recompute={policy.spec}")
+    return LayerPlot(
+        rows, step.static_bytes, peaks, step.peak_bytes, max(peaks, key=peaks.get), step.loss_bytes, title, f"recompute={policy.spec}"
+    )
 
 
 def write_layer_plot(data: LayerPlot, path) -> Path:
@@ -70,7 +78,14 @@ def write_layer_plot(data: LayerPlot, path) -> Path:
     mib = 2**20
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [3, 1]})
     for row in data.layers:
-        ax.bar(row["index"], row["saved_bytes"] / mib, color="tab:orange" if row["recomputed"] else "tab:blue", hatch="//" if row["head"] else None, edgecolor="black", linewidth=0.3)
+        ax.bar(
+            row["index"],
+            row["saved_bytes"] / mib,
+            color="tab:orange" if row["recomputed"] else "tab:blue",
+            hatch="//" if row["head"] else None,
+            edgecolor="black",
+            linewidth=0.3,
+        )
     ax.set_xticks([r["index"] for r in data.layers], [f"{r['index']} {r['type']}" for r in data.layers], rotation=90, fontsize=6)
     ax.set(ylabel="saved for backward (MiB)")
     ax.set_title(data.title, fontsize=9)
@@ -84,8 +99,17 @@ def write_layer_plot(data: LayerPlot, path) -> Path:
     bx.set_xticks(range(len(data.phase_peak_bytes)), list(data.phase_peak_bytes), fontsize=7)
     bx.set(ylabel="peak inside the phase (MiB)", xlabel=f"the loss's own share: {data.loss_bytes / mib:.1f} MiB")
     bx.set_title(f"where the peak is, {data.phases_of}", fontsize=9)
-    bx.legend(handles=[Patch(color="tab:gray", label="parameters, buffers,\noptimizer state, batch"), Patch(color="tab:green", label="the rest of the phase"),
-                       Patch(color="tab:red", label=f"the step's peak:\n{data.peak_bytes / mib:.1f} MiB")], fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=1)
+    bx.legend(
+        handles=[
+            Patch(color="tab:gray", label="parameters, buffers,\noptimizer state, batch"),
+            Patch(color="tab:green", label="the rest of the phase"),
+            Patch(color="tab:red", label=f"the step's peak:\n{data.peak_bytes / mib:.1f} MiB"),
+        ],
+        fontsize=6,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.15),
+        ncol=1,
+    )
     bx.grid(axis="y", alpha=0.3)
     path = Path(path)
     fig.savefig(path, dpi=120, bbox_inches="tight")

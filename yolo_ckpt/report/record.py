@@ -131,7 +131,10 @@ class RunReport:
         """
         schema = data.get("schema_version")
         if schema not in READABLE_SCHEMAS:
-            raise ConfigError(f"{where}: schema_version={schema!r} is not readable by yolo-ckpt {_version()}; readable: {', '.join(map(str, READABLE_SCHEMAS))}")
+            raise ConfigError(
+                f"{where}: schema_version={schema!r} is not readable by yolo-ckpt {_version()}; readable: "
+                f"{', '.join(map(str, READABLE_SCHEMAS))}"
+            )
         for record, keys in ((cls, data), (PlanRecord, data.get("plan") or {})):
             unknown = set(keys) - {f.name for f in dataclasses.fields(record)}
             if unknown:
@@ -147,7 +150,9 @@ class RunReport:
         if peak is None:
             text = "training peak not measured"
         else:
-            source = {"cuda_allocator": "CUDA allocated", "cpu_probe_live_tensors": "CPU live tensors of one step"}.get(self.memory_source, self.memory_source)
+            source = {"cuda_allocator": "CUDA allocated", "cpu_probe_live_tensors": "CPU live tensors of one step"}.get(
+                self.memory_source, self.memory_source
+            )
             if self.memory_probe_images:
                 objects = f", {self.memory_probe_objects} objects" if self.memory_probe_objects is not None else ""
                 source += f" of {self.memory_probe_images} images{objects} at imgsz {self.memory_probe_imgsz}"
@@ -165,7 +170,10 @@ class RunReport:
         plan, mib = self.plan, lambda n: f"~{n / 2**20:.0f} MiB"
         step, policy = self.estimated_step, self.estimated_policy_peak_bytes
         if step is None and plan:  # schema 3: only a planned run estimated, at its planned step
-            step, policy = {"batch": plan.batch, "imgsz": plan.imgsz, "objects": (plan.assumed or {}).get("objects")}, plan.estimated_peak_bytes
+            step, policy = (
+                {"batch": plan.batch, "imgsz": plan.imgsz, "objects": (plan.assumed or {}).get("objects")},
+                plan.estimated_peak_bytes,
+            )
         step = step or {}
         objects = f", {step['objects']} objects per image" if step.get("objects") else ""
         where = f"batch {step.get('batch')}, imgsz {step.get('imgsz')}{objects}"
@@ -230,5 +238,7 @@ def load_report(run_dir) -> RunReport:
     try:
         record = json.loads(path.read_text())
     except json.JSONDecodeError as e:
-        raise ConfigError(f"{path} is not a readable run report ({e.msg}: line {e.lineno} column {e.colno}): the file is truncated or was edited") from None
+        raise ConfigError(
+            f"{path} is not a readable run report ({e.msg}: line {e.lineno} column {e.colno}): the file is truncated or was edited"
+        ) from None
     return RunReport.from_dict(record, path)

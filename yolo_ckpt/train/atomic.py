@@ -81,7 +81,10 @@ def atomic_write(path: str | Path, write: Callable, in_place: Callable | None = 
                 os.unlink(tmp)
         if in_place is None or not (isinstance(e, OSError) and e.errno in NO_ROOM):
             raise
-        LOGGER.warning(f"{path}: no room for an atomic save's temporary copy ({e.strerror}); writing it in place as Ultralytics does (a kill during this write corrupts it)")
+        LOGGER.warning(
+            f"{path}: no room for an atomic save's temporary copy ({e.strerror}); writing it in place as Ultralytics does (a kill "
+            "during this write corrupts it)"
+        )
         in_place()
 
 

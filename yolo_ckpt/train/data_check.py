@@ -92,7 +92,10 @@ def check_labels(data: dict, task: str, fraction: float = 1.0, single_cls: bool 
     """
     nkpt, ndim = data.get("kpt_shape", (0, 0))
     if task == "pose" and (nkpt <= 0 or ndim not in {2, 3}):  # YOLODataset.__init__'s check, before the label scan
-        raise ConfigError(f"data={data.get('yaml_file', '')}: task=pose needs kpt_shape: [keypoints, 2 or 3] (e.g. kpt_shape: [17, 3]), got {data.get('kpt_shape')!r}")
+        raise ConfigError(
+            f"data={data.get('yaml_file', '')}: task=pose needs kpt_shape: [keypoints, 2 or 3] (e.g. kpt_shape: [17, 3]), got "
+            f"{data.get('kpt_shape')!r}"
+        )
     cache, cache_path = scan_labels(data, task, fraction, single_cls)
     found, missing, empty, corrupt, total = cache["results"]
     labels, where = cache["labels"], cache_path.with_suffix("")
@@ -108,13 +111,21 @@ def check_labels(data: dict, task: str, fraction: float = 1.0, single_cls: bool 
         raise ConfigError(f"data={data.get('yaml_file', '')}: all {total} training images are corrupt ({one_line(first)})")
     boxes = sum(len(lb["bboxes"]) for lb in labels)
     if boxes == 0:
-        raise ConfigError(f"data={data.get('yaml_file', '')}: no labels at all for the {total} training images (label files are looked for in {where}: one <image name>.txt per image)")
+        raise ConfigError(
+            f"data={data.get('yaml_file', '')}: no labels at all for the {total} training images (label files are looked for in "
+            f"{where}: one <image name>.txt per image)"
+        )
     segments = sum(len(lb["segments"]) for lb in labels)
     if task in {"segment", "obb"} and segments != boxes:  # YOLODataset.verify_labels' rule, raised there after the run folder is written
-        need = "polygons (class x1 y1 x2 y2 x3 y3 ...)" if task == "segment" else "rotated boxes as 4 corners (class x1 y1 x2 y2 x3 y3 x4 y4)"
+        need = (
+            "polygons (class x1 y1 x2 y2 x3 y3 ...)" if task == "segment" else "rotated boxes as 4 corners (class x1 y1 x2 y2 x3 y3 x4 y4)"
+        )
         raise ConfigError(f"{where}: {boxes - segments} of {boxes} labels are boxes only (class x y w h); task={task} needs {need}")
     if total and (missing + empty) / total > BACKGROUND_WARNING:
-        LOGGER.warning(f"{where}: {missing + empty} of {total} training images have no labels (background images); more than {BACKGROUND_WARNING:.0%} is unusual: check the labels folder")
+        LOGGER.warning(
+            f"{where}: {missing + empty} of {total} training images have no labels (background images); more than "
+            f"{BACKGROUND_WARNING:.0%} is unusual: check the labels folder"
+        )
 
 
 def check_train_labels(trainer_cls: type, task: str, args) -> None:

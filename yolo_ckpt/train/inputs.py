@@ -31,7 +31,9 @@ def check_imgsz(imgsz) -> None:
     sizes = imgsz if isinstance(imgsz, (list, tuple)) else [imgsz]
     sizes = [int(s) if isinstance(s, str) and s.isnumeric() else s for s in sizes]  # check_imgsz's "640"
     if not sizes or not all(isinstance(s, numbers.Real) and not isinstance(s, bool) and s > 0 for s in sizes):
-        raise ConfigError(f"imgsz={imgsz!r} is not a training size: imgsz= takes a number of pixels > 0 (e.g. imgsz=640), or a list of them")
+        raise ConfigError(
+            f"imgsz={imgsz!r} is not a training size: imgsz= takes a number of pixels > 0 (e.g. imgsz=640), or a list of them"
+        )
 
 
 def check_device(device) -> None:
@@ -73,7 +75,9 @@ def check_project(project) -> None:
     path = Path(str(project)).expanduser()
     existing = next((p for p in (path, *path.parents) if p.exists()), None)
     if existing is not None and not existing.is_dir():
-        raise ConfigError(f"project={project}: {existing} is a file; project= is the folder runs are saved under (a new or existing folder)")
+        raise ConfigError(
+            f"project={project}: {existing} is a file; project= is the folder runs are saved under (a new or existing folder)"
+        )
 
 
 def check_model_path(model) -> None:

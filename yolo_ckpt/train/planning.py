@@ -43,7 +43,10 @@ def check_planning(trainer_cls: type, task: str, config: CkptConfig, overrides: 
     if cpu and budget is not None:
         budget.bytes(None)  # raises for a fraction, which needs a CUDA device
     if auto and cpu and budget is None:
-        raise ConfigError("recompute=auto on the CPU needs memory_budget= (bytes with a unit, e.g. memory_budget=8GB): there is no device memory to plan for")
+        raise ConfigError(
+            "recompute=auto on the CPU needs memory_budget= (bytes with a unit, e.g. memory_budget=8GB): there is no device "
+            "memory to plan for"
+        )
     what = "recompute=auto" if auto else "batch=-1" if autobatch and not (cpu and budget is None) else None
     if what and (task not in PLANNED_TASKS or issubclass(trainer_cls, NOT_PLANNED)):
         raise ConfigError(
@@ -70,7 +73,10 @@ def budget_bytes(trainer) -> int:
         return int(autobatch_fraction(trainer.args.batch) * available)
     budget = given.bytes(available)
     if available is not None and budget > available:
-        raise PlanError(f"memory_budget={given} ({size_text(budget)}) is more than the {size_text(available)} of CUDA memory available on {trainer.device}")
+        raise PlanError(
+            f"memory_budget={given} ({size_text(budget)}) is more than the {size_text(available)} of CUDA memory available on "
+            f"{trainer.device}"
+        )
     return budget
 
 
@@ -81,7 +87,9 @@ def plan_run(trainer, batch: int):
     from ..memory.planned_run import planned_run
 
     counts = trainer.planned.counts if trainer.planned else None
-    trainer.planned = planned_run(trainer.args, unwrap_model(trainer.model), trainer.ckpt_config, trainer.device.type, trainer.data, batch=batch, counts=counts)
+    trainer.planned = planned_run(
+        trainer.args, unwrap_model(trainer.model), trainer.ckpt_config, trainer.device.type, trainer.data, batch=batch, counts=counts
+    )
     trainer.run_spec = trainer.planned.spec
     LOGGER.info(f"{PREFIX}memory model {trainer.run_spec.describe()}")
     return trainer.planned
@@ -133,7 +141,9 @@ def planned_batch(trainer) -> int:
             batch = max(estimated, 1)
     elif estimated < 1:
         need = memory.headroom.need(memory.peak(units, 1, imgsz))
-        raise PlanError(f"memory_budget={size_text(budget)} is below batch=1's estimated need of {size_text(need)} at imgsz={imgsz} with {policy}")
+        raise PlanError(
+            f"memory_budget={size_text(budget)} is below batch=1's estimated need of {size_text(need)} at imgsz={imgsz} with {policy}"
+        )
     else:
         batch = estimated
     LOGGER.info(f"{PREFIX}batch={batch} for memory_budget={size_text(budget)} at imgsz={imgsz} ({policy.spec})")
@@ -163,14 +173,24 @@ def estimate_step_peaks(trainer, task: str) -> None:
     if not trainer.ckpt_config.estimate:
         trainer.estimate_skipped = "estimate=False"
     elif task not in PLANNED_TASKS or isinstance(trainer, NOT_PLANNED) or not isinstance(unwrap_model(trainer.model), BaseModel):
-        trainer.estimate_skipped = f"the memory model does not cover {type(trainer).__name__} with {type(unwrap_model(trainer.model)).__name__}"
+        trainer.estimate_skipped = (
+            f"the memory model does not cover {type(trainer).__name__} with {type(unwrap_model(trainer.model)).__name__}"
+        )
     if trainer.estimate_skipped:
         return
     start = time.process_time()
     run = trainer.planned or plan_run(trainer, trainer.batch_size)
     memory, batch, policy = run.memory_model(), trainer.batch_size, trainer.policy
-    peaks = trainer.estimated_peaks = {name: memory.peak(memory.units(units), batch, run.imgsz) for name, units in (("none", "none"), ("all", "all"), ("policy", policy))}
-    trainer.estimated_step = {"batch": batch, "imgsz": run.imgsz, "objects": run.spec.objects, "device": run.spec.device, "amp": run.spec.amp}
+    peaks = trainer.estimated_peaks = {
+        name: memory.peak(memory.units(units), batch, run.imgsz) for name, units in (("none", "none"), ("all", "all"), ("policy", policy))
+    }
+    trainer.estimated_step = {
+        "batch": batch,
+        "imgsz": run.imgsz,
+        "objects": run.spec.objects,
+        "device": run.spec.device,
+        "amp": run.spec.amp,
+    }
     LOGGER.info(
         f"{PREFIX}estimated at batch {batch}, imgsz {run.imgsz}: {policy.spec} {size_text(peaks['policy'])}, "
         f"none {size_text(peaks['none'])}, all {size_text(peaks['all'])} "

@@ -38,4 +38,7 @@ def check_resumable(path, ckpt: dict | None = None) -> None:
     best = weights.with_name("best.pt")
     data = (ckpt.get("train_args") or {}).get("data")
     new_run = f"yolo-ckpt train model={best if best.is_file() else weights}" + (f" data={data}" if data else "")
-    raise ConfigError(f"resume: the run {weights.parent.parent} is finished ({weights} has no optimizer state to resume); start a new run from its weights: {new_run}")
+    raise ConfigError(
+        f"resume: the run {weights.parent.parent} is finished ({weights} has no optimizer state to resume); start a new run from "
+        f"its weights: {new_run}"
+    )

@@ -47,6 +47,12 @@ from .run_dir import restored_on_failure, run_dir_state
 from .run_stats import cuda_peak, keep_probe_batch, start_stats
 from .tasks import task_defaults, task_of
 
+# batch=-1 on the CPU without a budget: what stock does, said once
+STOCK_BATCH = (
+    "batch=-1 on the CPU without memory_budget=: AutoBatch's default batch 16, as stock; "
+    "memory_budget= plans the largest batch that fits"
+)
+
 
 class CheckpointTrainerMixin:
     """Adds activation checkpointing and the run report to an Ultralytics task trainer (place it first).
@@ -115,7 +121,7 @@ class CheckpointTrainerMixin:
         ``memory_budget=`` stock (AutoBatch's default batch 16, with its warning, no dataset cap); else the memory
         model's batch, or on CUDA AutoBatch's on the patched model (:func:`~yolo_ckpt.train.planning.planned_batch`)."""
         if self.device.type != "cuda" and self.ckpt_config.memory_budget is None:
-            LOGGER.warning(f"{PREFIX}batch=-1 on the CPU without memory_budget=: AutoBatch's default batch 16, as stock; memory_budget= plans the largest batch that fits")
+            LOGGER.warning(f"{PREFIX}{STOCK_BATCH}")
             return super().auto_batch()
         return planned_batch(self)
 
