@@ -338,7 +338,6 @@ def run_matrix(
     if out.exists() and not out.is_dir():
         raise ConfigError(f"out={out} is a file; out= is the folder the bench writes its results into")
     done = read_results(out)
-    out.mkdir(parents=True, exist_ok=True)
     settings = json.dumps(matrix.settings, sort_keys=True, default=str)
     finished = set(done.loc[(done["status"] == "ok") & (done.get("settings") == settings), "cell"]) if len(done) and not rerun else set()
     todo = [c for c in matrix.cells if cell_id(c) not in finished]
