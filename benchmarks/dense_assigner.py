@@ -1,10 +1,10 @@
 """The chunked assigner on a dense detection step: peak and step time of ``recompute=all`` with the stock assigner
-against ``all`` with the chunked one (the loss region, ``yolo_ckpt.assigner``), yolo11n at imgsz 1024, batch 1, 600
+against ``all`` with the chunked one (the loss region, ``yolo_ckpt.checkpointing.assigner``), yolo11n at imgsz 1024, batch 1, 600
 objects of 8-28 px (issue 21's dense case), one CPU thread::
 
-    python -m yolo_ckpt.bench.dense_assigner out=benchmarks/results/dense [objects=600] [imgsz=1024] [steps=5]
+    python -m benchmarks.dense_assigner out=benchmarks/results/dense [objects=600] [imgsz=1024] [steps=5]
 
-Peak: live-tensor bytes of one training step (:func:`yolo_ckpt.memory.profile_step`: forward, loss, backward,
+Peak: live-tensor bytes of one training step (:func:`yolo_ckpt.memory.measure.profile_step`: forward, loss, backward,
 AdamW step). Time: forward, loss and backward, median over ``steps`` interleaved pairs (stock assigner, chunked), so
 that a shared machine's load slows both alike. The assignments are checked equal (every output, ``torch.equal``).
 """
@@ -21,10 +21,10 @@ from ultralytics import YOLO
 from ultralytics.utils import DEFAULT_CFG
 
 from yolo_ckpt import apply_checkpointing, count_recomputations
-from yolo_ckpt.losses import remove_loss_region
-from yolo_ckpt.memory import profile_step
-
-from .results_io import provenance, publish
+from yolo_ckpt.bench.results_io import provenance, publish
+from yolo_ckpt.checkpointing.losses import remove_loss_region
+from yolo_ckpt.cli.args import key_value
+from yolo_ckpt.memory.measure import profile_step
 
 
 def dense_batch(imgsz: int, objects: int, seed: int = 0) -> dict:
@@ -52,7 +52,7 @@ def step_seconds(model, batch: dict) -> float:
 
 
 def main(argv: list[str]) -> dict:
-    opts = dict(a.split("=", 1) for a in argv)
+    opts = dict(key_value(a) for a in argv)
     imgsz, objects, steps = int(opts.get("imgsz", 1024)), int(opts.get("objects", 600)), int(opts.get("steps", 5))
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -87,7 +87,7 @@ def main(argv: list[str]) -> dict:
             times[name].append(step_seconds(model, batch))
     median = {name: statistics.median(t) for name, t in times.items()}
     result = {
-        **provenance(" ".join(["python -m yolo_ckpt.bench.dense_assigner", *argv])),
+        **provenance(" ".join(["python -m benchmarks.dense_assigner", *argv])),
         "load_average_1_5_15min": os.getloadavg(),
         "model": "yolo11n.yaml", "imgsz": imgsz, "batch": 1, "objects_per_image": objects, "object_px": [8, 28],
         "recompute": "all", "peak_bytes": peaks, "chunked_assignments_in_probe": counts, "assignment_equal": equal,

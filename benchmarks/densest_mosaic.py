@@ -5,10 +5,10 @@ in ``1 +- scale`` (``scale=0.5`` by default): at 0.5 the square shows the whole 
 all their objects. That is why Ultralytics' ``DetectionTrainer.auto_batch`` and the memory model plan for the data's
 most objects in one image x 4. This benchmark builds that batch from the dataset's four densest images (each
 letterboxed to imgsz / 2 by Ultralytics' dataset, without augmentation, and laid 2 x 2: the mosaic at scale 0.5 less
-its random placement), measures one CPU training step of it (:func:`yolo_ckpt.memory.profile_step`, fp32,
+its random placement), measures one CPU training step of it (:func:`yolo_ckpt.memory.measure.profile_step`, fp32,
 ``recompute=none``) and puts the estimate beside it, at the batch's own object count and at the planner's bound.
 
-    python -m yolo_ckpt.bench.densest_mosaic data=../shared/datasets/monuseg/data.yaml out=benchmarks/results/densest-mosaic
+    python -m benchmarks.densest_mosaic data=../shared/datasets/monuseg/data.yaml out=benchmarks/results/densest-mosaic
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from ultralytics.cfg import get_cfg
 from ultralytics.data import YOLODataset
 from ultralytics.data.utils import check_det_dataset
 
-from yolo_ckpt.cli import estimate_setup
+from yolo_ckpt.bench.results_io import provenance, publish
+from yolo_ckpt.cli.args import key_value
+from yolo_ckpt.cli.commands import estimate_setup
 from yolo_ckpt.errors import ConfigError
-from yolo_ckpt.estimate import estimate_step
-from yolo_ckpt.memory import profile_step
-
-from .results_io import provenance, publish
+from yolo_ckpt.memory.estimate import estimate_step
+from yolo_ckpt.memory.measure import profile_step
 
 
 def densest_mosaic(data: str, imgsz: int) -> tuple[dict, list[int]]:
@@ -60,7 +60,7 @@ def densest_mosaic(data: str, imgsz: int) -> tuple[dict, list[int]]:
 
 
 def main(argv: list[str]) -> dict:
-    opts = dict(a.split("=", 1) for a in argv)
+    opts = dict(key_value(a) for a in argv)
     imgsz = int(opts.get("imgsz", 1024))
     batch, counts = densest_mosaic(opts["data"], imgsz)
     # the model and the objects bound as `yolo-ckpt plan` takes them for these keys (the data's classes; its most x 4)
@@ -72,7 +72,7 @@ def main(argv: list[str]) -> dict:
     estimates = {n: estimate_step(model, imgsz, 1, n, "none", flops=False).peak_bytes for n in (objects, bound)}
     model_cfg = keys_read["model"]
     result = {
-        **provenance(" ".join(["python -m yolo_ckpt.bench.densest_mosaic", *argv])),
+        **provenance(" ".join(["python -m benchmarks.densest_mosaic", *argv])),
         "model": model_cfg, "data": opts["data"], "imgsz": imgsz, "batch": 1, "amp": False, "device": "cpu",
         "objects_of_the_four_images": counts, "objects": objects, "objects_bound": bound,
         "measured_peak_bytes": measured.peak_bytes, "measured_loss_bytes": measured.loss_bytes,
@@ -86,7 +86,7 @@ def main(argv: list[str]) -> dict:
         f"{estimates[objects] / mib:.0f} ({estimates[objects] / measured.peak_bytes:.2f}x) | "
         f"{estimates[bound] / mib:.0f} ({bound}; {estimates[bound] / measured.peak_bytes:.2f}x) |",
         "",
-        "CPU fp32, recompute=none, one step with AdamW's state (yolo_ckpt.memory.profile_step).",
+        "CPU fp32, recompute=none, one step with AdamW's state (yolo_ckpt.memory.measure.profile_step).",
     ]
     publish(result, lines, opts.get("out"))
     return result

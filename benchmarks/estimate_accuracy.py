@@ -2,10 +2,10 @@
 
 For YOLO11n-seg and YOLO26n-seg (one class, fp32, ``recompute=none``, AdamW), batch 1 and 2, imgsz 256, 384 and 512
 (up to 3.2x the loss calibration's largest size) and 20 to 600 grid-laid objects per image
-(:func:`yolo_ckpt.memory.training_batch`): :func:`yolo_ckpt.estimate.estimate_step` against
-:func:`yolo_ckpt.memory.profile_step`. The segmentation estimate must never fall under the measurement.
+(:func:`yolo_ckpt.memory.measure.training_batch`): :func:`yolo_ckpt.memory.estimate.estimate_step` against
+:func:`yolo_ckpt.memory.measure.profile_step`. The segmentation estimate must never fall under the measurement.
 
-    python -m yolo_ckpt.bench.estimate_accuracy out=benchmarks/results/estimate-accuracy
+    python -m benchmarks.estimate_accuracy out=benchmarks/results/estimate-accuracy
 """
 
 from __future__ import annotations
@@ -17,17 +17,17 @@ import torch
 from ultralytics.cfg import get_cfg
 from ultralytics.nn.tasks import SegmentationModel
 
-from yolo_ckpt.estimate import estimate_step
-from yolo_ckpt.memory import profile_step, training_batch
-
-from .results_io import provenance, publish
+from yolo_ckpt.bench.results_io import provenance, publish
+from yolo_ckpt.cli.args import key_value
+from yolo_ckpt.memory.estimate import estimate_step
+from yolo_ckpt.memory.measure import profile_step, training_batch
 
 MODELS = ("yolo11n-seg.yaml", "yolo26n-seg.yaml")
 STEPS = tuple(itertools.product((1, 2), (256, 384, 512), (20, 100, 300, 600)))  # (batch, imgsz, objects per image)
 
 
 def main(argv: list[str]) -> dict:
-    opts = dict(a.split("=", 1) for a in argv)
+    opts = dict(key_value(a) for a in argv)
     rows = []
     for cfg in MODELS:
         torch.manual_seed(0)
@@ -42,7 +42,7 @@ def main(argv: list[str]) -> dict:
                 "measured_loss_share": measured.loss_bytes / measured.peak_bytes,
                 "error": estimated.peak_bytes / measured.peak_bytes - 1,
             })
-    result = {**provenance(" ".join(["python -m yolo_ckpt.bench.estimate_accuracy", *argv])), "steps": rows}
+    result = {**provenance(" ".join(["python -m benchmarks.estimate_accuracy", *argv])), "steps": rows}
     lines = ["| model | batch | imgsz | objects | measured MiB | loss share | estimated MiB | error |", "|---|---|---|---|---|---|---|---|"]
     lines += [
         f"| {r['model']} | {r['batch']} | {r['imgsz']} | {r['objects']} | {r['measured_peak_bytes'] / 2**20:.0f} | "

@@ -5,7 +5,7 @@ take on this machine, and the recompute cost of the auto plan against the cheape
 same budget (a budget halfway between the 'all' and 'none' estimates). Then the timing targets (:data:`TIMING_TARGETS`):
 a plan for yolo11x at imgsz 2048 batch 16, and for yolov9e-seg at imgsz 1280 batch 1 with 800 objects per image.
 
-    python -m yolo_ckpt.bench.memory_model_benchmark out=benchmarks/results/memory-model
+    python -m benchmarks.memory_model_benchmark out=benchmarks/results/memory-model
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from ultralytics import YOLO
 from ultralytics.nn.tasks import BaseModel
 from ultralytics.utils import DEFAULT_CFG
 
+from yolo_ckpt.bench.results_io import provenance, publish
+from yolo_ckpt.cli.args import key_value
 from yolo_ckpt.config import Budget
-from yolo_ckpt.estimate import calibrate_loss, estimate_step
-from yolo_ckpt.planner import MemoryModel
-
-from .results_io import provenance, publish
+from yolo_ckpt.memory.estimate import calibrate_loss, estimate_step
+from yolo_ckpt.memory.plan import MemoryModel
 
 
 def build(cfg: str) -> BaseModel:
@@ -77,21 +77,34 @@ def timed_plan(cfg: str, imgsz: int, batch: int, objects: int, budget: str, targ
     model = build(cfg)
     t = time.perf_counter()
     plan = MemoryModel(model, imgsz, batch, objects).plan(Budget.parse(budget).bytes(None), batch, imgsz)
-    return {"model": cfg, "imgsz": imgsz, "batch": batch, "objects_per_image": objects, "budget": budget,
-            "recompute": plan.recompute, "estimated_peak_bytes": plan.estimated_peak_bytes, "plan_s": time.perf_counter() - t, "target_s": target_s}
+    return {
+        "model": cfg,
+        "imgsz": imgsz,
+        "batch": batch,
+        "objects_per_image": objects,
+        "budget": budget,
+        "recompute": plan.recompute,
+        "estimated_peak_bytes": plan.estimated_peak_bytes,
+        "plan_s": time.perf_counter() - t,
+        "target_s": target_s,
+    }
 
 
 def main(argv: list[str]) -> dict:
-    opts = dict(a.split("=", 1) for a in argv)
+    opts = dict(key_value(a) for a in argv)
     cases = [case("yolo11n.yaml", 1536, 8), case("yolo11s.yaml", 1536, 8)]
     targets = [timed_plan(*t) for t in TIMING_TARGETS]
     result = {
-        **provenance(" ".join(["python -m yolo_ckpt.bench.memory_model_benchmark", *argv])),
+        **provenance(" ".join(["python -m benchmarks.memory_model_benchmark", *argv])),
         "load_average_1_5_15min": os.getloadavg(),  # the machine is shared: the seconds depend on it
         "cases": cases,
         "plan_timing_targets": targets,
     }
-    lines = ["| model | imgsz | batch | none GiB | backbone GiB | all GiB | auto GiB (budget) | auto GFLOPs | best named fitting | estimate s | plan s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model | imgsz | batch | none GiB | backbone GiB | all GiB | auto GiB (budget) | auto GFLOPs | best named fitting | "
+        "estimate s | plan s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for c in cases:
         p = {k: v / 2**30 for k, v in c["estimated_peak_bytes"].items()}
         named = f"{c['best_named_fitting']} ({c['best_named_recompute_gflops']:.1f} GFLOPs)" if c["best_named_fitting"] else "none fits"
@@ -106,7 +119,10 @@ def main(argv: list[str]) -> dict:
             f"Plan for {t['model']} imgsz {t['imgsz']} batch {t['batch']}, {t['objects_per_image']} objects (budget {t['budget']}): "
             f"{t['plan_s']:.1f} s (target < {t['target_s']} s), recompute={t['recompute']}"
         )
-    lines.append(f"Load average (1, 5, 15 min) at the end: {', '.join(f'{v:.2f}' for v in result['load_average_1_5_15min'])} on {os.cpu_count()} cores")
+    lines.append(
+        f"Load average (1, 5, 15 min) at the end: {', '.join(f'{v:.2f}' for v in result['load_average_1_5_15min'])} on "
+        f"{os.cpu_count()} cores"
+    )
     publish(result, lines, opts.get("out"))
     return result
 

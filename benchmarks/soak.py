@@ -7,7 +7,7 @@ through the engine (counters, the recomputed classes' caches, callbacks, saved t
 make the recomputed run's slopes steeper than stock's. Each arm runs in a fresh interpreter, so one cannot inherit
 the other's memory.
 
-    python -m yolo_ckpt.bench.soak out=benchmarks/results/soak [epochs=30]
+    python -m benchmarks.soak out=benchmarks/results/soak [epochs=30]
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import sys
 
 import numpy as np
 
-from .results_io import provenance, publish
+from yolo_ckpt.bench.results_io import provenance, publish
+from yolo_ckpt.cli.args import key_value
 
 ARMS = ("stock", "none", "all")
 WARMUP_EPOCHS = 5  # allocator pools, dataset caches and the optimizer state settle in the first epochs
@@ -69,11 +70,11 @@ def slope(rows: list[dict], key: str) -> float:
 
 
 def main(argv: list[str]) -> None:
-    options = dict(a.split("=", 1) for a in argv)
+    options = dict(key_value(a) for a in argv)
     epochs, out = int(options.get("epochs", 30)), options.get("out")
     import tempfile
 
-    from yolo_ckpt.synthetic import synthetic_dataset
+    from yolo_ckpt.data.synthetic import synthetic_dataset
 
     data = str(synthetic_dataset("detect"))
     context = multiprocessing.get_context("spawn")
@@ -98,9 +99,12 @@ def main(argv: list[str]) -> None:
     ]
     for arm, rows in runs.items():
         s = slopes[arm]
-        lines.append(f"| {arm} | {s['rss_mib']:+.3f} | {s['tensors']:+.2f} | {s['tensor_mib']:+.4f} | {rows[-1]['rss_mib']:.0f} | {rows[-1]['tensors']} |")
+        lines.append(
+            f"| {arm} | {s['rss_mib']:+.3f} | {s['tensors']:+.2f} | {s['tensor_mib']:+.4f} | {rows[-1]['rss_mib']:.0f} | "
+            f"{rows[-1]['tensors']} |"
+        )
     lines += ["", "Within the limits: " + ", ".join(f"recompute={arm} {'yes' if ok else 'NO'}" for arm, ok in verdict.items()) + "."]
-    result = {**provenance(" ".join(["python -m yolo_ckpt.bench.soak", *argv])), "epochs": epochs, "limits": LIMITS,
+    result = {**provenance(" ".join(["python -m benchmarks.soak", *argv])), "epochs": epochs, "limits": LIMITS,
               "slopes": slopes, "within_limits": verdict, "per_epoch": runs}
     publish(result, lines, out)
 

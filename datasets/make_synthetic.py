@@ -2,7 +2,7 @@
 
 import sys
 
-from yolo_ckpt.synthetic import TASKS, synthetic_dataset
+from yolo_ckpt.data.synthetic import TASKS, synthetic_dataset
 
 if __name__ == "__main__":
     seed = int(sys.argv[1]) if len(sys.argv) > 1 else 0

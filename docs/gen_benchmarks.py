@@ -76,8 +76,8 @@ def render() -> str:
         "Every result committed under `benchmarks/results/`, as its run wrote it (a matrix's rows grouped by the machine, "
         "versions and date they were measured on), with the machine of its last run and the command that reproduces "
         "it (run from the repository root). Each matrix folder also holds `matrix.yaml` (the file that ran), "
-        "`results.csv` (each row with its machine, versions and date) and PNG plots. A matrix that names shared datasets finds them through "
-        "`datasets_dir:`, relative to the matrix file. How to read the tables: [Benchmarks](index.md).\n"
+        "`results.csv` (each row with its machine, versions and date) and PNG plots. A matrix that names shared "
+        "datasets finds them through `datasets_dir:`, relative to the matrix file. How to read the tables: [Benchmarks](index.md).\n"
     )
     return "\n".join([intro, *(render_result(f) for f in folders)])
 

@@ -44,10 +44,15 @@ def pytest_sessionfinish(session, exitstatus):
 
 def pytest_collection_modifyitems(items):
     """Every test that takes the ``shared_datasets`` fixture is marked ``real_data``: -m "not real_data" leaves out
-    what needs ../shared/datasets."""
+    what needs ../shared/datasets. A test marked ``cuda`` is skipped, saying so, where there is no CUDA device."""
+    import torch
+
+    no_cuda = pytest.mark.skip(reason="needs a CUDA device; this machine has none")
     for item in items:
         if "shared_datasets" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.real_data)
+        if item.get_closest_marker("cuda") and not torch.cuda.is_available():
+            item.add_marker(no_cuda)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -61,7 +66,7 @@ def synthetic_cache(tmp_path_factory):
 @pytest.fixture(scope="session")
 def synthetic(synthetic_cache):
     """``synthetic(task)`` -> the built-in synthetic dataset of ``task`` (generated once per session)."""
-    from yolo_ckpt.synthetic import synthetic_dataset
+    from yolo_ckpt.data.synthetic import synthetic_dataset
 
     return lambda task="detect": str(synthetic_dataset(task))
 
@@ -70,7 +75,8 @@ def synthetic(synthetic_cache):
 def shared_run(synthetic, tmp_path_factory):
     """``shared_run(model, task="detect", trainer=None, **kw)`` -> ``(trainer, recompute counter)`` of
     ``helpers.train`` (``model`` a YAML name, ``kw`` hashable training keys) on the built-in synthetic dataset of
-    ``task``, trained once per session for each set of arguments and torch thread count, in a run folder of its own. For tests that only read a finished run (several
+    ``task``, trained once per session for each set of arguments and torch thread count, in a run folder of its own. For
+    tests that only read a finished run (several
     compare against the same stock run): the thread count is part of the key because bit-equality holds between runs
     under the same setting. Callers leave what others read as they found it (weights, EMA, args, the run report)."""
     import torch

@@ -70,7 +70,7 @@ def train(model, data, project, name, trainer=None, callbacks=(), **kw):
     from ultralytics.engine.model import Model
 
     from yolo_ckpt import count_recomputations
-    from yolo_ckpt.trainer import CheckpointTrainerMixin
+    from yolo_ckpt.train.trainer import CheckpointTrainerMixin
 
     if trainer is not None and issubclass(trainer, CheckpointTrainerMixin):
         kw.setdefault("estimate", False)  # the set-up estimate: tested on the runs that plan (they reuse their model)

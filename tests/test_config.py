@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 import yaml
 
-from yolo_ckpt.assigner import DEFAULT_ASSIGN_CHUNK
+from yolo_ckpt.checkpointing.assigner import DEFAULT_ASSIGN_CHUNK
 from yolo_ckpt.config import (
     DEFAULTS_PATH,
     ESTIMATE_DEFAULTS_PATH,
@@ -41,8 +41,16 @@ def test_task_default_given_values_and_other_keys():
     assert CkptConfig.from_args({}, "classify").recompute == "backbone"
     assert CkptConfig.from_args({"recompute": "all", "imgsz": "bogus", "bogus": 1}, "segment").recompute == "all"
     assert [CkptConfig.from_args({"recompute": v}).recompute for v in (None, 6, (0, 1, 2), "auto")] == ["none", "6", "0,1,2", "auto"]
-    config = CkptConfig.from_args({"memory_budget": "12GB", "memory_headroom": "1.2x", "loss_chunk": 7, "assign_chunk": 3, "recompute_mode": "selective"})
-    assert (config.memory_budget, config.memory_headroom, config.loss_chunk, config.assign_chunk, config.recompute_mode) == (Budget(12 * 10**9), Headroom(1.2), 7, 3, "selective")
+    config = CkptConfig.from_args(
+        {"memory_budget": "12GB", "memory_headroom": "1.2x", "loss_chunk": 7, "assign_chunk": 3, "recompute_mode": "selective"}
+    )
+    assert (config.memory_budget, config.memory_headroom, config.loss_chunk, config.assign_chunk, config.recompute_mode) == (
+        Budget(12 * 10**9),
+        Headroom(1.2),
+        7,
+        3,
+        "selective",
+    )
 
 
 @pytest.mark.parametrize(
@@ -66,7 +74,12 @@ def test_bad_key_names_it(key, value, message):
 
 @pytest.mark.parametrize(
     "key, value, message",
-    [("objects", 0, "objects=0 is not valid; give a positive int"), ("objects", "many", "objects='many'"), ("format", "xml", "format='xml' is not valid here; valid: text, json"), ("plot", 1, "plot=1 is not valid; valid: True, False")],
+    [
+        ("objects", 0, "objects=0 is not valid; give a positive int"),
+        ("objects", "many", "objects='many'"),
+        ("format", "xml", "format='xml' is not valid here; valid: text, json"),
+        ("plot", 1, "plot=1 is not valid; valid: True, False"),
+    ],
 )
 def test_bad_estimate_option_names_it(key, value, message):
     with pytest.raises(ValueError, match=message):
@@ -93,7 +106,15 @@ def test_budget_fraction_needs_cuda():
 
 @pytest.mark.parametrize(
     "value, message",
-    [("12", "must be a fraction in"), ("12XB", "unknown unit"), ("-3GB", "is not valid"), ("0GB", "more than 0"), (True, "not valid"), ("lots", "not valid"), (None, "not valid")],
+    [
+        ("12", "must be a fraction in"),
+        ("12XB", "unknown unit"),
+        ("-3GB", "is not valid"),
+        ("0GB", "more than 0"),
+        (True, "not valid"),
+        ("lots", "not valid"),
+        (None, "not valid"),
+    ],
 )
 def test_bad_budgets(value, message):
     """Each error names the value and, but for a non-positive size, the valid forms."""
@@ -104,13 +125,22 @@ def test_bad_budgets(value, message):
 
 @pytest.mark.parametrize(
     "value, expected",
-    [("1.15x+500MiB", Headroom(1.15, 500 * 2**20)), ("1.2x", Headroom(1.2)), ("800MiB", Headroom(1.0, 800 * 2**20)), (1, NO_HEADROOM), ("1.1 x + 1GB", Headroom(1.1, 10**9))],
+    [
+        ("1.15x+500MiB", Headroom(1.15, 500 * 2**20)),
+        ("1.2x", Headroom(1.2)),
+        ("800MiB", Headroom(1.0, 800 * 2**20)),
+        (1, NO_HEADROOM),
+        ("1.1 x + 1GB", Headroom(1.1, 10**9)),
+    ],
 )
 def test_headroom_forms(value, expected):
     assert Headroom.parse(value) == expected
 
 
-@pytest.mark.parametrize("value, message", [("0.5x", "below 1"), ("lots", "not valid"), ("1.1x+5apples", "not bytes with a unit"), (True, "not valid"), (0.5, "not valid")])
+@pytest.mark.parametrize(
+    "value, message",
+    [("0.5x", "below 1"), ("lots", "not valid"), ("1.1x+5apples", "not bytes with a unit"), (True, "not valid"), (0.5, "not valid")],
+)
 def test_bad_headroom(value, message):
     with pytest.raises(ValueError, match=message):
         Headroom.parse(value)

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = {"yolo_ckpt": ROOT / "yolo_ckpt", "yolo_ckpt.bench": ROOT / "benchmarks"}
+PACKAGES = {"yolo_ckpt": ROOT / "yolo_ckpt", "benchmarks": ROOT / "benchmarks"}
 
 
 def _modules() -> dict[str, Path]:
-    """Every module of the package (the bench is installed as ``yolo_ckpt.bench``), by its dotted name."""
+    """Every module of the package and of the studies in ``benchmarks/``, by its dotted name."""
     found = {}
     for package, folder in PACKAGES.items():
         for path in folder.rglob("*.py"):
@@ -54,16 +54,16 @@ MODULES = _modules()
 
 
 def test_light_modules_load_no_heavy_library():
-    """``import yolo_ckpt.policy`` and ``yolo_ckpt.config`` (pure data and key checks) load neither Ultralytics nor
+    """``import yolo_ckpt.checkpointing.policy`` and ``yolo_ckpt.config`` (pure data and key checks) load neither Ultralytics nor
     scipy nor torch; the package's public names still import on first use."""
     code = (
-        "import sys, yolo_ckpt.policy, yolo_ckpt.config, yolo_ckpt.errors\n"
+        "import sys, yolo_ckpt.checkpointing.policy, yolo_ckpt.config, yolo_ckpt.errors\n"
         "print(sorted(m for m in ('ultralytics', 'scipy', 'torch') if m in sys.modules))\n"
         "from yolo_ckpt import CheckpointDetectionTrainer, apply_checkpointing\n"
         "print(CheckpointDetectionTrainer.__module__, apply_checkpointing.__module__, 'ultralytics' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout.splitlines()
-    assert out == ["[]", "yolo_ckpt.trainer yolo_ckpt.engine True"]
+    assert out == ["[]", "yolo_ckpt.train.trainer yolo_ckpt.checkpointing.engine True"]
 
 
 def test_public_names_resolve_and_unknown_names_raise():

@@ -22,14 +22,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_shipped_by_name_or_path(tmp_path, monkeypatch):
     assert list(shipped("policies")) == ["full-resolution", "heavy-blocks"]
-    assert {p.parent for p in shipped("bench").values()} == {ROOT / "cfg" / "bench"}  # this checkout's
-    assert resolve_yaml("cpu-step", "bench", "matrix") == resolve_yaml("cpu-step.yaml", "bench", "matrix") == ROOT / "cfg" / "bench" / "cpu-step.yaml"
+    assert {p.parent for p in shipped("bench").values()} == {ROOT / "yolo_ckpt" / "cfg" / "bench"}  # this checkout's
+    assert (
+        resolve_yaml("cpu-step", "bench", "matrix")
+        == resolve_yaml("cpu-step.yaml", "bench", "matrix")
+        == ROOT / "yolo_ckpt" / "cfg" / "bench" / "cpu-step.yaml"
+    )
     monkeypatch.chdir(ROOT)
-    assert resolve_yaml("cfg/bench/cpu-step.yaml", "bench", "matrix") == Path("cfg/bench/cpu-step.yaml")
+    assert resolve_yaml("yolo_ckpt/cfg/bench/cpu-step.yaml", "bench", "matrix") == Path("yolo_ckpt/cfg/bench/cpu-step.yaml")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "cpu-step.yaml").write_text("kind: step\n")
     assert resolve_yaml("cpu-step.yaml", "bench", "matrix") == Path("cpu-step.yaml")  # a file wins over the name
-    with pytest.raises(FileNotFoundError, match=r"^cfg=heavy: no such file and no shipped file of that name; shipped: full-resolution, heavy-blocks$"):
+    with pytest.raises(
+        FileNotFoundError, match=r"^cfg=heavy: no such file and no shipped file of that name; shipped: full-resolution, heavy-blocks$"
+    ):
         resolve_yaml("heavy", "policies", "cfg")
     with pytest.raises(FileNotFoundError, match="shipped: accuracy"):  # a missing path is not read as a name
         resolve_yaml("elsewhere/cpu-step.yaml", "bench", "matrix")
@@ -48,33 +54,46 @@ def test_wheel_ships_the_bench_and_its_yaml(tmp_path):
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
-    for folder in ("yolo_ckpt", "benchmarks", "cfg"):
+    for folder in ("yolo_ckpt",):
         shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("results", "__pycache__"))
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(source), "-w", str(tmp_path / "whl")], capture_output=True, text=True, timeout=300)
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(source), "-w", str(tmp_path / "whl")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert build.returncode == 0, build.stderr[-3000:]
     (wheel,) = (tmp_path / "whl").glob("yolo_ckpt-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    runner = {f"yolo_ckpt/bench/{p.name}" for p in (ROOT / "benchmarks").glob("*.py")}
-    yamls = {f"yolo_ckpt/cfg/{p.relative_to(ROOT / 'cfg')}" for p in (ROOT / "cfg").glob("*/*.yaml")}
+    runner = {f"yolo_ckpt/bench/{p.name}" for p in (ROOT / "yolo_ckpt" / "bench").glob("*.py")}
+    yamls = {p.relative_to(ROOT).as_posix() for p in (ROOT / "yolo_ckpt" / "cfg").rglob("*.yaml")}
     assert runner <= names and yamls <= names and "yolo_ckpt/cfg/default.yaml" in names
     assert {n.split("/")[0] for n in names if not n.startswith("yolo_ckpt-")} == {"yolo_ckpt"}  # one top-level package
     venv = tmp_path / "venv"  # the system's torch and Ultralytics; yolo-ckpt only from the wheel, offline
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
     # offline; the dependencies are the system's (test_cli's test_console_script_and_dependencies_declared checks them)
-    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-index", "--no-deps", str(wheel)], capture_output=True, text=True, timeout=300)
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-index", "--no-deps", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert install.returncode == 0, install.stderr[-3000:]
     shared = ROOT.parent / "shared" / "datasets"
     real = {  # the shipped matrices that name datasets beyond the built-in ones
-        name for name, path in shipped("bench").items()
-        if {d for block in yaml.safe_load(path.read_text())["grid"] for d in np.atleast_1d(block.get("dataset", "synthetic"))} - set(BUILT_IN_DATASETS)
+        name
+        for name, path in shipped("bench").items()
+        if {d for block in yaml.safe_load(path.read_text())["grid"] for d in np.atleast_1d(block.get("dataset", "synthetic"))}
+        - set(BUILT_IN_DATASETS)
     }
     assert real == {"accuracy", "real-data", "small-objects-aerial"}
     script = textwrap.dedent(f"""
         import contextlib, io, json
         import yolo_ckpt
         from yolo_ckpt.bench.matrix import load_matrix
-        from yolo_ckpt.cli import main, parse_train_args
+        from yolo_ckpt.cli import main
+        from yolo_ckpt.cli.args import parse_train_args
         from yolo_ckpt.shipped import shipped
         venv = {str(venv)!r}
         assert yolo_ckpt.__file__.startswith(venv), yolo_ckpt.__file__
@@ -104,7 +123,11 @@ def test_wheel_ships_the_bench_and_its_yaml(tmp_path):
     for name in shipped("bench"):
         code, errors = results[name]
         if name in real:  # the one line names the three places it looked
-            assert code == 2 and "datasets= (not given); the matrix's datasets_dir" in errors[0] and "Ultralytics' SETTINGS['datasets_dir']" in errors[0], errors
+            assert (
+                code == 2
+                and "datasets= (not given); the matrix's datasets_dir" in errors[0]
+                and "Ultralytics' SETTINGS['datasets_dir']" in errors[0]
+            ), errors
         elif name == "gpu":
             assert code == 2 and "is a fraction of CUDA memory and this machine has no CUDA device" in errors[0], errors
         else:

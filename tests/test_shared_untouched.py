@@ -39,11 +39,14 @@ def test_a_suite_that_writes_into_shared_fails(tmp_path):
         shutil.copy(TESTS / name, checkout / name)
     (tmp_path / "shared" / "datasets").mkdir(parents=True)
     (checkout / "test_writes.py").write_text(
-        "from conftest import SHARED\n\ndef test_writes():\n    (SHARED / 'datasets' / 'train.cache').write_text('x')\n\ndef test_other():\n    pass\n"
+        "from conftest import SHARED\n\ndef test_writes():\n    (SHARED / 'datasets' / 'train.cache').write_text('x')\n\ndef "
+        "test_other():\n    pass\n"
     )
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q", str(checkout)],
         capture_output=True, text=True, timeout=300, cwd=tmp_path / "checkout",
     )
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "2 passed" in run.stdout and f"the suite wrote into {tmp_path / 'shared'} (1 paths): added: datasets/train.cache" in run.stdout, run.stdout[-3000:]
+    assert (
+        "2 passed" in run.stdout and f"the suite wrote into {tmp_path / 'shared'} (1 paths): added: datasets/train.cache" in run.stdout
+    ), run.stdout[-3000:]

@@ -1,6 +1,6 @@
 """yolo-ckpt: activation checkpointing (recomputation) for Ultralytics YOLO training at full resolution.
 
-The public names load on first use (PEP 562 ``__getattr__``): ``import yolo_ckpt.policy`` or ``import
+The public names load on first use (PEP 562 ``__getattr__``): ``import yolo_ckpt.checkpointing.policy`` or ``import
 yolo_ckpt.config`` loads neither Ultralytics nor torch's training stack, while ``from yolo_ckpt import
 CheckpointDetectionTrainer`` imports the trainers then. The installed Ultralytics release is checked against the
 tested range at import from its package metadata, without importing it.
@@ -19,21 +19,21 @@ ULTRALYTICS_TESTED = ((8, 4, 190), (8, 5, 0))
 
 # public name -> the module of the package that defines it
 _EXPORTS = {
-    "apply_checkpointing": "engine",
-    "checkpointed_layers": "engine",
-    "checkpointed_modules": "engine",
-    "count_recomputations": "patching",
-    "remove_checkpointing": "engine",
-    "ModelLayout": "policy",
-    "RecomputePolicy": "policy",
-    "resolve": "policy",
-    "CheckpointClassificationTrainer": "trainer",
-    "CheckpointDetectionTrainer": "trainer",
-    "CheckpointOBBTrainer": "trainer",
-    "CheckpointPoseTrainer": "trainer",
-    "CheckpointSegmentationTrainer": "trainer",
-    "checkpointed": "trainer",
-    "trainer_for": "trainer",
+    "apply_checkpointing": "checkpointing.engine",
+    "checkpointed_layers": "checkpointing.engine",
+    "checkpointed_modules": "checkpointing.engine",
+    "count_recomputations": "checkpointing.patching",
+    "remove_checkpointing": "checkpointing.engine",
+    "ModelLayout": "checkpointing.policy",
+    "RecomputePolicy": "checkpointing.policy",
+    "resolve": "checkpointing.policy",
+    "CheckpointClassificationTrainer": "train.trainer",
+    "CheckpointDetectionTrainer": "train.trainer",
+    "CheckpointOBBTrainer": "train.trainer",
+    "CheckpointPoseTrainer": "train.trainer",
+    "CheckpointSegmentationTrainer": "train.trainer",
+    "checkpointed": "train.trainer",
+    "trainer_for": "train.trainer",
 }
 __all__ = sorted(_EXPORTS)
 

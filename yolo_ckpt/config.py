@@ -4,7 +4,7 @@
 ``memory_budget``, ``memory_headroom``, ``loss_chunk``, ``assign_chunk``) with their types: a budget is a :class:`Budget`, a headroom a
 :class:`Headroom`. :meth:`CkptConfig.from_args` is the one constructor: it fills the defaults from the YAML (and
 :data:`TASK_DEFAULTS`) and checks every key, before anything is built or written. The trainers
-(:mod:`yolo_ckpt.trainer`), the CLI (:mod:`yolo_ckpt.cli`) and the benchmark matrix (``benchmarks/matrix.py``) read
+(:mod:`yolo_ckpt.train.trainer`), the CLI (:mod:`yolo_ckpt.cli`) and the benchmark matrix (``benchmarks/matrix.py``) read
 their keys through it; ``Budget.parse`` is the one place a budget's form is read and ``Headroom.parse`` a headroom's.
 :class:`EstimateOptions` holds ``yolo-ckpt profile``/``plan``'s own keys, defaults from ``cfg/estimate.yaml``.
 
@@ -20,18 +20,18 @@ from pathlib import Path
 
 import yaml
 
+from .checkpointing.policy import check_mode, check_spec, spec_string
 from .errors import ConfigError
-from .policy import check_mode, check_spec, spec_string
 
 CFG_DIR = Path(__file__).parent / "cfg"
 DEFAULTS_PATH = CFG_DIR / "default.yaml"
 DEFAULTS: dict = yaml.safe_load(DEFAULTS_PATH.read_text())  # the train keys and their defaults
 ESTIMATE_DEFAULTS_PATH = CFG_DIR / "estimate.yaml"
 ESTIMATE_DEFAULTS: dict = yaml.safe_load(ESTIMATE_DEFAULTS_PATH.read_text())  # profile and plan's own keys and their defaults
-# yolo-ckpt keys whose default differs for a task from cfg/default.yaml: the loss region (yolo_ckpt.losses), where
+# yolo-ckpt keys whose default differs for a task from cfg/default.yaml: the loss region (yolo_ckpt.checkpointing.losses), where
 # the task's YOLO heads have one. Exact; it chunks the assigner (no recomputation) and recomputes the segmentation
 # mask loss: with many objects per image it frees more memory than any layer policy. Only for the task's own
-# trainers (yolo_ckpt.trainer): RT-DETR's, YOLO-World's and YOLOE's heads have no loss region.
+# trainers (yolo_ckpt.train.trainer): RT-DETR's, YOLO-World's and YOLOE's heads have no loss region.
 TASK_DEFAULTS = {task: {"recompute": "backbone,loss"} for task in ("detect", "obb", "pose", "segment")}
 
 _UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -75,9 +75,10 @@ class Budget:
             return cls(fraction=number, given=value)
         if unit not in _UNITS:
             raise ConfigError(f"memory_budget={value!r}: unknown unit '{m.group(2)}'; use {forms}")
-        if number <= 0:
+        size = int(number * _UNITS[unit])
+        if size <= 0:  # '.1B' too: under one byte
             raise ConfigError(f"memory_budget={value!r} must be more than 0 bytes")
-        return cls(size_bytes=int(number * _UNITS[unit]), given=value)
+        return cls(size_bytes=size, given=value)
 
     @property
     def is_fraction(self) -> bool:
@@ -95,7 +96,10 @@ class Budget:
             return self.size_bytes
         if cuda_available_bytes is None:
             raise ConfigError(f"memory_budget={self.given!r}: a fraction needs a CUDA device; on this device give bytes, e.g. 8GB")
-        return int(self.fraction * cuda_available_bytes)
+        size = int(self.fraction * cuda_available_bytes)
+        if size <= 0:
+            raise ConfigError(f"memory_budget={self.given!r} is {size} bytes of the {cuda_available_bytes} available: give more")
+        return size
 
     def __str__(self) -> str:
         if self.given is not None:
@@ -193,7 +197,7 @@ class CkptConfig:
     """yolo-ckpt's train keys, typed and checked (``cfg/default.yaml`` describes each).
 
     Attributes:
-        recompute: the ``recompute=`` value in its canonical string form (:func:`yolo_ckpt.policy.spec_string`:
+        recompute: the ``recompute=`` value in its canonical string form (:func:`yolo_ckpt.checkpointing.policy.spec_string`:
             ``None`` -> ``"none"``, ``(0, 1)`` -> ``"0,1"``); its form is checked, not against a model.
         recompute_mode: ``full`` or ``selective``.
         memory_budget: the :class:`Budget`, or None (unset).
@@ -219,7 +223,8 @@ class CkptConfig:
 
         Raises:
             ConfigError: naming the key, the bad value and the valid choices, for a bad ``recompute=`` form
-                (:func:`yolo_ckpt.policy.check_spec`), ``recompute_mode=`` (:func:`yolo_ckpt.policy.check_mode`),
+                (:func:`yolo_ckpt.checkpointing.policy.check_spec`), ``recompute_mode=``
+                (:func:`yolo_ckpt.checkpointing.policy.check_mode`),
                 ``memory_budget=`` (:meth:`Budget.parse`), ``memory_headroom=`` (:meth:`Headroom.parse`) or
                 ``loss_chunk=`` (:func:`check_loss_chunk`) or ``assign_chunk=`` (:func:`check_assign_chunk`).
         """
@@ -282,7 +287,9 @@ class EstimateOptions:
         values = {**ESTIMATE_DEFAULTS, **{f.name: args[f.name] for f in fields(cls) if f.name in args}}
         objects, fmt, plot = values["objects"], values["format"], values["plot"]
         if isinstance(objects, bool) or not isinstance(objects, int) or objects < 1:
-            raise ConfigError(f"objects={objects!r} is not valid; give a positive int (objects per image, default {ESTIMATE_DEFAULTS['objects']})")
+            raise ConfigError(
+                f"objects={objects!r} is not valid; give a positive int (objects per image, default {ESTIMATE_DEFAULTS['objects']})"
+            )
         if fmt not in FORMATS:
             raise ConfigError(f"format={fmt!r} is not valid here; valid: {', '.join(FORMATS)}")
         return cls(objects, fmt, check_bool("plot", plot))

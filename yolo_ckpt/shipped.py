@@ -1,31 +1,29 @@
 """yolo-ckpt's shipped YAML files, by name or by path: benchmark matrices (``bench``) and example policies
 (``policies``, for ``cfg=``).
 
-Installed, they are package data in ``yolo_ckpt/cfg/<kind>/`` (pyproject maps the repository's ``cfg/<kind>/``
-there); in a checkout on ``sys.path`` or an editable install they are the repository's ``cfg/<kind>/`` beside the
-package. ``matrix=cpu-step`` and ``cfg=heavy-blocks`` name them; a path that exists wins over a name.
+They are package data in ``yolo_ckpt/cfg/<kind>/``, installed or in a checkout alike. ``matrix=cpu-step`` and
+``cfg=heavy-blocks`` name them; a path that exists wins over a name.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from .config import CFG_DIR
 from .errors import ConfigError, MissingFileError
 
 KINDS = ("bench", "policies")
-_PACKAGE = Path(__file__).resolve().parent
 
 
 def shipped_dir(kind: str) -> Path:
-    """The folder of the shipped ``kind`` files: ``yolo_ckpt/cfg/<kind>`` installed, else ``<checkout>/cfg/<kind>``.
+    """The folder of the shipped ``kind`` files: ``yolo_ckpt/cfg/<kind>``.
 
     Raises:
         ValueError: for a ``kind`` not in :data:`KINDS`.
     """
     if kind not in KINDS:
         raise ConfigError(f"kind={kind!r} is not valid; valid: {', '.join(KINDS)}")
-    installed = _PACKAGE / "cfg" / kind
-    return installed if installed.is_dir() else _PACKAGE.parent / "cfg" / kind
+    return CFG_DIR / kind
 
 
 def shipped(kind: str) -> dict[str, Path]:

@@ -1,6 +1,5 @@
-"""``yolo_ckpt.bench`` in a source checkout: the repository's ``benchmarks/`` folder, whose modules this package
-loads. An install maps that folder here instead (pyproject's ``package-dir``), and this file is not installed."""
-
-from pathlib import Path
-
-__path__ = [str(Path(__file__).resolve().parents[2] / "benchmarks")]  # its submodules come from benchmarks/
+"""The matrix runner behind ``yolo-ckpt bench`` (:mod:`.matrix`), a matrix's cells (:mod:`.cells`) and their two
+kinds (:mod:`.step_cell`, :mod:`.train_cell`), the planned cells (:mod:`.planning`), the delta tables and plots of a
+matrix (:mod:`.tables`, :mod:`.plots`) and the results folder's provenance (:mod:`.results_io`). The shipped matrices
+are package data in ``yolo_ckpt/cfg/bench/`` (:mod:`yolo_ckpt.shipped`); the studies that are not shipped and the
+committed results live in the repository's ``benchmarks/``."""

@@ -1,0 +1,343 @@
+"""``yolo-ckpt bench``: step and train matrices at tiny settings, baseline deltas, rerun skipping, failed cells,
+and the checks a matrix file gets before anything runs."""
+
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from yolo_ckpt.bench import matrix as bench, step_cell, train_cell
+from yolo_ckpt.bench.cells import BUILT_IN_DATASETS
+from yolo_ckpt.cli import main
+from yolo_ckpt.shipped import shipped
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_matrix(folder: Path, spec: dict, name: str = "m.yaml") -> Path:
+    path = folder / name
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+STEP = {
+    "kind": "step",
+    "settings": {"objects": 2, "pairs": 1},
+    "grid": [{"model": "yolo11n.yaml", "imgsz": 128, "batch": 1, "recompute": ["none", "all"]}],
+}
+
+
+@pytest.mark.slow
+def test_step_matrix(tmp_path, monkeypatch, one_thread):
+    out = tmp_path / "out"
+    assert main(["bench", f"matrix={write_matrix(tmp_path, STEP)}", f"out={out}"]) == 0
+    results = pd.read_csv(out / "results.csv")
+    for column in (
+        "cell",
+        "status",
+        "model",
+        "imgsz",
+        "batch",
+        "recompute",
+        "recompute_mode",
+        "peak_MiB",
+        "step_time_s",
+        "time_ratio",
+        "flop_bound",
+        "layers",
+        "recomputations_per_step",
+        "loss_images_recomputed_per_step",
+    ):
+        assert column in results, column
+    none, full = results.to_dict("records")
+    assert none["status"] == full["status"] == "ok"
+    assert none["time_ratio"] == 1 and none["flop_bound"] == 1 and none["recomputations_per_step"] == 0
+    # every layer but Detect and Detect's 6 branches (cv2, cv3 at 3 scales), each once per step
+    assert full["layers"] == 17 and full["recomputations_per_step"] == 17 + 6
+    # detect: no mask loss (its loss region chunks the assigner)
+    assert none["loss_images_recomputed_per_step"] == full["loss_images_recomputed_per_step"] == 0
+    assert full["peak_MiB"] < none["peak_MiB"] and 1.1 < full["flop_bound"] < 1.4
+    md = (out / "results.md").read_text()
+    assert "| yolo11n.yaml | 128 | 1 | False | none | 0 | 0 |" in md and "+0.0%" in md and "Command of the last run:" in md
+    assert (out / "memory_vs_time.png").stat().st_size > 1000 and (out / "matrix.yaml").is_file()
+
+    assert results["machine"].str.contains(" cores, ").all() and results["versions"].str.startswith("yolo_ckpt ").all()
+    assert pd.to_datetime(results["date"], format="%Y-%m-%d").notna().all() and "Measured on " in md
+
+    # a rerun skips the finished cells: nothing is measured again, and nothing is written
+    files = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()}
+    real_measure = step_cell.measure
+    monkeypatch.setattr(step_cell, "measure", lambda *a: pytest.fail("a finished cell ran again"))
+    assert main(["bench", f"matrix={write_matrix(tmp_path, STEP)}", f"out={out}"]) == 0
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()} == files
+    # rerun=True measures every cell again
+    measured = []
+    monkeypatch.setattr(step_cell, "measure", lambda cells, settings: measured.extend(cells) or real_measure(cells, settings))
+    assert main(["bench", f"matrix={write_matrix(tmp_path, STEP)}", f"out={out}", "rerun=True"]) == 0
+    assert [c["recompute"] for c in measured] == ["none", "all"] and len(pd.read_csv(out / "results.csv")) == 2
+
+
+COMMITTED = sorted(p.parent.name for p in (ROOT / "benchmarks" / "results").glob("*/provenance.json"))
+
+
+@pytest.mark.parametrize("folder", COMMITTED)
+def test_committed_results_unchanged_by_a_rerun(folder, tmp_path, monkeypatch, request):
+    """The README's bench command over a committed results folder (its matrix, the settings its command gave):
+    every cell is done, so nothing runs and every file stays byte-identical (the provenance and results.md are not
+    relabelled with this machine)."""
+    import json
+
+    from ultralytics.cfg import parse_key_value_pair
+
+    committed = ROOT / "benchmarks" / "results" / folder
+    out = shutil.copytree(committed, tmp_path / folder)
+    command = json.loads((committed / "provenance.json").read_text())["command"].split()[2:]
+    settings = [w for w in command if parse_key_value_pair(w)[0] not in {"matrix", "out"}]
+    spec = yaml.safe_load((committed / "matrix.yaml").read_text())
+    if any(d not in BUILT_IN_DATASETS for block in spec["grid"] for d in np.atleast_1d(block.get("dataset", "synthetic"))):
+        settings.append(f"datasets={request.getfixturevalue('shared_datasets')}")
+    monkeypatch.setattr(bench, "_run_group", lambda *a: pytest.fail("a finished cell ran again"))
+    assert main(["bench", f"matrix={out / 'matrix.yaml'}", f"out={out}", *settings]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in committed.iterdir())
+    assert all((out / p.name).read_bytes() == p.read_bytes() for p in committed.iterdir())
+    assert pd.read_csv(committed / "results.csv")[["machine", "versions", "date"]].notna().all().all()  # provenance per row
+
+
+def test_dataset_roots_in_order(tmp_path, monkeypatch, capsys):
+    """A matrix's dataset name is looked for in the bench's datasets=, then the matrix's datasets_dir, then
+    Ultralytics' SETTINGS['datasets_dir'] (read, not written); not found: one line naming the three, nothing written."""
+    for root in ("given", "own", "ultralytics"):
+        for name in {"given": ["a"], "own": ["a", "b"], "ultralytics": ["a", "b", "c"]}[root]:
+            (tmp_path / root / name).mkdir(parents=True)
+            (tmp_path / root / name / "data.yaml").write_text("path: .\n")
+    monkeypatch.setattr(bench, "ULTRALYTICS_SETTINGS", {**bench.ULTRALYTICS_SETTINGS, "datasets_dir": str(tmp_path / "ultralytics")})
+    spec = {"kind": "train", "settings": {}, "datasets_dir": "own", "grid": [{"dataset": ["a", "b", "c"], "recompute": "none"}]}
+    path = write_matrix(tmp_path, spec)
+    assert bench.load_matrix(path, datasets=tmp_path / "given").data == {
+        "a": str(tmp_path / "given" / "a" / "data.yaml"),
+        "b": str(tmp_path / "own" / "b" / "data.yaml"),
+        "c": str(tmp_path / "ultralytics" / "c" / "data.yaml"),
+    }
+    assert bench.load_matrix(path).data["a"] == str(tmp_path / "own" / "a" / "data.yaml")
+    missing = write_matrix(tmp_path, {**spec, "datasets_dir": "absent", "grid": [{"dataset": "d", "recompute": "none"}]}, "missing.yaml")
+    out = tmp_path / "out"
+    assert main(["bench", f"matrix={missing}", f"out={out}", f"datasets={tmp_path / 'given'}"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.count("\n") == 1
+        and (
+            f"dataset='d' not found: no d/data.yaml in datasets= {tmp_path / 'given'}; the matrix's datasets_dir "
+            f"{tmp_path / 'absent'} (absent); "
+            f"Ultralytics' SETTINGS['datasets_dir'] {tmp_path / 'ultralytics'}; give datasets=DIR"
+        )
+        in err
+    ), err
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_failed_cell_is_recorded_and_the_rest_run(tmp_path, one_thread):
+    spec = {**STEP, "grid": [{**STEP["grid"][0], "recompute": ["none", "auto", "backbone"], "memory_budget": "0.3x"}]}
+    results = bench.run_matrix(write_matrix(tmp_path, spec), tmp_path / "out")
+    status = dict(zip(results["recompute"], results["status"]))
+    assert status == {"none": "ok", "auto": "failed", "backbone": "ok"}
+    reason = results.loc[results["recompute"] == "auto", "reason"].item()
+    assert "PlanError" in reason and "below the smallest plan's need" in reason  # 0.3x of none: even 'all' cannot fit
+    assert "Failed cells:" in (tmp_path / "out" / "results.md").read_text()
+
+
+@pytest.mark.slow
+def test_train_matrix_same_weights(tmp_path, synthetic, one_thread):
+    spec = {
+        "kind": "train",
+        "settings": {"epochs": 1, "nbs": 2, "seed": 0, "workers": 0, "device": "cpu", "plots": False, "val_images": 2, "fraction": 0.5},
+        # imgsz 128: at 64 the probed step's peak is its optimizer step (parameters, gradients, AdamW state), which
+        # recomputation does not touch
+        "grid": [{"model": "yolo11n.yaml", "dataset": synthetic("detect"), "imgsz": 128, "batch": 2, "recompute": ["none", "all"]}],
+    }
+    out = tmp_path / "out"
+    assert main(["bench", f"matrix={write_matrix(tmp_path, spec)}", f"out={out}"]) == 0
+    results = pd.read_csv(out / "results.csv")
+    for column in ("weights_sha256", "mAP50", "mAP50-95", "peak_MiB", "step_time_s", "run_dir", "recomputations", "epochs_run"):
+        assert column in results, column
+    none, full = results.to_dict("records")
+    assert none["status"] == full["status"] == "ok" and none["train_images"] == 4  # fraction=0.5 of the 8 images
+    assert full["recomputations"] > 0 and none["recomputations"] == 0  # the policy ran, and the baseline did not
+    assert none["weights_sha256"] == full["weights_sha256"]  # recomputation is exact on the CPU
+    assert full["mAP50-95"] == none["mAP50-95"] and full["peak_MiB"] < none["peak_MiB"]
+    table = bench.load_matrix(write_matrix(tmp_path, spec))
+    md = (out / "results.md").read_text()
+    assert md.count("| yes |") == 2 and "+0.0" in md, md  # same weights as the baseline; mAP50-95 delta 0 points
+    assert (out / "map_vs_imgsz.png").is_file() and len(table.cells) == 2
+    # the validation subset is a list file of 2 images; the dataset itself is untouched
+    assert len((out / "data" / f"{Path(synthetic('detect')).parent.name}-val2.txt").read_text().splitlines()) == 2
+    # compare on the two runs gives the same deltas
+    assert main(["compare", none["run_dir"], full["run_dir"], f"out={tmp_path / 'cmp'}"]) == 0
+    compared = pd.read_csv(tmp_path / "cmp" / "compare.csv")
+    assert compared["memory_change_pct"].iloc[1] == pytest.approx(100 * (full["peak_MiB"] / none["peak_MiB"] - 1))
+
+
+def test_tiles_cell_trains_on_tiles_and_validates_on_full_images(tmp_path, one_thread):
+    from yolo_ckpt.data.synthetic import small_object_dataset
+
+    data = small_object_dataset(64, 2, 1, root=tmp_path / "cache")
+    spec = {
+        "kind": "train",
+        "settings": {"epochs": 1, "nbs": 2, "seed": 0, "workers": 0, "device": "cpu", "plots": False},
+        "grid": [
+            {
+                "model": "yolo26n.yaml",
+                "dataset": str(data),
+                "imgsz": 64,
+                "batch": 2,
+                "recompute": "none",
+                "tiles": {"size": 32, "overlap": 0},
+            }
+        ],
+    }
+    out = tmp_path / "out"
+    assert main(["bench", f"matrix={write_matrix(tmp_path, spec)}", f"out={out}"]) == 0
+    row = pd.read_csv(out / "results.csv").iloc[0]
+    assert row["status"] == "ok" and row["imgsz_used"] == 32 and row["val_imgsz"] == 64
+    assert row["train_images"] == 8 and row["wall_s"] > 0  # 2 images of 64 px in 2 x 2 tiles of 32 px
+    assert (Path(row["run_dir"]) / "val-full").is_dir()  # the full-image validation ran
+    assert "tiles={'overlap': 0, 'size': 32}" in row["cell"] and (out / "curves.csv").is_file() and (out / "curves.png").is_file()
+    tiles = next((out / "data").glob("tiles-*"))
+    assert len(list((tiles / "images" / "val").iterdir())) == 4  # 1 val image: validated on its tiles while training
+
+
+def test_curves_keep_cells_whose_run_folder_is_gone(tmp_path):
+    from yolo_ckpt.bench.plots import _curves
+
+    run = tmp_path / "run"
+    run.mkdir()
+    pd.DataFrame({"epoch": [1, 2], "time": [1.0, 2.0], "metrics/mAP50(B)": [0.1, 0.2], "metrics/mAP50-95(B)": [0.0, 0.1]}).to_csv(
+        run / "results.csv", index=False
+    )
+    row = {"dataset": "d", "imgsz_used": 64, "tiles": None, "train_images": 2, "mAP50": 0.2, "mAP50-95": 0.1}
+    ok = pd.DataFrame([{**row, "policy": "all", "run_dir": str(run)}, {**row, "policy": "none", "run_dir": str(tmp_path / "gone")}])
+    earlier = {
+        "epoch": [1],
+        "time": [1.0],
+        "metrics/mAP50(B)": [0.5],
+        "metrics/mAP50-95(B)": [0.3],
+        "full_mAP50": [None],
+        "full_mAP50_95": [None],
+    }
+    pd.concat([pd.DataFrame({**earlier, "cell": [label]}) for label in ("d none @64", "d stale @64")]).to_csv(
+        tmp_path / "curves.csv", index=False
+    )
+    _curves(SimpleNamespace(name="m"), ok, tmp_path)
+    curves = pd.read_csv(tmp_path / "curves.csv")
+    assert curves["cell"].tolist() == ["d all @64", "d all @64", "d none @64"]  # the gone run's row kept, the stale one not
+    assert curves["metrics/mAP50(B)"].tolist() == [0.1, 0.2, 0.5] and (tmp_path / "curves.png").is_file()
+
+
+def test_val_subset(tmp_path, shared_datasets):
+    data = str(shared_datasets / "aerial-cars" / "data.yaml")
+    subset = train_cell.val_subset(data, 3, tmp_path)
+    spec = yaml.safe_load(subset.read_text())
+    listed = Path(spec["val"]).read_text().splitlines()
+    assert len(listed) == 3 and all(Path(p).is_file() and "/images/val/" in p for p in listed)
+    assert spec["train"] == "images/train" and Path(spec["path"]) == (shared_datasets / "aerial-cars").resolve()
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"kind": "steps"}, "kind='steps' is not valid; valid kinds: step, train"),
+        ({"grid": [{"model": "yolo11n.yaml", "recompte": "all"}]}, "unknown cell keys ['recompte']"),
+        ({"grid": [{"model": "yolo11n.yaml", "recompute": ["none", "C3k3"]}]}, "did you mean 'C3k2'?"),
+        ({"grid": [{"model": "yolo11n.yaml", "recompute": "all"}]}, "no baseline cell"),
+        ({"grid": [{"model": "yolo11n.yaml", "recompute": ["none", "auto"]}]}, "recompute=auto need memory_budget="),
+        (
+            {"grid": [{"model": "yolo11n.yaml", "task": "segmentation", "recompute": "none"}]},
+            "step cells measure the tasks detect, segment, pose, obb, classify, semantic, depth",
+        ),
+        ({"grid": [{"model": "yolo11n.yaml", "imgsz": "big", "recompute": "none"}]}, "imgsz='big' is not valid"),
+        ({"settings": {"pair": 3}}, "unknown settings ['pair']"),
+        ({"kind": "train", "settings": {}, "grid": [{"dataset": "nowhere", "recompute": "none"}]}, "dataset='nowhere' not found"),
+        ({"kind": "train", "settings": {"epoch": 3}}, "'epoch' is not a valid YOLO argument"),
+        ({"kind": "train", "settings": {"imgsz": 640}}, "settings ['imgsz'] are set per cell by the runner"),
+        ({"grid": [{"model": "yolo11n.yaml", "amp": "yes", "recompute": "none"}]}, "amp='yes' is not valid"),
+        ({"settings": {"pairs": 0}}, "pairs=0 is not valid; valid: an int >= 1"),
+        ({"settings": {"objects": "abc"}}, "objects='abc' is not valid; valid: an int >= 1"),
+        (
+            {"grid": [{"model": "yolo11n.yaml", "imgsz": "fit", "recompute": ["none", "auto"], "memory_budget": "1GB"}]},
+            "imgsz=fit needs a named policy",
+        ),
+        ({"grid": [{"model": "missing.yaml", "recompute": "none"}]}, "missing.yaml"),
+        ({"grid": [{"model": "yolo11n.yaml", "recompute": "none", "tiles": {"size": 64, "overlap": 0}}]}, "tiles= is for train cells"),
+        ({"kind": "train", "settings": {}, "grid": [{"recompute": "none", "tiles": {"size": 64}}]}, "tiles={'size': 64} is not valid"),
+        (
+            {"kind": "train", "settings": {}, "grid": [{"recompute": "none", "tiles": {"size": 999, "overlap": 0}}]},
+            "tiles size=999 is not valid",
+        ),
+        (
+            {"grid": [{"model": "yolo11n.yaml", "recompute": ["none", "auto"], "memory_budget": "12XB"}]},
+            "memory_budget=12XB: memory_budget='12XB': unknown unit 'XB'",
+        ),
+        (
+            {"grid": [{"model": "yolo11n.yaml", "recompute": "none", "memory_budget": "0x"}]},
+            "memory_budget='0x' is not valid; valid: bytes with a unit (2GB), a fraction",
+        ),
+        (
+            {"kind": "train", "settings": {}, "grid": [{"recompute": "none", "memory_budget": "0.6x"}]},
+            "memory_budget=0.6x (relative to recompute=none) is for step cells",
+        ),
+        ({"grid": [{"model": "yolo11n.yaml", "recompute": "none", "recompute_mode": "partial"}]}, "valid modes: full, selective"),
+    ],
+)
+def test_bad_matrix_fails_before_anything_runs(tmp_path, capsys, change, message):
+    out = tmp_path / "out"
+    assert main(["bench", f"matrix={write_matrix(tmp_path, {**STEP, **change})}", f"out={out}"]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_cell_budget_forms():
+    """A cell's budget: Budget's forms, plus the bench's own factor of the recompute=none peak."""
+    from yolo_ckpt.bench.cells import RelativeBudget, cell_budget
+    from yolo_ckpt.config import Budget
+
+    assert cell_budget(None) is None and cell_budget("2GB") == Budget.parse("2GB") and cell_budget(0.5).is_fraction
+    assert cell_budget(" 0.6x") == RelativeBudget(0.6) and cell_budget("0.6x").bytes(1000) == 600
+    for bad in ("x", "-1x", "infx", "nanx"):
+        with pytest.raises(ValueError, match=f"memory_budget={bad!r} is not valid; valid: .* a factor of the recompute=none peak"):
+            cell_budget(bad)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the check is for machines without a CUDA device")
+def test_fraction_budget_needs_cuda(tmp_path, capsys):
+    out = tmp_path / "out"
+    spec = {**STEP, "grid": [{**STEP["grid"][0], "recompute": ["none", "auto"], "memory_budget": 0.5}]}
+    assert main(["bench", f"matrix={write_matrix(tmp_path, spec)}", f"out={out}"]) == 2
+    assert "memory_budget=0.5 is a fraction of CUDA memory and this machine has no CUDA device" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_fits_budget_only_for_bytes():
+    from yolo_ckpt.bench.tables import _fits
+
+    assert (_fits("1GB", 100.0), _fits("1MB", 100.0)) == ("yes", "no")  # 100 MiB against 1e9 and 1e6 bytes
+    assert _fits("0.6", 100.0) == _fits("0.6x", 100.0) == _fits(float("nan"), 100.0) == ""  # CUDA fraction, factor, none
+
+
+def test_bench_arguments(tmp_path, capsys):
+    assert main(["bench", "yolo_ckpt/cfg/bench/cpu-step.yaml"]) == 2  # a bare word: matrix= is required
+    assert "bench takes matrix=NAME or matrix=FILE" in capsys.readouterr().err
+    for missing in (tmp_path / "none.yaml", "cpu-stepp"):  # neither a file nor a shipped name: one line, the names
+        assert main(["bench", f"matrix={missing}"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"matrix={missing}: no such file" in err and "shipped: accuracy, cpu-step, dense-seg, gpu" in err
+
+
+@pytest.mark.parametrize("name", sorted(shipped("bench")))
+def test_shipped_matrices_are_valid(name, shared_datasets):
+    m = bench.load_matrix(name)
+    assert m.cells and all(m.baseline_of(c) is not None for c in m.cells)

@@ -1,0 +1,373 @@
+"""The ``yolo-ckpt`` command: parsing as ``yolo`` does, clear errors, and end-to-end runs on real and built-in data."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import tomllib
+import yaml
+
+from yolo_ckpt.cli import main
+from yolo_ckpt.cli.args import parse_train_args
+from yolo_ckpt.cli.commands import plan_setup
+from yolo_ckpt.report.record import REPORT_NAME
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(*args, timeout=900, env=None):
+    """Run ``yolo-ckpt`` in a subprocess, as a user would (``python -m`` also works from a source checkout)."""
+    return subprocess.run(
+        [sys.executable, "-m", "yolo_ckpt.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        cwd=ROOT,
+    )
+
+
+def test_parse_like_yolo(tmp_path):
+    cfg = tmp_path / "policy.yaml"
+    cfg.write_text("recompute: 0-4,SPPF\nimgsz: 1536\n")
+    assert parse_train_args(["imgsz=1536", "recompute=none", "segment", "plots", "batch", "=", "4"]) == {
+        "imgsz": 1536,
+        "recompute": None,  # Ultralytics' smart_value("none")
+        "task": "segment",
+        "plots": True,
+        "batch": 4,
+    }
+    assert parse_train_args(["recompute=6"])["recompute"] == 6
+    assert parse_train_args(["recompute=0,1,2"])["recompute"] == (0, 1, 2)
+    assert parse_train_args([f"cfg={cfg}", "imgsz=640"]) == {"recompute": "0-4,SPPF", "imgsz": 640}
+
+
+def test_unknown_key_suggests(tmp_path, capfd):
+    assert main(["train", "recompte=all", "epoch=2", f"project={tmp_path}"]) == 2
+    out, err = capfd.readouterr()  # file descriptors: Ultralytics' logger holds its own stream
+    assert out == "" and err.count("\n") == 1, (out, err)  # one line, without the yolo CLI's help
+    assert "'recompte' is not a valid YOLO argument" in err and "recompute" in err and "'epoch'" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "arg, message",
+    [
+        ("recompute=C3k3", "did you mean 'C3k2'?"),
+        ("recompute=30", "layer index 30 is out of range"),
+        ("assign_chunk=0", "assign_chunk=0 is not valid"),
+        ("recompute=²", "recompute='²': unknown layer name"),
+        ("recompute_mode=partial", "valid modes: full, selective"),
+        ("memory_budget=12XB", "unknown unit 'XB'"),
+        ("memory_headroom=0.5x", "the factor 0.5 is below 1"),
+        ("loss_chunk=0", "loss_chunk=0 is not valid"),
+        ("task=segmentation", "valid tasks: classify, detect"),
+        ("imgsz=", "missing 'imgsz' value"),
+    ],
+)
+def test_bad_values_exit_2_before_run_dir(arg, message, tmp_path, capsys):
+    assert main(["train", arg, f"project={tmp_path}", "name=bad"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("yolo-ckpt: error:") and message in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["trian"], "unknown command 'trian' (did you mean 'train'?)"),
+        (["train", "segmnet"], "'segmnet' is neither a task nor a key (did you mean 'segment' or 'semantic'?)"),
+        (["train", "task=detct"], "task='detct' is not an Ultralytics task (did you mean 'detect' or 'depth'?)"),
+        (["train", "xyzzy"], "'xyzzy' is not a valid YOLO argument"),  # nothing close: Ultralytics' key check, no hint
+    ],
+)
+def test_did_you_mean_task_and_command(args, message, tmp_path, capfd):
+    """A misspelt command or task is one line, exit 2, with the close valid ones (as Ultralytics suggests keys)."""
+    assert main([*args, f"project={tmp_path}"]) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert message in err[-1] and ("did you mean" in err[-1]) == ("did you mean" in message), err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_resume_of_a_finished_run_exits_2(tmp_path, capfd):
+    """resume of a finished run (its last.pt stripped by Ultralytics' strip_optimizer, as a run's end leaves it):
+    one line naming the run and the command that starts a new run from its best.pt, exit 2, nothing written (stock
+    starts a new run with data=coco8.yaml, which downloads); the same checkpoint before stripping resumes."""
+    import torch
+    from ultralytics.nn.tasks import DetectionModel
+    from ultralytics.utils import DEFAULT_CFG_DICT
+    from ultralytics.utils.torch_utils import strip_optimizer
+
+    from yolo_ckpt.train.resume import check_resumable, is_finished
+
+    weights = tmp_path / "run" / "weights"
+    weights.mkdir(parents=True)
+    last = weights / "last.pt"
+    train_args = {**DEFAULT_CFG_DICT, "model": "yolo11n.yaml", "data": "my/data.yaml", "epochs": 3}
+    ckpt = {
+        "model": DetectionModel("yolo11n.yaml", nc=3, verbose=False),
+        "ema": None,
+        "epoch": 0,
+        "optimizer": {"state": {}},
+        "train_args": train_args,
+    }
+    torch.save(ckpt, last)
+    check_resumable(last)  # an interrupted run's: epoch 0 of 3, with its optimizer
+    assert not is_finished(ckpt) and is_finished({**ckpt, "epoch": 2})  # the last epoch saved: finished too
+    shutil.copyfile(last, weights / "best.pt")
+    strip_optimizer(last)
+    capfd.readouterr()
+    for args in (["resume", f"model={last}"], [f"resume={last}"]):
+        assert main(["train", *args, f"project={tmp_path / 'runs'}"]) == 2
+        err = capfd.readouterr().err.strip().splitlines()
+        assert err == [
+            f"yolo-ckpt: error: resume: the run {tmp_path / 'run'} is finished ({last} has no optimizer state to resume); "
+            f"start a new run from its weights: yolo-ckpt train model={weights / 'best.pt'} data=my/data.yaml"
+        ], err
+    assert main(["train", "resume", f"project={tmp_path / 'runs'}"]) == 2  # no checkpoint named: not a new run either
+    assert "resume needs the run's checkpoint" in capfd.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_help_lists_commands_and_keys(capsys):
+    assert main(["help"]) == 0
+    out = capsys.readouterr().out
+    assert "train" in out and "recompute: backbone" in out and "yolo11n.yaml" in out
+    assert "  objects: 20 #" in out and "  format: text #" in out and "  plot: false #" in out  # cfg/estimate.yaml's
+    assert main(["bogus"]) == 2
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["plan", "memory_budget=1GB", "format=xml"], "format='xml' is not valid here; valid: text, json"),
+        (["profile", "objects=0"], "objects=0 is not valid; give a positive int"),
+        (["profile", "recompute_mode=partial"], "valid modes: full, selective"),
+        (["plan", "memory_budget=12"], "memory_budget=12: a number without a unit must be a fraction in (0, 1]"),
+        (["plan", "memory_budget=1GB", "plot=True"], "'plot' is not a valid YOLO argument"),  # profile's only
+        (["plan", "memory_budget=1GB", "mosaic=abc"], "'mosaic=abc' is of invalid type str"),  # Ultralytics' TypeError
+        (["train", "epochs=abc"], "'epochs=abc' is of invalid type str"),
+    ],
+)
+def test_profile_and_plan_bad_keys_exit_2(args, message, capsys):
+    """profile's and plan's keys are checked before the model is built: exit 2, the error on the last line (an
+    unknown key's comes after Ultralytics' own help on its keys)."""
+    assert main(args) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("yolo-ckpt: error:") and message in last
+
+
+def test_console_script_and_dependencies_declared():
+    """pyproject's console script is the CLI's entry point, and every declared dependency (the extras' included) is
+    met by the versions this suite runs on: a floor or range that excludes the tested versions fails here."""
+    from importlib.metadata import version
+    from pkgutil import resolve_name
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert resolve_name(project["scripts"]["yolo-ckpt"]) is main
+    requirements = [Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["test"]]
+    unmet = {str(r): version(r.name) for r in requirements if not r.specifier.contains(version(r.name), prereleases=True)}
+    assert not unmet, unmet
+    assert {"ultralytics", "torch", "cloudpickle"} <= {r.name for r in requirements}  # failure mode 23: DDP pickles with cloudpickle
+
+
+@pytest.mark.slow
+def test_builtin_default_offline(tmp_path):
+    """No data=, no model=: yolo11n.yaml on the built-in synthetic dataset, with every network call refused (20)."""
+    script = textwrap.dedent(f"""
+        import socket, sys
+        def refuse(*args, **kwargs):
+            raise OSError("network disabled by the test")
+        socket.socket.connect = socket.socket.connect_ex = refuse
+        socket.create_connection = refuse
+        from yolo_ckpt.cli import main
+        sys.exit(main(["train", "imgsz=96", "epochs=1", "batch=2", "plots=False", "project={tmp_path}", "name=default"]))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((tmp_path / "default" / REPORT_NAME).read_text())
+    assert report["model"] == "yolo11n.yaml" and "synthetic-v1-seed0-detect" in report["data"]
+    assert report["recompute"] == "backbone,loss" and len(report["recomputed_layers"]) == 11
+    assert report["train_peak_allocated_bytes"] > 0 and report["imgsz"] == 96
+
+
+@pytest.mark.slow
+def test_aerial_cars_at_1536(shared_datasets, tmp_path):
+    """The main job on real drone images: yolo-ckpt train data=aerial-cars imgsz=1536, 1 epoch on a small fraction,
+    from a copy (Ultralytics writes its label cache beside the labels; ../shared stays as it is)."""
+    src = shared_datasets / "aerial-cars"
+    for split in ("images", "labels"):  # a 1-image val split: validation of dense 1536 px images dominates CPU time
+        shutil.copytree(src / split / "train", tmp_path / split / "train")
+        (tmp_path / split / "val").mkdir(parents=True)
+        for f in sorted((src / split / "val").iterdir())[:1]:
+            shutil.copy(f, tmp_path / split / "val")
+    data = yaml.safe_load((src / "data.yaml").read_text())
+    data.update(path=str(tmp_path), train="images/train", val="images/val")
+    (tmp_path / "data.yaml").write_text(yaml.safe_dump(data))
+
+    out = cli(
+        "train",
+        f"data={tmp_path / 'data.yaml'}",
+        "imgsz=1536",
+        "epochs=1",
+        "batch=2",
+        "fraction=0.05",
+        "plots=False",
+        f"project={tmp_path}",
+        "name=aerial",
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((tmp_path / "aerial" / REPORT_NAME).read_text())
+    assert report["imgsz"] == 1536 and report["recompute"] == "backbone,loss"
+    assert report["train_peak_allocated_bytes"] > 100 * 2**20  # activations of 2 images at 1536 px
+    assert set(report["metrics"]) >= {"box_mAP50", "box_mAP50-95"}
+    assert (tmp_path / "aerial" / "weights" / "best.pt").exists()
+    assert (tmp_path / "labels" / "train.cache").is_file()  # the cache Ultralytics wrote, in the copy
+
+
+@pytest.mark.slow
+def test_compare_two_runs(synthetic, tmp_path, capsys):
+    """compare: the baseline row has delta 0, the other run its deltas; bad input fails before writing."""
+    from ultralytics import YOLO
+
+    from yolo_ckpt import trainer_for
+
+    kw = dict(data=synthetic(), epochs=1, imgsz=320, batch=2, workers=0, device="cpu", plots=False, val=False, project=str(tmp_path))
+    for name, recompute in (("none", "none"), ("all", "all")):
+        YOLO("yolo11n.yaml").train(trainer=trainer_for("detect"), recompute=recompute, name=name, **kw)
+    out = tmp_path / "cmp"
+    assert main(["compare", str(tmp_path / "none"), str(tmp_path / "all"), f"out={out}"]) == 0
+    import pandas as pd
+
+    table = pd.read_csv(out / "compare.csv")
+    assert list(table["recompute"]) == ["none", "all"]
+    assert table.loc[0, "memory_change_pct"] == 0 and table.loc[0, "time_ratio"] == 1
+    assert table.loc[0, "mAP50-95_change_pts"] == 0
+    assert table.loc[1, "memory_change_pct"] < -30  # recompute=all frees activations
+    printed = capsys.readouterr().out
+    assert f"Baseline: {tmp_path / 'none'} (recompute=none)" in printed and "| peak MiB | peak GiB | memory |" in printed
+    assert (out / "compare.md").read_text() in printed
+    assert main(["compare", str(tmp_path / "none"), str(tmp_path / "missing"), f"out={tmp_path / 'bad'}"]) == 2
+    assert main(["compare", str(tmp_path / "none")]) == 2
+    assert not (tmp_path / "bad").exists()
+
+
+def _one_class_data(synthetic, tmp_path, crowded: int = 300) -> Path:
+    """A one-class copy of 3 synthetic training images, one of them labelled with ``crowded`` small boxes."""
+    src = Path(synthetic()).parent
+    for split in ("train", "val"):
+        (tmp_path / "images" / split).mkdir(parents=True)
+        (tmp_path / "labels" / split).mkdir(parents=True)
+        for image in sorted((src / "images" / "train").iterdir())[:3]:
+            shutil.copy(image, tmp_path / "images" / split)
+            lines = (src / "labels" / "train" / f"{image.stem}.txt").read_text().splitlines()
+            (tmp_path / "labels" / split / f"{image.stem}.txt").write_text("".join("0" + line[line.index(" "):] + "\n" for line in lines))
+    crowd = "".join(f"0 {0.05 + 0.9 * (i % 20) / 20:.4f} {0.05 + 0.9 * (i // 20) / 20:.4f} 0.01 0.01\n" for i in range(crowded))
+    (tmp_path / "labels" / "train" / f"{image.stem}.txt").write_text(crowd)
+    (tmp_path / "data.yaml").write_text(
+        yaml.safe_dump({"path": str(tmp_path), "train": "images/train", "val": "images/val", "names": {0: "car"}})
+    )
+    return tmp_path / "data.yaml"
+
+
+@pytest.mark.slow
+def test_profile_and_plan_estimate_the_run_of_the_data(synthetic, tmp_path):
+    """profile/plan read data= as train does: the data's classes (1, not the YAML's 80), its most objects per image
+    x 4 for mosaic (300 -> 1200) and its images for optimizer=auto; device=cpu estimates fp32; without device= a
+    CUDA device with AMP as amp= says; the text output states all of it."""
+    from yolo_ckpt.cli.commands import estimate_setup
+
+    data = _one_class_data(synthetic, tmp_path)
+    run, opts = estimate_setup([f"data={data}", "imgsz=128", "batch=1", "device=cpu", "epochs=20000", "memory_budget=8GB"])
+    model, config, spec = run.model, run.config, run.spec
+    assert model.yaml["nc"] == spec.nc == 1 and spec.objects == 1200
+    assert (spec.device, spec.amp, spec.optimizer, str(config.headroom_on(spec.device))) == ("cpu", False, "MuSGD", "1x+0MiB")
+    assert spec.describe() == (
+        "assumed: device cpu, AMP off (fp32) as Ultralytics trains on the CPU, optimizer=auto: MuSGD for 20000 iterations "
+        "(3 images, 20000 epochs; MuSGD above 10000), 1200 objects per image (the data's most in one image, 300, x 4 for mosaic), 1 classes"
+    )
+    run, _ = estimate_setup(["objects=7", "optimizer=SGD", "memory_budget=8GB", "device=0"])  # no data=; a GPU from any machine
+    config, spec = run.config, run.spec
+    assert (spec.device, spec.amp, spec.nc, spec.objects, spec.optimizer, str(config.headroom_on(spec.device))) == (
+        "cuda",
+        True,
+        80,
+        7,
+        "SGD",
+        "1.15x+500MiB",
+    )
+    assert spec.describe() == (  # the line profile and plan print (their JSON carries the fields)
+        "assumed: device cuda, AMP on (2-byte activations), optimizer=SGD, 7 objects per image (objects=7), 80 classes"
+    )
+
+
+@pytest.mark.slow
+def test_plan_ultralytics_21100_does_not_fit_12gb():
+    """ultralytics#21100: yolo12s at imgsz 2048, batch 1, out of memory on a 12 GB GPU, with AMP on (the user's run
+    and plan's default on CUDA). The AMP estimate follows CUDA fp16 autocast, which keeps area attention's softmax in
+    fp32 (yolo_ckpt.memory.amp): recompute=none does not fit 12 GB = 11444 MiB with the default headroom (1.15x + 500 MiB),
+    and auto and all do. Planned with plan's memory model (its table's rows: test_cli_profile_and_plan_json)."""
+    memory, budget, opts, spec = plan_setup(["model=yolo12s.yaml", "imgsz=2048", "batch=1", "memory_budget=12GB", "device=0"])
+    assert budget == 12 * 10**9 and spec.device == "cuda" and spec.amp and memory.amp and opts["imgsz"] == 2048
+    none = memory.estimate("none", 1, 2048).peak_bytes
+    assert memory.headroom.need(none) == pytest.approx(1.15 * none + 500 * 2**20, abs=1)
+    assert not memory.fits(none, budget) and budget < memory.headroom.need(none) and memory.largest_batch((), budget, 2048) == 0
+    auto = memory.plan(budget, 1, 2048)
+    assert auto.fits and auto.recompute != "none" and memory.fits(memory.estimate("all", 1, 2048).peak_bytes, budget)
+
+
+def test_model_yaml_without_backbone_exits_2(tmp_path, capsys):
+    """A model YAML without a backbone: section is named, before Ultralytics' parse_model fails on it."""
+    cfg = tmp_path / "nobackbone.yaml"
+    cfg.write_text("nc: 2\nhead:\n  - [-1, 1, Conv, [16, 3, 2]]\n")
+    assert main(["train", "detect", f"model={cfg}", f"project={tmp_path / 'runs'}"]) == 2
+    assert "has no 'backbone:' section" in capsys.readouterr().err and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("existing", [False, True])
+@pytest.mark.parametrize("bad", ["budget", "data"])
+def test_failed_setup_leaves_the_run_dir_as_it_was(bad, existing, synthetic, tmp_path, capsys):
+    """recompute=auto with a budget no plan fits, or a data= that does not exist: one line, exit 2, and the run
+    folder removed (a new run) or its earlier args.yaml and results.csv back (exist_ok=True over an earlier run)."""
+    run = tmp_path / "run"
+    if existing:
+        run.mkdir()
+        (run / "args.yaml").write_text("from: the earlier run\n")
+        (run / "results.csv").write_text("epoch,time\n1,2.0\n")
+    data = f"data={synthetic()}" if bad == "budget" else f"data={tmp_path / 'nothere.yaml'}"
+    args = ["train", data, "recompute=auto", "memory_budget=10MB" if bad == "budget" else "memory_budget=1GB", "device=cpu",
+            "epochs=1", "imgsz=64", "batch=2", f"project={tmp_path}", "name=run", "exist_ok=True"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    if bad == "budget":
+        assert err[-1].startswith("yolo-ckpt: error: memory_budget=") and "below the smallest plan's need" in err[-1]
+    else:
+        assert err[-1].startswith("yolo-ckpt: error: Dataset '") and "nothere.yaml' does not exist" in err[-1]
+    if existing:
+        assert sorted(p.name for p in run.iterdir()) == ["args.yaml", "results.csv"]
+        assert (run / "args.yaml").read_text() == "from: the earlier run\n" and (run / "results.csv").read_text() == "epoch,time\n1,2.0\n"
+    else:
+        assert not run.exists()
+
+
+@pytest.mark.parametrize(("task", "imgsz", "trained", "objects"), [("classify", "64", 64, 0), ("detect", "[160,128]", 160, None)])
+def test_estimate_setup_takes_the_data_of_every_task_and_a_list_imgsz(task, imgsz, trained, objects, synthetic):
+    """profile/plan (and recompute=auto, which counts the data the same way) with data=: a classification folder,
+    read as ClassificationTrainer reads it (no objects), and a list imgsz (the dataset counted at its largest side,
+    the size that trains); both crashed."""
+    from yolo_ckpt.cli.commands import estimate_setup
+
+    run, opts = estimate_setup([task, f"data={synthetic(task)}", f"imgsz={imgsz}", "batch=2", "device=cpu"])
+    spec = run.spec
+    labels = (Path(synthetic(task)).parent / "labels" / "train").glob("*.txt")
+    assert (opts["imgsz"], spec.nc) == (trained, 3)
+    assert spec.objects == (objects if objects is not None else 4 * max(len(f.read_text().splitlines()) for f in labels))

@@ -1,0 +1,122 @@
+"""The one builder of a run's memory model (yolo_ckpt.memory.planned_run): the trainer, `yolo-ckpt plan` and a bench cell
+plan the same run for the same keys; plan and profile default to the device train would use."""
+
+import pytest
+import torch
+from ultralytics import YOLO
+from ultralytics.data.utils import check_det_dataset
+
+from yolo_ckpt import trainer_for
+from yolo_ckpt.bench.cells import CELL_KEYS
+from yolo_ckpt.bench.planning import planned_cell
+from yolo_ckpt.cli import main
+from yolo_ckpt.cli.commands import estimate_setup
+
+AUGMENT = {"detect": {}, "segment": {"copy_paste": 0.5, "mixup": 0.5}}  # mosaic is on by default
+
+
+def _bench_run(task, model, keys):
+    data = check_det_dataset(keys["data"], autodownload=False)
+    yolo = YOLO(model, task=task)
+    net = yolo.task_map[task]["model"](yolo.model.yaml, nc=data["nc"], ch=data["channels"], verbose=False)
+    # train's amp=True
+    cell = {
+        **CELL_KEYS,
+        "model": model,
+        "task": task,
+        "imgsz": keys["imgsz"],
+        "batch": keys["batch"],
+        "recompute": "auto",
+        "memory_budget": keys["memory_budget"],
+        "amp": keys.get("amp", True),
+    }
+    settings = {k: v for k, v in keys.items() if k in ("device", "epochs", *AUGMENT[task])}
+    return planned_cell(cell, net, settings, data)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("task", "model"), [("detect", "yolo11n.yaml"), ("segment", "yolo11n-seg.yaml")])
+def test_trainer_plan_and_bench_plan_the_same_run(task, model, synthetic, tmp_path):
+    """Detection with mosaic, segmentation with copy-paste and mixup: the same spec (device, AMP, optimizer, objects
+    with the augmentation's factors, classes), imgsz and estimate from the trainer (recompute=auto), plan and a bench
+    cell; the bench once counted 4 x the label lines and AdamW for optimizer=auto."""
+    keys = {
+        "model": model,
+        "data": synthetic(task),
+        "imgsz": 96,
+        "batch": 2,
+        "device": "cpu",
+        "epochs": 3,
+        "memory_budget": "2GB",
+        **AUGMENT[task],
+    }
+    trainer = trainer_for(task)(overrides={**keys, "recompute": "auto", "project": str(tmp_path), "plots": False})
+    trainer.setup_model()  # recompute=auto plans here
+    runs = {
+        "train": trainer.planned,
+        "plan": estimate_setup([task, *(f"{k}={v}" for k, v in keys.items())])[0],
+        "bench": _bench_run(task, model, keys),
+    }
+    specs = {name: run.spec for name, run in runs.items()}
+    assert specs["train"] == specs["plan"] == specs["bench"], specs
+    factor = 4 * (2 * 2 if task == "segment" else 1)  # mosaic; copy-paste x 2 and mixup x 2 (segment)
+    assert specs["plan"].objects == factor * runs["plan"].counts.max_objects and specs["plan"].device == "cpu"
+    peaks = {name: run.memory_model().peak((), 2, 96) for name, run in runs.items()}
+    assert peaks["train"] == peaks["plan"] == peaks["bench"] > 0
+    assert trainer.plan.estimated_peak_bytes == runs["plan"].memory_model().plan(2 * 10**9, 2, 96).estimated_peak_bytes
+
+
+@pytest.mark.slow
+def test_plan_and_bench_agree_on_a_cuda_budget_in_bytes(synthetic):
+    """device=0 plans for a GPU from any machine: AMP on and the headroom a byte budget keeps on CUDA, the same in
+    plan and in a bench cell."""
+    keys = {"model": "yolo11n.yaml", "data": synthetic(), "imgsz": 64, "batch": 2, "device": 0, "epochs": 3, "memory_budget": "4GB"}
+    plan = estimate_setup(["detect", *(f"{k}={v}" for k, v in keys.items())])[0]
+    bench = _bench_run("detect", "yolo11n.yaml", keys)
+    assert plan.spec == bench.spec and (plan.spec.device, plan.spec.amp) == ("cuda", True)
+    assert str(plan.headroom) == str(bench.headroom) == "1.15x+500MiB"
+    assert plan.memory_model().peak((), 2, 64) == bench.memory_model().peak((), 2, 64)
+
+
+def test_plan_and_profile_default_to_the_device_train_uses(capsys):
+    """Without device= the estimate is for the device Ultralytics would select: the CPU (fp32) where torch sees no
+    CUDA device; the output says so."""
+    run, _ = estimate_setup(["imgsz=64", "batch=1", "objects=3"])
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert run.spec.device == expected and run.spec.amp == (expected == "cuda")
+    assert main(["plan", "imgsz=64", "batch=1", "objects=3"]) == 2  # no memory_budget=
+    assert main(["profile", "imgsz=64", "batch=1", "objects=3"]) == 0
+    assert f"assumed: device {expected}, AMP {'on' if expected == 'cuda' else 'off'}" in capsys.readouterr().out
+
+
+def test_a_bug_keeps_its_traceback_and_bad_input_is_one_line(monkeypatch, capsys):
+    """The CLI turns the input's errors into one line and exit 2, but an internal error is not bad input: it raises."""
+    import yolo_ckpt.memory.planned_run
+
+    assert main(["profile", "imgsz=64", "optimizer=Adamax2"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "yolo-ckpt: error: optimizer='Adamax2' is not an Ultralytics optimizer; valid: auto, Adam, Adamax, AdamW, NAdam, RAdam, "
+        "RMSprop, SGD, MuSGD"
+    ]
+
+    def broken(*args, **kwargs):
+        raise ValueError("a bug")
+
+    monkeypatch.setattr(yolo_ckpt.memory.planned_run, "planned_run", broken)
+    with pytest.raises(ValueError, match="a bug"):
+        main(["profile", "imgsz=64", "batch=1"])
+
+
+def test_a_trained_pt_is_estimated_as_training_runs_it(tmp_path):
+    """A stripped checkpoint stores requires_grad=False; plan and profile estimate its training (they crashed:
+    'element 0 of tensors does not require grad')."""
+    from ultralytics.utils.torch_utils import strip_optimizer
+
+    yolo = YOLO("yolo11n.yaml")
+    path = tmp_path / "best.pt"
+    yolo.save(path)
+    strip_optimizer(path)
+    run, opts = estimate_setup([f"model={path}", "imgsz=64", "batch=1", "device=cpu"])
+    trainable = [p.requires_grad for n, p in run.model.named_parameters() if ".dfl" not in n]
+    assert trainable and all(trainable) and opts["imgsz"] == 64
+    assert main(["profile", f"model={path}", "imgsz=64", "batch=1", "device=cpu", "format=json"]) == 0

@@ -1,0 +1,153 @@
+"""The Ultralytics rules yolo_ckpt.memory.runspec (and memory.optimizer_for) mirror, checked against Ultralytics itself:
+its trainer's set-up is run up to the point where it has applied the rule, and what it decided is compared."""
+
+import pytest
+import torch
+from helpers import TRAIN
+from ultralytics.cfg import get_cfg
+from ultralytics.engine import trainer as engine_trainer
+from ultralytics.models.yolo.detect import DetectionTrainer
+from ultralytics.utils import DEFAULT_CFG, autobatch as ultralytics_autobatch
+
+from yolo_ckpt.memory.measure import optimizer_for
+from yolo_ckpt.memory.runspec import (
+    DataCounts,
+    RunSpec,
+    amp_enabled,
+    augment_factors,
+    autobatch_fraction,
+    autobatch_imgsz,
+    count_data,
+    frozen_layers,
+    objects_rule,
+    optimizer_rule,
+)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+class Reached(Exception):
+    """Raised by a stand-in for the next step of Ultralytics' set-up: the rule under test has been applied."""
+
+
+def reached(*args, **kwargs):
+    raise Reached
+
+
+def stock_trainer(synthetic, tmp_path, **overrides) -> DetectionTrainer:
+    """Ultralytics' own DetectionTrainer on the synthetic detection data, nothing run yet."""
+    return DetectionTrainer(
+        overrides={**TRAIN, "model": "yolo11n.yaml", "data": synthetic(), "project": str(tmp_path), "name": "stock", **overrides}
+    )
+
+
+def set_up_until_pipeline(trainer: DetectionTrainer) -> DetectionTrainer:
+    """``BaseTrainer._setup_train`` up to ``_build_train_pipeline``: the model built, frozen and AMP decided."""
+    trainer._build_train_pipeline = reached
+    with pytest.raises(Reached):
+        trainer._setup_train()
+    return trainer
+
+
+@pytest.mark.filterwarnings("ignore:torch.cuda.amp.GradScaler is enabled, but CUDA is not available")
+@pytest.mark.parametrize(
+    "freeze, amp",
+    [(3, True), (True, False), (False, "fp32"), ([0, "2", "04", "6.m", 8.0, 22], "fp16"), ((0, 1, 2), "bf16"), (None, True)],
+)
+def test_freeze_and_amp_as_setup_train_decides(freeze, amp, synthetic, tmp_path, monkeypatch):
+    """frozen_layers(freeze=) are exactly the layers whose every parameter Ultralytics' _setup_train freezes (a bool
+    is an int there, a tuple freezes nothing, "04" and "6.m" no whole layer), and amp_enabled(amp=) on an
+    accelerator is the AMP _setup_train decides where the accelerator passes check_amp."""
+    monkeypatch.setattr(engine_trainer, "check_amp", lambda model: True)  # an accelerator that passes the AMP check
+    trainer = set_up_until_pipeline(stock_trainer(synthetic, tmp_path, freeze=freeze, amp=amp))
+    layers = trainer.model.model
+    frozen = [i for i, m in enumerate(layers) if any(True for _ in m.parameters()) and not any(p.requires_grad for p in m.parameters())]
+    assert frozen_layers(freeze) == frozen
+    assert amp_enabled(amp, "cuda") == trainer.amp
+
+
+@pytest.mark.parametrize("amp", [True, "fp16"])
+def test_amp_off_on_the_cpu_as_check_amp_decides(amp, synthetic, tmp_path):
+    """On the CPU Ultralytics' own check_amp turns AMP off, as amp_enabled says."""
+    trainer = set_up_until_pipeline(stock_trainer(synthetic, tmp_path, amp=amp))
+    assert trainer.amp is False and amp_enabled(amp, trainer.device.type) is False
+
+
+def test_autobatch_imgsz_and_mosaic_objects_as_auto_batch_sizes_them(synthetic, tmp_path, monkeypatch):
+    """AutoBatch is sized for autobatch_imgsz (imgsz=100 rounds to 128, x 1.5 for multi_scale=0.5 -> 192) and for
+    count_data's images and most objects x 4, as DetectionTrainer.auto_batch passes them to check_train_batch_size."""
+    trainer = set_up_until_pipeline(stock_trainer(synthetic, tmp_path, imgsz=100, multi_scale=0.5))
+    seen = {}
+    monkeypatch.setattr(engine_trainer, "check_train_batch_size", lambda **kw: seen.update(kw) or 2)
+    assert DetectionTrainer.auto_batch(trainer) == 2
+    counts = count_data(trainer.args, trainer.data, trainer.stride)
+    assert seen["imgsz"] == autobatch_imgsz(100, 0.5, trainer.stride) == 192
+    assert (seen["max_num_obj"], seen["dataset_size"]) == (counts.planned_objects, counts.images) == (4 * counts.max_objects, counts.images)
+    assert counts.max_objects > 1
+
+
+@pytest.mark.parametrize("batch", [-1, 0.7, 0.0, 1.0])
+def test_autobatch_fraction_as_check_train_batch_size_reads_it(batch, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(ultralytics_autobatch, "autobatch", lambda model, imgsz, fraction, **kw: seen.update(fraction=fraction) or 1)
+    ultralytics_autobatch.check_train_batch_size(torch.nn.Conv2d(3, 1, 1), 64, amp=False, batch=batch)
+    assert seen["fraction"] == autobatch_fraction(batch)
+
+
+@pytest.mark.parametrize("epochs", [2500, 2501])
+def test_optimizer_auto_as_build_train_pipeline_picks_it(epochs, synthetic, tmp_path):
+    """optimizer=auto: optimizer_rule counts the iterations as _build_train_pipeline does (8 images / batch 2 x
+    epochs: 10000 and 10004) and names the optimizer Ultralytics' build_optimizer then builds (AdamW, MuSGD)."""
+    trainer = stock_trainer(synthetic, tmp_path, epochs=epochs, optimizer="auto")
+    built, build = [], trainer.build_optimizer
+
+    def build_and_stop(**kw):
+        built.append((kw["iterations"], type(build(**kw)).__name__))
+        raise Reached
+
+    trainer.build_optimizer = build_and_stop
+    with pytest.raises(Reached):
+        trainer._setup_train()
+    counts = count_data(trainer.args, trainer.data, trainer.stride)
+    iterations, name = built[0]
+    picked, rule = optimizer_rule("auto", counts.images, trainer.args.batch, trainer.args.nbs, epochs)
+    assert picked == name == optimizer_for("auto", iterations) == ("AdamW" if epochs == 2500 else "MuSGD")
+    assert f"for {iterations} iterations" in rule
+
+
+def test_augment_factors_bound_what_the_training_augmentation_makes(synthetic_cache):
+    """Objects per training image as Ultralytics' augmentation makes them (v8_transforms): mosaic x 4 (as AutoBatch
+    counts), none without mosaic, copy-paste x 2 where labels have segments, mixup and cutmix one more mosaic each.
+    Drawn samples with mixup (scale 0: a mosaic's crop holds about one image's objects) hold more objects than any
+    labelled image, and never more than planned."""
+    from ultralytics.data import build_yolo_dataset
+    from ultralytics.data.utils import check_det_dataset
+
+    from yolo_ckpt.data.synthetic import small_object_dataset
+
+    cases = [({}, (("mosaic", 4),)), ({"mosaic": 0.0}, ()), ({"task": "detect", "copy_paste": 0.5}, (("mosaic", 4),)),
+             ({"task": "segment", "copy_paste": 0.5, "mixup": 0.1, "cutmix": 0.1}, (("mosaic", 4), ("copy_paste", 2), ("mixup+cutmix", 3)))]
+    for overrides, factors in cases:
+        assert augment_factors(get_cfg(DEFAULT_CFG, overrides)) == factors
+    data = check_det_dataset(str(small_object_dataset(train=16, val=1)))  # 5 px crosses: none too small to keep at 320
+    args = get_cfg(DEFAULT_CFG, {"imgsz": 320, "mixup": 1.0, "scale": 0.0})
+    dataset = build_yolo_dataset(args, data["train"], 2, data, mode="train")
+    counts = DataCounts(len(dataset), max(len(label["cls"]) for label in dataset.labels), augment_factors(args))
+    drawn = max(len(dataset[i]["cls"]) for i in range(len(dataset)) for _ in range(3))
+    assert counts.max_objects < drawn <= counts.planned_objects == 8 * counts.max_objects
+    assert objects_rule(counts, 20)[1] == f"the data's most in one image, {counts.max_objects}, x 4 for mosaic, x 2 for mixup"
+
+
+@pytest.mark.parametrize(("task", "counts", "expected"), [
+    ("detect", DataCounts(4, 300), (1200, "the data's most in one image, 300, x 4 for mosaic")),
+    ("detect", DataCounts(4, 300, ()), (300, "the data's most in one image, 300 (no mosaic, mixup or cutmix)")),
+    ("segment", None, (20, "objects=20")),
+    ("classify", DataCounts(4, 0), (0, "a classify batch has none")),
+    ("semantic", None, (0, "a semantic batch has none")),
+    ("depth", None, (0, "a depth batch has none")),
+])
+def test_objects_per_image_by_task(task, counts, expected):
+    assert objects_rule(counts, 20, task) == expected
+    line = RunSpec("cpu", False, "AdamW", "optimizer=AdamW", *expected, 2).describe()
+    assert ("no objects (" if expected[0] == 0 else f"{expected[0]} objects per image (") + expected[1] + ")" in line
+

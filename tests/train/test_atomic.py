@@ -1,0 +1,214 @@
+"""Checkpoints a kill cannot corrupt (failure mode 31): last.pt is written atomically, so resume always works."""
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import logged_messages
+from ultralytics import YOLO
+
+from yolo_ckpt import CheckpointDetectionTrainer
+from yolo_ckpt.train.atomic import atomic_saves, atomic_write_bytes
+
+# A training run that pauses inside its second save of last.pt (epoch 1), where the test kills it with SIGKILL.
+# The pause is in os.fsync, after the bytes reached the temporary file and before os.replace; "half" truncates the
+# temporary file to half first, as a kill in the middle of the write leaves it.
+KILLED_RUN = textwrap.dedent(
+    """
+    import os, sys, time
+    point, data, project = sys.argv[1:4]
+    fsync, writes = os.fsync, []
+
+    def paused_fsync(fd):
+        fsync(fd)
+        if ".last.pt." in os.readlink(f"/proc/self/fd/{fd}"):
+            writes.append(fd)
+            if len(writes) == 2:
+                if point == "half":
+                    os.ftruncate(fd, os.fstat(fd).st_size // 2)
+                print("PAUSED", flush=True)
+                time.sleep(600)
+
+    os.fsync = paused_fsync
+    from ultralytics import YOLO
+    from yolo_ckpt import CheckpointDetectionTrainer
+    YOLO("yolo11n.yaml").train(data=data, trainer=CheckpointDetectionTrainer, project=project, name="run", epochs=2,
+                               batch=2, nbs=2, imgsz=32, workers=0, device="cpu", plots=False, val=False, seed=0,
+                               recompute="all")
+    """
+)
+
+
+def test_atomic_write_keeps_old_file_when_interrupted(tmp_path, monkeypatch):
+    """An exception at any point of the write (here: in fsync, and in the write itself) leaves the old bytes and no
+    temporary file; a completed write has exactly the new bytes."""
+    target = tmp_path / "last.pt"
+    target.write_bytes(b"old")
+    for where in ("fsync", "replace"):
+        def boom(*a, **k):
+            raise KeyboardInterrupt(where)
+
+        with monkeypatch.context() as m:
+            m.setattr(os, where, boom)
+            with pytest.raises(KeyboardInterrupt):
+                atomic_write_bytes(target, b"new" * 1000)
+        assert target.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
+    assert atomic_write_bytes(target, b"new") == 3 and target.read_bytes() == b"new"
+
+
+def test_atomic_saves_only_inside_the_folder(tmp_path, monkeypatch):
+    """Inside the context, writes to the weights folder go through atomic_write, others do not."""
+    calls = []
+    monkeypatch.setattr("yolo_ckpt.train.atomic.atomic_write", lambda p, write, in_place=None: calls.append(Path(p).name))
+    (tmp_path / "weights").mkdir()
+    with atomic_saves(tmp_path / "weights"):
+        (tmp_path / "weights" / "last.pt").write_bytes(b"x")
+        (tmp_path / "other.txt").write_bytes(b"y")
+    (tmp_path / "weights" / "after.pt").write_bytes(b"z")
+    assert calls == ["last.pt"] and (tmp_path / "other.txt").read_bytes() == b"y"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["half", "written"])
+def test_kill_during_save_resumes_from_last_complete_checkpoint(point, synthetic, tmp_path):
+    """SIGKILL of a real training process while it writes epoch 1's last.pt: the file still holds epoch 0's complete
+    checkpoint, and resume trains epoch 1 from it."""
+    script = tmp_path / "run.py"
+    script.write_text(KILLED_RUN)
+    proc = subprocess.Popen([sys.executable, str(script), point, synthetic(), str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if line.strip() == "PAUSED":
+                break
+        else:
+            pytest.fail(f"the run ended (exit {proc.wait()}) without reaching its second save")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    last = tmp_path / "run" / "weights" / "last.pt"
+    assert torch.load(last, weights_only=False)["epoch"] == 0  # complete, and the previous epoch's
+    assert len(list(last.parent.glob(".last.pt.*.tmp"))) == 1  # the killed save's temporary copy
+    m = YOLO(last)
+    m.train(resume=True, trainer=CheckpointDetectionTrainer)
+    assert m.trainer.start_epoch == 1 and m.trainer.epoch == 1
+    assert torch.load(last, weights_only=False)["epoch"] == -1  # the finished run's stripped checkpoint
+    assert sorted(p.name for p in last.parent.iterdir()) == ["best.pt", "last.pt"]  # the resume removed it
+
+
+# A training run killed inside the final strip_optimizer rewrite of last.pt or best.pt (BaseTrainer.final_eval): the
+# patched torch.save writes half of the stripped checkpoint into whatever file it is given, then SIGKILLs its process.
+KILLED_STRIP = textwrap.dedent(
+    """
+    import io, os, signal, sys
+    import torch
+    target, data, project = sys.argv[1:4]
+    save = torch.save
+
+    def killing_save(obj, f, *args, **kwargs):
+        name = str(f) if isinstance(f, (str, os.PathLike)) else os.readlink(f"/proc/self/fd/{f.fileno()}") if hasattr(f, "name") else ""
+        if isinstance(obj, dict) and obj.get("epoch") == -1 and os.path.basename(name).lstrip(".").startswith(target):
+            buffer = io.BytesIO()
+            save(obj, buffer, *args, **kwargs)
+            file = open(f, "wb") if isinstance(f, (str, os.PathLike)) else f
+            file.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+            file.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return save(obj, f, *args, **kwargs)
+
+    torch.save = killing_save
+    from ultralytics import YOLO
+    from yolo_ckpt import CheckpointDetectionTrainer
+    YOLO("yolo11n.yaml").train(data=data, trainer=CheckpointDetectionTrainer, project=project, name="run", epochs=1,
+                               batch=2, nbs=2, imgsz=32, workers=0, device="cpu", plots=False, seed=0)
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["last.pt", "best.pt"])
+def test_kill_inside_the_final_rewrite_leaves_loadable_checkpoints(target, synthetic, tmp_path):
+    """SIGKILL inside strip_optimizer's rewrite of last.pt, or of best.pt (stock: 3 of 3 and 4 of 4 such kills left a
+    truncated file): both files still load as Ultralytics checkpoints, the killed file holds the epoch's complete
+    checkpoint; resume reads last.pt (Ultralytics' "finished" answer, the run's one epoch having ended, not an
+    unpickling error) or a new run of the folder starts from best.pt, and either removes the killed save's
+    temporary copy."""
+    script = tmp_path / "run.py"
+    script.write_text(KILLED_STRIP)
+    proc = subprocess.run([sys.executable, str(script), target, synthetic(), str(tmp_path)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    weights = tmp_path / "run" / "weights"
+    ckpts = {name: torch.load(weights / name, weights_only=False) for name in ("last.pt", "best.pt")}
+    assert ckpts[target]["epoch"] == 0 and ckpts[target]["optimizer"] is not None  # the complete, unstripped save
+    if target == "best.pt":  # last.pt's strip came first and completed
+        assert ckpts["last.pt"]["epoch"] == -1
+    assert len(list(weights.glob(f".{target}.*.tmp"))) == 1  # the half-written temporary copy, beside the intact file
+    if target == "last.pt":
+        with pytest.raises(AssertionError, match="is finished, nothing to resume"):
+            YOLO(weights / "last.pt").train(resume=True, trainer=CheckpointDetectionTrainer)
+    else:  # last.pt is the finished run's stripped checkpoint: a new run of that folder, from best.pt
+        YOLO(weights / "best.pt").train(data=synthetic(), trainer=CheckpointDetectionTrainer, project=str(tmp_path), name="run",
+                                        exist_ok=True, epochs=1, batch=2, nbs=2, imgsz=32, workers=0, device="cpu", plots=False, val=False)
+    assert sorted(p.name for p in weights.iterdir()) == ["best.pt", "last.pt"]  # the temporary copy removed
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002], ids=["umask022", "umask002"])
+def test_saved_files_get_the_mode_stock_gives_them(umask, tmp_path):
+    """Under umask 022 and 002, a new file written through atomic_saves (Path.write_bytes as save_model, torch.save
+    as strip_optimizer) or atomic_write_bytes gets the mode a stock write gives it (not mkstemp's 0600), and a
+    replaced file keeps its own mode."""
+    old = os.umask(umask)
+    try:
+        (tmp_path / "stock").mkdir()
+        (tmp_path / "stock" / "new.pt").write_bytes(b"x")
+        stock = (tmp_path / "stock" / "new.pt").stat().st_mode & 0o777
+        folder = tmp_path / "weights"
+        folder.mkdir()
+        (folder / "kept.pt").write_bytes(b"old")
+        (folder / "kept.pt").chmod(0o640)
+        with atomic_saves(folder):
+            (folder / "last.pt").write_bytes(b"new")
+            torch.save({"epoch": -1}, folder / "best.pt")
+            torch.save({"epoch": -1}, folder / "kept.pt")
+        atomic_write_bytes(folder / "args.yaml", b"a: 1\n")
+    finally:
+        os.umask(old)
+    assert stock == 0o666 & ~umask
+    modes = {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir()}
+    assert modes == {"last.pt": stock, "best.pt": stock, "args.yaml": stock, "kept.pt": 0o640}
+    assert torch.load(folder / "kept.pt")["epoch"] == -1
+
+
+@pytest.mark.slow
+def test_a_disk_without_room_for_two_checkpoints_finishes_the_run(synthetic, tmp_path, monkeypatch):
+    """A disk that holds one checkpoint but not two (simulated: ENOSPC while the temporary copy of a file that
+    exists is synced): every save after the first falls back to stock's in-place write with one warning line each,
+    the run finishes as stock does (both epochs, stripped last.pt and best.pt), and no temporary file is left."""
+    fsync, refused = os.fsync, []
+
+    def full_disk_fsync(fd):
+        tmp = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        target = tmp.parent / tmp.name[1:].rsplit(".", 2)[0]  # .last.pt.XXXXXXXX.tmp -> last.pt
+        if tmp.name.endswith(".tmp") and target.exists():
+            refused.append(target.name)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", full_disk_fsync)
+    with logged_messages() as messages:
+        YOLO("yolo11n.yaml").train(data=synthetic(), trainer=CheckpointDetectionTrainer, project=str(tmp_path), name="run",
+                                   epochs=2, batch=2, nbs=2, imgsz=32, workers=0, device="cpu", plots=False, val=False, seed=0)
+    weights = tmp_path / "run" / "weights"
+    assert sorted(p.name for p in weights.iterdir()) == ["best.pt", "last.pt"]
+    assert (
+        torch.load(weights / "last.pt", weights_only=False)["epoch"] == -1
+        and torch.load(weights / "best.pt", weights_only=False)["epoch"] == -1
+    )
+    warnings = [m for m in messages if "no room for an atomic save's temporary copy" in m]
+    assert refused and len(warnings) == len(refused) and {"last.pt", "best.pt"} <= set(refused)

@@ -1,0 +1,162 @@
+"""Hostile train inputs (issue 22 point 5): one line naming the key or file, exit 2, before any write, so an existing
+run folder stays byte-identical; and the run folder put back after any failure between the first write and the first
+epoch, whatever raised it."""
+
+import hashlib
+from pathlib import Path
+
+import pytest
+import torch
+from ultralytics import YOLO
+from ultralytics.models.yolo.detect import DetectionTrainer
+
+from yolo_ckpt import checkpointed
+from yolo_ckpt.cli import main
+from yolo_ckpt.errors import ConfigError
+from yolo_ckpt.train.inputs import check_imgsz
+
+TRAIN = ["epochs=1", "imgsz=32", "batch=2", "workers=0", "plots=False", "exist_ok=True"]
+
+
+def folder_state(folder: Path) -> dict:
+    """Every file under ``folder`` -> (the sha256 of its bytes, its mode) (an empty dict for a missing folder)."""
+    return {
+        str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mode)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture
+def earlier_run(tmp_path):
+    """An earlier run's folder, ``runs/run`` with args.yaml, results.csv and weights/last.pt."""
+    run = tmp_path / "runs" / "run"
+    (run / "weights").mkdir(parents=True)
+    (run / "args.yaml").write_text("from: the earlier run\n")
+    (run / "results.csv").write_text("epoch,time\n1,2.0\n")
+    (run / "results.csv").chmod(0o640)  # not the umask's: the restore keeps it
+    (run / "weights" / "last.pt").write_bytes(b"earlier weights")
+    return run
+
+
+def hostile(tmp_path: Path) -> dict:
+    (tmp_path / "afile").write_text("a file, not a folder\n")
+    torch.save({"weights": [1, 2]}, tmp_path / "notackpt.pt")
+    (tmp_path / "junk.pt").write_bytes(b"\x00 not a pickle")
+    (tmp_path / "adir").mkdir()
+    return {
+        "imgsz=abc": ("imgsz='abc' is not a training size", []),
+        "imgsz=fit": ("imgsz='fit' is not a training size", []),
+        "imgsz=0": ("imgsz=0 is not a training size", []),
+        "imgsz=-64": ("imgsz=-64 is not a training size", []),
+        "device=abc": ("device='abc': Invalid CUDA 'device=abc' requested", []),
+        "device=cuda:0": ("device='cuda:0': Invalid CUDA", []),
+        "project=FILE": (f"project={tmp_path / 'afile'}: {tmp_path / 'afile'} is a file", [f"project={tmp_path / 'afile'}"]),
+        "model=DIR": (f"model={tmp_path / 'adir'} is a folder", [f"model={tmp_path / 'adir'}"]),
+        "model=notackpt.pt": (
+            f"model={tmp_path / 'notackpt.pt'} is not a loadable Ultralytics checkpoint",
+            [f"model={tmp_path / 'notackpt.pt'}"],
+        ),
+        "model=junk.pt": (f"model={tmp_path / 'junk.pt'} is not a loadable Ultralytics checkpoint", [f"model={tmp_path / 'junk.pt'}"]),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "imgsz=abc",
+        "imgsz=fit",
+        "imgsz=0",
+        "imgsz=-64",
+        "device=abc",
+        "device=cuda:0",
+        "project=FILE",
+        "model=DIR",
+        "model=notackpt.pt",
+        "model=junk.pt",
+    ],
+)
+def test_hostile_input_is_one_line_exit_2_and_the_run_folder_stays(case, earlier_run, synthetic, tmp_path, capsys):
+    if case == "device=cuda:0" and torch.cuda.is_available():
+        pytest.skip("device=cuda:0 is valid here")
+    message, args = hostile(tmp_path)[case]
+    args = args or [case]
+    before, afile = folder_state(earlier_run), (tmp_path / "afile").read_bytes()
+    argv = ["train", f"data={synthetic()}", f"project={earlier_run.parent}", "name=run", *TRAIN, *args]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("yolo-ckpt: error: ") and message in err[-1], err[-1]
+    assert not [line for line in err if "Traceback" in line]
+    assert folder_state(earlier_run) == before and (tmp_path / "afile").read_bytes() == afile
+    assert sorted(p.name for p in earlier_run.parent.iterdir()) == ["run"]
+
+
+def test_imgsz_rule():
+    """Positive sizes, lists of them and check_imgsz's numeric strings pass (rounding stays Ultralytics'); the rest is refused."""
+    for good in (640, 333, 64.0, [640, 480], "640"):
+        check_imgsz(good)
+    for bad in ("abc", "fit", 0, -1, [640, 0], [], True, None):
+        with pytest.raises(ConfigError, match="is not a training size"):
+            check_imgsz(bad)
+
+
+class FailingSetup(DetectionTrainer):
+    """A trainer whose set-up fails after BaseTrainer.__init__ wrote the run folder (any exception, any place)."""
+
+    def get_dataloader(self, *args, **kwargs):
+        raise OSError("the disk went away")
+
+
+class FailingFirstEpoch(DetectionTrainer):
+    """A trainer that fails once its first epoch started: the run folder is this run's from then on."""
+
+    def _model_train(self):
+        raise OSError("the disk went away")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("existing", [True, False])
+def test_any_failure_before_the_first_epoch_puts_the_run_folder_back(existing, earlier_run, synthetic, tmp_path):
+    """An OSError from Ultralytics' set-up (dataloaders, after args.yaml was written and results.csv removed): the
+    earlier run's folder byte-identical, or a new run's folder gone."""
+    name = "run" if existing else "new"
+    before = folder_state(earlier_run)
+    with pytest.raises(OSError, match="the disk went away"):
+        YOLO("yolo11n.yaml").train(data=synthetic(), trainer=checkpointed(FailingSetup), project=str(earlier_run.parent), name=name,
+                                   epochs=1, imgsz=32, batch=2, workers=0, plots=False, exist_ok=True, device="cpu")
+    assert folder_state(earlier_run) == before
+    assert sorted(p.name for p in earlier_run.parent.iterdir()) == ["run"]
+
+
+def test_a_failure_after_the_first_epoch_started_keeps_the_run_folder(synthetic, tmp_path):
+    """Once the first epoch starts, the folder is this run's: a failure then leaves it (args.yaml of this run)."""
+    with pytest.raises(OSError, match="the disk went away"):
+        YOLO("yolo11n.yaml").train(data=synthetic(), trainer=checkpointed(FailingFirstEpoch), project=str(tmp_path), name="run",
+                                   epochs=1, imgsz=32, batch=2, workers=0, plots=False, device="cpu")
+    assert (tmp_path / "run" / "args.yaml").is_file()
+
+
+def test_messages_name_the_key_or_the_file(tmp_path, capsys):
+    """bench objects=abc names the setting (not "invalid literal for int()"), and compare of a truncated
+    ckpt_report.json names the file (not "Expecting value: line 1 column 36"); both exit 2 and write nothing."""
+    assert main(["bench", "matrix=cpu-step", "objects=abc", f"out={tmp_path / 'bench'}"]) == 2
+    assert "objects='abc' is not valid; valid: an int >= 1" in capsys.readouterr().err
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "ckpt_report.json").write_text('{"schema": 3, "task": ')
+    assert main(["compare", str(run), str(run), f"out={tmp_path / 'compare'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"yolo-ckpt: error: {run / 'ckpt_report.json'} is not a readable run report") and len(err.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_bench_out_a_run_folder_or_a_file(earlier_run, tmp_path, capsys):
+    """bench out= a training run's folder (its results.csv is Ultralytics', not a bench table: once KeyError
+    'status') or a file: one line naming out=, exit 2, the folder and the file as they were."""
+    (tmp_path / "afile").write_text("keep me\n")
+    before = folder_state(earlier_run)
+    for out, message in ((earlier_run, "its results.csv is not a bench results table"), (tmp_path / "afile", "is a file")):
+        assert main(["bench", "matrix=cpu-step", f"out={out}"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"yolo-ckpt: error: out={out}") and message in err and len(err.splitlines()) == 1
+    assert folder_state(earlier_run) == before and (tmp_path / "afile").read_text() == "keep me\n"

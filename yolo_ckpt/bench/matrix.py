@@ -1,0 +1,419 @@
+"""``yolo-ckpt bench matrix=NAME``: run a benchmark matrix, cell by cell, into ``results.csv``.
+
+``NAME`` is a shipped matrix (``cpu-step``: ``yolo_ckpt/cfg/bench/cpu-step.yaml`` in the repository, installed as package data
+of yolo-ckpt) or a path to a matrix file (a path that exists wins).
+
+A matrix file (YAML) has:
+
+- ``kind``: ``step`` (one measured training step per cell, :mod:`.step_cell`) or ``train`` (a training run per
+  cell through the Checkpoint*Trainers, :mod:`.train_cell`).
+- ``grid``: a list of blocks; each maps cell keys (:data:`.cells.CELL_KEYS`) to a value or a list of values, and
+  the cells are the union of the blocks' products. ``settings``: what every cell shares (:data:`.cells.SETTINGS`, and for
+  ``train`` any ``yolo train`` argument: epochs, fraction, seed, ...).
+- ``baseline_keys`` (optional): the keys whose values a cell shares with its baseline, the ``recompute=none``
+  (``recompute_mode=full``) cell of its group; default: every key but ``recompute`` and ``recompute_mode``.
+- ``datasets_dir`` (optional, relative to the matrix file): where ``dataset: <name>`` finds
+  ``<name>/data.yaml``, unless the bench's ``datasets=DIR`` has it; where neither has it (an installed matrix's
+  ``datasets_dir`` points into site-packages), Ultralytics' ``SETTINGS['datasets_dir']`` (:func:`dataset_roots`).
+  ``dataset: synthetic`` is the built-in synthetic dataset of the task, ``dataset: small-objects`` /
+  ``small-objects-640`` the built-in small-object set at 320 / 640 px (:func:`yolo_ckpt.data.synthetic.small_object_dataset`).
+- ``tiles: {size, overlap}`` (train cells, detection data): train on tiles of the dataset (:mod:`yolo_ckpt.data.tiles`,
+  cut from its images resized to the cell's ``imgsz``) at ``imgsz = size`` (``fit``: the largest that fits
+  ``memory_budget`` with the cell's policy), then validate on the full val images at the cell's ``imgsz``.
+
+The matrix is checked whole (keys, values, models, recompute values, datasets) before any cell runs or any file is
+written. Each finished cell is a row of ``<out>/results.csv`` (written after every cell), with the machine, versions
+and date it was measured on (:func:`.results_io.measured_on`); a rerun skips the cells already there with the same
+settings (column ``settings``) and retries the failed ones (``rerun=True`` measures every cell again). A cell that
+raises (out of memory included) is a ``failed`` row with its reason, and the matrix goes on. At the end ``results.md``
+(deltas against each cell's baseline, the machine per group of rows: :mod:`.tables`), PNG plots (:mod:`.plots`) and
+``provenance.json`` (machine, versions, command of the last run) are written; a run that measured nothing writes
+nothing.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import torch
+from ultralytics.cfg import check_dict_alignment
+from ultralytics.utils import DEFAULT_CFG_DICT, LOGGER, SETTINGS as ULTRALYTICS_SETTINGS, TQDM, YAML
+
+from yolo_ckpt.checkpointing.policy import is_auto, layout_of, resolve
+from yolo_ckpt.config import Budget, CkptConfig
+from yolo_ckpt.errors import ConfigError, MissingFileError
+from yolo_ckpt.memory.measure import TASKS
+from yolo_ckpt.memory.plan import PLANNED_TASKS
+from yolo_ckpt.shipped import resolve_yaml
+
+from . import plots, step_cell, tables, train_cell
+from .cells import BUILT_IN_DATASETS, CELL_KEYS, SETTINGS, RelativeBudget, cell_budget, cell_id, failed, is_none, run_name
+from .results_io import measured_on, provenance
+
+KINDS = ("step", "train")
+
+
+@dataclass
+class Matrix:
+    """A checked matrix file. ``cells``: dicts of every :data:`CELL_KEYS` key, in file order."""
+
+    name: str
+    kind: str
+    path: Path
+    settings: dict
+    cells: list[dict]
+    baseline_keys: list[str]
+    datasets_dir: Path | None = None  # the matrix file's own
+    description: str = ""
+    datasets: Path | None = None  # the bench's datasets= setting
+    data: dict = field(default_factory=dict)  # dataset value -> data.yaml path
+
+    def baseline_of(self, cell: dict) -> dict | None:
+        """The cell's baseline: the ``recompute=none``, ``recompute_mode=full`` cell sharing its baseline keys."""
+        for other in self.cells:
+            if is_none(other) and all(other[k] == cell[k] for k in self.baseline_keys):
+                return other
+        return None
+
+
+def _positive_int(value) -> bool:
+    """An int >= 1, or its digits ("3" from a YAML string)."""
+    return not isinstance(value, bool) and (isinstance(value, int) or (isinstance(value, str) and value.isdigit())) and int(value) >= 1
+
+
+def load_matrix(path, overrides: dict | None = None, datasets=None) -> Matrix:
+    """Read and check a matrix file, before anything runs; ``overrides`` replace some of its ``settings``
+    (``yolo-ckpt bench ... epochs=10``). ``path``: a file, or the name of a shipped matrix (``cpu-step``,
+    :func:`yolo_ckpt.shipped.resolve_yaml`; a file wins). ``datasets``: the folder searched first for a ``dataset:
+    <name>`` (:func:`dataset_roots`).
+
+    Raises:
+        FileNotFoundError: for a matrix that is neither a file nor a shipped name (listing the shipped names), a
+        missing model YAML or dataset. ValueError / SyntaxError: for an
+        unknown kind or key, a bad recompute, recompute_mode, imgsz, batch or memory_budget value, a step cell of a
+        non-detection model, or a cell without a baseline; each names the bad value and the valid choices.
+    """
+    path = resolve_yaml(path, "bench", "matrix")
+    spec = YAML.load(path) or {}
+    top = {"name", "kind", "description", "settings", "grid", "baseline_keys", "datasets_dir"}
+    if set(spec) - top:
+        raise ConfigError(f"{path}: unknown top-level keys {sorted(set(spec) - top)}; valid: {sorted(top)}")
+    kind = spec.get("kind")
+    if kind not in KINDS:
+        raise ConfigError(f"{path}: kind={kind!r} is not valid; valid kinds: {', '.join(KINDS)}")
+    settings = {**SETTINGS[kind], **(spec.get("settings") or {}), **(overrides or {})}
+    if kind == "train":  # any 'yolo train' argument, with Ultralytics' suggestions for a misspelt one
+        check_dict_alignment({**DEFAULT_CFG_DICT, **SETTINGS[kind]}, settings)
+        owned = sorted(set(settings) & (set(CELL_KEYS) | {"data", "project", "name", "trainer"}))
+        if owned:
+            raise ConfigError(
+                f"{path}: settings {owned} are set per cell by the runner; give them as cell keys in grid: (valid: {sorted(CELL_KEYS)})"
+            )
+    elif bad := next((k for k in ("pairs", "objects") if not _positive_int(settings[k])), None):
+        raise ConfigError(f"{path}: {bad}={settings[bad]!r} is not valid; valid: an int >= 1")
+    elif set(settings) - set(SETTINGS[kind]):
+        raise ConfigError(
+            f"{path}: unknown settings {sorted(set(settings) - set(SETTINGS[kind]))} for kind={kind}; valid: {sorted(SETTINGS[kind])}"
+        )
+    blocks = spec.get("grid") or []
+    if not isinstance(blocks, list) or not blocks:
+        raise ConfigError(f"{path}: grid must be a non-empty list of blocks (key: value or list of values)")
+    cells = []
+    for block in blocks:
+        if not isinstance(block, dict):
+            raise ConfigError(f"{path}: grid block {block!r} is not a mapping of cell keys to values; valid keys: {sorted(CELL_KEYS)}")
+        bad = set(block) - set(CELL_KEYS)
+        if bad:
+            raise ConfigError(f"{path}: unknown cell keys {sorted(bad)}; valid: {sorted(CELL_KEYS)}")
+        values = {k: block.get(k, default) for k, default in CELL_KEYS.items()}
+        values = {k: v if isinstance(v, list) else [v] for k, v in values.items()}
+        for combo in itertools.product(*values.values()):
+            cell = dict(zip(values, combo))
+            if cell not in cells:
+                cells.append(cell)
+    datasets_dir = (path.parent / spec["datasets_dir"]).resolve() if spec.get("datasets_dir") else None
+    baseline_keys = spec.get("baseline_keys") or [k for k in CELL_KEYS if k not in {"recompute", "recompute_mode"}]
+    if set(baseline_keys) - set(CELL_KEYS):
+        raise ConfigError(
+            f"{path}: baseline_keys {sorted(set(baseline_keys) - set(CELL_KEYS))} are not cell keys; valid: {sorted(CELL_KEYS)}"
+        )
+    if kind == "step" and not {"model", "amp"} <= set(baseline_keys):
+        raise ConfigError(
+            f"{path}: baseline_keys={baseline_keys}: step cells are measured beside their baseline in one process, so model and "
+            "amp must be among them"
+        )
+    matrix = Matrix(
+        spec.get("name") or path.stem,
+        kind,
+        path,
+        settings,
+        cells,
+        list(baseline_keys),
+        datasets_dir,
+        spec.get("description", ""),
+        Path(datasets) if datasets else None,
+    )
+    layouts: dict[str, object] = {}  # per model: a checkpoint is unpickled once, whatever its cells
+    for cell in cells:
+        _check_cell(matrix, cell, layouts)
+    return matrix
+
+
+def _check_cell(matrix: Matrix, cell: dict, layouts: dict) -> None:
+    """Check one cell's values against its model and the matrix kind (see :func:`load_matrix`); ``layouts``: the
+    models' layouts read so far, by model."""
+    where = f"{matrix.path}: cell {cell_id(cell)}"
+    if cell["model"] not in layouts:
+        layouts[cell["model"]] = layout_of(cell["model"])  # MissingFileError for a missing model
+    layout = layouts[cell["model"]]
+    task = cell["task"] or _model_task(cell["model"])
+    cell["task"] = task
+    config = CkptConfig.from_args({k: cell[k] for k in ("recompute", "recompute_mode")})  # as train checks them
+    if not is_auto(config.recompute):
+        resolve(config.recompute, layout)
+    if matrix.kind == "step" and task not in TASKS:
+        raise ConfigError(
+            f"{where}: step cells measure the tasks {', '.join(TASKS)} (yolo_ckpt.memory.measure.training_batch); task={task} "
+            "needs kind: train"
+        )
+    try:
+        budget = cell_budget(cell["memory_budget"])  # the form; a fraction's device is checked by run_matrix
+    except ValueError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    relative = isinstance(budget, RelativeBudget)
+    if relative and matrix.kind != "step":
+        raise ConfigError(
+            f"{where}: memory_budget={cell['memory_budget']} (relative to recompute=none) is for step cells; give bytes with a "
+            "unit, e.g. 2GB"
+        )
+    if cell["imgsz"] != "fit" and not (isinstance(cell["imgsz"], int) and cell["imgsz"] > 0):
+        raise ConfigError(f"{where}: imgsz={cell['imgsz']!r} is not valid; valid: a positive int or 'fit'")
+    if cell["amp"] not in {True, False}:
+        raise ConfigError(f"{where}: amp={cell['amp']!r} is not valid; valid: true, false")
+    if (
+        isinstance(cell["imgsz"], bool)
+        or isinstance(cell["batch"], bool)
+        or not (isinstance(cell["batch"], int) and (cell["batch"] > 0 or cell["batch"] == -1))
+    ):
+        raise ConfigError(f"{where}: batch={cell['batch']!r} is not valid; valid: a positive int or -1")
+    planned = [
+        k
+        for k, v in (
+            ("recompute=auto", is_auto(cell["recompute"])),
+            ("batch=-1", cell["batch"] == -1),
+            ("imgsz=fit", cell["imgsz"] == "fit"),
+        )
+        if v
+    ]
+    if cell["imgsz"] == "fit" and (is_auto(cell["recompute"]) or cell["batch"] == -1):
+        raise ConfigError(f"{where}: imgsz=fit needs a named policy and a batch (it is the largest imgsz for them)")
+    if relative and (cell["imgsz"] == "fit" or cell["batch"] == -1):
+        raise ConfigError(
+            f"{where}: memory_budget={cell['memory_budget']} is relative to recompute=none at the cell's imgsz and batch: give both"
+        )
+    if planned and budget is None:
+        raise ConfigError(f"{where}: {' and '.join(planned)} need memory_budget= (bytes with a unit, e.g. 4GB)")
+    if planned and task not in PLANNED_TASKS:
+        raise ConfigError(
+            f"{where}: {' and '.join(planned)} plan memory for the tasks {', '.join(PLANNED_TASKS)}; task={task} needs a named "
+            "policy, imgsz and batch"
+        )
+    if cell["tiles"] is not None:
+        _check_tiles(where, matrix, cell, task)
+    if matrix.kind == "train":
+        matrix.data[cell["dataset"]] = _data_yaml(matrix, cell["dataset"])
+    if matrix.baseline_of(cell) is None:
+        keys = ", ".join(f"{k}={cell[k]}" for k in matrix.baseline_keys)
+        raise ConfigError(
+            f"{where}: no baseline cell (recompute=none, recompute_mode=full) with {keys}; add one to the grid or change baseline_keys"
+        )
+
+
+def _check_tiles(where: str, matrix: Matrix, cell: dict, task: str) -> None:
+    """Check a cell's ``tiles: {size, overlap}`` (see the module docstring)."""
+    tiles = cell["tiles"]
+    if matrix.kind != "train" or task != "detect":
+        raise ConfigError(f"{where}: tiles= is for train cells of detection models (kind={matrix.kind}, task={task})")
+    if not isinstance(tiles, dict) or set(tiles) != {"size", "overlap"}:
+        raise ConfigError(f"{where}: tiles={tiles!r} is not valid; valid: {{size: px or fit, overlap: px}}")
+    if not isinstance(cell["imgsz"], int):
+        raise ConfigError(f"{where}: tiles need an int imgsz (the resolution the images are tiled and validated at), got {cell['imgsz']!r}")
+    size = tiles["size"]
+    if size == "fit" and (cell["memory_budget"] is None or is_auto(cell["recompute"])):
+        raise ConfigError(f"{where}: tiles size=fit needs memory_budget= and a named policy")
+    if size != "fit" and (isinstance(size, bool) or not isinstance(size, int) or not 32 <= size <= cell["imgsz"]):
+        raise ConfigError(f"{where}: tiles size={size!r} is not valid; valid: fit or an int in [32, imgsz={cell['imgsz']}]")
+
+
+def _model_task(model: str) -> str:
+    """The task of a model YAML (its head) or checkpoint."""
+    from ultralytics.nn.tasks import guess_model_task, yaml_model_load
+
+    return guess_model_task(yaml_model_load(model) if str(model).endswith((".yaml", ".yml")) else model)
+
+
+def dataset_roots(matrix: Matrix) -> dict[str, Path | None]:
+    """Where a ``dataset: <name>`` is looked for, in order (the first holding ``<name>/data.yaml`` wins): the bench's
+    ``datasets=`` setting, the matrix file's ``datasets_dir``, Ultralytics' ``SETTINGS['datasets_dir']`` (read,
+    never written). A place not given is None."""
+    return {
+        "datasets=": matrix.datasets,
+        "the matrix's datasets_dir": matrix.datasets_dir,
+        "Ultralytics' SETTINGS['datasets_dir']": Path(ULTRALYTICS_SETTINGS["datasets_dir"]),
+    }
+
+
+def _data_yaml(matrix: Matrix, dataset: str) -> str:
+    """The data.yaml a ``dataset`` value names: ``synthetic`` (and the other built-in sets), a data.yaml path, or a
+    name in one of :func:`dataset_roots`.
+
+    Raises:
+        FileNotFoundError: one line naming each place it looked and the valid forms.
+    """
+    if dataset in BUILT_IN_DATASETS:
+        return dataset  # generated when the cell runs (it writes files)
+    if str(dataset).endswith((".yaml", ".yml")):
+        if Path(dataset).is_file():
+            return str(Path(dataset).resolve())
+        raise MissingFileError(
+            f"{matrix.path}: dataset={dataset!r}: no such file; valid: {', '.join(BUILT_IN_DATASETS)}, a data.yaml path, or a dataset name"
+        )
+    roots = dataset_roots(matrix)
+    for root in roots.values():
+        if root is not None and (root / dataset / "data.yaml").is_file():
+            return str((root / dataset / "data.yaml").resolve())
+    looked = "; ".join(
+        f"{where} {root if root is not None else '(not given)'}{'' if root is None or root.is_dir() else ' (absent)'}"
+        for where, root in roots.items()
+    )
+    raise MissingFileError(
+        f"{matrix.path}: dataset={dataset!r} not found: no {dataset}/data.yaml in {looked}; "
+        f"give datasets=DIR (a folder holding {dataset}/data.yaml), or use {', '.join(BUILT_IN_DATASETS)} or a data.yaml path"
+    )
+
+
+def read_results(out: Path) -> pd.DataFrame:
+    """``<out>/results.csv`` (an empty frame if there is none yet)."""
+    csv = out / "results.csv"
+    if not csv.is_file():
+        return pd.DataFrame(columns=["cell", "status"])
+    table = pd.read_csv(csv, keep_default_na=False, na_values=[""])
+    if not {"cell", "status"} <= set(table.columns):  # e.g. a training run's folder, whose results.csv is Ultralytics'
+        raise ConfigError(
+            f"out={out}: its results.csv is not a bench results table (no cell and status columns); give a new folder or a "
+            "bench's out folder"
+        )
+    return table
+
+
+def run_matrix(
+    path, out=None, command: str | None = None, overrides: dict | None = None, rerun: bool = False, dry: bool = False, datasets=None
+) -> pd.DataFrame:
+    """Run the cells of a matrix file not yet in ``<out>/results.csv`` with the same settings; write the CSV, the
+    Markdown delta table, the plots and the provenance. A run with no cell to measure writes nothing. Returns the
+    results table (one row per cell, file order).
+
+    Args:
+        path: the matrix file. out: the results folder (default: ``<runs_dir>/bench/<matrix name>``).
+        overrides: settings that replace the file's (:func:`load_matrix`).
+        command: recorded in ``provenance.json`` (default: the ``yolo-ckpt bench`` line).
+        rerun: measure every cell again, the finished ones included.
+        dry: check the matrix and say which cells would run and which datasets they read; run and write nothing.
+        datasets: the folder searched first for the matrix's datasets (:func:`dataset_roots`).
+
+    Raises:
+        What :func:`load_matrix` raises, and ValueError for a fraction ``memory_budget`` without a CUDA device, all
+        before anything is written.
+    """
+    matrix = load_matrix(path, overrides, datasets)
+    fractions = [c for c in matrix.cells if isinstance(b := cell_budget(c["memory_budget"]), Budget) and b.is_fraction]
+    if fractions and not torch.cuda.is_available():
+        raise ConfigError(
+            f"{path}: memory_budget={fractions[0]['memory_budget']} is a fraction of CUDA memory and this machine has no CUDA "
+            "device; give bytes with a unit, e.g. 8GB"
+        )
+    out = Path(out) if out else Path(ULTRALYTICS_SETTINGS["runs_dir"]) / "bench" / matrix.name
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"out={out} is a file; out= is the folder the bench writes its results into")
+    done = read_results(out)
+    settings = json.dumps(matrix.settings, sort_keys=True, default=str)
+    finished = set(done.loc[(done["status"] == "ok") & (done.get("settings") == settings), "cell"]) if len(done) and not rerun else set()
+    todo = [c for c in matrix.cells if cell_id(c) not in finished]
+    LOGGER.info(
+        f"yolo-ckpt bench {matrix.name}: {len(matrix.cells)} cells, {len(matrix.cells) - len(todo)} already in "
+        f"{out / 'results.csv'}, {len(todo)} to run"
+    )
+    if dry or not todo:
+        data = "".join(f"; dataset {k}: {v}" for k, v in matrix.data.items())
+        reason = "dry=True" if dry else "every cell is done (rerun=True measures them again)"
+        LOGGER.info(f"yolo-ckpt bench {matrix.name}: {reason}: nothing run, nothing written{data}")
+        return done
+    out.mkdir(parents=True, exist_ok=True)
+    record = {"matrix": matrix.name, "kind": matrix.kind, **provenance(command or f"yolo-ckpt bench matrix={path} out={out}")}
+    rows = {r["cell"]: r for r in done.to_dict("records")}
+    with TQDM(total=len(todo), desc=f"bench {matrix.name}") as bar:
+        for group in _groups(matrix, todo):
+            bar.set_description(f"bench {matrix.name}: {run_name(group[-1])}")
+            for cell, row in zip(group, _run_group(matrix, group, out)):
+                if cell in todo:
+                    rows[cell_id(cell)] = {"cell": cell_id(cell), **cell, **row, "settings": settings, **measured_on(record)}
+                    _write_csv(matrix, rows, out)
+                    bar.update()
+    if matrix.path.resolve() != (out / "matrix.yaml").resolve():  # rerunning a results folder's own copy
+        shutil.copyfile(matrix.path, out / "matrix.yaml")
+    (out / "provenance.json").write_text(json.dumps(record, indent=2))
+    results = read_results(out)
+    table = tables.delta_table(matrix, results)
+    (out / "results.md").write_text(tables.markdown(matrix, table, record))
+    plots.write_plots(matrix, table, out)
+    return results
+
+
+def _groups(matrix: Matrix, todo: list[dict]) -> list[list[dict]]:
+    """The cells to run together. Step cells: each baseline with the cells to do of its group, baseline first (it
+    is measured again beside them, even when finished: time ratios are only taken within one process).
+    Train cells: one by one."""
+    if matrix.kind == "train":
+        return [[c] for c in todo]
+    groups: dict = {}
+    for cell in todo:
+        base = matrix.baseline_of(cell)
+        groups.setdefault(cell_id(base), [base])
+        if cell is not base:
+            groups[cell_id(base)].append(cell)
+    return list(groups.values())
+
+
+def _run_group(matrix: Matrix, cells: list[dict], out: Path) -> list[dict]:
+    """Rows of a group of cells; an exception (out of memory included) fails the cells it hit, not the matrix."""
+    try:
+        if matrix.kind == "step":
+            rows = step_cell.measure(cells, matrix.settings)
+        else:
+            rows = [train_cell.run(cells[0], matrix.settings, matrix.data.get(cells[0]["dataset"]), out / "runs")]
+    except Exception as e:  # noqa: BLE001 - recorded, and the matrix goes on
+        LOGGER.warning(f"yolo-ckpt bench: {run_name(cells[0])} failed: {type(e).__name__}: {e}")
+        rows = [failed(e) for _ in cells]
+    finally:
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return rows
+
+
+def _write_csv(matrix: Matrix, rows: dict, out: Path) -> None:
+    """Rewrite results.csv: the matrix's cells in file order, then rows of cells no longer in the matrix."""
+    order = [cell_id(c) for c in matrix.cells]
+    ordered = [rows[k] for k in order if k in rows] + [r for k, r in rows.items() if k not in order]
+    table = pd.DataFrame(ordered)
+    first = ["cell", "status", "reason", *CELL_KEYS]
+    table = table[[c for c in first if c in table] + [c for c in table if c not in first]]
+    tmp = out / "results.csv.tmp"
+    table.to_csv(tmp, index=False)
+    tmp.replace(out / "results.csv")  # a crash mid-write never leaves a half file

@@ -1,0 +1,116 @@
+"""A matrix's PNG plots (matplotlib): peak memory against step-time ratio per policy; mAP50-95 against imgsz; the
+training curves of train cells (with their ``curves.csv``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+
+def write_plots(matrix, table: pd.DataFrame, out: Path) -> list[Path]:
+    """Write ``memory_vs_time.png`` (every kind) and, for train matrices, ``map_vs_imgsz.png`` and ``curves.png``
+    (validation mAP50 per epoch of each cell, from its run's Ultralytics ``results.csv``, also written with
+    mAP50-95 and the elapsed seconds as ``curves.csv``; a tiles cell's curve is its validation on tiles, its
+    full-image result a star: :func:`curves_plot`) into ``out``.
+
+    Returns:
+        The files written (none when no cell has finished).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    ok = table[table["status"] == "ok"] if len(table) else table
+    if not len(ok):
+        return []
+    written = []
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for policy, group in ok.groupby("policy"):
+        ax.scatter(group["time_ratio"], 1 + group["memory_change_pct"] / 100, label=policy)
+        for _, row in group.iterrows():
+            where = row["dataset"] if matrix.kind == "train" else Path(str(row["model"])).stem
+            ax.annotate(f"{where}@{row['imgsz_used']}", (row["time_ratio"], 1 + row["memory_change_pct"] / 100), fontsize=6, alpha=0.7)
+    written.append(
+        _save(
+            fig,
+            ax,
+            out / "memory_vs_time.png",
+            xlabel="step time vs baseline (x)",
+            ylabel="peak memory vs baseline (x)",
+            title=f"{matrix.name}: memory against time",
+        )
+    )
+    if matrix.kind == "train" and ok["mAP50-95"].notna().any():
+        fig, ax = plt.subplots(figsize=(7, 5))
+        for (dataset, policy), group in ok.groupby(["dataset", "policy"]):
+            group = group.sort_values("imgsz_used")
+            ax.plot(group["imgsz_used"], group["mAP50-95"], marker="o", label=f"{dataset}: {policy}")
+        written.append(
+            _save(fig, ax, out / "map_vs_imgsz.png", xlabel="imgsz", ylabel="mAP50-95", title=f"{matrix.name}: accuracy against imgsz")
+        )
+    if matrix.kind == "train":
+        written += _curves(matrix, ok, out)
+    return written
+
+
+def _curves(matrix, ok: pd.DataFrame, out: Path) -> list[Path]:
+    """``curves.csv`` and ``curves.png`` of the cells whose run folder still holds its ``results.csv``; a cell whose
+    run folder was moved or deleted keeps its rows of the ``curves.csv`` already there."""
+    earlier = pd.read_csv(out / "curves.csv") if (out / "curves.csv").is_file() else None
+    frames = []
+    for _, row in ok.iterrows():
+        csv = Path(str(row.get("run_dir", ""))) / "results.csv"
+        tiled = isinstance(row.get("tiles"), str) and row["tiles"].strip() not in {"", "nan", "None"}
+        label = f"{row['dataset']} {row['policy']} @{row['imgsz_used']:.0f}" + (
+            f" tiles ({row['train_images']:.0f}, val on tiles)" if tiled else ""
+        )
+        if not csv.is_file():
+            if earlier is not None:
+                frames.append(earlier[earlier["cell"] == label])
+            continue
+        curve = pd.read_csv(csv).rename(columns=str.strip)[["epoch", "time", "metrics/mAP50(B)", "metrics/mAP50-95(B)"]]
+        nan = float("nan")
+        frames.append(curve.assign(cell=label, full_mAP50=row["mAP50"] if tiled else nan, full_mAP50_95=row["mAP50-95"] if tiled else nan))
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return []
+    curves = pd.concat(frames, ignore_index=True)
+    curves.to_csv(out / "curves.csv", index=False)
+    return [curves_plot(curves, out / "curves.png", f"{matrix.name}: training curves")]
+
+
+def curves_plot(curves: pd.DataFrame, path: Path, title: str) -> Path:
+    """Plot ``curves.csv`` rows (of one matrix, or several concatenated) to ``path``: validation mAP50 per epoch of
+    each cell; a tiles cell's curve is its validation on tiles, its best weights on the full images a star."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for label, curve in curves.groupby("cell", sort=False):
+        (line,) = ax.plot(curve["epoch"], curve["metrics/mAP50(B)"], marker=".", label=label)
+        if curve["full_mAP50"].notna().any():
+            ax.scatter(
+                curve["epoch"].max(),
+                curve["full_mAP50"].iloc[0],
+                marker="*",
+                s=120,
+                color=line.get_color(),
+                label=f"{label}: best, full images",
+            )
+    return _save(fig, ax, path, xlabel="epoch", ylabel="validation mAP50", title=title)
+
+
+def _save(fig, ax, path: Path, **labels) -> Path:
+    """Label, grid and legend ``ax``; write ``fig`` to ``path`` and close it."""
+    import matplotlib.pyplot as plt
+
+    ax.set(**labels)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path

@@ -1,0 +1,173 @@
+"""``train`` cells: one real training run through the Checkpoint*Trainers, read back from its run report.
+
+The run takes the cell's model, data, imgsz, batch, amp and policy plus the matrix's ``settings`` (any ``yolo
+train`` argument: epochs, fraction, seed, nbs, ...). ``val_images: N`` validates on the first N validation images
+(sorted by path): validating dense high-resolution images dominates CPU time. Peak memory, step time and accuracy
+come from the run's :class:`yolo_ckpt.report.record.RunReport` (``ckpt_report.json``); the final weights are hashed so that runs with and
+without recomputation can be shown identical.
+
+A ``tiles`` cell trains on a tile dataset (:func:`yolo_ckpt.data.tiles.tile_dataset`, written once into
+``<out>/data/``) and validates on those tiles during training; its mAP figures are those of the best weights
+validated afterwards on the full val images at the cell's ``imgsz`` (``val_imgsz``). Every epoch of it passes each
+source pixel at least once (pixels in tile overlaps more often), in more, smaller steps; to match the pixels
+processed by full-image cells, give it fewer epochs (``yolo_ckpt/cfg/bench/small-objects-tiles.yaml`` says how).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import torch
+from ultralytics.utils import YAML
+
+from yolo_ckpt.data.tiles import dataset_root, split_images, tile_dataset
+from yolo_ckpt.errors import MissingFileError
+
+from .cells import SETTINGS, SMALL_OBJECT_SETS, run_name
+from .planning import planned_cell, settle
+
+
+def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
+    """Train one cell into ``project/<run name>`` and return its row.
+
+    Returns:
+        status, the run directory, imgsz and batch used, recompute (the layers planned, for auto), layers,
+        recomputations (layer forwards recomputed in backward over the whole run: 0 proves a baseline), epochs,
+        training and validation peak memory (MiB) and their source, median step time (s), wall time of the training
+        and its validations (s; a tiles cell's full-image validation included), mAP50 and mAP50-95 of the
+        task's output or top-1/top-5 (fractions; a tiles cell's on the full val images), ``val_imgsz`` (the imgsz
+        they were validated at), ``train_images`` (the images trained, after ``fraction=``; tiles for a tiles cell) and
+        ``weights_sha256`` of the final
+        model and EMA state.
+
+    Raises:
+        Whatever the training raises (the matrix records it as a failed cell).
+    """
+    from ultralytics import YOLO
+
+    from yolo_ckpt import count_recomputations, trainer_for
+    from yolo_ckpt.report.compare import primary_metrics
+    from yolo_ckpt.report.record import load_report
+
+    if data == "synthetic":
+        from yolo_ckpt.data.synthetic import synthetic_dataset
+
+        data = str(synthetic_dataset(cell["task"]))
+    elif data in SMALL_OBJECT_SETS:
+        from yolo_ckpt.data.synthetic import small_object_dataset
+
+        data = str(small_object_dataset(SMALL_OBJECT_SETS[data]))
+    if settings["val_images"]:
+        data = str(val_subset(data, int(settings["val_images"]), project.parent / "data"))
+    yolo = YOLO(cell["model"], task=cell["task"])
+    imgsz, train_data, tiles = cell["imgsz"], data, cell["tiles"]
+    if imgsz == "fit":  # the trainers plan recompute=auto and batch=-1 themselves; plan as they do
+        imgsz = fit_imgsz(cell, data, settings)
+    if tiles is not None:  # written once per cell; a rerun reuses it (complete: tile_dataset renames it into place)
+        imgsz = fit_imgsz(cell, data, settings) if tiles["size"] == "fit" else tiles["size"]
+        folder = project.parent / "data" / f"tiles-{run_name(cell)}"
+        train_data = (
+            str(folder / "data.yaml") if folder.is_dir() else str(tile_dataset(data, folder, imgsz, tiles["overlap"], cell["imgsz"]))
+        )
+    overrides = {k: v for k, v in settings.items() if k not in SETTINGS["train"]}
+    if settings["device"] is not None:
+        overrides["device"] = settings["device"]
+    start = time.perf_counter()
+    with count_recomputations() as counter:
+        yolo.train(
+            trainer=trainer_for(yolo.task),
+            data=train_data,
+            imgsz=imgsz,
+            batch=cell["batch"],
+            amp=cell["amp"],
+            recompute=cell["recompute"],
+            recompute_mode=cell["recompute_mode"],
+            memory_budget=cell["memory_budget"],
+            project=str(project.resolve()),  # Ultralytics puts a relative project under its runs_dir
+            name=run_name(cell),
+            **overrides,
+        )
+    trainer = yolo.trainer
+    report = load_report(trainer.save_dir)
+    peak, val_peak = report.train_peak_allocated_bytes, report.val_peak_allocated_bytes
+    metrics = primary_metrics(report.task, report.metrics)
+    weights = weights_sha256(trainer)  # before validating anew, which fuses the model it validates
+    if tiles is not None:  # yolo holds the best weights now; validate them on the full images, as the others were
+        full = yolo.val(
+            data=data,
+            imgsz=cell["imgsz"],
+            batch=cell["batch"],
+            plots=False,
+            project=str(trainer.save_dir),
+            name="val-full",
+            **({"device": settings["device"]} if settings["device"] is not None else {}),
+        )
+        metrics.update({"mAP50": float(full.box.map50), "mAP50-95": float(full.box.map)})
+    wall = time.perf_counter() - start
+    return {
+        "status": "ok",
+        "run_dir": str(trainer.save_dir),
+        "imgsz_used": report.imgsz,
+        "batch_used": report.batch,
+        "recomputed": report.recompute,
+        "layers": len(report.recomputed_layers),
+        "recomputations": counter.total,
+        "epochs_run": report.epochs,
+        "peak_MiB": peak / 2**20 if peak is not None else float("nan"),
+        "val_peak_MiB": val_peak / 2**20 if val_peak is not None else float("nan"),
+        "memory_source": report.memory_source,
+        "step_time_s": report.train_step_time_median_s,
+        "wall_s": wall,
+        "train_images": len(trainer.train_loader.dataset),  # what trained (after fraction=); tiles for a tiles cell
+        **metrics,
+        "val_imgsz": cell["imgsz"] if tiles is not None else report.imgsz,
+        "weights_sha256": weights,
+        "device": report.device,
+    }
+
+
+def weights_sha256(trainer) -> str:
+    """SHA-256 of the final in-memory weights and buffers of the model and of its EMA (full precision, state_dict
+    order): equal hashes mean bit-identical training results (``last.pt`` stores the EMA in half precision)."""
+    from ultralytics.utils.torch_utils import unwrap_model
+
+    digest = hashlib.sha256()
+    for module in (unwrap_model(trainer.model), trainer.ema.ema):
+        for name, tensor in module.state_dict().items():
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def fit_imgsz(cell: dict, data: str, settings: dict) -> int:
+    """The largest imgsz whose estimated training peak with the cell's policy and batch fits its ``memory_budget``,
+    for the run the cell trains, planned as ``yolo-ckpt train`` plans it (:func:`.planning.planned_cell`: the data's
+    classes and objects with its augmentation's factors, the optimizer Ultralytics will build, AMP and the headroom
+    on the run's device).
+
+    Raises:
+        ValueError: when no imgsz fits."""
+    from ultralytics import YOLO
+    from ultralytics.data.utils import check_det_dataset
+
+    yolo = YOLO(cell["model"], task=cell["task"])  # the task's model class (a segment model plans its mask loss)
+    dataset = check_det_dataset(data, autodownload=False)
+    model = yolo.task_map[yolo.task]["model"](yolo.model.yaml, nc=dataset["nc"], ch=dataset["channels"], verbose=False)
+    return settle({**cell, "imgsz": "fit"}, planned_cell(cell, model, settings, dataset).memory_model())["imgsz"]
+
+
+def val_subset(data: str, n: int, folder: Path) -> Path:
+    """A copy of ``data`` (in ``folder``) whose val split is its first ``n`` validation images (a list file);
+    the dataset itself is not touched."""
+    spec, root = dataset_root(data)
+    images = split_images(root, spec["val"])[:n]
+    if not images:
+        raise MissingFileError(f"{data}: no validation images found for val_images={n}")
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = f"{Path(data).resolve().parent.name}-val{n}"
+    (folder / f"{stem}.txt").write_text("".join(f"{p}\n" for p in images))
+    out = folder / f"{stem}.yaml"
+    YAML.save(out, {**spec, "path": str(root), "val": str((folder / f"{stem}.txt").resolve())})
+    return out

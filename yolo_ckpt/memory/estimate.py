@@ -1,0 +1,412 @@
+"""Estimate the peak memory of a training step without computing it: fake tensors plus a calibrated loss formula.
+
+The model's forward, backward and optimizer step run on fake tensors (``torch._subclasses.FakeTensorMode``: shapes,
+dtypes and storages, no data), with the recompute policy applied, and :class:`~yolo_ckpt.memory.measure.LiveTensorTracker`
+counts the live storages as on the CPU: parameters, buffers, gradients, the optimizer state Ultralytics' own
+builder gives (:func:`~yolo_ckpt.memory.measure.build_optimizer`), the task's training batch
+(:func:`~yolo_ckpt.memory.measure.training_batch`) and activations. Fake tensors cannot run the loss: its task-aligned
+assigner has data-dependent ops (``nonzero``, ``topk`` over the targets). Its memory is a formula per task
+(:class:`LossModel`), fitted to CPU measurements of the real loss at small sizes
+(:func:`calibrate_loss`); the fake pass backpropagates a stand-in loss with dense gradients of the same shapes.
+
+The formula's terms, in batch B, anchors A, objects per image M: ``1, B*A, B*A*M, B*M`` (assigner and box losses:
+detect, pose, obb), plus for segmentation the mask loss, whose per-image tensors grow with foreground anchors x
+mask pixels P = (imgsz / mask_ratio)^2: ``Fb*P, B*M*P, F1*P, B*P``, with Fb the batch's foreground anchors (over
+the loss's assigners: an end-to-end loss has two) and F1 the most that one assigner gives one image (the
+temporaries of one image's mask loss). Calibration counts the real foreground (the assigner's ``fg_mask``); the
+estimate takes its bound, ``min(M * topk, A)`` per image and assigner, so it does not under-estimate where objects
+overlap or are small and claim fewer anchors. YOLO26's ``SegTaskAlignedAssigner`` also decodes the predicted
+masks of each object's ``3 * topk`` best candidates (its mask IoU), in chunks of 2^27 mask pixels: one more term
+per such assigner, the most pixels decoded at once (:func:`_decoded`, for at most ``min(M * 3 * topk, A)``
+candidates per image). With the loss region (``yolo_ckpt.checkpointing.losses``: the mask loss recomputed in backward, its forward chunked)
+one more term, ``min(chunk, F1)*P``, and the same fit measures the recomputed loss. Classification: ``1, B``.
+Semantic segmentation and depth, whose losses upsample the predictions to the input's resolution (Ultralytics'
+``SemanticSegmentationLoss``, ``DepthLoss26``), in full-resolution pixels P = imgsz^2: depth ``1, B*P``; semantic
+``1, B*P, [B > 1]*B*P``, the last the copy of the (B, nc, H, W) logits that the loss's channel-last ``reshape``
+makes past batch 1 (at batch 1 it is a view); the per-pixel coefficients hold the class count, fitted per ``nc``
+(and the calibration's points differ in batch and imgsz only: these batches have no objects). Two
+fits: the loss's forward peak and its backward peak (above what was alive before the loss), since the mask loss's
+backward peaks above its forward. Least-squares fits, but for segmentation, whose estimate must not fall under the
+measurement, an upper bound of its calibration measurements (a linear program, ``scipy.optimize.linprog``:
+non-negative coefficients, no measurement under-estimated, the least total relative over-estimate), since its peak
+is a maximum over moments of the loss (two assigners' decoding, each image's mask loss) that a sum of terms only
+approximates; its mask-pixel coefficients then carry :data:`MASK_TERMS_MARGIN`, since a bound of the calibration's
+small sizes is not one of sizes far above them.
+
+Not counted: the dataloader and its workers, validation (a separate phase), CUDA's context and cuDNN workspaces,
+allocator fragmentation (``memory_reserved`` above ``memory_allocated``), GradScaler and DDP buffers.
+
+AMP (Ultralytics runs it on CUDA only): the fake pass and the loss calibration run under CUDA fp16 autocast's dtypes,
+emulated on the CPU (:func:`yolo_ckpt.memory.amp.cuda_amp_emulated`: CPU autocast in fp16, with the ops CUDA autocast
+keeps in fp32, softmax among them, run in fp32).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from scipy.optimize import linprog
+from torch._subclasses.fake_tensor import FakeCopyMode, FakeTensorMode
+from torch.utils._pytree import tree_leaves, tree_map
+from ultralytics.utils.tal import SegTaskAlignedAssigner
+
+from ..checkpointing.engine import apply_checkpointing
+from . import estimate_cache
+from .amp import cuda_amp_emulated
+from .measure import (
+    OBJECTLESS_TASKS,
+    LayerAccounting,
+    LiveTensorTracker,
+    StepProfile,
+    anchors,
+    build_optimizer,
+    model_task,
+    module_flops,
+    run_step,
+    tensor_bytes,
+    train_imgsz,
+    training_batch,
+)
+
+# (batch, imgsz, objects per image) at which the real loss is measured to fit its formula: small (imgsz <= 160), so
+# fast, and spread in every term (1 to 3 images, 1 to 240 objects: below and above the anchors' count) so that the
+# fit does not confuse one term with another and extrapolates to sizes far above these.
+# Dense scenes: hundreds to thousands of objects over thousands of anchors, where the stock assigner's (batch, objects,
+# anchors) tensors hold the loss's peak. Without these points the fit took that term from steps of at most 240
+# objects over 525 anchors and fell under it 100x beyond: yolo11n at 1024 px, batch 1, recompute=none, 600 objects
+# -4.8%, 1500 objects -10% (CPU live-tensor peaks, 8-28 px boxes); with them +0.4% to +0.6% at 200, 600 and 1500.
+# At 160 px or less, so that the steps the tests check at twice the largest size still extrapolate.
+DENSE_POINTS = ((1, 160, 600), (1, 160, 1500), (2, 128, 900))
+CALIBRATION_POINTS = tuple(
+    (b, s, m)
+    for i, (b, s) in enumerate((b, s) for b in (1, 2, 3) for s in (64, 96, 128, 160))
+    for m in ((1, 2, 4, 6, 9, 14)[i % 6], (20, 30, 45, 70, 110, 160, 240)[i % 7])
+) + DENSE_POINTS
+
+# A segmentation fit is an upper bound of its calibration measurements, not of sizes beyond them: there its terms that
+# do not grow with the mask pixels (1, B*A, ...) hold slack that the fit trades for lower mask-pixel coefficients, so
+# it falls short where the mask terms dominate. Measured without a margin (CPU fp32, steps at 256-1024 px, 20-600
+# objects): yolo11n-seg's step peak up to 1.0% under (2 x 512 px, 300 objects; 2 x 1024 px, 415), its loss's backward
+# peak 1.2%; yolo26n-seg's up to 0.6% (1 x 512 px, 300). With it all 48 steps of benchmarks/results/estimate-accuracy
+# are over: yolo11n-seg +1.7% to +17.5%, yolo26n-seg +0.9% to +14.2% (the high end where grid-laid objects claim
+# fewer anchors than the foreground bound).
+MASK_TERMS_MARGIN = 0.05
+
+
+@dataclass(frozen=True)
+class LossModel:
+    """Bytes of the loss's peaks above what was alive before it, linear in the task's terms (module docstring).
+
+    Attributes:
+        task: the model's task; strides: its head's strides; mask_ratio: prototype pixels per mask pixel side.
+        topk: per assigner of a segmentation loss, the anchors one object can claim (``min(topk, topk2)``).
+        forward, backward: the coefficients (bytes per unit of each term) of the loss's forward peak and of its
+            backward peak.
+        chunk: anchors per chunk of the loss region (``yolo_ckpt.checkpointing.losses``: the mask loss recomputed in backward,
+            its forward run in chunks), which adds a term in ``min(chunk, F1) * P``; None for the stock loss.
+        mask_topk: per mask-scoring assigner (YOLO26's ``SegTaskAlignedAssigner``), the candidates per object whose
+            masks it decodes (``3 * topk``); empty for other losses.
+    """
+
+    task: str
+    strides: tuple[float, ...]
+    mask_ratio: int
+    topk: tuple[int, ...]
+    forward: tuple[float, ...]
+    backward: tuple[float, ...]
+    chunk: int | None = None
+    mask_topk: tuple[int, ...] = ()
+
+    def terms(self, batch: int, imgsz: int, objects: int, foreground: tuple[int, int] | None = None) -> np.ndarray:
+        """The formula's terms for this step; ``foreground`` (the batch's foreground anchors over the loss's
+        assigners, and the most one assigner gives one image) is measured in calibration and otherwise its bound,
+        ``min(objects * topk, anchors)`` per image and assigner."""
+        if self.task == "classify":
+            return np.array([1.0, batch])
+        if self.task == "semantic":  # per-pixel losses at the input's resolution (module docstring)
+            return np.array([1.0, batch * imgsz**2, (batch > 1) * batch * imgsz**2])
+        if self.task == "depth":
+            return np.array([1.0, batch * imgsz**2])
+        b, a, m = batch, anchors(imgsz, self.strides), objects
+        terms = [1.0, b * a, b * a * m, b * m]
+        if self.task == "segment":
+            pixels = (imgsz // self.mask_ratio) ** 2
+            foreground = foreground or self.foreground(batch, imgsz, objects)
+            terms += [foreground[0] * pixels, b * m * pixels, foreground[1] * pixels, b * pixels]
+            if self.chunk:
+                terms.append(min(self.chunk, foreground[1]) * pixels)
+            terms += [_decoded(b, min(m * k, a), pixels) for k in self.mask_topk]  # each assigner's decoding
+        return np.array(terms, dtype=float)
+
+    def foreground(self, batch: int, imgsz: int, objects: int) -> tuple[int, int]:
+        """The bound on a segmentation loss's foreground anchors: the batch's, summed over the loss's assigners, and
+        the most one assigner gives one image, each ``min(objects * topk, anchors)`` per image (module docstring)."""
+        per_loss = [min(objects * k, anchors(imgsz, self.strides)) for k in self.topk]
+        return batch * sum(per_loss), max(per_loss)
+
+    def forward_bytes(self, batch: int, imgsz: int, objects: int) -> int:
+        """The loss's forward peak (bytes) above what was alive before it: its saved tensors and temporaries."""
+        return max(0, int(self.terms(batch, imgsz, objects) @ np.array(self.forward)))
+
+    def backward_bytes(self, batch: int, imgsz: int, objects: int) -> int:
+        """The loss's backward peak (bytes) above what was alive before the loss (the predictions' gradients
+        included)."""
+        return max(0, int(self.terms(batch, imgsz, objects) @ np.array(self.backward)))
+
+
+def _decoded(batch: int, anchors_per_image: int, pixels: int) -> int:
+    """The most mask pixels that ``SegTaskAlignedAssigner.pair_overlaps`` (ultralytics/utils/tal.py) decodes at once
+    when each image has at most ``anchors_per_image`` candidate anchors: it decodes the masks of as many images as fit
+    its chunk of 2^27 mask pixels (at least one), so fewer candidates per image can mean more images per chunk. With
+    ``m`` candidates in the largest image: ``m * pixels`` when that exceeds the chunk, else ``min(batch * m * pixels,
+    2^27)``; the maximum over ``m <= anchors_per_image``."""
+    most = anchors_per_image * pixels
+    return max(most, min(batch * most, 1 << 27))
+
+
+_LOSS_MODELS: dict[str, LossModel] = {}  # per model YAML, class count, mask settings and amp
+
+
+def _assigners(criterion) -> list:
+    """The task-aligned assigners of a loss (one, or an end-to-end loss's one-to-many and one-to-one)."""
+    parts = [getattr(criterion, n, None) for n in ("one2many", "one2one")] + [criterion]
+    return [p.assigner for p in parts if p is not None and hasattr(p, "assigner")]
+
+
+def _calibrate(model, amp: bool) -> LossModel:
+    model.criterion = getattr(model, "criterion", None) or model.init_criterion()
+    shape = LossModel(
+        model_task(model),
+        tuple(model.stride.tolist()),
+        int(getattr(getattr(model, "args", None), "mask_ratio", 4)),
+        tuple(min(a.topk, a.topk2) for a in _assigners(model.criterion)),
+        (),
+        (),
+        getattr(model, "loss_chunk", None),
+        tuple(3 * a.topk for a in _assigners(model.criterion) if isinstance(a, SegTaskAlignedAssigner)),
+    )
+    points = CALIBRATION_POINTS
+    if shape.task in OBJECTLESS_TASKS:  # objects do not change their batch: each (batch, imgsz) once
+        points = tuple(sorted({(b, s, 0) for b, s, _ in points}))
+    rows, forward, backward = _loss_samples(model, shape, points, amp)
+    fit = lambda y: _fit(rows, np.array(y, float), upper=shape.task == "segment")  # noqa: E731
+    forward, backward = fit(forward), fit(backward)
+    if shape.task == "segment":  # the mask-pixel terms (from the 5th on) carry the extrapolation margin
+        forward, backward = (c[:4] + tuple(v * (1 + MASK_TERMS_MARGIN) for v in c[4:]) for c in (forward, backward))
+    return dataclasses.replace(shape, forward=forward, backward=backward)
+
+
+def _fit(rows: np.ndarray, y: np.ndarray, upper: bool) -> tuple[float, ...]:
+    """Coefficients (one per column of ``rows``, samples x terms) of the loss formula fitted to ``y`` (bytes): least
+    squares, or with ``upper`` an upper bound of every sample (non-negative coefficients, ``rows @ c >= y``, the least
+    total relative over-estimate: a linear program, ``scipy.optimize.linprog``).
+
+    Raises:
+        RuntimeError: when the linear program has no solution (it has one whenever a term is constant).
+    """
+    if not upper:
+        return tuple(float(c) for c in np.linalg.lstsq(rows, y, rcond=None)[0])
+    fit = linprog((rows / np.maximum(y, 1)[:, None]).sum(0), A_ub=-rows, b_ub=-y, bounds=(0, None), method="highs")
+    if not fit.success:
+        raise RuntimeError(f"the loss calibration's fit failed: {fit.message}")
+    return tuple(float(c) for c in fit.x)
+
+
+def _loss_samples(model, shape: LossModel, points, amp: bool) -> tuple[np.ndarray, list[int], list[int]]:
+    """CPU measurements of ``model``'s real loss at ``points`` (batch, imgsz, objects): the formula's terms (with
+    the measured foreground anchors), and the loss's forward and backward peaks above what was alive before it."""
+    g = torch.Generator().manual_seed(0)
+    stride = int(max(model.stride.tolist()))
+    points = [(batch, max(imgsz // stride, 1) * stride, objects) for batch, imgsz, objects in points]
+    specs = _prediction_specs(model, sorted({imgsz for _, imgsz, _ in points}), amp)
+    rows, forward, backward = [], [], []
+    for batch, imgsz, objects in points:
+        # Random predictions of the model's shapes and dtypes: the loss's memory depends on shapes and targets, not
+        # on the values, so no real forward pass is needed, whatever the model's size.
+        preds = tree_map(
+            lambda s, batch=batch: torch.rand(batch, *s[0], generator=g).to(s[1]).requires_grad_(), specs[imgsz], is_leaf=_is_spec
+        )
+        data = training_batch(model, batch, imgsz, objects)
+        fg = []
+        hooks = [a.register_forward_hook(lambda m, args, out, fg=fg: fg.append(out[3].sum(1))) for a in _assigners(model.criterion)]
+        try:
+            with LiveTensorTracker() as tracker, cuda_amp_emulated(amp) as autocast:  # the tracker sees its fp32 copies
+                tracker.track(preds, data)  # views of them are not new memory
+                before = tracker.start_phase()
+                with autocast():
+                    loss = model.loss(data, preds)[0].sum()
+                forward.append(tracker.phase_peak_bytes - before)
+                tracker.start_phase()
+                loss.backward()
+                backward.append(tracker.phase_peak_bytes - before)
+        finally:
+            for h in hooks:
+                h.remove()
+        del loss, preds
+        per_image = torch.stack(fg) if fg else torch.zeros(1, batch)  # (assigners, images)
+        rows.append(shape.terms(batch, imgsz, objects, (int(per_image.sum()), int(per_image.max()))))
+    return np.array(rows), forward, backward
+
+
+def _prediction_specs(model, sizes: list[int], amp: bool) -> dict:
+    """Per imgsz in ``sizes``, the shapes (at one image: all are batch-first) and dtypes of ``model``'s training
+    predictions. A fake pass costs the same at any size (its cost is per op), so the whole model runs once, at the
+    first size, and the head alone at the others, on its inputs rescaled: each is a feature map at a fixed stride."""
+    fake_mode = FakeTensorMode()
+    with FakeCopyMode(fake_mode):
+        fake = copy.deepcopy(model).train()
+    apply_checkpointing(fake, "none")
+    head, first, inputs = fake.model[-1], sizes[0], []
+    hook = head.register_forward_pre_hook(lambda m, args: inputs.append(args))
+
+    def at(size):  # the head's inputs at another imgsz: (1, C, H, W) with H, W in proportion
+        return lambda t: (
+            t.new_empty(*t.shape[:2], *(d * size // first for d in t.shape[2:])) if isinstance(t, torch.Tensor) and t.dim() == 4 else t
+        )
+
+    spec = lambda out: tree_map(lambda t: (t.shape[1:], t.dtype), out)  # noqa: E731
+    with fake_mode, torch.no_grad(), cuda_amp_emulated(amp) as autocast, autocast():
+        try:
+            specs = {first: spec(fake(torch.empty(1, 3, first, first)))}
+        finally:
+            hook.remove()
+        specs.update({size: spec(head(*tree_map(at(size), inputs[0]))) for size in sizes[1:]})
+    return specs
+
+
+def _is_spec(x) -> bool:
+    return isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], torch.Size)
+
+
+def calibrate_loss(model, amp: bool = False) -> LossModel:
+    """Fit the loss formula of ``model`` (any task of :data:`~yolo_ckpt.memory.measure.TASKS`, any ``nc``) to CPU
+    measurements of its real loss, as ``model.loss`` computes it (with the loss region where one is applied:
+    ``model.loss_chunk``, ``model.assign_chunk``), at :data:`CALIBRATION_POINTS` (a few seconds for a nano model); cached per model YAML,
+    class count, mask settings, loss region and ``amp``, in this process and on disk (:mod:`yolo_ckpt.memory.estimate_cache`).
+
+    Raises:
+        ValueError: for a task that is not modelled.
+    """
+    args = getattr(model, "args", None)
+    settings = (
+        getattr(args, "overlap_mask", None), getattr(args, "mask_ratio", None), getattr(model, "loss_chunk", None),
+        getattr(model, "assign_chunk", None),
+    )
+    key = repr((model.yaml, getattr(model.model[-1], "nc", None), settings, amp))
+    if key not in _LOSS_MODELS:
+        stored = estimate_cache.load("loss", key)  # an earlier process's calibration of the same code and model
+        if stored is None:
+            _LOSS_MODELS[key] = _calibrate(model, amp)
+            estimate_cache.store("loss", key, dataclasses.asdict(_LOSS_MODELS[key]))
+        else:
+            _LOSS_MODELS[key] = LossModel(**{k: tuple(v) if isinstance(v, list) else v for k, v in stored.items()})
+    return _LOSS_MODELS[key]
+
+
+def estimate_step(
+    model,
+    imgsz,
+    batch: int,
+    objects: int = 20,
+    recompute="none",
+    mode: str = "full",
+    optimizer: str = "AdamW",
+    amp: bool = False,
+    loss_model: LossModel | None = None,
+    flops: bool = True,
+    optimizer_from: StepProfile | None = None,
+) -> StepProfile:
+    """Estimate one training step's peak memory (bytes) for ``model`` without computing anything.
+
+    Args:
+        model: an Ultralytics ``BaseModel`` of a task in :data:`~yolo_ckpt.memory.measure.TASKS` (real parameters; it is
+            copied onto fake tensors), with ``.args`` set.
+        imgsz: the ``imgsz=`` of the run: an int, a list or a string; estimated at the size it trains at
+            (:func:`~yolo_ckpt.memory.measure.train_imgsz`: 2736 -> 2752). batch: images per step.
+        objects: targets per image (the loss grows with it: take the dataset's maximum, as AutoBatch does).
+        recompute, mode: the policy and ``recompute_mode`` to estimate.
+        optimizer: an Ultralytics optimizer name (:func:`yolo_ckpt.memory.measure.build_optimizer`); its state as built.
+        amp: estimate a CUDA AMP step: CUDA fp16 autocast's dtypes (see the module docstring).
+        loss_model: the loss formula; when None :func:`calibrate_loss` of ``model``, or where ``recompute`` applies
+            the loss region (``yolo_ckpt.checkpointing.losses``), of a copy of ``model`` with it applied.
+        flops: count per-layer forward FLOPs (a second fake forward pass).
+        optimizer_from: an earlier estimate of the same model and optimizer (any policy, batch and imgsz) whose
+            optimizer phase and state this one takes instead of running the step (a quarter of a pass's time):
+            that phase holds the parameters, buffers, gradients, optimizer state and the batch, so it differs
+            between the two only by their batches' bytes (``input_bytes``).
+
+    Returns:
+        A :class:`~yolo_ckpt.memory.measure.StepProfile` with ``source="fake_estimate"`` and ``imgsz`` the trained size.
+
+    Raises:
+        ValueError, TypeError: for a task that is not modelled, an unknown optimizer or an invalid imgsz.
+    """
+    imgsz = train_imgsz(imgsz, model.stride)
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+    with FakeCopyMode(fake_mode):
+        fake = copy.deepcopy(model).train()
+    policy = apply_checkpointing(fake, recompute, mode=mode)
+    if loss_model is None:
+        region = model
+        if getattr(fake, "loss_chunk", None) != getattr(model, "loss_chunk", None):  # the policy sets a loss region
+            region = copy.deepcopy(model)
+            apply_checkpointing(region, recompute, mode=mode)
+        loss_model = calibrate_loss(region, amp)
+    with fake_mode:
+        data = training_batch(model, batch, imgsz, objects)
+        flop_counts = module_flops(fake, data["img"]) if flops else {}
+        opt = build_optimizer(fake, optimizer) if optimizer_from is None else None
+        for group in opt.param_groups if opt else ():  # foreach kernels (CUDA's default): a few ops, not a few per
+            group["foreach"] = True  # parameter, on fake tensors; the state they keep is the same
+        accounting = LayerAccounting(fake)
+        with LiveTensorTracker() as tracker, cuda_amp_emulated(amp) as autocast:  # backward included: yolo_ckpt.memory.amp
+            tracker.track(list(fake.parameters()), list(fake.buffers()), data)
+            static = tracker.live_bytes
+            accounting.tracker = tracker  # each layer's backward peak (LayerRow.backward_peak_bytes)
+
+            def stand_in_loss(preds):  # dense gradients of the predictions' shapes, as the real loss gives
+                fwd_end[0] = tracker.live_bytes
+                return sum((t.float() * t.float()).sum() for t in tree_leaves(preds) if isinstance(t, torch.Tensor))
+
+            fwd_end = [0]
+            peaks, _, state = run_step(fake, data, opt, stand_in_loss, tracker, autocast)
+        accounting.remove()
+    inputs = tensor_bytes(data)
+    if optimizer_from is not None:  # its state: its static bytes less its parameters, buffers and batch (as ours)
+        earlier = optimizer_from
+        state = earlier.static_bytes - earlier.input_bytes - (static - inputs)
+        peaks = {p: v + state for p, v in peaks.items()} | {
+            "optimizer": earlier.phase_peak_bytes["optimizer"] - earlier.input_bytes + inputs
+        }
+    static, fwd_end[0] = static + state, fwd_end[0] + state  # the optimizer state, counted in every phase
+    for peaks_of in (accounting.forward_peaks, accounting.backward_peaks):
+        peaks_of.update({i: peak + state for i, peak in peaks_of.items()})
+    loss_forward = loss_model.forward_bytes(batch, imgsz, objects)
+    phases = {
+        "forward": peaks["forward"],
+        "loss": fwd_end[0] + loss_forward,
+        # the loss's own backward runs first, on top of everything the forward left alive; then the model's,
+        # whose peak the stand-in's backward gives (the loss's saved tensors are freed by then)
+        "backward": max(peaks["backward"], fwd_end[0] + loss_model.backward_bytes(batch, imgsz, objects)),
+        "optimizer": peaks["optimizer"],
+    }
+    rows, modules = accounting.profile_rows(fake, flop_counts)
+    return StepProfile(
+        source="fake_estimate",
+        recompute=policy.spec,
+        mode=mode,
+        batch=batch,
+        imgsz=imgsz,
+        objects=objects,
+        static_bytes=static,
+        phase_peak_bytes=phases,
+        loss_bytes=loss_forward,
+        peak_bytes=max(phases.values()),
+        layers=rows,
+        input_bytes=inputs,
+        modules=modules,
+    )

@@ -1,0 +1,244 @@
+"""The run report ``ckpt_report.json``: one :class:`RunReport` record per run (policy, settings, peak memory, step time,
+final metrics), written by the trainer (:meth:`yolo_ckpt.train.trainer.CheckpointTrainerMixin.run_report`) and read back
+by ``yolo-ckpt compare`` and the bench's train cells.
+
+Field names carry their units (``_bytes``, ``_s``). Bump :data:`SCHEMA_VERSION` when a field changes meaning
+(2: the CPU probe measures the first full-size batch with the optimizer step and says which batch it measured;
+``batch`` is the batch that trained, ``batch_at_start`` the one training started with; plans carry their headroom
+and what the estimate assumed. 3: ``estimated_none_peak_bytes``. 4: every run of a planned task estimates its step
+at set-up: ``estimated_step``, ``estimated_all_peak_bytes``, ``estimated_policy_peak_bytes``, ``estimate_skipped``).
+:func:`load_report` reads schemas 2 to 4.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ConfigError, MissingFileError
+
+REPORT_NAME = "ckpt_report.json"
+SCHEMA_VERSION = 4
+READABLE_SCHEMAS = (2, 3, 4)  # 3 and 4 only added fields, which an older file lacks (None)
+WARMUP_STEPS = 3  # steps left out of the median step time: first-call allocations, lazy init
+_SUFFIX = {"(B)": "box", "(M)": "mask", "(P)": "pose"}
+
+
+@dataclass
+class PlanRecord:
+    """What a run planned (``recompute=auto``, ``batch=-1``): the ``plan`` object of ``ckpt_report.json``.
+
+    Attributes:
+        recompute: the planned units as a ``recompute=`` value; budget_bytes: the budget it was held against.
+        estimated_peak_bytes: the memory model's estimate of the planned step; headroom_bytes: what the headroom adds;
+            margin_bytes: the budget left after both (negative: over).
+        batch, imgsz (px): the step planned. recompute_flops: forward FLOPs recomputed per step;
+            recompute_cost_fraction: those as a fraction of a step's FLOPs.
+        assumed: what the estimate assumed (:meth:`yolo_ckpt.memory.runspec.RunSpec.to_dict`), or None.
+    """
+
+    recompute: str
+    budget_bytes: int
+    estimated_peak_bytes: int
+    batch: int
+    imgsz: int
+    recompute_flops: int
+    recompute_cost_fraction: float
+    headroom_bytes: int
+    margin_bytes: int
+    assumed: dict | None = None
+
+    @classmethod
+    def of(cls, plan, assumed: dict | None) -> PlanRecord:
+        """The record of a :class:`yolo_ckpt.memory.plan.Plan` and the assumptions of its estimate."""
+        return cls(
+            plan.recompute, plan.budget_bytes, plan.estimated_peak_bytes, plan.batch, plan.imgsz, plan.recompute_flops,
+            plan.recompute_cost, plan.headroom_bytes, plan.margin_bytes, assumed,
+        )
+
+
+@dataclass
+class RunReport:
+    """The record of one finished run: the content of ``ckpt_report.json``, one JSON key per field.
+
+    Attributes:
+        versions: ``yolo_ckpt``, ``ultralytics`` and ``torch`` versions. task, model, data: as the run was given.
+        recompute, recompute_mode: the policy that trained (``recompute`` its spec, the planned layers for auto);
+            recomputed_layers: ``{"index", "type"}`` per layer; recomputed_regions: ``head``, ``loss``.
+        device, imgsz (px), batch (images, after Ultralytics' out-of-memory halvings), batch_at_start, amp, epochs.
+        memory_source: ``cuda_allocator`` or ``cpu_probe_live_tensors`` (a live-tensor probe of one step at the end).
+        memory_probe_images, memory_probe_objects, memory_probe_imgsz: the batch the CPU probe measured (None on CUDA).
+        train_peak_allocated_bytes, train_peak_reserved_bytes, val_peak_allocated_bytes, val_peak_reserved_bytes:
+            peak memory (reserved: CUDA only; None where not measured).
+        train_step_time_median_s: median training step (after :data:`WARMUP_STEPS`), train_steps_timed: steps in it.
+        estimated_none_peak_bytes, estimated_all_peak_bytes, estimated_policy_peak_bytes: the memory model's peak of
+            this run's step (:attr:`estimated_step`) for ``recompute=none``, ``all`` and the policy that trained,
+            estimated at set-up for this run's spec (:func:`yolo_ckpt.memory.planned_run.planned_run`); None where skipped.
+        estimated_step: ``{"batch", "imgsz", "objects", "device", "amp"}`` of that estimate (objects per image: the
+            data's densest, times its augmentation's factors). estimate_skipped: why there is no estimate
+            (``estimate=False``, a model the memory model does not cover), else None.
+        plan: the :class:`PlanRecord` of recompute=auto / batch=-1, or None.
+        metrics: :func:`task_metrics` names (fractions); ultralytics_metrics: Ultralytics' own.
+    """
+
+    versions: dict
+    task: str
+    model: str
+    data: str
+    recompute: str | None
+    recompute_mode: str
+    recomputed_layers: list
+    recomputed_regions: list
+    device: str
+    imgsz: int
+    batch: int
+    batch_at_start: int | None
+    amp: bool
+    epochs: int
+    memory_source: str
+    memory_probe_images: int | None = None
+    memory_probe_objects: int | None = None
+    memory_probe_imgsz: int | None = None
+    train_peak_allocated_bytes: int | None = None
+    train_peak_reserved_bytes: int | None = None
+    val_peak_allocated_bytes: int | None = None
+    val_peak_reserved_bytes: int | None = None
+    train_step_time_median_s: float | None = None
+    train_steps_timed: int = 0
+    estimated_none_peak_bytes: int | None = None
+    estimated_all_peak_bytes: int | None = None
+    estimated_policy_peak_bytes: int | None = None
+    estimated_step: dict | None = None
+    estimate_skipped: str | None = None
+    plan: PlanRecord | None = None
+    metrics: dict = field(default_factory=dict)
+    ultralytics_metrics: dict = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict:
+        """The JSON object of ``ckpt_report.json`` (``schema_version`` first)."""
+        data = dataclasses.asdict(self)
+        return {"schema_version": data.pop("schema_version"), **data}
+
+    @classmethod
+    def from_dict(cls, data: dict, where="the report") -> RunReport:
+        """A record from a ``ckpt_report.json`` object of a schema in :data:`READABLE_SCHEMAS`.
+
+        Raises:
+            ValueError: for another schema, or keys the schema does not have, naming them and ``where``.
+        """
+        schema = data.get("schema_version")
+        if schema not in READABLE_SCHEMAS:
+            raise ConfigError(
+                f"{where}: schema_version={schema!r} is not readable by yolo-ckpt {_version()}; readable: "
+                f"{', '.join(map(str, READABLE_SCHEMAS))}"
+            )
+        for record, keys in ((cls, data), (PlanRecord, data.get("plan") or {})):
+            unknown = set(keys) - {f.name for f in dataclasses.fields(record)}
+            if unknown:
+                raise ConfigError(f"{where}: unknown keys {sorted(unknown)} for schema_version={schema}")
+        return cls(**{**data, "plan": PlanRecord(**data["plan"]) if data.get("plan") else None})
+
+    def headline(self) -> str:
+        """One line a person reads at the end of a run: the training peak in MiB and GiB and what measured it (for the
+        CPU probe, its batch); what recompute bought: the estimated peaks of this policy, ``none`` and ``all`` at the
+        step this run trains (its batch and imgsz, the planner's objects: the data's densest, which a measured batch
+        need not have), and for a planned run its budget; and the median step time."""
+        peak = self.train_peak_allocated_bytes
+        if peak is None:
+            text = "training peak not measured"
+        else:
+            source = {"cuda_allocator": "CUDA allocated", "cpu_probe_live_tensors": "CPU live tensors of one step"}.get(
+                self.memory_source, self.memory_source
+            )
+            if self.memory_probe_images:
+                objects = f", {self.memory_probe_objects} objects" if self.memory_probe_objects is not None else ""
+                source += f" of {self.memory_probe_images} images{objects} at imgsz {self.memory_probe_imgsz}"
+            text = f"training peak {peak / 2**20:.1f} MiB ({peak / 2**30:.2f} GiB, {source})"
+            text += self._estimates()
+        step = self.train_step_time_median_s
+        text += f"; median step {step:.3f} s" if step is not None else "; step time not measured (too few steps)"
+        return f"recompute={self.recompute}: {text}"
+
+    def _estimates(self) -> str:
+        """The headline's estimates: ``; estimated at batch 16, imgsz 640, 80 objects per image: this policy ~X MiB,
+        none ~Y MiB, all ~Z MiB``, the plan's budget where it planned, or why there is none."""
+        if self.estimated_none_peak_bytes is None:
+            return f"; no estimate ({self.estimate_skipped})" if self.estimate_skipped else ""
+        plan, mib = self.plan, lambda n: f"~{n / 2**20:.0f} MiB"
+        step, policy = self.estimated_step, self.estimated_policy_peak_bytes
+        if step is None and plan:  # schema 3: only a planned run estimated, at its planned step
+            step, policy = (
+                {"batch": plan.batch, "imgsz": plan.imgsz, "objects": (plan.assumed or {}).get("objects")},
+                plan.estimated_peak_bytes,
+            )
+        step = step or {}
+        objects = f", {step['objects']} objects per image" if step.get("objects") else ""
+        where = f"batch {step.get('batch')}, imgsz {step.get('imgsz')}{objects}"
+        peaks = [("this policy", policy), ("none", self.estimated_none_peak_bytes), ("all", self.estimated_all_peak_bytes)]
+        text = f"; estimated at {where}: " + ", ".join(f"{name} {mib(n)}" for name, n in peaks if n is not None)
+        if plan:
+            text += f" (planned for memory_budget={plan.budget_bytes / 2**20:.0f} MiB)"
+        return text
+
+    def write(self, run_dir) -> Path:
+        """Write ``<run_dir>/ckpt_report.json``; returns its path."""
+        path = Path(run_dir) / REPORT_NAME
+        path.write_text(json.dumps(self.to_dict(), indent=2))
+        return path
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def task_metrics(metrics: dict) -> dict:
+    """Ultralytics' metric names -> ``box_mAP50``, ``box_mAP50-95``, ``mask_mAP50-95``, ``pose_...``, ``top1_accuracy``."""
+    out = {}
+    for key, value in (metrics or {}).items():
+        if not key.startswith("metrics/"):
+            continue
+        name = key[len("metrics/") :]
+        for suffix, kind in _SUFFIX.items():
+            if name.endswith(suffix):
+                out[f"{kind}_{name[: -len(suffix)]}"] = float(value)
+                break
+        else:
+            out[{"accuracy_top1": "top1_accuracy", "accuracy_top5": "top5_accuracy"}.get(name, name)] = float(value)
+    return out
+
+
+def probe_counts(batch: dict | None) -> dict:
+    """What the CPU memory probe measured: ``memory_probe_images``, ``memory_probe_objects`` (labelled objects in the
+    batch; None for classify) and ``memory_probe_imgsz`` of the kept training batch (all None without one)."""
+    if batch is None:
+        return dict.fromkeys(("memory_probe_images", "memory_probe_objects", "memory_probe_imgsz"))
+    return {
+        "memory_probe_images": len(batch["img"]),
+        "memory_probe_objects": len(batch["bboxes"]) if "bboxes" in batch else None,
+        "memory_probe_imgsz": batch["img"].shape[-1],
+    }
+
+
+def load_report(run_dir) -> RunReport:
+    """The :class:`RunReport` in a run directory's ``ckpt_report.json`` (schemas in :data:`READABLE_SCHEMAS`).
+
+    Raises:
+        FileNotFoundError: naming the directory, when it holds no report (not a yolo-ckpt run, or unfinished).
+        ValueError: for a report of another schema (:meth:`RunReport.from_dict`), or one that is not JSON (a
+            truncated or edited file), naming the file.
+    """
+    path = Path(run_dir) / REPORT_NAME
+    if not path.is_file():
+        raise MissingFileError(f"{run_dir} has no {REPORT_NAME}: give run directories of finished yolo-ckpt runs")
+    try:
+        record = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ConfigError(
+            f"{path} is not a readable run report ({e.msg}: line {e.lineno} column {e.colno}): the file is truncated or was edited"
+        ) from None
+    return RunReport.from_dict(record, path)

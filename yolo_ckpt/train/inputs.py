@@ -1,0 +1,138 @@
+"""Early checks of the ``train`` inputs that Ultralytics checks only while it sets a run up, after it has written the
+run folder: ``imgsz=``, ``device=``, ``project=`` and ``model=``, each refused with one line naming the key and the
+valid choices (:class:`ConfigError`), before any file is written.
+
+Ultralytics refuses these values too (``check_imgsz``, ``select_device``, ``mkdir``, ``torch_load``), but only inside
+``BaseTrainer.__init__``/``_setup_train``: as a traceback, after ``args.yaml`` was written and ``results.csv``
+removed. The checks here take the same rules, so a value they pass is one Ultralytics takes.
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+from pathlib import Path
+
+from ultralytics.utils import LOGGER
+
+from ..errors import ConfigError
+
+
+def check_imgsz(imgsz) -> None:
+    """A training size is a positive number of pixels, or a list of them (Ultralytics trains at the largest).
+
+    Ultralytics' ``check_imgsz`` rounds other values to the stride with a warning (``imgsz=333`` -> 352), and turns
+    ``imgsz=0`` into its floor of 32 px: those keep its rounding, while ``abc``, ``fit`` (a predict size) and sizes
+    <= 0 are refused here.
+
+    Raises:
+        ConfigError: naming the value.
+    """
+    sizes = imgsz if isinstance(imgsz, (list, tuple)) else [imgsz]
+    sizes = [int(s) if isinstance(s, str) and s.isnumeric() else s for s in sizes]  # check_imgsz's "640"
+    if not sizes or not all(isinstance(s, numbers.Real) and not isinstance(s, bool) and s > 0 for s in sizes):
+        raise ConfigError(
+            f"imgsz={imgsz!r} is not a training size: imgsz= takes a number of pixels > 0 (e.g. imgsz=640), or a list of them"
+        )
+
+
+def check_device(device) -> None:
+    """``device=`` as Ultralytics' ``select_device`` takes it (``cpu``, ``0``, ``0,1``, ``cuda:0``, ``mps``, ...).
+
+    ``select_device`` is called with ``verbose=False``; its one side effect on a valid request, making that GPU the
+    current CUDA device, is undone (the trainer makes it again).
+
+    Raises:
+        ConfigError: naming the value, with Ultralytics' reason (no CUDA device, an index beyond the devices).
+    """
+    import torch
+    from ultralytics.utils.torch_utils import select_device
+
+    if device is None or str(device).strip().lower() in {"", "cpu"}:
+        return
+    current = torch.cuda.current_device() if torch.cuda.is_available() else None
+    level = LOGGER.level
+    LOGGER.setLevel(logging.ERROR)  # select_device logs its banner before it raises
+    try:
+        select_device(device, verbose=False)
+    except (ValueError, TypeError) as e:
+        first = str(e).strip().splitlines()[0]
+        raise ConfigError(f"device={device!r}: {first} (CUDA devices visible: {torch.cuda.device_count()})") from None
+    finally:
+        LOGGER.setLevel(level)
+        if current is not None:
+            torch.cuda.set_device(current)
+
+
+def check_project(project) -> None:
+    """``project=`` is the folder runs are saved under: it, or its nearest existing parent, must be a folder.
+
+    Raises:
+        ConfigError: for a path that is, or lies under, a file.
+    """
+    if project is None:
+        return
+    path = Path(str(project)).expanduser()
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise ConfigError(
+            f"project={project}: {existing} is a file; project= is the folder runs are saved under (a new or existing folder)"
+        )
+
+
+def check_model_path(model) -> None:
+    """``model=`` names a model file (``.pt`` checkpoint or ``.yaml``), not a folder.
+
+    Raises:
+        ConfigError: for a folder.
+    """
+    if isinstance(model, (str, Path)) and Path(model).is_dir():
+        raise ConfigError(f"model={model} is a folder; model= takes a checkpoint (.pt) or a model YAML (.yaml)")
+
+
+def check_train_inputs(overrides: dict) -> None:
+    """:func:`check_imgsz`, :func:`check_device`, :func:`check_project` and :func:`check_model_path` of the values
+    ``overrides`` gives (a key not given keeps Ultralytics' default, which passes).
+
+    Raises:
+        ConfigError: for the first bad value.
+    """
+    if overrides.get("imgsz") is not None:
+        check_imgsz(overrides["imgsz"])
+    check_device(overrides.get("device"))
+    check_project(overrides.get("project"))
+    check_model_path(overrides.get("model"))
+
+
+def _model_source(overrides: dict):
+    """The checkpoint or YAML the trainer will build its model from: the resumed ``last.pt``, else ``model=``."""
+    resume = overrides.get("resume")
+    if isinstance(resume, (str, Path)) and Path(resume).is_file():
+        return resume
+    return overrides.get("model")
+
+
+def check_model_keys(trainer_cls: type, overrides: dict, config, given: dict) -> None:
+    """Check ``recompute=`` (``config``, a :class:`~yolo_ckpt.config.CkptConfig`; ``given``: yolo-ckpt's keys as given)
+    against the model that ``model=`` names where reading it costs nothing: a YAML, or the loaded model's YAML dict
+    the CLI passes. A ``.pt`` is not unpickled again here (Ultralytics loaded it once).
+
+    Raises:
+        ConfigError: for a ``recompute=`` the model does not have (:func:`yolo_ckpt.checkpointing.policy.resolve`), or
+            an RT-DETR model given to a trainer other than RTDETRTrainer's.
+    """
+    from ultralytics.models.rtdetr.train import RTDETRTrainer
+
+    from ..checkpointing.policy import is_auto, layout_of, resolve
+
+    source = _model_source(overrides)
+    read = isinstance(source, dict) or Path(str(source)).suffix.lower() in {".yaml", ".yml"}  # a YAML: cheap to read
+    layout = layout_of(source) if source is not None and read else None
+    if layout is not None and layout.types[-1] == "RTDETRDecoder" and not issubclass(trainer_cls, RTDETRTrainer):
+        # stock would fail at the first loss: v8DetectionLoss reads the head's stride, which RTDETRDecoder has not
+        raise ConfigError(
+            f"model={source if isinstance(source, (str, Path)) else 'the model'} is an RT-DETR model (RTDETRDecoder head), which "
+            f"{trainer_cls.__name__} cannot train; use trainer_for('detect', model) with the RTDETR model (the checkpointed RTDETRTrainer)"
+        )
+    if layout is not None and "recompute" in given and not is_auto(config.recompute):  # the model's own errors, before any write
+        resolve(config.recompute, layout)

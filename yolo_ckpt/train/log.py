@@ -1,0 +1,5 @@
+"""The prefix of yolo-ckpt's lines in Ultralytics' log."""
+
+from ultralytics.utils import colorstr
+
+PREFIX = colorstr("yolo-ckpt: ")

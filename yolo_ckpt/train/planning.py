@@ -1,0 +1,198 @@
+"""The trainer's planning: ``recompute=auto`` (:func:`plan_recompute`), ``batch=-1`` (:func:`planned_batch`) and what
+recompute buys the run (:func:`estimate_step_peaks`), each from the one builder of a run's memory model
+(:func:`yolo_ckpt.memory.planned_run.planned_run`), and the checks planning needs before any write
+(:func:`check_planning`). Plain functions of a :class:`~yolo_ckpt.train.trainer.CheckpointTrainerMixin` trainer; they
+set ``trainer.plan``, ``trainer.run_spec``, ``trainer.planned`` and the ``estimated_*`` fields of its report."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from ultralytics.engine.trainer import BaseTrainer
+from ultralytics.models.rtdetr.train import RTDETRTrainer
+from ultralytics.models.yolo.segment import SegmentationTrainer
+from ultralytics.models.yolo.world import WorldTrainer
+from ultralytics.models.yolo.yoloe import YOLOEPESegTrainer, YOLOEPETrainer, YOLOETrainer
+from ultralytics.utils import DEFAULT_CFG, LOGGER
+from ultralytics.utils.torch_utils import unwrap_model
+
+from ..checkpointing.policy import is_auto
+from ..config import CkptConfig
+from ..errors import ConfigError
+from ..memory.plan import PLANNED_TASKS, PlanError, size_text
+from ..memory.runspec import autobatch_fraction, device_type
+from .log import PREFIX
+
+# Trainers of a planned task (detect, segment) whose models and losses the estimate does not know: named policies only
+NOT_PLANNED = (RTDETRTrainer, WorldTrainer, YOLOETrainer, YOLOEPETrainer, YOLOEPESegTrainer)
+
+
+def check_planning(trainer_cls: type, task: str, config: CkptConfig, overrides: dict) -> None:
+    """Check what planning needs before any write: bytes, not a fraction, for a budget on the CPU; a budget for
+    recompute=auto on the CPU; an estimate for the task wherever one plans (batch=-1 on the CPU without a budget
+    does not plan: it is stock AutoBatch's batch 16).
+
+    Raises:
+        ConfigError: naming the key and what it needs.
+    """
+    auto = is_auto(config.recompute)
+    autobatch = float(overrides.get("batch", DEFAULT_CFG.batch)) < 1
+    cpu = device_type(overrides.get("device")) != "cuda" or not torch.cuda.is_available()
+    budget = config.memory_budget
+    if cpu and budget is not None:
+        budget.bytes(None)  # raises for a fraction, which needs a CUDA device
+    if auto and cpu and budget is None:
+        raise ConfigError(
+            "recompute=auto on the CPU needs memory_budget= (bytes with a unit, e.g. memory_budget=8GB): there is no device "
+            "memory to plan for"
+        )
+    what = "recompute=auto" if auto else "batch=-1" if autobatch and not (cpu and budget is None) else None
+    if what and (task not in PLANNED_TASKS or issubclass(trainer_cls, NOT_PLANNED)):
+        raise ConfigError(
+            f"{what} plans memory with the estimate, which exists for YOLO models of the tasks "
+            f"{', '.join(PLANNED_TASKS)}; for {trainer_cls.__name__} (task {task}) give a named policy and a batch"
+        )
+
+
+def cuda_available(device: torch.device) -> int:
+    """CUDA bytes available to this run as AutoBatch counts them: free memory plus what this process reserved."""
+    return torch.cuda.mem_get_info(device)[0] + torch.cuda.memory_reserved(device)
+
+
+def budget_bytes(trainer) -> int:
+    """memory_budget= in bytes; on CUDA by default AutoBatch's fraction for batch=
+    (:func:`~yolo_ckpt.memory.runspec.autobatch_fraction`) of the memory available.
+
+    Raises:
+        PlanError: for a budget in bytes above the CUDA memory available, which no plan can honour.
+    """
+    available = cuda_available(trainer.device) if trainer.device.type == "cuda" else None
+    given = trainer.ckpt_config.memory_budget
+    if given is None:
+        return int(autobatch_fraction(trainer.args.batch) * available)
+    budget = given.bytes(available)
+    if available is not None and budget > available:
+        raise PlanError(
+            f"memory_budget={given} ({size_text(budget)}) is more than the {size_text(available)} of CUDA memory available on "
+            f"{trainer.device}"
+        )
+    return budget
+
+
+def plan_run(trainer, batch: int):
+    """The run ``trainer`` plans (:func:`yolo_ckpt.memory.planned_run.planned_run`): its model, keys, data and device;
+    the data counted once per run (RNG untouched). Kept as ``trainer.planned``; logs what it assumed
+    (``trainer.run_spec``)."""
+    from ..memory.planned_run import planned_run
+
+    counts = trainer.planned.counts if trainer.planned else None
+    trainer.planned = planned_run(
+        trainer.args, unwrap_model(trainer.model), trainer.ckpt_config, trainer.device.type, trainer.data, batch=batch, counts=counts
+    )
+    trainer.run_spec = trainer.planned.spec
+    LOGGER.info(f"{PREFIX}memory model {trainer.run_spec.describe()}")
+    return trainer.planned
+
+
+def plan_recompute(trainer) -> str:
+    """recompute=auto: the cheapest set of layers, head branches and loss region that fits the budget at this
+    run's batch and largest imgsz (:meth:`yolo_ckpt.memory.plan.MemoryModel.plan`), kept as ``trainer.plan``. With
+    batch=-1 the order is: recompute everything (``all``), then take the largest batch that fits
+    (:func:`planned_batch`)."""
+    if trainer.args.batch < 1:
+        LOGGER.info(f"{PREFIX}recompute=auto with batch=-1: recompute everything (all), then take the largest batch")
+        return "all"
+    run = plan_run(trainer, trainer.args.batch)
+    memory, imgsz = run.memory_model(), run.imgsz
+    plan = trainer.plan = memory.plan(budget_bytes(trainer), trainer.args.batch, imgsz)
+    LOGGER.info(
+        f"{PREFIX}plan for memory_budget={size_text(plan.budget_bytes)}: recompute={plan.recompute}, "
+        f"estimated peak {size_text(plan.estimated_peak_bytes)} + headroom {size_text(plan.headroom_bytes)} "
+        f"at batch={plan.batch} imgsz={imgsz}, recompute cost {plan.recompute_cost:.1%} of a step's FLOPs"
+    )
+    return plan.recompute
+
+
+def planned_batch(trainer) -> int:
+    """batch=-1 (or a fraction) with a budget or on CUDA, the recompute policy already applied to ``trainer.model``:
+
+    - CUDA: Ultralytics' AutoBatch (``BaseTrainer.auto_batch`` -> ``check_train_batch_size``) profiles real steps
+      of the patched model, so its pick reflects the recomputation; a byte ``memory_budget=`` reaches it as the
+      fraction it takes (budget / the memory it counts as available). The estimate's batch is logged beside it
+      as a cross-check; for segmentation, the only task with a loss region, the smaller of the two is taken
+      (AutoBatch models the detection loss, never a mask loss).
+    - CPU with ``memory_budget=``: the largest batch whose estimate fits, at the largest multi-scale imgsz,
+      capped by the dataset's images and AutoBatch's 1024.
+
+    Raises:
+        PlanError: on the CPU, when not even batch 1 fits the budget, saying the need.
+    """
+    run = plan_run(trainer, 2)
+    budget, imgsz, memory, images = budget_bytes(trainer), run.imgsz, run.memory_model(), run.counts.images
+    policy = trainer.policy
+    units = memory.units(policy)
+    estimated = min(memory.largest_batch(units, budget, imgsz), images)
+    if trainer.device.type == "cuda":
+        batch = autobatch(trainer, budget)
+        LOGGER.info(f"{PREFIX}AutoBatch measured batch={batch}; the estimate's batch for {size_text(budget)} is {estimated}")
+        if isinstance(trainer, SegmentationTrainer) and estimated < batch:  # AutoBatch never sees a mask loss
+            LOGGER.info(f"{PREFIX}batch={max(estimated, 1)}: the estimate counts the mask loss, AutoBatch does not")
+            batch = max(estimated, 1)
+    elif estimated < 1:
+        need = memory.headroom.need(memory.peak(units, 1, imgsz))
+        raise PlanError(
+            f"memory_budget={size_text(budget)} is below batch=1's estimated need of {size_text(need)} at imgsz={imgsz} with {policy}"
+        )
+    else:
+        batch = estimated
+    LOGGER.info(f"{PREFIX}batch={batch} for memory_budget={size_text(budget)} at imgsz={imgsz} ({policy.spec})")
+    trainer.plan = trainer.plan or memory.as_plan(units, memory.peak(units, batch, imgsz), budget, batch, imgsz)
+    return batch
+
+
+def autobatch(trainer, budget: int) -> int:
+    """Ultralytics' AutoBatch on the patched model at the fraction ``budget`` is of the memory it counts as
+    available (``check_train_batch_size`` reads the fraction from the batch it is given)."""
+    counts = trainer.planned.counts
+    requested, trainer.batch_size = trainer.batch_size, min(budget / cuda_available(trainer.device), 0.999)  # AutoBatch takes (0, 1)
+    try:
+        return BaseTrainer.auto_batch(trainer, counts.planned_objects, dataset_size=counts.images)
+    finally:
+        trainer.batch_size = requested
+
+
+def estimate_step_peaks(trainer, task: str) -> None:
+    """What recompute buys this run: the memory model's peaks for ``none``, ``all`` and the policy that trains, at
+    the batch and largest imgsz this run trains, for its spec (the planned run's memory model reused), into
+    ``trainer.estimated_peaks`` (bytes) and ``trainer.estimated_step``; composed from one fake pass
+    (:meth:`yolo_ckpt.memory.plan.MemoryModel.peak`). Skipped, with the reason in ``trainer.estimate_skipped``, for
+    ``estimate=False`` and for models the memory model does not cover."""
+    from ultralytics.nn.tasks import BaseModel
+
+    if not trainer.ckpt_config.estimate:
+        trainer.estimate_skipped = "estimate=False"
+    elif task not in PLANNED_TASKS or isinstance(trainer, NOT_PLANNED) or not isinstance(unwrap_model(trainer.model), BaseModel):
+        trainer.estimate_skipped = (
+            f"the memory model does not cover {type(trainer).__name__} with {type(unwrap_model(trainer.model)).__name__}"
+        )
+    if trainer.estimate_skipped:
+        return
+    start = time.process_time()
+    run = trainer.planned or plan_run(trainer, trainer.batch_size)
+    memory, batch, policy = run.memory_model(), trainer.batch_size, trainer.policy
+    peaks = trainer.estimated_peaks = {
+        name: memory.peak(memory.units(units), batch, run.imgsz) for name, units in (("none", "none"), ("all", "all"), ("policy", policy))
+    }
+    trainer.estimated_step = {
+        "batch": batch,
+        "imgsz": run.imgsz,
+        "objects": run.spec.objects,
+        "device": run.spec.device,
+        "amp": run.spec.amp,
+    }
+    LOGGER.info(
+        f"{PREFIX}estimated at batch {batch}, imgsz {run.imgsz}: {policy.spec} {size_text(peaks['policy'])}, "
+        f"none {size_text(peaks['none'])}, all {size_text(peaks['all'])} "
+        f"({time.process_time() - start:.1f} CPU s; estimate=False skips it)"
+    )

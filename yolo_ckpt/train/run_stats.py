@@ -1,0 +1,205 @@
+"""What a run measures for its report as it trains, and the report at its end: the step times and CUDA peaks
+(:class:`RunStats`, the callbacks of :data:`CALLBACKS`, :func:`cuda_peak`), the CPU's memory probes
+(:func:`memory_probes`) and the run report (:func:`run_report`, :class:`yolo_ckpt.report.record.RunReport`) with its
+per-layer picture. Plain functions of a :class:`~yolo_ckpt.train.trainer.CheckpointTrainerMixin` trainer."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from ultralytics.utils import LOGGER, RANK
+from ultralytics.utils.torch_utils import unwrap_model
+
+from ..report.layer_plot import layer_plot, write_layer_plot
+from ..report.record import WARMUP_STEPS, PlanRecord, RunReport, probe_counts, task_metrics
+from .log import PREFIX
+from .planning import estimate_step_peaks
+from .tasks import task_of
+
+LAYER_PLOT_NAME = "ckpt_layers.png"
+
+
+@dataclass
+class RunStats:
+    """What a run measures for its report as it trains.
+
+    Attributes:
+        step_s: seconds of each training step (callbacks around it; CUDA synchronised). t0: the current step's start.
+        probe_batch: the CPU's kept full-size training batch, for the end-of-run memory probe.
+        batch_at_start: the batch training started with (after batch=-1).
+        train_peak, val_peak: the CUDA allocator's peaks, ``{"allocated": bytes, "reserved": bytes}``.
+    """
+
+    step_s: list = field(default_factory=list)
+    t0: float = 0.0
+    probe_batch: dict | None = None
+    batch_at_start: int | None = None
+    train_peak: dict = field(default_factory=dict)
+    val_peak: dict = field(default_factory=dict)
+
+
+def _on_train_batch_start(trainer) -> None:
+    trainer.ckpt_stats.t0 = time.perf_counter()
+
+
+def _on_train_batch_end(trainer) -> None:
+    if trainer.device.type == "cuda":
+        torch.cuda.synchronize(trainer.device)
+    trainer.ckpt_stats.step_s.append(time.perf_counter() - trainer.ckpt_stats.t0)
+
+
+def _on_train_end(trainer) -> None:
+    """Write the run report and log where it is and its headline; with ``plots=True`` and a CPU probe, the per-layer
+    picture of the probed step (``ckpt_layers.png``, :mod:`yolo_ckpt.report.layer_plot`)."""
+    record = trainer.run_report()
+    path = record.write(trainer.save_dir)
+    LOGGER.info(f"{PREFIX}run report {path}\n{PREFIX}{record.headline()}")
+    if trainer.args.plots and trainer.train_probe is not None:
+        title = f"{Path(str(trainer.args.model)).stem}, recompute={record.recompute}: one training step on the CPU (the run report's probe)"
+        write_layer_plot(layer_plot(trainer.train_probe, trainer.policy, title), trainer.save_dir / LAYER_PLOT_NAME)
+
+
+def _on_pretrain_routine_end(trainer) -> None:
+    trainer.ckpt_stats.batch_at_start = trainer.batch_size  # after batch=-1; an OOM halving may lower it later
+    if RANK in {-1, 0}:
+        estimate_step_peaks(trainer, task_of(type(trainer)))
+
+
+def _on_train_start(trainer) -> None:
+    trainer.run_dir_before = None  # the first epoch starts: a failure from here on keeps the run folder as it is
+
+
+CALLBACKS = {
+    "on_pretrain_routine_end": _on_pretrain_routine_end,
+    "on_train_start": _on_train_start,
+    "on_train_batch_start": _on_train_batch_start,
+    "on_train_batch_end": _on_train_batch_end,
+    "on_train_end": _on_train_end,
+}
+
+
+def start_stats(trainer) -> None:
+    """Give ``trainer`` its empty :class:`RunStats`, estimate fields and CPU probe, and add the :data:`CALLBACKS`
+    (the DDP worker gets them back in ``_callbacks`` already)."""
+    trainer.ckpt_stats = RunStats()
+    trainer.estimated_peaks, trainer.estimated_step, trainer.estimate_skipped = {}, None, None  # estimate_step_peaks()
+    trainer.train_probe = None  # the CPU probe's StepProfile of one training step, at the end of the run
+    for event, callback in CALLBACKS.items():
+        if callback not in trainer.callbacks[event]:
+            trainer.add_callback(event, callback)
+
+
+def keep_probe_batch(trainer, batch: dict) -> None:
+    """On the CPU keep the first full-size batch (the first of the most images, when the dataset is smaller than the
+    batch) for the end-of-run memory probe."""
+    kept = trainer.ckpt_stats.probe_batch
+    if trainer.device.type == "cpu" and (kept is None or len(kept["img"]) < min(len(batch["img"]), trainer.batch_size)):
+        trainer.ckpt_stats.probe_batch = dict(batch)
+
+
+@contextlib.contextmanager
+def cuda_peak(trainer, section: str):
+    """Count the CUDA allocator's peak inside the block as ``section`` ("val") and the peak before it as
+    "train" (:class:`RunStats`); nothing off CUDA."""
+    if trainer.device.type != "cuda":
+        yield
+        return
+    bank_cuda_peak(trainer, "train")
+    try:
+        yield
+    finally:
+        bank_cuda_peak(trainer, section)
+
+
+def bank_cuda_peak(trainer, section: str) -> None:
+    """Add the CUDA allocator's peaks since the last reset to ``section``'s (max of both), then reset them."""
+    peaks = getattr(trainer.ckpt_stats, f"{section}_peak")
+    peaks["allocated"] = max(peaks.get("allocated", 0), torch.cuda.max_memory_allocated(trainer.device))
+    peaks["reserved"] = max(peaks.get("reserved", 0), torch.cuda.max_memory_reserved(trainer.device))
+    torch.cuda.reset_peak_memory_stats(trainer.device)
+
+
+def memory_probes(trainer):
+    """CPU: one training step (forward, loss, backward and the step of the run's optimizer, its state included:
+    what the plan estimates) on the kept full-size batch, measured in live tensors, and the peak live-tensor
+    bytes of one validation batch of the final model.
+
+    Returns:
+        ``(train StepProfile, val_bytes)``; the validation batch is the validation loader's batch size. With
+        ``distill_model=`` the training step is not probed (``None``): the harness measures one model's step,
+        and a distillation step runs the teacher too.
+    """
+    from ultralytics.nn.tasks import BaseModel
+
+    from ..memory.measure import optimizer_for, probe_validation_step, profile_step
+
+    batch = trainer.ckpt_stats.probe_batch
+    model = unwrap_model(trainer.model)
+    if not isinstance(model, BaseModel):  # DistillationModel (student and teacher)
+        return None, probe_validation_step(trainer.ema.ema, batch["img"])
+    val_batch = trainer.test_loader.batch_size or len(batch["img"])
+    images = batch["img"].repeat((val_batch + len(batch["img"]) - 1) // len(batch["img"]), 1, 1, 1)[:val_batch]
+    config = trainer.ckpt_config
+    step = profile_step(
+        model, batch, trainer.policy.spec, trainer.policy.mode, optimizer_for(trainer.args.optimizer),
+        loss_chunk=config.loss_chunk, assign_chunk=config.assign_chunk,
+    )
+    return step, probe_validation_step(trainer.ema.ema, images)
+
+
+def run_report(trainer) -> RunReport:
+    """The :class:`~yolo_ckpt.report.record.RunReport` of a finished run: its policy and settings, the CUDA
+    allocator's peaks (CPU: :func:`memory_probes` on the kept batch, whose step profile is kept as
+    ``trainer.train_probe`` for the picture), the median step time after
+    :data:`~yolo_ckpt.report.record.WARMUP_STEPS`, the plan and the final metrics."""
+    import statistics
+
+    import ultralytics
+
+    from .. import __version__
+
+    args, stats, policy, plan = trainer.args, trainer.ckpt_stats, trainer.policy, trainer.plan
+    steps = stats.step_s[WARMUP_STEPS:]
+    if trainer.device.type == "cuda":
+        bank_cuda_peak(trainer, "train")
+        source, train, val = "cuda_allocator", stats.train_peak, stats.val_peak
+    else:
+        trainer.train_probe, v = memory_probes(trainer) if stats.probe_batch is not None else (None, None)
+        t = trainer.train_probe.peak_bytes if trainer.train_probe else None
+        source, train, val = "cpu_probe_live_tensors", {"allocated": t}, {"allocated": v}
+    return RunReport(
+        versions={"yolo_ckpt": __version__, "ultralytics": ultralytics.__version__, "torch": torch.__version__},
+        task=args.task,
+        model=str(args.model),
+        data=str(args.data),
+        recompute=policy.spec if policy else None,
+        recompute_mode=trainer.ckpt_config.recompute_mode,
+        recomputed_layers=policy.layers() if policy else [],
+        recomputed_regions=policy.regions() if policy else [],
+        device=str(trainer.device),
+        imgsz=args.imgsz,
+        batch=trainer.batch_size,  # after Ultralytics' halvings on an out-of-memory error in the first epoch
+        batch_at_start=stats.batch_at_start,
+        amp=bool(trainer.amp),
+        epochs=trainer.epoch + 1,
+        memory_source=source,
+        **probe_counts(stats.probe_batch),
+        train_peak_allocated_bytes=train.get("allocated"),
+        train_peak_reserved_bytes=train.get("reserved"),
+        val_peak_allocated_bytes=val.get("allocated"),
+        val_peak_reserved_bytes=val.get("reserved"),
+        train_step_time_median_s=statistics.median(steps) if steps else None,
+        train_steps_timed=len(steps),
+        estimated_none_peak_bytes=trainer.estimated_peaks.get("none"),
+        estimated_all_peak_bytes=trainer.estimated_peaks.get("all"),
+        estimated_policy_peak_bytes=trainer.estimated_peaks.get("policy"),
+        estimated_step=trainer.estimated_step,
+        estimate_skipped=trainer.estimate_skipped,
+        plan=None if plan is None else PlanRecord.of(plan, trainer.run_spec.to_dict() if trainer.run_spec else None),
+        metrics=task_metrics(trainer.metrics),
+        ultralytics_metrics={k: float(v) for k, v in (trainer.metrics or {}).items()},
+    )

@@ -1,0 +1,254 @@
+"""Checkpoint*Trainer: Ultralytics' task trainers with activation checkpointing applied where the model is built.
+
+The policy is applied in ``setup_model``, the first step of ``BaseTrainer._setup_train``, so the model that
+``attempt_compile``, the freeze step, ``DistributedDataParallel`` and ``ModelEMA`` (a ``deepcopy``) see is already
+patched. ``batch=-1`` goes through :meth:`CheckpointTrainerMixin.auto_batch`, which overrides Ultralytics': on CUDA
+it runs Ultralytics' AutoBatch on the patched model (beside the memory model's batch), on the CPU with
+``memory_budget=`` it takes the memory model's batch, on the CPU without one stock AutoBatch's batch 16.
+``setup_model`` runs in every path: ``Model.train(trainer=...)`` (which builds the model with ``get_model``
+beforehand), a bare ``trainer.train()``, ``resume=True`` and each DDP worker (which receives a pickled, hence stock,
+model).
+
+yolo-ckpt's own keys (``yolo_ckpt/cfg/default.yaml``) are taken out of ``overrides`` before Ultralytics' argument
+check sees them, validated (:meth:`yolo_ckpt.config.CkptConfig.from_args`) before the run directory is created, and
+set on ``trainer.args`` afterwards, as given. So they are saved in ``args.yaml`` and in ``last.pt``'s
+``train_args`` (which ``resume=True`` and the DDP launcher read back), while the saved model holds only stock
+Ultralytics classes. The trainer reads them typed from ``trainer.ckpt_config``, built once the run's values are
+final (given, else resumed, else the task's default, else the YAML's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+from ultralytics.cfg import get_cfg
+from ultralytics.engine.trainer import BaseTrainer
+from ultralytics.models.yolo.classify import ClassificationTrainer
+from ultralytics.models.yolo.detect import DetectionTrainer
+from ultralytics.models.yolo.obb import OBBTrainer
+from ultralytics.models.yolo.pose import PoseTrainer
+from ultralytics.models.yolo.segment import SegmentationTrainer
+from ultralytics.utils import DEFAULT_CFG, LOGGER, RANK, YAML, IterableSimpleNamespace
+
+from ..checkpointing.engine import apply_checkpointing
+from ..checkpointing.policy import is_auto
+from ..config import DEFAULTS, CkptConfig
+from ..errors import ConfigError
+from ..memory.runspec import frozen_layers
+from ..report.record import RunReport
+from . import distributed, run_stats
+from .atomic import atomic_saves, remove_stale_temporaries
+from .data_check import check_train_labels
+from .inputs import check_model_keys, check_train_inputs
+from .log import PREFIX
+from .planning import check_planning, plan_recompute, planned_batch
+from .run_dir import restored_on_failure, run_dir_state
+from .run_stats import cuda_peak, keep_probe_batch, start_stats
+from .tasks import task_defaults, task_of
+
+# batch=-1 on the CPU without a budget: what stock does, said once
+STOCK_BATCH = (
+    "batch=-1 on the CPU without memory_budget=: AutoBatch's default batch 16, as stock; "
+    "memory_budget= plans the largest batch that fits"
+)
+
+
+class CheckpointTrainerMixin:
+    """Adds activation checkpointing and the run report to an Ultralytics task trainer (place it first).
+
+    Only the hooks into Ultralytics: what they do is in :mod:`yolo_ckpt.train`'s other modules (planning, run_dir,
+    run_stats, atomic, distributed), as functions of the trainer.
+    """
+
+    def __init__(self, cfg=DEFAULT_CFG, overrides=None, _callbacks=None):
+        """Take yolo-ckpt's keys out of ``overrides``/``cfg``, validate them, then build the Ultralytics trainer.
+
+        Raises:
+            ConfigError: for an invalid yolo-ckpt key or input (:meth:`check_keys`) or training set
+                (:func:`~yolo_ckpt.train.data_check.check_train_labels`), before any file or folder is written.
+                Whatever Ultralytics' trainer raises while it is built (a missing ``data=``: RuntimeError), after the
+                run directory is put back as it was (:func:`~yolo_ckpt.train.run_dir.restored_on_failure`).
+        """
+        config, given, overrides = self.check_keys(overrides)
+        if RANK in {-1, 0}:
+            check_train_labels(type(self), task_of(type(self)), get_cfg(cfg, overrides))
+        self.run_dir_before = run_dir_state(cfg, overrides)
+        with restored_on_failure(self):  # e.g. a data= that does not exist: Ultralytics wrote args.yaml, removed results.csv
+            super().__init__(cfg, overrides, _callbacks)
+        if distributed.torchrun_world_size() > 1:  # a torchrun worker: the whole job's ranks, on every node
+            self.world_size = distributed.torchrun_world_size()
+        # given > restored by resume (train_args) > this task's default > default
+        for k, default in {**DEFAULTS, **task_defaults(type(self))}.items():
+            setattr(self.args, k, given.get(k, getattr(self.args, k, default)))
+        # typed (the raw values stay on args for args.yaml); a resumed run's own keys are read back from last.pt
+        self.ckpt_config = CkptConfig.from_args(vars(self.args)) if self.args.resume else config
+        if RANK in {-1, 0}:
+            YAML.save(self.save_dir / "args.yaml", vars(self.args))  # again, now with yolo-ckpt's keys
+            remove_stale_temporaries(self.wdir)  # of this run's saves a kill interrupted
+        self.policy = self.plan = self.run_spec = self.planned = None
+        start_stats(self)
+
+    @classmethod
+    def check_keys(cls, overrides: dict | None) -> tuple[CkptConfig, dict, dict]:
+        """Split ``overrides`` into yolo-ckpt's keys and Ultralytics' and build the typed config of yolo-ckpt's (the
+        one check, :meth:`yolo_ckpt.config.CkptConfig.from_args`; the CLI's and the trainer's ask for the same), and
+        check a ``recompute=`` against the model that ``model=`` names where reading it costs nothing: a YAML, or the
+        loaded model's YAML dict the CLI passes. A ``.pt`` is not unpickled again here (Ultralytics loaded it
+        once): its policy is resolved in :meth:`setup_model`, the run directory put back if it fails.
+
+        Returns:
+            ``(config, yolo-ckpt's keys given, the other overrides)``.
+
+        Raises:
+            ConfigError: for an invalid ``recompute=``, ``recompute_mode=``, ``loss_chunk=``, ``assign_chunk=``,
+                ``memory_budget=`` or ``memory_headroom=``, a ``recompute=`` the model does not have
+                (:func:`yolo_ckpt.checkpointing.policy.resolve`), a planning request this task or device cannot
+                honour (:func:`~yolo_ckpt.train.planning.check_planning`), an RT-DETR model given to a trainer other
+                than RTDETRTrainer's, or a bad ``imgsz=``, ``device=``, ``project=`` or ``model=``
+                (:func:`yolo_ckpt.train.inputs.check_train_inputs`); before anything is written.
+        """
+        overrides = dict(overrides or {})
+        check_train_inputs(overrides)
+        given = {k: overrides.pop(k) for k in DEFAULTS if k in overrides}
+        config = CkptConfig.from_args(given, task_of(cls) if task_defaults(cls) else None)  # RT-DETR, World, YOLOE: no loss region
+        check_planning(cls, task_of(cls), config, overrides)
+        check_model_keys(cls, overrides, config, given)
+        return config, given, overrides
+
+    def auto_batch(self):
+        """batch=-1 (or a fraction), with the recompute policy already applied to ``self.model``: on the CPU without
+        ``memory_budget=`` stock (AutoBatch's default batch 16, with its warning, no dataset cap); else the memory
+        model's batch, or on CUDA AutoBatch's on the patched model (:func:`~yolo_ckpt.train.planning.planned_batch`)."""
+        if self.device.type != "cuda" and self.ckpt_config.memory_budget is None:
+            LOGGER.warning(f"{PREFIX}{STOCK_BATCH}")
+            return super().auto_batch()
+        return planned_batch(self)
+
+    def setup_model(self):
+        """Build or load the model as Ultralytics does, then apply the recompute policy (``recompute=auto``: planned,
+        :func:`~yolo_ckpt.train.planning.plan_recompute`) and log it."""
+        ckpt = super().setup_model()
+        config = self.ckpt_config
+        recompute = plan_recompute(self) if is_auto(config.recompute) else config.recompute
+        self.policy = apply_checkpointing(
+            self.model, recompute, frozen=frozen_layers(self.args.freeze), mode=config.recompute_mode,
+            loss_chunk=config.loss_chunk, assign_chunk=config.assign_chunk,
+        )
+        if RANK in {-1, 0}:
+            LOGGER.info(f"{PREFIX}activation checkpointing {self.policy}")
+            if not (self.policy.indices or self.policy.regions()) and self.policy.spec != "none":
+                LOGGER.warning(f"{PREFIX}recompute={self.policy.spec} selects no layer with trainable parameters")
+        return ckpt
+
+    def preprocess_batch(self, batch):
+        """Ultralytics' preprocessing; on the CPU the batch for the end-of-run memory probe is kept
+        (:func:`~yolo_ckpt.train.run_stats.keep_probe_batch`)."""
+        batch = super().preprocess_batch(batch)
+        keep_probe_batch(self, batch)
+        return batch
+
+    def get_model(self, *args, **kwargs):
+        """Ultralytics' ``get_model`` (``Model.train`` calls it between building the trainer and training), the run
+        directory put back as it was if it fails (:func:`~yolo_ckpt.train.run_dir.restored_on_failure`)."""
+        with restored_on_failure(self):
+            return super().get_model(*args, **kwargs)
+
+    def train(self):
+        """Ultralytics' training. Whatever fails before the first epoch starts (Ultralytics' set-up, the dataset,
+        planning: :class:`~yolo_ckpt.memory.plan.PlanError`) leaves the run directory as it was
+        (:func:`~yolo_ckpt.train.run_dir.restored_on_failure`); then the error is raised."""
+        with restored_on_failure(self):
+            return super().train()
+
+    def _setup_ddp(self):
+        """Ultralytics' process-group set-up on GPUs; on the CPU a gloo group (:mod:`yolo_ckpt.train.distributed`)."""
+        if self.device.type != "cpu":
+            return super()._setup_ddp()
+        distributed.init_cpu_process_group(self.world_size)
+
+    def _setup_train(self):
+        """Ultralytics' set-up; on the CPU under torchrun its DDP wrap builds a CPU DDP (:func:`~yolo_ckpt.train.distributed.cpu_ddp`)."""
+        with distributed.cpu_ddp() if self.device.type == "cpu" and self.world_size > 1 else contextlib.nullcontext():
+            return super()._setup_train()
+
+    def save_model(self):
+        """Ultralytics' ``save_model``, with ``last.pt``/``best.pt``/``epochN.pt`` written atomically: a kill during
+        the write leaves the previous complete checkpoint (:mod:`yolo_ckpt.train.atomic`)."""
+        with atomic_saves(self.wdir):
+            return super().save_model()
+
+    def get_validator(self):
+        """Ultralytics' validator, built from the args without yolo-ckpt's keys (its argument check rejects them)."""
+        args = self.args
+        self.args = IterableSimpleNamespace(**{k: v for k, v in vars(args).items() if k not in DEFAULTS})
+        try:
+            return super().get_validator()
+        finally:
+            self.args = args
+
+    def validate(self):
+        """Ultralytics' validation, with CUDA peak memory kept apart from training's."""
+        with cuda_peak(self, "val"):
+            return super().validate()
+
+    def final_eval(self):
+        """Ultralytics' final validation of ``best.pt``, with its CUDA peak counted as validation, and its
+        ``strip_optimizer`` rewrites of ``last.pt`` and ``best.pt`` atomic (:mod:`yolo_ckpt.train.atomic`)."""
+        cpu_ranks = self.device.type == "cpu" and self.world_size > 1
+        with cuda_peak(self, "val"), atomic_saves(self.wdir), distributed.cpu_validation() if cpu_ranks else contextlib.nullcontext():
+            super().final_eval()
+
+    def run_report(self) -> RunReport:
+        """The :class:`~yolo_ckpt.report.record.RunReport` of this finished run (:func:`yolo_ckpt.train.run_stats.run_report`),
+        which ``on_train_end`` writes to ``ckpt_report.json``."""
+        return run_stats.run_report(self)
+
+
+@functools.cache
+def checkpointed(trainer_cls: type) -> type:
+    """``trainer_cls`` (any Ultralytics trainer, a user's own subclass included) with activation checkpointing
+    (``recompute=``) and the run report: the class ``Checkpoint<Name>(CheckpointTrainerMixin, trainer_cls)``.
+
+    Cached: the same class comes back for the same trainer. The classes made of Ultralytics' own trainers become
+    attributes of ``yolo_ckpt.train.trainer`` (``CheckpointDetectionTrainer``, ``CheckpointDepthTrainer``, ...), so pickle
+    and the DDP launcher's cloudpickle store them by reference; cloudpickle stores a user's class by value.
+
+    Raises:
+        TypeError: if ``trainer_cls`` is not a subclass of Ultralytics' ``BaseTrainer``.
+    """
+    if not (isinstance(trainer_cls, type) and issubclass(trainer_cls, BaseTrainer)):
+        raise TypeError(f"checkpointed() takes an Ultralytics trainer class (a BaseTrainer subclass), got {trainer_cls!r}")
+    if issubclass(trainer_cls, CheckpointTrainerMixin):
+        return trainer_cls
+    name = f"Checkpoint{trainer_cls.__name__}"
+    doc = f"``{trainer_cls.__name__}`` with activation checkpointing (``recompute=``) and a run report."
+    cls = type(name, (CheckpointTrainerMixin, trainer_cls), {"__module__": __name__, "__qualname__": name, "__doc__": doc})
+    if trainer_cls.__module__.startswith("ultralytics."):  # importable by name, in a DDP worker too
+        globals().setdefault(name, cls)
+    return cls
+
+
+CheckpointDetectionTrainer = checkpointed(DetectionTrainer)
+CheckpointSegmentationTrainer = checkpointed(SegmentationTrainer)
+CheckpointOBBTrainer = checkpointed(OBBTrainer)
+CheckpointPoseTrainer = checkpointed(PoseTrainer)
+CheckpointClassificationTrainer = checkpointed(ClassificationTrainer)
+
+
+def trainer_for(task: str, model=None) -> type:
+    """The checkpointed trainer of an Ultralytics task, from Ultralytics' own task table: that of ``model`` (a
+    ``YOLO``, ``RTDETR``, ... instance, so an RT-DETR model gets ``RTDETRTrainer`` for task ``detect``, as
+    ``Model.train`` picks it), else ``YOLO.task_map``.
+
+    Raises:
+        ValueError: for a task the table does not have, naming the tasks it has.
+    """
+    from ultralytics import YOLO
+
+    from ..suggest import did_you_mean
+
+    table = model.task_map if model is not None else YOLO.task_map.fget(None)  # the property reads no instance state
+    if task not in table:
+        raise ConfigError(f"task={task!r} is not an Ultralytics task{did_you_mean(task, table)}; valid tasks: {', '.join(table)}")
+    return checkpointed(table[task]["trainer"])
