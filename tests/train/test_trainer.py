@@ -210,7 +210,7 @@ def test_run_report(trained):
     assert report["recompute"] == "all"
     assert [r["index"] for r in report["recomputed_layers"]] == list(trained.policy.indices)
     assert report["recomputed_layers"][2] == {"index": 2, "type": "C3k2"}
-    assert report["recomputed_regions"] == ["head"]
+    assert report["recomputed_regions"] == ["head", "loss"]  # a detect model's loss region: the chunked assigner
     assert (report["device"], report["imgsz"], report["batch"], report["batch_at_start"], report["amp"]) == ("cpu", 64, 2, 2, False)
     probe = trained.ckpt_stats.probe_batch  # the first full-size batch (at 64 px mosaic crops may hold no object)
     assert (report["memory_probe_images"], report["memory_probe_imgsz"], report["memory_probe_objects"]) == (2, 64, len(probe["bboxes"]))
@@ -260,7 +260,7 @@ def test_run_end_message(trained):
     assert (
         f"recompute=all: training peak {peak / 2**20:.1f} MiB ({peak / 2**30:.2f} GiB, CPU live tensors of one step of {probe})" in message
     )
-    assert "recompute=none's peak: yolo-ckpt profile with this run's keys estimates it" in message  # named policy: no estimate
+    assert "; no estimate (estimate=False); median step" in message  # tests train without the set-up estimate
     assert message.endswith(f"; median step {step:.3f} s") and peak > 0 and step > 0
 
 

@@ -115,7 +115,9 @@ def _model_source(overrides: dict):
 def check_model_keys(trainer_cls: type, overrides: dict, config, given: dict) -> None:
     """Check ``recompute=`` (``config``, a :class:`~yolo_ckpt.config.CkptConfig`; ``given``: yolo-ckpt's keys as given)
     against the model that ``model=`` names where reading it costs nothing: a YAML, or the loaded model's YAML dict
-    the CLI passes. A ``.pt`` is not unpickled again here (Ultralytics loaded it once).
+    the CLI passes; and against a resumed ``last.pt`` (Ultralytics' resume reads it several times anyway, and its run
+    folder is not put back on a failure). A ``model=`` ``.pt`` is not unpickled again here (Ultralytics loaded it once:
+    its policy is resolved when the model is set up, the run folder put back if that fails).
 
     Raises:
         ConfigError: for a ``recompute=`` the model does not have (:func:`yolo_ckpt.checkpointing.policy.resolve`), or
@@ -126,7 +128,8 @@ def check_model_keys(trainer_cls: type, overrides: dict, config, given: dict) ->
     from ..checkpointing.policy import is_auto, layout_of, resolve
 
     source = _model_source(overrides)
-    read = isinstance(source, dict) or Path(str(source)).suffix.lower() in {".yaml", ".yml"}  # a YAML: cheap to read
+    resumed = source is not None and source is overrides.get("resume")
+    read = resumed or isinstance(source, dict) or Path(str(source)).suffix.lower() in {".yaml", ".yml"}  # a YAML: cheap to read
     layout = layout_of(source) if source is not None and read else None
     if layout is not None and layout.types[-1] == "RTDETRDecoder" and not issubclass(trainer_cls, RTDETRTrainer):
         # stock would fail at the first loss: v8DetectionLoss reads the head's stride, which RTDETRDecoder has not
