@@ -2,11 +2,15 @@
 that only read them, the shared real datasets."""
 
 import os
+import tempfile
 
 os.environ["YOLO_OFFLINE"] = "1"  # nothing downloads: no weights, fonts, AMP-check models or datasets
-# each test computes its own estimates (a test that patches the estimate must not read another's from disk);
-# tests/test_estimate_cache.py turns the cache on in a folder of its own
-os.environ["YOLO_CKPT_ESTIMATE_CACHE"] = "0"
+if not os.environ.get("PYTEST_XDIST_WORKER"):
+    # One estimate cache for the session, made on the controller and inherited by the xdist workers: the loss
+    # calibrations and fake passes of the same model and step are computed once (the trainers' set-up estimates
+    # repeat them run after run). No test patches the estimate, but tests/memory/test_estimate_cache.py, which uses
+    # a folder of its own; none is read from the user's cache.
+    os.environ["YOLO_CKPT_ESTIMATE_CACHE"] = tempfile.mkdtemp(prefix="yolo-ckpt-test-estimates-")
 
 from pathlib import Path  # noqa: E402
 
@@ -28,7 +32,12 @@ def pytest_sessionstart(session):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """Fail the session when ../shared changed during it, naming what changed (a label cache, an added file...)."""
+    """Fail the session when ../shared changed during it, naming what changed (a label cache, an added file...); the
+    controller removes the session's estimate cache."""
+    if not hasattr(session.config, "workerinput"):
+        import shutil
+
+        shutil.rmtree(os.environ["YOLO_CKPT_ESTIMATE_CACHE"], ignore_errors=True)
     before = session.config.stash.get(SHARED_BEFORE, None)
     if before is None:
         return
