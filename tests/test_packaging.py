@@ -75,7 +75,8 @@ def test_wheel_ships_the_bench_and_its_yaml(tmp_path):
     # offline; the dependencies are the system's (test_cli's test_console_script_and_dependencies_declared checks them)
     install = subprocess.run(
         # --ignore-installed: the system's yolo-ckpt (CI installs the checkout there) must not satisfy it
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-index", "--no-deps", "--ignore-installed", str(wheel)],
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-index", "--no-deps", "--ignore-installed"]
+        + [str(wheel)],
         capture_output=True,
         text=True,
         timeout=300,
