@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT, LOGGER
 
 from ..config import DEFAULTS_PATH, ESTIMATE_DEFAULTS, ESTIMATE_DEFAULTS_PATH, CkptConfig, EstimateOptions, check_bool
-from ..errors import ConfigError, user_input
+from ..errors import ConfigError, one_line, user_input
 from ..shipped import shipped
 from ..suggest import did_you_mean
 from .args import key_value, parse_train_args
@@ -492,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             {"profile": profile, "plan": plan, "compare": compare, "bench": bench}[command](args[1:])
     except (ConfigError, SyntaxError) as e:  # the input's fault (PlanError too); anything else is a bug: traceback
-        print(f"yolo-ckpt: error: {'; '.join(line.strip() for line in str(e).splitlines() if line.strip())}", file=sys.stderr)
+        print(f"yolo-ckpt: error: {one_line(e)}", file=sys.stderr)
         return 2
     return 0
 

@@ -77,7 +77,7 @@ def planned_run(args, model, config: CkptConfig, device: str, data: dict | None 
         counts: the training set's :class:`~yolo_ckpt.memory.runspec.DataCounts` where the caller counted them already.
 
     Raises:
-        ValueError: for an optimizer Ultralytics does not build.
+        ConfigError: for an optimizer Ultralytics does not build.
     """
     model = copy.deepcopy(model).cpu().train()
     trainable_as_trained(model, args.freeze)
