@@ -11,6 +11,7 @@ from yolo_ckpt.memory import estimate_cache
 
 def test_a_second_plan_reads_the_first_ones_figures(tmp_path, monkeypatch):
     monkeypatch.setenv(estimate_cache.ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(estimate, "_LOSS_MODELS", {})  # another test of this worker may have calibrated yolo11n in memory
     keys = ["model=yolo11n.yaml", "imgsz=96", "batch=2", "device=cpu", "memory_budget=1GB", "objects=30"]
 
     def planned():
@@ -21,7 +22,7 @@ def test_a_second_plan_reads_the_first_ones_figures(tmp_path, monkeypatch):
     first_memory, first = planned()
     stored = sorted(p.parent.name for p in (tmp_path / "cache").rglob("*.json"))
     assert stored.count("loss") == 2 and stored.count("step") >= 2  # stock loss and loss region; the base pass and checks
-    monkeypatch.setattr(estimate, "_LOSS_MODELS", {})  # a new process: nothing in memory
+    estimate._LOSS_MODELS.clear()  # a new process: nothing in memory
     calls = []
     monkeypatch.setattr(planner, "estimate_step", lambda *a, **k: calls.append(a) or pytest.fail("a fake pass ran again"))
     monkeypatch.setattr(estimate, "_calibrate", lambda *a, **k: pytest.fail("the loss was calibrated again"))
