@@ -567,3 +567,17 @@ def test_size_text_in_messages():
 
     assert (size_text(10**6), size_text(2**30 - 1), size_text(3 * 2**30)) == ("1.0 MiB", "1024.0 MiB", "3.00 GiB")
     assert (size_text(1000), size_text(2**10), size_text(50 * 2**10)) == ("1000 bytes", "1.0 KiB", "50.0 KiB")  # not "0.0 MiB"
+
+
+def test_plan_keeps_its_policy_once():
+    """A Plan stores its recompute= value only: the units, layers and regions are read from it, and a value not in
+    the planner's form (a name, layers out of order) is refused."""
+    from yolo_ckpt.memory.plan import Plan
+
+    plan = Plan("2,4,6,head,loss", 100, 200, 10, 30, 2, 640)
+    assert (plan.units, plan.indices, plan.regions) == ((2, 4, 6, "head", "loss"), (2, 4, 6), ("head", "loss"))
+    assert Plan("none", 1, 1, 0, 1, 1, 32).units == ()
+    assert [f.name for f in dataclasses.fields(plan)][:2] == ["recompute", "estimated_peak_bytes"]  # one field of policy
+    for bad in ("backbone", "4,2", "head,2"):
+        with pytest.raises(ValueError, match=bad):
+            Plan(bad, 1, 1, 0, 1, 1, 32)

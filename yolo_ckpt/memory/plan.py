@@ -79,24 +79,26 @@ class PlanError(ConfigError):
 
 @dataclass
 class Plan:
-    """A recompute plan.
+    """A recompute plan. Its policy is one field, :attr:`recompute`; the units, layers and regions are read from it.
 
     Attributes:
-        recompute: the chosen units as a ``recompute=`` value (``"2,4,6,head,loss"``, or ``"none"``) that
-            :func:`yolo_ckpt.checkpointing.policy.resolve` reads back to the same units.
-        indices: the layer indices among them.
+        recompute: the chosen units as a ``recompute=`` value in the planner's form (:meth:`MemoryModel.spec`: layer
+            indices ascending, then the regions in :data:`yolo_ckpt.checkpointing.policy.REGIONS` order,
+            ``"2,4,6,head,loss"``; ``"none"``), which :func:`yolo_ckpt.checkpointing.policy.resolve` reads back to
+            the same units.
         estimated_peak_bytes: the fake-pass estimate of the plan's peak.
         budget_bytes: the budget it is held against.
         recompute_flops: forward FLOPs recomputed per step; step_flops: FLOPs of a step without recompute (the
             layers' forward and backward, and a segmentation loss's mask products: :meth:`MemoryModel.as_plan`).
         batch, imgsz: the step the plan is for.
         headroom_bytes: what the :class:`Headroom` adds to the estimate (0 without one).
-        regions: the regions beyond the layers among them, in :data:`yolo_ckpt.checkpointing.policy.REGIONS` order (``("head",
-            "loss")``, ``()``).
+
+    Raises:
+        ValueError: when ``recompute`` is not in the planner's form (a name such as ``"backbone"``, a range, an
+            unknown region).
     """
 
     recompute: str
-    indices: tuple[int, ...]
     estimated_peak_bytes: int
     budget_bytes: int
     recompute_flops: int
@@ -104,7 +106,26 @@ class Plan:
     batch: int
     imgsz: int
     headroom_bytes: int = 0
-    regions: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.recompute != MemoryModel.spec(self.units):  # the properties below read only this form
+            raise ValueError(f"Plan.recompute={self.recompute!r} is not a planner's recompute= value such as '2,4,6,head,loss' or 'none'")
+
+    @property
+    def units(self) -> tuple:
+        """The planned units: layer indices (int), then the regions (``"head"``, ``"loss"``); ``()`` for ``"none"``."""
+        parts = () if self.recompute == "none" else self.recompute.split(",")
+        return tuple(int(p) if p.isdigit() else p for p in parts)
+
+    @property
+    def indices(self) -> tuple[int, ...]:
+        """The layer indices among the units, ascending."""
+        return tuple(u for u in self.units if not isinstance(u, str))
+
+    @property
+    def regions(self) -> tuple[str, ...]:
+        """The regions among the units, in :data:`yolo_ckpt.checkpointing.policy.REGIONS` order (``("head", "loss")``, ``()``)."""
+        return MemoryModel.regions(self.units)
 
     @property
     def margin_bytes(self) -> int:
@@ -407,12 +428,9 @@ class MemoryModel:
         step's FLOPs: the layers' forward and backward (3x the forward) and, for segmentation, the mask loss's
         products: its forward and the backward's two, ``6 * nm * Fb * (imgsz / 4)^2`` (:meth:`loss_flops` x 1.5)."""
         imgsz = train_imgsz(imgsz, self.model.stride)
-        units = self._sorted(units)
         headroom = self.headroom.need(peak_bytes) - peak_bytes
-        layers = tuple(u for u in units if not isinstance(u, str))
         return Plan(
             self.spec(units),
-            layers,
             peak_bytes,
             budget,
             self.cost(units, batch, imgsz),
@@ -420,7 +438,6 @@ class MemoryModel:
             batch,
             imgsz,
             headroom,
-            self.regions(units),
         )
 
     def estimate(self, recompute, batch: int, imgsz) -> StepProfile:
