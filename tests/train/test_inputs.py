@@ -100,6 +100,26 @@ def test_imgsz_rule():
             check_imgsz(bad)
 
 
+def test_resume_of_a_finished_run_from_python_is_one_line_before_any_write(tmp_path):
+    """YOLO(...).train(trainer=..., resume=path/to/last.pt) of a finished run (a stripped last.pt, best.pt beside it):
+    the CLI's one-line ConfigError, from the trainer's key check, before any run folder is written (stock fails in
+    resume_training, after writing into the finished run's folder)."""
+    weights = tmp_path / "runs" / "run" / "weights"
+    weights.mkdir(parents=True)
+    last, best = weights / "last.pt", weights / "best.pt"
+    train_args = {"model": "yolo11n.yaml", "data": "my/data.yaml", "epochs": 3, "save_dir": str(weights.parent)}
+    torch.save({"model": None, "epoch": -1, "optimizer": None, "train_args": train_args}, last)  # strip_optimizer's form
+    best.write_bytes(last.read_bytes())
+    before = folder_state(tmp_path)
+    with pytest.raises(ConfigError) as e:
+        YOLO("yolo11n.yaml").train(trainer=checkpointed(DetectionTrainer), resume=str(last), project=str(tmp_path / "runs"), name="new")
+    assert str(e.value) == (
+        f"resume: the run {weights.parent} is finished ({last} has no optimizer state to resume); "
+        f"start a new run from its weights: yolo-ckpt train model={best} data=my/data.yaml"
+    )
+    assert folder_state(tmp_path) == before and sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["run"]
+
+
 class FailingSetup(DetectionTrainer):
     """A trainer whose set-up fails after BaseTrainer.__init__ wrote the run folder (any exception, any place)."""
 

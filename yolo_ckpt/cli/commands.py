@@ -119,12 +119,14 @@ def prepare_train(args: list[str]):
     with user_input(checkpoint=name):
         model = RTDETR(name) if "rtdetr" in Path(str(name)).stem.lower() else YOLO(name, task=task)
     resume = overrides.get("resume")
-    if resume:  # a finished run: stock starts a new one with the defaults (data=coco8.yaml) or fails in the trainer
-        if not isinstance(resume, (str, Path)) and not model.ckpt:
+    # resume=True of a finished run: stock's Model.train starts a new one with the defaults (data=coco8.yaml) before any
+    # trainer exists, so it is checked here; resume=path/to/last.pt is the trainer's key check's
+    if resume and not isinstance(resume, (str, Path)):
+        if not model.ckpt:
             raise ConfigError(
                 f"resume needs the run's checkpoint, e.g. yolo-ckpt train resume model=path/to/last.pt; model={name} is not one"
             )
-        check_resumable(*((resume,) if isinstance(resume, (str, Path)) else (model.ckpt_path, model.ckpt)))
+        check_resumable(model.ckpt_path, model.ckpt)
     trainer = trainer_for(model.task, model)
     trainer.check_keys({**overrides, "model": model.model.yaml if overrides.get("resume") is None else None})  # against the loaded model
     if overrides.get("data") is None and not overrides.get("resume"):

@@ -16,6 +16,7 @@ from pathlib import Path
 from ultralytics.utils import LOGGER
 
 from ..errors import ConfigError
+from .resume import check_resumable
 
 
 def check_imgsz(imgsz) -> None:
@@ -115,13 +116,15 @@ def _model_source(overrides: dict):
 def check_model_keys(trainer_cls: type, overrides: dict, config, given: dict) -> None:
     """Check ``recompute=`` (``config``, a :class:`~yolo_ckpt.config.CkptConfig`; ``given``: yolo-ckpt's keys as given)
     against the model that ``model=`` names where reading it costs nothing: a YAML, or the loaded model's YAML dict
-    the CLI passes; and against a resumed ``last.pt`` (Ultralytics' resume reads it several times anyway, and its run
-    folder is not put back on a failure). A ``model=`` ``.pt`` is not unpickled again here (Ultralytics loaded it once:
-    its policy is resolved when the model is set up, the run folder put back if that fails).
+    the CLI passes; and against a resumed ``last.pt`` (``resume=path/to/last.pt``: Ultralytics' resume reads it
+    several times anyway, and its run folder is not put back on a failure), which must be of an unfinished run. A
+    ``model=`` ``.pt`` is not unpickled again here (Ultralytics loaded it once: its policy is resolved when the model
+    is set up, the run folder put back if that fails).
 
     Raises:
-        ConfigError: for a ``recompute=`` the model does not have (:func:`yolo_ckpt.checkpointing.policy.resolve`), or
-            an RT-DETR model given to a trainer other than RTDETRTrainer's.
+        ConfigError: for a ``recompute=`` the model does not have (:func:`yolo_ckpt.checkpointing.policy.resolve`),
+            an RT-DETR model given to a trainer other than RTDETRTrainer's, or a resumed ``last.pt`` of a finished run
+            (:func:`yolo_ckpt.train.resume.check_resumable`: one line naming the run and the command of a new run).
     """
     from ultralytics.models.rtdetr.train import RTDETRTrainer
 
@@ -129,6 +132,8 @@ def check_model_keys(trainer_cls: type, overrides: dict, config, given: dict) ->
 
     source = _model_source(overrides)
     resumed = source is not None and source is overrides.get("resume")
+    if resumed:  # stock fails on a finished run's last.pt only in resume_training, after writing its run folder
+        check_resumable(source)
     read = resumed or isinstance(source, dict) or Path(str(source)).suffix.lower() in {".yaml", ".yml"}  # a YAML: cheap to read
     layout = layout_of(source) if source is not None and read else None
     if layout is not None and layout.types[-1] == "RTDETRDecoder" and not issubclass(trainer_cls, RTDETRTrainer):

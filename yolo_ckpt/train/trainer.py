@@ -105,7 +105,8 @@ class CheckpointTrainerMixin:
                 ``memory_budget=`` or ``memory_headroom=``, a ``recompute=`` the model does not have
                 (:func:`yolo_ckpt.checkpointing.policy.resolve`), a planning request this task or device cannot
                 honour (:func:`~yolo_ckpt.train.planning.check_planning`), an RT-DETR model given to a trainer other
-                than RTDETRTrainer's, or a bad ``imgsz=``, ``device=``, ``project=`` or ``model=``
+                than RTDETRTrainer's, ``resume=`` a finished run's ``last.pt`` (:func:`~yolo_ckpt.train.inputs.check_model_keys`),
+                or a bad ``imgsz=``, ``device=``, ``project=`` or ``model=``
                 (:func:`yolo_ckpt.train.inputs.check_train_inputs`); before anything is written.
         """
         overrides = dict(overrides or {})
