@@ -39,6 +39,7 @@ from yolo_ckpt.memory.measure import (
 from yolo_ckpt.memory.plan import MemoryModel
 from yolo_ckpt.memory.runspec import device_type
 from yolo_ckpt.report.record import REPORT_NAME, RunReport
+from yolo_ckpt.train.run_stats import run_picture
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 GiB = 2**30
@@ -183,12 +184,19 @@ def seg_memory():
 
 def test_composed_loss_region_against_fake_pass(seg_memory):
     """The loss region as a planner unit: its composed peak is the fake pass's of the same policy (to 0.1%; both
-    count the loss region's peaks by its formula, the rest from the same none pass), and most of the saving here."""
+    count the loss region's peaks by its formula, the rest from the same none pass), and most of the saving here; the
+    composed step (MemoryModel.step) holds the same phases."""
     _, memory = seg_memory
     assert memory.candidates[-2:] == ("head", "loss") and memory.freed["head"] > 0 and memory.flops["head"] > 0
     composed, fake = memory.peak(("loss",), 2, 256), memory.estimate("loss", 2, 256).peak_bytes
     assert abs(composed / fake - 1) < 0.001, (composed, fake)
     assert composed < 0.7 * memory.peak((), 2, 256)
+    # the composed step (the run's picture): the composition's phases and peak, none's layer rows scaled with the batch
+    step, double = memory.step(("loss",), 2, 256), memory.step(("loss",), 4, 256)
+    assert step.peak_bytes == composed == max(step.phase_peak_bytes.values()) and step.recompute == "loss"
+    assert [r.saved_bytes for r in step.layers] == [r.saved_bytes for r in memory.base.layers]  # the base pass's step
+    assert [r.saved_bytes for r in double.layers] == [2 * r.saved_bytes for r in memory.base.layers]
+    assert double.peak_bytes == memory.peak(("loss",), 4, 256) and double.static_bytes == step.static_bytes + step.input_bytes
 
 
 def test_loss_region_flops_counted_as_recomputed(seg_memory):
@@ -378,6 +386,7 @@ def test_headroom_moves_the_plan(memory, monkeypatch):
     assert plan.headroom_bytes == int(need * 0.15 + 50 * 2**20) and plan.margin_bytes == -plan.headroom_bytes and not plan.fits
 
 
+
 @pytest.mark.slow
 def test_largest_imgsz_is_checked_by_the_fake_pass(memory, monkeypatch):
     """The composed peak scales activations with imgsz^2; YOLO11n's C2PSA attention grows with its tokens squared, so
@@ -490,6 +499,10 @@ def test_trainer_auto_plan_and_batch(synthetic, tmp_path, shared_run):
     assert report["estimated_all_peak_bytes"] <= report["estimated_policy_peak_bytes"] < report["estimated_none_peak_bytes"]
     assert report["estimated_step"] == {"batch": 2, "imgsz": 160, "objects": plan["assumed"]["objects"], "device": "cpu", "amp": False}
     assert report["estimate_skipped"] is None
+    picture = run_picture(auto, RunReport.from_dict(report))  # from the set-up estimate: the policy's phases beside none's
+    assert picture.peak_bytes == report["estimated_policy_peak_bytes"] and max(picture.none_phase_peak_bytes.values()) == report[
+        "estimated_none_peak_bytes"
+    ]
     headline = RunReport.from_dict(report).headline()
     assert f"estimated at batch 2, imgsz 160, {plan['assumed']['objects']} objects per image: this policy ~" in headline
     assert (
@@ -508,7 +521,7 @@ def test_trainer_auto_plan_and_batch(synthetic, tmp_path, shared_run):
 def test_cli_profile_and_plan_json(tmp_path, capsys, monkeypatch):
     """yolo-ckpt profile and plan with format=json, in this process (test_cli.py runs the command line in a
     subprocess): stdout holds only the JSON, progress and logs go to stderr. profile's picture: the right panel
-    draws the named policy's phases (not none's), the left none's layers marked as the policy recomputes them."""
+    draws the named policy's phases with none's beside them, the left none's layers marked as the policy recomputes them."""
     from yolo_ckpt.cli import main
     from yolo_ckpt.report import layer_plot as plots
 
@@ -544,6 +557,7 @@ def test_cli_profile_and_plan_json(tmp_path, capsys, monkeypatch):
     (data,) = drawn
     assert data.phase_peak_bytes == prof["phase_peak_bytes"]["policy"] != prof["phase_peak_bytes"]["none"]
     assert data.peak_bytes == prof["estimated_peak_bytes"]["policy"] and data.phases_of == "recompute=all"
+    assert data.none_phase_peak_bytes == prof["phase_peak_bytes"]["none"]  # none's phases beside the policy's
     assert [r["saved_bytes"] / 2**20 for r in data.layers] == pytest.approx([r["saved_MiB"] for r in prof["layers"][:-1]])  # none's
     assert [r["index"] for r in data.layers if r["recomputed"]] == [r["layer"] for r in prof["layers"][:-1] if r["recompute"]]
     out = run("plan", "model=yolo11n.yaml", "memory_budget=300MB", "imgsz=333", "batch=2", "device=cpu", "format=json")

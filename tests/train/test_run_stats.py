@@ -1,11 +1,17 @@
-"""The run's CUDA peaks: training's and validation's banked apart (``yolo_ckpt.train.run_stats.cuda_peak``)."""
+"""The run's CUDA peaks: training's and validation's banked apart (``yolo_ckpt.train.run_stats.cuda_peak``); the run's
+picture (``yolo_ckpt.train.run_stats.run_picture``)."""
 
 from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers import logged_messages
 
-from yolo_ckpt.train.run_stats import RunStats, cuda_peak
+from yolo_ckpt.checkpointing.policy import RecomputePolicy
+from yolo_ckpt.memory.measure import LayerRow, StepProfile
+from yolo_ckpt.report.layer_plot import write_layer_plot
+from yolo_ckpt.train import run_stats
+from yolo_ckpt.train.run_stats import LAYER_PLOT_NAME, RunStats, cuda_peak
 
 MiB = 2**20
 
@@ -28,3 +34,43 @@ def test_cuda_peaks_of_training_and_validation_banked_apart():
     assert stats.train_peak["allocated"] >= base + 64 * MiB
     assert base + 16 * MiB <= stats.val_peak["allocated"] < base + 64 * MiB
     assert stats.val_peak["reserved"] >= stats.val_peak["allocated"]
+
+
+def _step(recompute: str, phases: dict, saved: tuple) -> StepProfile:
+    """A step of three layers (the last the head) with these phase peaks and saved bytes (MiB)."""
+    layers = [LayerRow(i, t, 0, int(b * MiB), 0, 0, None) for i, (t, b) in enumerate(zip(("Conv", "C3k2", "Detect"), saved))]
+    phases = {p: int(v * MiB) for p, v in phases.items()}
+    return StepProfile("composed_estimate", recompute, "full", 2, 64, 20, 10 * MiB, phases, MiB, max(phases.values()), layers)
+
+
+def test_run_picture_draws_the_policy_beside_none(tmp_path, monkeypatch):
+    """With the set-up estimate the run's picture is profile's: none's layers, marked as the run's policy recomputes
+    them, and the policy's phases with none's beside them, both from the estimate; without it (estimate=False) the
+    CPU probe's step alone, its title saying why; with neither, no picture and a line saying so."""
+    drawn = []
+    monkeypatch.setattr(run_stats, "write_layer_plot", lambda data, path: drawn.append((data, path)))
+    none = _step("none", {"forward": 40, "loss": 50, "backward": 60, "optimizer": 20}, (8, 16, 4))
+    policy = _step("0", {"forward": 30, "loss": 45, "backward": 35, "optimizer": 20}, (8, 16, 4))
+    trainer = SimpleNamespace(
+        args=SimpleNamespace(model="yolo11n.yaml", plots=True), save_dir=tmp_path, device=torch.device("cpu"),
+        policy=RecomputePolicy("0", (0,), ("Conv",)), estimated_steps={"none": none, "policy": policy},
+        estimated_step={"batch": 2, "imgsz": 64}, estimate_skipped=None, train_probe=None,
+    )
+    record = SimpleNamespace(recompute="0", write=lambda folder: folder / "ckpt_report.json", headline=lambda: "headline")
+    trainer.run_report = lambda: record
+    run_stats._on_train_end(trainer)
+    ((data, path),) = drawn
+    assert path == tmp_path / LAYER_PLOT_NAME and "the set-up estimate: recompute=none's layers" in data.title
+    assert [(r["saved_bytes"], r["recomputed"]) for r in data.layers] == [(8 * MiB, True), (16 * MiB, False), (4 * MiB, False)]
+    assert (data.phase_peak_bytes, data.none_phase_peak_bytes) == (policy.phase_peak_bytes, none.phase_peak_bytes)
+    assert (data.peak_bytes, data.peak_phase, data.phases_of) == (45 * MiB, "loss", "recompute=0")
+    assert write_layer_plot(data, tmp_path / "both.png").stat().st_size > 10_000  # the side-by-side bars draw
+
+    trainer.estimated_steps, trainer.estimate_skipped, trainer.train_probe = {}, "estimate=False", policy
+    run_stats._on_train_end(trainer)
+    data = drawn[-1][0]
+    assert data.none_phase_peak_bytes is None and "its estimate was skipped (estimate=False)" in data.title
+    trainer.train_probe = None
+    with logged_messages() as messages:
+        run_stats._on_train_end(trainer)
+    assert len(drawn) == 2 and any(f"no {LAYER_PLOT_NAME}: no set-up estimate (estimate=False)" in m for m in messages)

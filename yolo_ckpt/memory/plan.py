@@ -309,7 +309,12 @@ class MemoryModel:
 
     def peak(self, units, batch: int, imgsz) -> int:
         """Composed peak bytes of a step recomputing ``units`` (layer indices, ``"head"``, ``"loss"``) at this
-        batch and imgsz."""
+        batch and imgsz: the largest of its :meth:`phase_peaks`."""
+        return max(self.phase_peaks(units, batch, imgsz).values())
+
+    def phase_peaks(self, units, batch: int, imgsz) -> dict[str, int]:
+        """Composed peak bytes inside each phase (``forward``, ``loss``, ``backward``, ``optimizer``) of a step
+        recomputing ``units`` at this batch and imgsz, static bytes included."""
         imgsz = train_imgsz(imgsz, self.model.stride)
         base, k = self.base, self._scale(batch, imgsz)
         static = base.static_bytes + (k - 1) * base.input_bytes
@@ -325,16 +330,33 @@ class MemoryModel:
             own = self.freed[layers[r.index]] - self.rebuilt[layers[r.index]] if r.index in layers else 0
             return peak - base.static_bytes - before - own
 
-        backward = max(held(r, r.backward_peak_bytes) for r in base.layers)
-        forward = max(held(r, r.forward_peak_bytes) for r in base.layers)
-        return int(
-            static
-            + max(
-                k * forward,
-                k * (fwd_end - freed) + max(loss, loss_backward),
-                k * backward,
-                base.phase_peak_bytes["optimizer"] - base.static_bytes,
+        above_static = {
+            "forward": k * max(held(r, r.forward_peak_bytes) for r in base.layers),
+            "loss": k * (fwd_end - freed) + max(loss, loss_backward),
+            "backward": k * max(held(r, r.backward_peak_bytes) for r in base.layers),
+            "optimizer": base.phase_peak_bytes["optimizer"] - base.static_bytes,
+        }
+        return {phase: int(static + bytes_) for phase, bytes_ in above_static.items()}
+
+    def step(self, units, batch: int, imgsz) -> StepProfile:
+        """The composed step of ``units`` at this batch and imgsz as a :class:`~yolo_ckpt.memory.measure.StepProfile`
+        (source ``"composed_estimate"``, no fake pass): its :meth:`phase_peaks` and peak, the static and batch bytes,
+        the loss formula's share, and the layer rows of the ``recompute=none`` base pass with their bytes and FLOPs
+        scaled to this batch and imgsz (what each layer saves when it is kept; per-layer peaks 0: not composed)."""
+        imgsz = train_imgsz(imgsz, self.model.stride)
+        base, k = self.base, self._scale(batch, imgsz)
+        phases = self.phase_peaks(units, batch, imgsz)
+        scaled = [
+            dataclasses.replace(
+                r, output_bytes=int(k * r.output_bytes), saved_bytes=int(k * r.saved_bytes), freeable_bytes=int(k * r.freeable_bytes),
+                forward_flops=int(k * r.forward_flops), forward_peak_bytes=0, backward_peak_bytes=0,
             )
+            for r in base.layers
+        ]
+        return StepProfile(
+            "composed_estimate", self.spec(units), base.mode, batch, imgsz, self.objects,
+            int(base.static_bytes + (k - 1) * base.input_bytes), phases, max(self._loss_peaks("loss" in units, batch, imgsz)),
+            max(phases.values()), scaled, int(k * base.input_bytes),
         )
 
     def fits(self, estimated_bytes: int, budget: int) -> bool:

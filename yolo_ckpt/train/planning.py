@@ -165,8 +165,9 @@ def autobatch(trainer, budget: int) -> int:
 def estimate_step_peaks(trainer, task: str) -> None:
     """What recompute buys this run: the memory model's peaks for ``none``, ``all`` and the policy that trains, at
     the batch and largest imgsz this run trains, for its spec (the planned run's memory model reused), into
-    ``trainer.estimated_peaks`` (bytes) and ``trainer.estimated_step``; composed from one fake pass
-    (:meth:`yolo_ckpt.memory.plan.MemoryModel.peak`). Skipped, with the reason in ``trainer.estimate_skipped``, for
+    ``trainer.estimated_peaks`` (bytes) and ``trainer.estimated_step``, and the composed steps of ``none`` and the
+    policy (for the run's picture) into ``trainer.estimated_steps``; composed from one fake pass
+    (:meth:`yolo_ckpt.memory.plan.MemoryModel.step`). Skipped, with the reason in ``trainer.estimate_skipped``, for
     ``estimate=False`` and for models the memory model does not cover."""
     from ultralytics.nn.tasks import BaseModel
 
@@ -181,8 +182,11 @@ def estimate_step_peaks(trainer, task: str) -> None:
     start = time.process_time()
     run = trainer.planned or plan_run(trainer, trainer.batch_size)
     memory, batch, policy = run.memory_model(), trainer.batch_size, trainer.policy
+    steps = trainer.estimated_steps = {
+        name: memory.step(memory.units(units), batch, run.imgsz) for name, units in (("none", "none"), ("policy", policy))
+    }
     peaks = trainer.estimated_peaks = {
-        name: memory.peak(memory.units(units), batch, run.imgsz) for name, units in (("none", "none"), ("all", "all"), ("policy", policy))
+        "none": steps["none"].peak_bytes, "all": memory.peak(memory.units("all"), batch, run.imgsz), "policy": steps["policy"].peak_bytes
     }
     trainer.estimated_step = {
         "batch": batch,

@@ -1,7 +1,7 @@
 """What a run measures for its report as it trains, and the report at its end: the step times and CUDA peaks
 (:class:`RunStats`, the callbacks of :data:`CALLBACKS`, :func:`cuda_peak`), the CPU's memory probes
 (:func:`memory_probes`) and the run report (:func:`run_report`, :class:`yolo_ckpt.report.record.RunReport`) with its
-per-layer picture. Plain functions of a :class:`~yolo_ckpt.train.trainer.CheckpointTrainerMixin` trainer."""
+per-layer picture (:func:`run_picture`). Plain functions of a :class:`~yolo_ckpt.train.trainer.CheckpointTrainerMixin` trainer."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 from ultralytics.utils import LOGGER, RANK
 from ultralytics.utils.torch_utils import unwrap_model
 
-from ..report.layer_plot import layer_plot, write_layer_plot
+from ..report.layer_plot import LayerPlot, layer_plot, write_layer_plot
 from ..report.record import WARMUP_STEPS, PlanRecord, RunReport, probe_counts, task_metrics
 from .log import PREFIX
 from .planning import estimate_step_peaks
@@ -53,14 +53,39 @@ def _on_train_batch_end(trainer) -> None:
 
 
 def _on_train_end(trainer) -> None:
-    """Write the run report and log where it is and its headline; with ``plots=True`` and a CPU probe, the per-layer
-    picture of the probed step (``ckpt_layers.png``, :mod:`yolo_ckpt.report.layer_plot`)."""
+    """Write the run report and log where it is and its headline; with ``plots=True`` the per-layer picture of the
+    run (``ckpt_layers.png``, :func:`run_picture`)."""
     record = trainer.run_report()
     path = record.write(trainer.save_dir)
     LOGGER.info(f"{PREFIX}run report {path}\n{PREFIX}{record.headline()}")
-    if trainer.args.plots and trainer.train_probe is not None:
-        title = f"{Path(str(trainer.args.model)).stem}, recompute={record.recompute}: one training step on the CPU (the run report's probe)"
-        write_layer_plot(layer_plot(trainer.train_probe, trainer.policy, title), trainer.save_dir / LAYER_PLOT_NAME)
+    picture = run_picture(trainer, record) if trainer.args.plots else None
+    if picture is not None:
+        write_layer_plot(picture, trainer.save_dir / LAYER_PLOT_NAME)
+    elif trainer.args.plots:
+        LOGGER.info(f"{PREFIX}no {LAYER_PLOT_NAME}: no set-up estimate ({trainer.estimate_skipped}) and no CPU probe of a step")
+
+
+def run_picture(trainer, record: RunReport) -> LayerPlot | None:
+    """The run's per-layer picture (:mod:`yolo_ckpt.report.layer_plot`): from the set-up estimate
+    (:func:`yolo_ckpt.train.planning.estimate_step_peaks`), ``recompute=none``'s layers marked as the run's policy
+    recomputes them and both steps' phases side by side, in MiB, as ``yolo-ckpt profile plot=True`` draws them;
+    without that estimate, the CPU probe's step alone, its title saying why ``none`` is missing; None with neither
+    (a CUDA run that skipped the estimate)."""
+    stem, steps = Path(str(trainer.args.model)).stem, trainer.estimated_steps
+    if steps:
+        step = trainer.estimated_step
+        title = (
+            f"{stem} at batch {step['batch']} imgsz {step['imgsz']}, the set-up estimate: recompute=none's layers;\n"
+            f"orange: what this run's recompute={record.recompute} recomputes"
+        )
+        return layer_plot(steps["none"], trainer.policy, title, phases=steps["policy"])
+    if trainer.train_probe is None:
+        return None
+    title = (
+        f"{stem}, recompute={record.recompute}: one training step on the CPU (the run report's probe);\n"
+        f"no recompute=none beside it: its estimate was skipped ({trainer.estimate_skipped})"
+    )
+    return layer_plot(trainer.train_probe, trainer.policy, title)
 
 
 def _on_pretrain_routine_end(trainer) -> None:
@@ -86,7 +111,8 @@ def start_stats(trainer) -> None:
     """Give ``trainer`` its empty :class:`RunStats`, estimate fields and CPU probe, and add the :data:`CALLBACKS`
     (the DDP worker gets them back in ``_callbacks`` already)."""
     trainer.ckpt_stats = RunStats()
-    trainer.estimated_peaks, trainer.estimated_step, trainer.estimate_skipped = {}, None, None  # estimate_step_peaks()
+    # estimate_step_peaks()'s
+    trainer.estimated_peaks, trainer.estimated_steps, trainer.estimated_step, trainer.estimate_skipped = {}, {}, None, None
     trainer.train_probe = None  # the CPU probe's StepProfile of one training step, at the end of the run
     for event, callback in CALLBACKS.items():
         if callback not in trainer.callbacks[event]:
