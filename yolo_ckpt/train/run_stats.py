@@ -170,8 +170,8 @@ def memory_probes(trainer):
     val_batch = trainer.test_loader.batch_size or len(batch["img"])
     images = batch["img"].repeat((val_batch + len(batch["img"]) - 1) // len(batch["img"]), 1, 1, 1)[:val_batch]
     config = trainer.ckpt_config
-    step = profile_step(
-        model, batch, trainer.policy.spec, trainer.policy.mode, optimizer_for(trainer.args.optimizer),
+    step = profile_step(  # flops=False: neither the report nor the picture reads per-layer FLOPs (one forward less)
+        model, batch, trainer.policy.spec, trainer.policy.mode, optimizer_for(trainer.args.optimizer), flops=False,
         loss_chunk=config.loss_chunk, assign_chunk=config.assign_chunk,
     )
     return step, probe_validation_step(trainer.ema.ema, images)
