@@ -14,10 +14,13 @@ PAGE = Path(__file__).parent / "reference" / "keys.md"
 _KEY_LINE = re.compile(r"^(?P<key>[A-Za-z_][A-Za-z0-9_]*):(?P<value>[^#]*)(?:#\s?(?P<comment>.*))?$")
 
 
+ORDER = ("default.yaml", "estimate.yaml", "bench.yaml")  # train's keys first, then profile's and plan's, then bench's
+
+
 def key_files() -> list[Path]:
-    """The key files the package ships (``yolo_ckpt/cfg/*.yaml``), sorted: default.yaml (train's keys), estimate.yaml
-    (profile's and plan's)."""
-    return sorted(Path(str(p)) for p in files("yolo_ckpt").joinpath("cfg").iterdir() if p.name.endswith(".yaml"))
+    """The key files the package ships (``yolo_ckpt/cfg/*.yaml``) in :data:`ORDER`, any other after them by name."""
+    paths = [Path(str(p)) for p in files("yolo_ckpt").joinpath("cfg").iterdir() if p.name.endswith(".yaml")]
+    return sorted(paths, key=lambda p: (ORDER.index(p.name) if p.name in ORDER else len(ORDER), p.name))
 
 
 def _text(text: str) -> str:

@@ -6,7 +6,8 @@
 :data:`TASK_DEFAULTS`) and checks every key, before anything is built or written. The trainers
 (:mod:`yolo_ckpt.train.trainer`), the CLI (:mod:`yolo_ckpt.cli`) and the benchmark matrix (``benchmarks/matrix.py``) read
 their keys through it; ``Budget.parse`` is the one place a budget's form is read and ``Headroom.parse`` a headroom's.
-:class:`EstimateOptions` holds ``yolo-ckpt profile``/``plan``'s own keys, defaults from ``cfg/estimate.yaml``.
+:class:`EstimateOptions` holds ``yolo-ckpt profile``/``plan``'s own keys, defaults from ``cfg/estimate.yaml``;
+:data:`BENCH_DEFAULTS` ``yolo-ckpt bench``'s, from ``cfg/bench.yaml`` (their values are checked by the bench).
 
 The raw values stay on the trainer's ``args`` as given, so ``args.yaml`` and ``last.pt`` save them as before.
 """
@@ -28,6 +29,8 @@ DEFAULTS_PATH = CFG_DIR / "default.yaml"
 DEFAULTS: dict = yaml.safe_load(DEFAULTS_PATH.read_text())  # the train keys and their defaults
 ESTIMATE_DEFAULTS_PATH = CFG_DIR / "estimate.yaml"
 ESTIMATE_DEFAULTS: dict = yaml.safe_load(ESTIMATE_DEFAULTS_PATH.read_text())  # profile and plan's own keys and their defaults
+BENCH_DEFAULTS_PATH = CFG_DIR / "bench.yaml"
+BENCH_DEFAULTS: dict = yaml.safe_load(BENCH_DEFAULTS_PATH.read_text())  # bench's own keys and their defaults
 # yolo-ckpt keys whose default differs for a task from cfg/default.yaml: the loss region (yolo_ckpt.checkpointing.losses), where
 # the task's YOLO heads have one. Exact; it chunks the assigner (no recomputation) and recomputes the segmentation
 # mask loss: with many objects per image it frees more memory than any layer policy. Only for the task's own

@@ -341,3 +341,42 @@ def test_bench_arguments(tmp_path, capsys):
 def test_shipped_matrices_are_valid(name, shared_datasets):
     m = bench.load_matrix(name)
     assert m.cells and all(m.baseline_of(c) is not None for c in m.cells)
+
+
+def test_cells_picks_cells_by_number(tmp_path, capsys):
+    """cells= runs the cells of these numbers (file order from 0, as dry=True lists them); a number the matrix has not
+    is one line naming its range, exit 2, nothing written."""
+    matrix = bench.load_matrix(write_matrix(tmp_path, STEP))
+    assert bench.select_cells(matrix, None) == matrix.cells and bench.select_cells(matrix, 1) == matrix.cells[1:]
+    assert bench.select_cells(matrix, "1,0") == bench.select_cells(matrix, (0, 1)) == matrix.cells
+    for bad in (2, "a", "0,-1", [], True):
+        with pytest.raises(ValueError, match=r"is not valid for matrix m: give numbers of its 2 cells, 0 to 1"):
+            bench.select_cells(matrix, bad)
+    assert main(["bench", f"matrix={tmp_path / 'm.yaml'}", "cells=5", f"out={tmp_path / 'out'}"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1 and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.real_data
+def test_one_cell_of_a_real_data_matrix_by_name(tmp_path, shared_datasets, one_thread):
+    """matrix=real-data by name, cells= its cheapest cell (deeppcb, recompute=none at 640, batch 2) with the fewest
+    steps its keys allow (the matrix's one epoch, of 2 training images here: one step; val_images=1; no set-up
+    estimate, a yolo-ckpt train key the settings take: its fake passes take longer than the step): one ok row. It
+    trains on a copy of those images (datasets= is searched first); the matrix's other datasets are linked to
+    ../shared/datasets, whose data.yaml the matrix check reads (their cells do not run: nothing is written there)."""
+    matrix = bench.load_matrix("real-data", datasets=shared_datasets)  # by name, wherever the package is installed
+    cell = next(i for i, c in enumerate(matrix.cells) if (c["dataset"], c["imgsz"], c["recompute"]) == ("deeppcb", 640, "none"))
+    datasets, source = tmp_path / "datasets", shared_datasets / "deeppcb"
+    for name in {c["dataset"] for c in matrix.cells} - {"deeppcb"}:
+        (datasets / name).parent.mkdir(parents=True, exist_ok=True)
+        (datasets / name).symlink_to(shared_datasets / name)
+    for split, n in (("train", 2), ("val", 1)):
+        for image in sorted((source / "images" / split).iterdir())[:n]:
+            for kind, path in (("images", image), ("labels", source / "labels" / split / f"{image.stem}.txt")):
+                (datasets / "deeppcb" / kind / split).mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, datasets / "deeppcb" / kind / split / path.name)
+    shutil.copyfile(source / "data.yaml", datasets / "deeppcb" / "data.yaml")
+    out = tmp_path / "out"
+    assert main(["bench", "matrix=real-data", f"cells={cell}", f"datasets={datasets}", f"out={out}", "val_images=1", "estimate=False"]) == 0
+    (row,) = pd.read_csv(out / "results.csv").to_dict("records")
+    assert (row["status"], row["dataset"], row["recompute"], row["train_images"], row["recomputations"]) == ("ok", "deeppcb", "none", 2, 0)

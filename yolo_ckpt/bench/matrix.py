@@ -9,7 +9,8 @@ A matrix file (YAML) has:
   cell through the Checkpoint*Trainers, :mod:`.train_cell`).
 - ``grid``: a list of blocks; each maps cell keys (:data:`.cells.CELL_KEYS`) to a value or a list of values, and
   the cells are the union of the blocks' products. ``settings``: what every cell shares (:data:`.cells.SETTINGS`, and for
-  ``train`` any ``yolo train`` argument: epochs, fraction, seed, ...).
+  ``train`` any ``yolo train`` argument, epochs, fraction, seed, ..., and yolo-ckpt's train keys that are not cell
+  keys, checked as train checks them: ``estimate=False`` skips each run's set-up estimate).
 - ``baseline_keys`` (optional): the keys whose values a cell shares with its baseline, the ``recompute=none``
   (``recompute_mode=full``) cell of its group; default: every key but ``recompute`` and ``recompute_mode``.
 - ``datasets_dir`` (optional, relative to the matrix file): where ``dataset: <name>`` finds
@@ -24,7 +25,8 @@ A matrix file (YAML) has:
 The matrix is checked whole (keys, values, models, recompute values, datasets) before any cell runs or any file is
 written. Each finished cell is a row of ``<out>/results.csv`` (written after every cell), with the machine, versions
 and date it was measured on (:func:`.results_io.measured_on`); a rerun skips the cells already there with the same
-settings (column ``settings``) and retries the failed ones (``rerun=True`` measures every cell again). A cell that
+settings (column ``settings``) and retries the failed ones (``rerun=True`` measures every cell again). ``cells=4,7``
+runs only the cells of those numbers (file order from 0, as ``dry=True`` lists them). A cell that
 raises (out of memory included) is a ``failed`` row with its reason, and the matrix goes on. At the end ``results.md``
 (deltas against each cell's baseline, the machine per group of rows: :mod:`.tables`), PNG plots (:mod:`.plots`) and
 ``provenance.json`` (machine, versions, command of the last run) are written; a run that measured nothing writes
@@ -46,7 +48,7 @@ from ultralytics.cfg import check_dict_alignment
 from ultralytics.utils import DEFAULT_CFG_DICT, LOGGER, SETTINGS as ULTRALYTICS_SETTINGS, TQDM, YAML
 
 from yolo_ckpt.checkpointing.policy import is_auto, layout_of, resolve
-from yolo_ckpt.config import Budget, CkptConfig
+from yolo_ckpt.config import DEFAULTS, Budget, CkptConfig
 from yolo_ckpt.errors import ConfigError, MissingFileError
 from yolo_ckpt.memory.measure import TASKS
 from yolo_ckpt.memory.plan import PLANNED_TASKS
@@ -108,13 +110,14 @@ def load_matrix(path, overrides: dict | None = None, datasets=None) -> Matrix:
     if kind not in KINDS:
         raise ConfigError(f"{path}: kind={kind!r} is not valid; valid kinds: {', '.join(KINDS)}")
     settings = {**SETTINGS[kind], **(spec.get("settings") or {}), **(overrides or {})}
-    if kind == "train":  # any 'yolo train' argument, with Ultralytics' suggestions for a misspelt one
-        check_dict_alignment({**DEFAULT_CFG_DICT, **SETTINGS[kind]}, settings)
+    if kind == "train":  # any 'yolo train' argument or yolo-ckpt train key, with Ultralytics' suggestions for a misspelt one
+        check_dict_alignment({**DEFAULT_CFG_DICT, **DEFAULTS, **SETTINGS[kind]}, settings)
         owned = sorted(set(settings) & (set(CELL_KEYS) | {"data", "project", "name", "trainer"}))
         if owned:
             raise ConfigError(
                 f"{path}: settings {owned} are set per cell by the runner; give them as cell keys in grid: (valid: {sorted(CELL_KEYS)})"
             )
+        CkptConfig.from_args({k: settings[k] for k in DEFAULTS if k in settings})  # estimate=, loss_chunk=, ... as train checks them
     elif bad := next((k for k in ("pairs", "objects") if not _positive_int(settings[k])), None):
         raise ConfigError(f"{path}: {bad}={settings[bad]!r} is not valid; valid: an int >= 1")
     elif set(settings) - set(SETTINGS[kind]):
@@ -312,8 +315,28 @@ def read_results(out: Path) -> pd.DataFrame:
     return table
 
 
+def select_cells(matrix: Matrix, cells) -> list[dict]:
+    """The cells ``cells=`` names, in file order: every cell for None, else those at these numbers of
+    ``matrix.cells`` (file order, from 0): an int, a list or tuple of them, or ``"4,7"``.
+
+    Raises:
+        ConfigError: for a value that is not numbers of the matrix's cells, naming the valid range.
+    """
+    if cells is None:
+        return matrix.cells
+    words = cells if isinstance(cells, (list, tuple)) else str(cells).split(",")
+    numbers = {int(text) if (text := str(w).strip()).isdigit() else -1 for w in words}  # -1: not a cell's number
+    if not words or not numbers <= set(range(len(matrix.cells))):
+        raise ConfigError(
+            f"cells={cells!r} is not valid for matrix {matrix.name}: give numbers of its {len(matrix.cells)} cells, 0 to "
+            f"{len(matrix.cells) - 1} (cells=0 or cells=0,2; dry=True lists them)"
+        )
+    return [c for i, c in enumerate(matrix.cells) if i in numbers]
+
+
 def run_matrix(
-    path, out=None, command: str | None = None, overrides: dict | None = None, rerun: bool = False, dry: bool = False, datasets=None
+    path, out=None, command: str | None = None, overrides: dict | None = None, rerun: bool = False, dry: bool = False, datasets=None,
+    cells=None,
 ) -> pd.DataFrame:
     """Run the cells of a matrix file not yet in ``<out>/results.csv`` with the same settings; write the CSV, the
     Markdown delta table, the plots and the provenance. A run with no cell to measure writes nothing. Returns the
@@ -326,13 +349,16 @@ def run_matrix(
         rerun: measure every cell again, the finished ones included.
         dry: check the matrix and say which cells would run and which datasets they read; run and write nothing.
         datasets: the folder searched first for the matrix's datasets (:func:`dataset_roots`).
+        cells: run only the cells of these numbers (:func:`select_cells`); None: every cell. Their baselines are not
+            added: a train cell's delta then has no baseline row (a step cell is always measured beside its baseline).
 
     Raises:
-        What :func:`load_matrix` raises, and ValueError for a fraction ``memory_budget`` without a CUDA device, all
-        before anything is written.
+        What :func:`load_matrix` and :func:`select_cells` raise, and ValueError for a fraction ``memory_budget``
+        without a CUDA device, all before anything is written.
     """
     matrix = load_matrix(path, overrides, datasets)
-    fractions = [c for c in matrix.cells if isinstance(b := cell_budget(c["memory_budget"]), Budget) and b.is_fraction]
+    chosen = select_cells(matrix, cells)
+    fractions = [c for c in chosen if isinstance(b := cell_budget(c["memory_budget"]), Budget) and b.is_fraction]
     if fractions and not torch.cuda.is_available():
         raise ConfigError(
             f"{path}: memory_budget={fractions[0]['memory_budget']} is a fraction of CUDA memory and this machine has no CUDA "
@@ -344,15 +370,16 @@ def run_matrix(
     done = read_results(out)
     settings = json.dumps(matrix.settings, sort_keys=True, default=str)
     finished = set(done.loc[(done["status"] == "ok") & (done.get("settings") == settings), "cell"]) if len(done) and not rerun else set()
-    todo = [c for c in matrix.cells if cell_id(c) not in finished]
+    todo = [c for c in chosen if cell_id(c) not in finished]
     LOGGER.info(
-        f"yolo-ckpt bench {matrix.name}: {len(matrix.cells)} cells, {len(matrix.cells) - len(todo)} already in "
+        f"yolo-ckpt bench {matrix.name}: {len(chosen)} cells, {len(chosen) - len(todo)} already in "
         f"{out / 'results.csv'}, {len(todo)} to run"
     )
     if dry or not todo:
         data = "".join(f"; dataset {k}: {v}" for k, v in matrix.data.items())
         reason = "dry=True" if dry else "every cell is done (rerun=True measures them again)"
-        LOGGER.info(f"yolo-ckpt bench {matrix.name}: {reason}: nothing run, nothing written{data}")
+        listed = "".join(f"\n  cell {i}: {run_name(c)}{'' if c in todo else ' (done)'}" for i, c in enumerate(matrix.cells) if c in chosen)
+        LOGGER.info(f"yolo-ckpt bench {matrix.name}: {reason}: nothing run, nothing written{data}{listed if dry else ''}")
         return done
     out.mkdir(parents=True, exist_ok=True)
     record = {"matrix": matrix.name, "kind": matrix.kind, **provenance(command or f"yolo-ckpt bench matrix={path} out={out}")}

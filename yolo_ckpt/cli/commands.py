@@ -23,7 +23,16 @@ from typing import TYPE_CHECKING
 
 from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT, LOGGER
 
-from ..config import DEFAULTS_PATH, ESTIMATE_DEFAULTS, ESTIMATE_DEFAULTS_PATH, CkptConfig, EstimateOptions, check_bool
+from ..config import (
+    BENCH_DEFAULTS,
+    BENCH_DEFAULTS_PATH,
+    DEFAULTS_PATH,
+    ESTIMATE_DEFAULTS,
+    ESTIMATE_DEFAULTS_PATH,
+    CkptConfig,
+    EstimateOptions,
+    check_bool,
+)
 from ..errors import ConfigError, one_line, user_input
 from ..shipped import shipped
 from ..suggest import did_you_mean
@@ -58,11 +67,12 @@ DEFAULT_MODELS = {
 
 def help_text() -> str:
     """The text of ``yolo-ckpt help``: commands, examples, and yolo-ckpt's keys with their defaults and comments, as
-    ``cfg/default.yaml`` (train's) and ``cfg/estimate.yaml`` (profile's and plan's) write them."""
+    ``cfg/default.yaml`` (train's), ``cfg/estimate.yaml`` (profile's and plan's) and ``cfg/bench.yaml`` (bench's)
+    write them."""
     commands = "\n".join(f"  {name:<8}{text}" for name, text in COMMANDS.items())
-    keys, estimate_keys = (
+    keys, estimate_keys, bench_keys = (
         "\n".join(f"  {line}" for line in path.read_text().splitlines() if line.strip() and not line.startswith("#"))
-        for path in (DEFAULTS_PATH, ESTIMATE_DEFAULTS_PATH)
+        for path in (DEFAULTS_PATH, ESTIMATE_DEFAULTS_PATH, BENCH_DEFAULTS_PATH)
     )
     return (
         "usage: yolo-ckpt COMMAND [TASK] key=value ...\n\n"
@@ -80,6 +90,7 @@ def help_text() -> str:
         "         scratch, nothing is downloaded; RT-DETR YAMLs (rtdetr-l.yaml, ...) train with RTDETRTrainer\n\n"
         f"yolo-ckpt's keys (defaults from {DEFAULTS_PATH.name}):\n{keys}\n\n"
         f"profile's and plan's keys (defaults from {ESTIMATE_DEFAULTS_PATH.name}):\n{estimate_keys}\n\n"
+        f"bench's keys (defaults from {BENCH_DEFAULTS_PATH.name}; other key=value pairs are the matrix's settings):\n{bench_keys}\n\n"
         "profile and plan read train's keys as train does: data= (classes, objects, images for optimizer=auto), device=\n"
         "(default: the device train would use, CUDA where torch sees one, else the CPU; device=0 plans for a GPU from any\n"
         "machine; cpu estimates fp32), amp=, optimizer=, epochs=, nbs=; the output states what it assumed.\n"
@@ -454,11 +465,17 @@ def compare(args: list[str]):
 
 
 def bench(args: list[str]):
-    """``yolo-ckpt bench matrix=NAME|FILE [out=DIR] [datasets=DIR] [rerun=True] [dry=True] [setting=value ...]``: run a
-    benchmark matrix, shipped or a file (see :mod:`yolo_ckpt.bench.matrix`); other ``key=value`` pairs replace the
-    matrix's settings (``epochs=10``). Cells already in ``out``'s results.csv with the same settings are skipped
-    (``rerun=True``: measured again); ``datasets=`` is searched first for the matrix's datasets; ``dry=True`` checks
-    the matrix and says what would run, writing nothing."""
+    """``yolo-ckpt bench matrix=NAME|FILE [out=DIR] [datasets=DIR] [rerun=True] [dry=True] [cells=N,...] [setting=value
+    ...]``: run a benchmark matrix, shipped or a file (see :mod:`yolo_ckpt.bench.matrix`); bench's own keys are those
+    of ``cfg/bench.yaml``, other ``key=value`` pairs replace the matrix's settings (``epochs=10``). Cells already in
+    ``out``'s results.csv with the same settings are skipped (``rerun=True``: measured again); ``datasets=`` is searched
+    first for the matrix's datasets; ``cells=`` runs only the cells of these numbers; ``dry=True`` checks the matrix and
+    says what would run, writing nothing.
+
+    Raises:
+        SyntaxError: without ``matrix=``, or for a bare word. ConfigError: as
+            :func:`yolo_ckpt.bench.matrix.run_matrix` raises, and for a ``rerun=`` or ``dry=`` that is not a bool.
+    """
     from ..bench.matrix import run_matrix
 
     bare = [a for a in args if "=" not in a]
@@ -467,9 +484,12 @@ def bench(args: list[str]):
         raise SyntaxError(
             f"bench takes matrix=NAME or matrix=FILE, optionally out=DIR and settings as key=value; got {' '.join(args) or 'nothing'}"
         )
-    matrix, out, datasets = str(options.pop("matrix")), options.pop("out", None), options.pop("datasets", None)
-    switches = {k: check_bool(k, options.pop(k, False)) for k in ("rerun", "dry")}
-    return run_matrix(matrix, out, command=" ".join(["yolo-ckpt bench", *args]), overrides=options, datasets=datasets, **switches)
+    own = {k: options.pop(k, default) for k, default in BENCH_DEFAULTS.items()}  # the rest are the matrix's settings
+    switches = {k: check_bool(k, own[k]) for k in ("rerun", "dry")}
+    return run_matrix(
+        str(own["matrix"]), own["out"], command=" ".join(["yolo-ckpt bench", *args]), overrides=options, datasets=own["datasets"],
+        cells=own["cells"], **switches,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
