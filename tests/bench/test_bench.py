@@ -291,6 +291,7 @@ def test_val_subset(tmp_path, shared_datasets):
             "memory_budget=0.6x (relative to recompute=none) is for step cells",
         ),
         ({"grid": [{"model": "yolo11n.yaml", "recompute": "none", "recompute_mode": "partial"}]}, "valid modes: full, selective"),
+        ({"kind": "train", "settings": {"estimate": "no"}, "grid": [{"recompute": "none"}]}, "estimate='no' is not valid; valid: True"),
     ],
 )
 def test_bad_matrix_fails_before_anything_runs(tmp_path, capsys, change, message):
