@@ -22,6 +22,15 @@ SHARED_DATASETS = SHARED / "datasets"
 SHARED_BEFORE = pytest.StashKey[dict]()
 
 
+def pytest_configure(config):
+    """Under xdist, each worker gets its share of the cores as torch's intra-op threads (inherited by the workers and
+    the subprocesses they start): two workers of two threads each on two cores spin against each other (the suite ran
+    ~1.4x slower). Bit-equality comparisons are always between runs of one process, under one setting."""
+    workers = getattr(config.option, "numprocesses", None)
+    if isinstance(workers, int) and workers > 1 and not hasattr(config, "workerinput"):
+        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
+
+
 def pytest_sessionstart(session):
     """The manifest of ../shared at the start of the suite (on the controller under xdist, whose workers share the
     tree), to prove at the end that no test wrote there: tests copy what they train on."""
