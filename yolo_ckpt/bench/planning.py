@@ -8,7 +8,7 @@ from ultralytics.cfg import get_cfg
 from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT
 
 from yolo_ckpt.checkpointing.policy import is_auto
-from yolo_ckpt.config import CkptConfig
+from yolo_ckpt.config import DEFAULTS, CkptConfig
 from yolo_ckpt.errors import ConfigError
 from yolo_ckpt.memory.plan import MemoryModel
 from yolo_ckpt.memory.planned_run import PlannedRun, planned_run
@@ -33,7 +33,7 @@ def planned_cell(cell: dict, model, settings: dict, data: dict | None = None) ->
             yolo-ckpt's (recompute_mode; memory_budget in bytes or a CUDA fraction, whose headroom a CUDA plan keeps).
         model: the cell's Ultralytics model (with the data's classes).
         settings: the matrix's settings: every ``yolo train`` key among them is the run's (epochs, optimizer,
-            mosaic, ...), ``device`` the device it runs on (default: the one ``train`` would use), and a step cell's
+            mosaic, ...), as is every yolo-ckpt key that is not a cell key (``memory_headroom``, ``loss_chunk``, ...), ``device`` the device it runs on (default: the one ``train`` would use), and a step cell's
             ``objects`` per image.
         data: the dataset dict the trainer reads (``check_det_dataset``), or None (a step cell: ``objects``).
     """
@@ -41,7 +41,8 @@ def planned_cell(cell: dict, model, settings: dict, data: dict | None = None) ->
     keys["imgsz"] = cell["imgsz"] if cell["imgsz"] != "fit" else BASE_IMGSZ
     keys["batch"] = cell["batch"] if cell["batch"] != -1 else BASE_BATCH
     budget = cell["memory_budget"] if not isinstance(cell_budget(cell["memory_budget"]), RelativeBudget) else None
-    config = CkptConfig.from_args({"recompute_mode": cell["recompute_mode"], "memory_budget": budget})
+    given = {k: settings[k] for k in DEFAULTS if k in settings}  # the matrix's memory_headroom=, loss_chunk=, ... as train reads them
+    config = CkptConfig.from_args({**given, "recompute_mode": cell["recompute_mode"], "memory_budget": budget})
     objects = None if data is not None else settings.get("objects")
     return planned_run(get_cfg(DEFAULT_CFG, keys), model, config, device_type(settings.get("device")), data, objects=objects)
 
