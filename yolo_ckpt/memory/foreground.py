@@ -4,6 +4,13 @@ A segmentation loss's memory grows with its foreground anchors (the anchors the 
 :class:`yolo_ckpt.memory.estimate.LossModel`'s ``Fb`` and ``F1`` terms). :func:`measured_foreground` counts them on a
 real batch, per assigner and image (the ``fg_mask`` of Ultralytics' ``TaskAlignedAssigner.forward``,
 ``ultralytics/utils/tal.py``).
+
+The bound: an anchor is a candidate of an object only if its centre lies in the object's box
+(``select_candidates_in_gts``), and each object keeps at most ``topk`` of its candidates. From the training set's
+labels (:func:`object_sizes`) each box is taken at the largest size the run's augmentation can give it
+(:func:`augmented_sides`), and holds at most :func:`box_anchors` anchors wherever it lies on the anchor grid;
+:meth:`ObjectSizes.per_image` sums ``min(topk, box_anchors)`` over the densest image, times the images one augmented
+sample holds. Never under the assigner's foreground, whatever the predictions (``tests/memory/test_foreground.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ def measured_foreground(model, batch: dict) -> torch.Tensor:
             h.remove()
     return torch.stack(counts) if counts else torch.zeros(0, len(batch["img"]), dtype=torch.int64)
 
+
+AUGMENT_KEYS = ("scale", "degrees", "shear", "perspective", "multi_scale")  # the run's keys that change a box's size
 
 # Per axis, a few thousandths of a stride more than the box's side: the assigner's in-box test runs on float32
 # coordinates that xyxy2xywh/xywh2xyxy round (ulps of the pixel coordinate, 1e-4 px at 1024 px), so a side that is a
@@ -84,10 +93,16 @@ def _lattice_points(w, h, strides, sv: float) -> np.ndarray:
     return sum(np.floor((w / s + 1 + _ROUNDING) * (h / s + 1 + _ROUNDING)) for s in map(float, strides))
 
 
+def largest_scale(scale) -> float:
+    """The largest scale ``RandomPerspective`` draws for ``scale=``: ``1 + scale``, or a range's upper end
+    (``ultralytics/data/augment.py`` lines 1156-1159)."""
+    return max(scale) if isinstance(scale, (list, tuple)) else 1 + scale
+
+
 def augmented_sides(w: np.ndarray, h: np.ndarray, args) -> tuple[np.ndarray, np.ndarray] | None:
     """The largest axis-aligned box (width, height) that Ultralytics' ``RandomPerspective._compute_affine_matrix`` and
-    ``apply_bboxes`` (``ultralytics/data/augment.py`` lines 1132-1175, 1261) can make of a ``w`` x ``h`` box, or None where ``perspective``
-    is on (its projective divide has no bound on a box's growth): ``M = S @ R`` with ``R`` a rotation by up to
+    ``apply_bboxes`` (``ultralytics/data/augment.py`` lines 1132-1175, 1261) can make of a ``w`` x ``h`` box, or None
+    where ``perspective`` is on (its projective divide has no bound on a box's growth): ``M = S @ R`` with ``R`` a rotation by up to
     ``degrees`` at a scale up to ``1 + scale`` (or ``scale[1]`` for a range) and ``S`` shears of up to ``shear``
     degrees; ``apply_bboxes`` takes the box of the four transformed corners, a width of ``|M00| w + |M01| h``.
     With ``c = |cos a|``, ``n = |sin a|``, ``t = tan(shear)``: ``|M00| <= s (c + t n)``, ``|M01| <= s (n + t c)`` (and
@@ -95,7 +110,7 @@ def augmented_sides(w: np.ndarray, h: np.ndarray, args) -> tuple[np.ndarray, np.
     ``a`` in ``[0, min(degrees, 90)]`` at ``atan2(Q, P)`` where that is inside, else at the end."""
     if args.perspective:
         return None
-    scale = args.scale[1] if isinstance(args.scale, (list, tuple)) else 1 + args.scale
+    scale = largest_scale(args.scale)
     t, most = math.tan(math.radians(min(abs(args.shear), 89))), math.radians(min(abs(args.degrees), 90))
 
     def side(p, q):
@@ -130,7 +145,7 @@ class ObjectSizes:
     def of_batch(cls, batch: dict, task: str) -> ObjectSizes:
         """The sizes of a preprocessed training batch's objects as they are (square images, normalised ``bboxes``:
         xywh, or xywhr for obb), with no augmentation to come: what a step on that batch assigns."""
-        keys = (("scale", 0.0), ("degrees", 0.0), ("shear", 0.0), ("perspective", 0.0), ("multi_scale", 0.0))
+        keys = tuple((k, 0.0) for k in AUGMENT_KEYS)
         boxes = batch["bboxes"].double().numpy()
         return cls(batch["batch_idx"].long().numpy(), boxes[:, 2], boxes[:, 3], task == "obb", 1, keys)
 
@@ -159,16 +174,12 @@ class ObjectSizes:
         keys = dict(self.args)
         pad = 2 + keys["multi_scale"]
         w, h = self.w * imgsz + pad, self.h * imgsz + pad
-        if self.rotated:  # rotation keeps a rectangle's sides (shear and perspective leave no bound: see count)
-            scale = keys["scale"][1] if isinstance(keys["scale"], (list, tuple)) else 1 + keys["scale"]
-            w, h = w * scale, h * scale
+        if self.rotated:  # rotation keeps a rectangle's sides (shear and perspective: no bound, object_sizes)
+            w, h = w * largest_scale(keys["scale"]), h * largest_scale(keys["scale"])
         else:
             w, h = augmented_sides(w, h, SimpleNamespace(**keys))
         anchors = np.minimum(box_anchors(w, h, strides, self.rotated), topk)
         return int(self.images_per_sample * np.bincount(self.image, weights=anchors).max(initial=0))
-
-
-AUGMENT_KEYS = ("scale", "degrees", "shear", "perspective", "multi_scale")
 
 
 def object_sizes(labels: list[dict], args, task: str, images_per_sample: int) -> tuple[ObjectSizes | None, str]:
@@ -197,8 +208,8 @@ def object_sizes(labels: list[dict], args, task: str, images_per_sample: int) ->
     sizes = ObjectSizes(
         np.concatenate(image) if image else np.zeros(0, int), wh[:, 0], wh[:, 1], task == "obb", images_per_sample, keys
     )
-    scale = args.scale[1] if isinstance(args.scale, (list, tuple)) else 1 + args.scale
     return sizes, (
-        f"foreground anchors: at most those in each label's box at its largest (x {scale:g} for scale=, degrees={args.degrees}, "
+        f"foreground anchors: at most those in each label's box at its largest (x {largest_scale(args.scale):g} for scale=, "
+        f"degrees={args.degrees}, "
         f"shear={args.shear}, multi_scale={args.multi_scale}), topk per object"
     )
