@@ -120,7 +120,7 @@ def augmented_sides(w: np.ndarray, h: np.ndarray, args) -> tuple[np.ndarray, np.
     return side(w + t * h, t * w + h), side(t * w + h, w + t * h)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays: compared, and hashed, by identity
 class ObjectSizes:
     """The training set's objects, for the foreground bound: each object's image and its box's sides as fractions of
     the letterboxed image's long side (``BaseDataset.load_image`` resizes the long side to imgsz, ``ultralytics/data/
