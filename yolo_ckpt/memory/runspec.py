@@ -185,7 +185,9 @@ def count_data(args, data: dict, stride: int) -> DataCounts:
             return DataCounts(len(ClassificationDataset(root=data["train"], args=cfg, augment=False).samples), 0, ())
         dataset = build_yolo_dataset(cfg, data["train"], 16, data, mode="train", rect=False, stride=stride)
     augment = augment_factors(args)
-    sizes, rule = object_sizes(dataset.labels, args, args.task, math.prod(f for _, f in augment))
+    sizes, rule = (None, "") if args.task in OBJECTLESS_TASKS else object_sizes(
+        dataset.labels, args, args.task, math.prod(f for _, f in augment)
+    )  # semantic and depth labels have no boxes
     return DataCounts(len(dataset), max((len(label["cls"]) for label in dataset.labels), default=0), augment, sizes, rule)
 
 
