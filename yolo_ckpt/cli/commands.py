@@ -300,7 +300,8 @@ def profile(args: list[str]) -> dict:
         results = {}
         for name, spec_name, loss in (("none", "none", False), ("policy", recompute, policy.loss)):
             results[name] = estimate_step(
-                model, opts["imgsz"], opts["batch"], spec.objects, spec_name, mode, spec.optimizer, spec.amp, formulas[loss]
+                model, opts["imgsz"], opts["batch"], spec.objects, spec_name, mode, spec.optimizer, spec.amp, formulas[loss],
+                sizes=run.sizes,
             )
             steps.update()
         steps.close()

@@ -10,12 +10,20 @@ assigner has data-dependent ops (``nonzero``, ``topk`` over the targets). Its me
 (:func:`calibrate_loss`); the fake pass backpropagates a stand-in loss with dense gradients of the same shapes.
 
 The formula's terms, in batch B, anchors A, objects per image M: ``1, B*A, B*A*M, B*M`` (assigner and box losses:
-detect, pose, obb), plus for segmentation the mask loss, whose per-image tensors grow with foreground anchors x
+detect, pose, obb; with the loss region's chunked assigner, whose dense (objects, anchors) rows are one image's chunk
+of ``assign_chunk`` objects at a time, ``A*min(M, assign_chunk)`` in place of ``B*A*M``: measured on yolo11n at 1024 px,
+batch 1, objects of 8-28 px, its loss peak is 19, 37 and 38 MiB at 20, 600 and 1500 objects, where ``B*A*M`` fitted
+19, 27 and 38), plus for segmentation the mask loss, whose per-image tensors grow with foreground anchors x
 mask pixels P = (imgsz / mask_ratio)^2: ``Fb*P, B*M*P, F1*P, B*P``, with Fb the batch's foreground anchors (over
 the loss's assigners: an end-to-end loss has two) and F1 the most that one assigner gives one image (the
 temporaries of one image's mask loss). Calibration counts the real foreground (the assigner's ``fg_mask``); the
 estimate takes its bound, ``min(M * topk, A)`` per image and assigner, so it does not under-estimate where objects
-overlap or are small and claim fewer anchors. YOLO26's ``SegTaskAlignedAssigner`` also decodes the predicted
+overlap or are small and claim fewer anchors; with the training set's box sizes (``data=``,
+:class:`~yolo_ckpt.memory.foreground.ObjectSizes`) also at most the anchors each object's box can hold at its largest
+augmented size, ``topk`` at most per object, summed per image (an object smaller than the anchor grid can only be given
+the few anchors inside it: on yolo11n-seg at 640 px with 400 objects of 1-3% of the side the worst-size bound is 2.1x
+the foreground the assigner gives, and the step's estimate 1.83x the measured peak,
+``benchmarks/results/foreground-decomposition``). YOLO26's ``SegTaskAlignedAssigner`` also decodes the predicted
 masks of each object's ``3 * topk`` best candidates (its mask IoU), in chunks of 2^27 mask pixels: one more term
 per such assigner, the most pixels decoded at once (:func:`_decoded`, for at most ``min(M * 3 * topk, A)``
 candidates per image). With the loss region (``yolo_ckpt.checkpointing.losses``: the mask loss recomputed in backward, its forward chunked)
@@ -110,6 +118,9 @@ class LossModel:
             its forward run in chunks), which adds a term in ``min(chunk, F1) * P``; None for the stock loss.
         mask_topk: per mask-scoring assigner (YOLO26's ``SegTaskAlignedAssigner``), the candidates per object whose
             masks it decodes (``3 * topk``); empty for other losses.
+        assign_chunk: objects per chunk of the loss region's assigner (:mod:`yolo_ckpt.checkpointing.assigner`), whose
+            dense rows are one image's chunk at a time: its term is ``A * min(M, assign_chunk)`` instead of the stock
+            assigner's ``B*A*M``; None for the stock loss.
     """
 
     task: str
@@ -120,11 +131,12 @@ class LossModel:
     backward: tuple[float, ...]
     chunk: int | None = None
     mask_topk: tuple[int, ...] = ()
+    assign_chunk: int | None = None
 
-    def terms(self, batch: int, imgsz: int, objects: int, foreground: tuple[int, int] | None = None) -> np.ndarray:
+    def terms(self, batch: int, imgsz: int, objects: int, foreground: tuple[int, int] | None = None, sizes=None) -> np.ndarray:
         """The formula's terms for this step; ``foreground`` (the batch's foreground anchors over the loss's
-        assigners, and the most one assigner gives one image) is measured in calibration and otherwise its bound,
-        ``min(objects * topk, anchors)`` per image and assigner."""
+        assigners, and the most one assigner gives one image) is measured in calibration and otherwise its bound
+        (:meth:`foreground`, by the data's box sizes where ``sizes`` is given)."""
         if self.task == "classify":
             return np.array([1.0, batch])
         if self.task == "semantic":  # per-pixel losses at the input's resolution (module docstring)
@@ -132,30 +144,39 @@ class LossModel:
         if self.task == "depth":
             return np.array([1.0, batch * imgsz**2])
         b, a, m = batch, anchors(imgsz, self.strides), objects
-        terms = [1.0, b * a, b * a * m, b * m]
+        assigned = a * min(m, self.assign_chunk) if self.assign_chunk else b * a * m  # the assigner's dense rows
+        terms = [1.0, b * a, assigned, b * m]
         if self.task == "segment":
             pixels = (imgsz // self.mask_ratio) ** 2
-            foreground = foreground or self.foreground(batch, imgsz, objects)
+            foreground = foreground or self.foreground(batch, imgsz, objects, sizes)
             terms += [foreground[0] * pixels, b * m * pixels, foreground[1] * pixels, b * pixels]
             if self.chunk:
                 terms.append(min(self.chunk, foreground[1]) * pixels)
-            terms += [_decoded(b, min(m * k, a), pixels) for k in self.mask_topk]  # each assigner's decoding
+            # each mask-scoring assigner's decoding: its 3 * topk candidates per object
+            terms += [_decoded(b, self._per_image(imgsz, objects, k, sizes), pixels) for k in self.mask_topk]
         return np.array(terms, dtype=float)
 
-    def foreground(self, batch: int, imgsz: int, objects: int) -> tuple[int, int]:
+    def foreground(self, batch: int, imgsz: int, objects: int, sizes=None) -> tuple[int, int]:
         """The bound on a segmentation loss's foreground anchors: the batch's, summed over the loss's assigners, and
-        the most one assigner gives one image, each ``min(objects * topk, anchors)`` per image (module docstring)."""
-        per_loss = [min(objects * k, anchors(imgsz, self.strides)) for k in self.topk]
+        the most one assigner gives one image, each :meth:`_per_image` (module docstring)."""
+        per_loss = [self._per_image(imgsz, objects, k, sizes) for k in self.topk]
         return batch * sum(per_loss), max(per_loss)
 
-    def forward_bytes(self, batch: int, imgsz: int, objects: int) -> int:
-        """The loss's forward peak (bytes) above what was alive before it: its saved tensors and temporaries."""
-        return max(0, int(self.terms(batch, imgsz, objects) @ np.array(self.forward)))
+    def _per_image(self, imgsz: int, objects: int, topk: int, sizes=None) -> int:
+        """The most anchors an assigner that keeps ``topk`` per object gives one image: ``min(objects * topk,
+        anchors)`` and, with the data's :class:`~yolo_ckpt.memory.foreground.ObjectSizes`, at most what its boxes hold
+        at their largest augmented size (:meth:`~yolo_ckpt.memory.foreground.ObjectSizes.per_image`)."""
+        most = min(objects * topk, anchors(imgsz, self.strides))
+        return most if sizes is None else min(most, sizes.per_image(imgsz, self.strides, topk))
 
-    def backward_bytes(self, batch: int, imgsz: int, objects: int) -> int:
+    def forward_bytes(self, batch: int, imgsz: int, objects: int, sizes=None) -> int:
+        """The loss's forward peak (bytes) above what was alive before it: its saved tensors and temporaries."""
+        return max(0, int(self.terms(batch, imgsz, objects, sizes=sizes) @ np.array(self.forward)))
+
+    def backward_bytes(self, batch: int, imgsz: int, objects: int, sizes=None) -> int:
         """The loss's backward peak (bytes) above what was alive before the loss (the predictions' gradients
         included)."""
-        return max(0, int(self.terms(batch, imgsz, objects) @ np.array(self.backward)))
+        return max(0, int(self.terms(batch, imgsz, objects, sizes=sizes) @ np.array(self.backward)))
 
 
 def _decoded(batch: int, anchors_per_image: int, pixels: int) -> int:
@@ -188,6 +209,7 @@ def _calibrate(model, amp: bool) -> LossModel:
         (),
         getattr(model, "loss_chunk", None),
         tuple(3 * a.topk for a in _assigners(model.criterion) if isinstance(a, SegTaskAlignedAssigner)),
+        getattr(model, "assign_chunk", None),
     )
     points = CALIBRATION_POINTS
     if shape.task in OBJECTLESS_TASKS:  # objects do not change their batch: each (batch, imgsz) once
@@ -319,6 +341,7 @@ def estimate_step(
     loss_model: LossModel | None = None,
     flops: bool = True,
     optimizer_from: StepProfile | None = None,
+    sizes=None,
 ) -> StepProfile:
     """Estimate one training step's peak memory (bytes) for ``model`` without computing anything.
 
@@ -338,6 +361,8 @@ def estimate_step(
             optimizer phase and state this one takes instead of running the step (a quarter of a pass's time):
             that phase holds the parameters, buffers, gradients, optimizer state and the batch, so it differs
             between the two only by their batches' bytes (``input_bytes``).
+        sizes: the training set's :class:`~yolo_ckpt.memory.foreground.ObjectSizes`, which bound a segmentation loss's
+            foreground anchors by its boxes' sizes (:meth:`LossModel.foreground`); None: ``objects * topk`` per image.
 
     Returns:
         A :class:`~yolo_ckpt.memory.measure.StepProfile` with ``source="fake_estimate"`` and ``imgsz`` the trained size.
@@ -385,13 +410,13 @@ def estimate_step(
     static, fwd_end[0] = static + state, fwd_end[0] + state  # the optimizer state, counted in every phase
     for peaks_of in (accounting.forward_peaks, accounting.backward_peaks):
         peaks_of.update({i: peak + state for i, peak in peaks_of.items()})
-    loss_forward = loss_model.forward_bytes(batch, imgsz, objects)
+    loss_forward = loss_model.forward_bytes(batch, imgsz, objects, sizes)
     phases = {
         "forward": peaks["forward"],
         "loss": fwd_end[0] + loss_forward,
         # the loss's own backward runs first, on top of everything the forward left alive; then the model's,
         # whose peak the stand-in's backward gives (the loss's saved tensors are freed by then)
-        "backward": max(peaks["backward"], fwd_end[0] + loss_model.backward_bytes(batch, imgsz, objects)),
+        "backward": max(peaks["backward"], fwd_end[0] + loss_model.backward_bytes(batch, imgsz, objects, sizes)),
         "optimizer": peaks["optimizer"],
     }
     rows, modules = accounting.profile_rows(fake, flop_counts)

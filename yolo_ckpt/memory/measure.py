@@ -251,12 +251,14 @@ def model_task(model) -> str:
     return task
 
 
-def training_batch(model, batch: int, imgsz: int, objects: int, seed: int = 0) -> dict:
+def training_batch(model, batch: int, imgsz: int, objects: int, seed: int = 0, sides: tuple[float, float] | None = None) -> dict:
     """A fixed, preprocessed training batch for ``model``'s task and class count, as Ultralytics' collate gives it.
 
     ``img`` is (batch, 3, imgsz, imgsz) in [0, 1]. Detection-style tasks get ``objects`` boxes per image, laid on a
     grid of ceil(sqrt(objects)) cells per side, one object per cell filling 90-100 % of it: boxes do not overlap, so
-    each object can claim its own ``topk`` anchors, the case the segmentation-loss formula bounds. Classes are drawn
+    each object can claim its own ``topk`` anchors, the case the segmentation-loss formula bounds. With ``sides``
+    (lo, hi), each box's width and height are drawn in [lo, hi] of the image side instead (small objects: 0.01 to
+    0.03), still centred in its cell (larger than a cell, neighbours overlap). Classes are drawn
     from the model's ``nc`` (one-class models get class 0). Per task:
 
     - detect: ``batch_idx`` (n,), ``cls`` (n, 1), ``bboxes`` (n, 4) normalised xywh, with n = batch * objects;
@@ -293,7 +295,7 @@ def training_batch(model, batch: int, imgsz: int, objects: int, seed: int = 0) -
         return {"img": images, "depth": torch.rand(batch, 1, imgsz, imgsz, generator=g) * 79 + 1}
     if objects < 1:
         raise ValueError(f"objects={objects}: a {task} batch needs at least 1 object per image")
-    out = {"img": images, **_grid_targets(batch, objects, nc, g)}
+    out = {"img": images, **_grid_targets(batch, objects, nc, g, sides)}
     xywh = out["bboxes"]
     if task == "obb":
         out["bboxes"] = torch.cat([xywh, torch.rand(len(xywh), 1, generator=g) * math.pi / 2], 1)
@@ -315,12 +317,14 @@ def detect_batch(batch: int, imgsz: int, objects: int, seed: int = 0, nc: int = 
     return {"img": torch.rand(batch, 3, imgsz, imgsz, generator=g), **_grid_targets(batch, objects, nc, g)}
 
 
-def _grid_targets(batch: int, objects: int, nc: int, g: torch.Generator) -> dict:
-    """``batch_idx``, ``cls`` and normalised xywh ``bboxes`` of ``objects`` boxes per image, one per grid cell."""
+def _grid_targets(batch: int, objects: int, nc: int, g: torch.Generator, sides: tuple[float, float] | None = None) -> dict:
+    """``batch_idx``, ``cls`` and normalised xywh ``bboxes`` of ``objects`` boxes per image, one per grid cell,
+    filling 90-100 % of it or, with ``sides`` (lo, hi), of sides in [lo, hi] (fractions of the image side)."""
     side = math.ceil(math.sqrt(objects))
     cell = torch.arange(objects).repeat(batch)
     centre = (torch.stack([cell % side, cell // side], 1) + 0.5) / side
-    wh = (torch.rand(len(cell), 2, generator=g) * 0.1 + 0.9) / side
+    u = torch.rand(len(cell), 2, generator=g)
+    wh = (u * 0.1 + 0.9) / side if sides is None else u * (sides[1] - sides[0]) + sides[0]
     return {
         "batch_idx": torch.arange(batch).repeat_interleave(objects).float(),
         "cls": torch.randint(0, nc, (len(cell), 1), generator=g).float(),

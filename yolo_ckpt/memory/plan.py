@@ -218,6 +218,8 @@ class MemoryModel:
         headroom: kept on top of every estimate when it is held against a budget (:meth:`yolo_ckpt.config.CkptConfig.headroom_on`).
         loss_chunk: anchors per forward chunk of the loss region's mask loss (``loss_chunk=``); None: its default.
         assign_chunk: objects per chunk of the loss region's assigner (``assign_chunk=``); None: its default.
+        sizes: the training set's :class:`~yolo_ckpt.memory.foreground.ObjectSizes` (the loss's foreground anchors
+            bounded by its boxes' sizes); None: the worst size, ``objects * topk`` anchors per image.
 
     Raises:
         ValueError: for a bad ``loss_chunk`` or ``assign_chunk``, and as :func:`yolo_ckpt.memory.estimate.estimate_step` raises.
@@ -225,9 +227,10 @@ class MemoryModel:
 
     def __init__(
         self, model, imgsz, batch: int, objects: int = 20, optimizer: str = "AdamW", amp: bool = False,
-        headroom: Headroom = NO_HEADROOM, loss_chunk: int | None = None, assign_chunk: int | None = None,
+        headroom: Headroom = NO_HEADROOM, loss_chunk: int | None = None, assign_chunk: int | None = None, sizes=None,
     ):
         self.model, self.objects, self.optimizer, self.amp, self.headroom = model, objects, optimizer, amp, headroom
+        self.sizes = sizes
         self.layout = ModelLayout.from_model(model)
         self.loss_models = loss_models(model, amp, loss_chunk, assign_chunk)
         # The fake pass without the loss's share (a formula of zeros): the loss's peaks are composed per unit below.
@@ -290,7 +293,7 @@ class MemoryModel:
         if True not in self.loss_models or not self.layout.has_mask_loss:
             return 0
         imgsz = train_imgsz(imgsz, self.model.stride)
-        batch_foreground, _ = self.loss_models[True].foreground(batch, imgsz, self.objects)
+        batch_foreground, _ = self.loss_models[True].foreground(batch, imgsz, self.objects, self.sizes)
         return 4 * int(self.model.model[-1].nm) * batch_foreground * (imgsz // 4) ** 2
 
     def cost(self, units, batch: int, imgsz) -> int:
@@ -305,7 +308,7 @@ class MemoryModel:
 
     def _loss_peaks(self, loss: bool, batch: int, imgsz: int) -> tuple[int, int]:
         model = self.loss_models[loss]
-        return model.forward_bytes(batch, imgsz, self.objects), model.backward_bytes(batch, imgsz, self.objects)
+        return model.forward_bytes(batch, imgsz, self.objects, self.sizes), model.backward_bytes(batch, imgsz, self.objects, self.sizes)
 
     def peak(self, units, batch: int, imgsz) -> int:
         """Composed peak bytes of a step recomputing ``units`` (layer indices, ``"head"``, ``"loss"``) at this
@@ -472,9 +475,10 @@ class MemoryModel:
         key = (units, batch, train_imgsz(imgsz, self.model.stride))
         if key not in self._estimates:
             loss_model = self.loss_models["loss" in units]
-            self._estimates[key] = _cached_step((*self._key, *key, repr(loss_model), self._base_key), lambda: estimate_step(
+            sizes = self.sizes.key if self.sizes is not None else None
+            self._estimates[key] = _cached_step((*self._key, *key, repr(loss_model), self._base_key, sizes), lambda: estimate_step(
                 self.model, imgsz, batch, self.objects, recompute, optimizer=self.optimizer, amp=self.amp,
-                loss_model=loss_model, flops=False, optimizer_from=self.base,
+                loss_model=loss_model, flops=False, optimizer_from=self.base, sizes=self.sizes,
             ))
         return self._estimates[key]
 

@@ -13,7 +13,16 @@ import copy
 from dataclasses import dataclass, field
 
 from ..config import ESTIMATE_DEFAULTS, CkptConfig
-from .runspec import RunSpec, amp_enabled, autobatch_imgsz, count_data, objects_rule, optimizer_rule, trainable_as_trained
+from .runspec import (
+    RunSpec,
+    amp_enabled,
+    autobatch_imgsz,
+    count_data,
+    foreground_rule,
+    objects_rule,
+    optimizer_rule,
+    trainable_as_trained,
+)
 
 
 @dataclass
@@ -29,6 +38,8 @@ class PlannedRun:
         config: yolo-ckpt's keys (``loss_chunk``, ``assign_chunk``, the headroom).
         counts: the training set's images and objects (None without ``data=``).
         stride: the training size's grid, the model's largest stride and at least 32 (Ultralytics' ``gs``).
+        sizes: the data's :class:`~yolo_ckpt.memory.foreground.ObjectSizes` where the objects per image are the data's
+            (the loss's foreground anchors bounded by its boxes' sizes); None: the worst size (``objects=``, no data).
     """
 
     model: object
@@ -38,6 +49,7 @@ class PlannedRun:
     config: CkptConfig
     counts: object = None
     stride: int = 32
+    sizes: object = None
     _memory: object = field(default=None, repr=False)
 
     @property
@@ -54,7 +66,7 @@ class PlannedRun:
             spec = self.spec
             self._memory = MemoryModel(
                 self.model, self.imgsz, self.batch, spec.objects, spec.optimizer, spec.amp, self.headroom, self.config.loss_chunk,
-                self.config.assign_chunk,
+                self.config.assign_chunk, self.sizes,
             )
         return self._memory
 
@@ -88,6 +100,7 @@ def planned_run(args, model, config: CkptConfig, device: str, data: dict | None 
         counts = count_data(args, data, stride)
     n, objects_text = objects_rule(counts if objects is None else None, objects or ESTIMATE_DEFAULTS["objects"], args.task)
     optimizer, optimizer_text = optimizer_rule(args.optimizer, counts.images if counts else None, batch, args.nbs, args.epochs)
-    spec = RunSpec(device, amp_enabled(args.amp, device), optimizer, optimizer_text, n, objects_text, int(model.yaml["nc"]))
-    return PlannedRun(model, spec, autobatch_imgsz(args.imgsz, args.multi_scale, stride), batch, config, counts, stride)
+    sizes, sizes_text = foreground_rule(counts if objects is None else None, args.task)
+    spec = RunSpec(device, amp_enabled(args.amp, device), optimizer, optimizer_text, n, objects_text, int(model.yaml["nc"]), sizes_text)
+    return PlannedRun(model, spec, autobatch_imgsz(args.imgsz, args.multi_scale, stride), batch, config, counts, stride, sizes)
 

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from ultralytics.utils.checks import check_imgsz
 
+from .foreground import object_sizes
 from .measure import OBJECTLESS_TASKS, optimizer_for, train_imgsz
 
 
@@ -133,11 +134,16 @@ class DataCounts:
         images: training images (after ``fraction=``).
         max_objects: the most labelled objects in one image.
         augment: the training augmentation's factors on a training image's objects (:func:`augment_factors`).
+        sizes: the objects' box sizes under the run's augmentation (:func:`yolo_ckpt.memory.foreground.object_sizes`),
+            which bound a segmentation loss's foreground anchors; None where the augmentation leaves them unbounded.
+        sizes_rule: how the foreground anchors are bounded, a sentence for the run's assumptions.
     """
 
     images: int
     max_objects: int
     augment: tuple[tuple[str, int], ...] = (("mosaic", 4),)
+    sizes: object = None
+    sizes_rule: str = ""
 
     @property
     def planned_objects(self) -> int:
@@ -178,7 +184,11 @@ def count_data(args, data: dict, stride: int) -> DataCounts:
         if cfg.task == "classify":
             return DataCounts(len(ClassificationDataset(root=data["train"], args=cfg, augment=False).samples), 0, ())
         dataset = build_yolo_dataset(cfg, data["train"], 16, data, mode="train", rect=False, stride=stride)
-    return DataCounts(len(dataset), max((len(label["cls"]) for label in dataset.labels), default=0), augment_factors(args))
+    augment = augment_factors(args)
+    sizes, rule = (None, "") if args.task in OBJECTLESS_TASKS else object_sizes(
+        dataset.labels, args, args.task, math.prod(f for _, f in augment)
+    )  # semantic and depth labels have no boxes
+    return DataCounts(len(dataset), max((len(label["cls"]) for label in dataset.labels), default=0), augment, sizes, rule)
 
 
 @dataclass(frozen=True)
@@ -190,6 +200,8 @@ class RunSpec:
         optimizer: whose state is counted; optimizer_rule: why (see :func:`optimizer_rule`).
         objects: objects per image the loss is estimated for; objects_rule: where the number came from.
         nc: classes of the model estimated.
+        foreground_rule: how a segmentation loss's foreground anchors are bounded (the labels' box sizes, or the worst
+            size); empty for other tasks, whose loss formula does not take them.
     """
 
     device: str
@@ -199,13 +211,18 @@ class RunSpec:
     objects: int
     objects_rule: str
     nc: int
+    foreground_rule: str = ""
 
     def describe(self) -> str:
         """One line for logs and the text output of profile/plan."""
         where = {"cpu": " as Ultralytics trains on the CPU", "mps": " as Ultralytics trains on MPS"}.get(self.device, "")
         precision = "AMP on (2-byte activations)" if self.amp else f"AMP off (fp32){where}"
         objects = f"{self.objects} objects per image" if self.objects else "no objects"
-        return f"assumed: device {self.device}, {precision}, {self.optimizer_rule}, {objects} ({self.objects_rule}), {self.nc} classes"
+        foreground = f", {self.foreground_rule}" if self.foreground_rule else ""
+        return (
+            f"assumed: device {self.device}, {precision}, {self.optimizer_rule}, {objects} ({self.objects_rule}){foreground}, "
+            f"{self.nc} classes"
+        )
 
     def to_dict(self) -> dict:
         """The fields as a dict (JSON output, run reports)."""
@@ -222,3 +239,19 @@ def objects_rule(counts: DataCounts | None, objects: int, task: str = "detect") 
         return objects, "objects=" + str(objects)
     factors = "".join(f", x {f} for {name}" for name, f in counts.augment) or " (no mosaic, mixup or cutmix)"
     return counts.planned_objects, f"the data's most in one image, {counts.max_objects}{factors}"
+
+
+def foreground_rule(counts: DataCounts | None, task: str = "detect") -> tuple[object, str]:
+    """The :class:`~yolo_ckpt.memory.foreground.ObjectSizes` that bound a segmentation loss's foreground anchors, and
+    the sentence saying how they are bounded: the data's box sizes where the objects per image are the data's
+    (``counts``, None where ``objects=`` replaces them) and its augmentation leaves them bounded, else the worst size,
+    ``topk`` anchors per object. Other tasks' loss formulas do not take the foreground: ``(None, "")``."""
+    if task != "segment":
+        return None, ""
+    if counts is not None and counts.sizes is not None:
+        return counts.sizes, counts.sizes_rule
+    why = counts.sizes_rule if counts is not None else ""
+    return None, why or (
+        "foreground anchors: the worst box size assumed (topk per object; give data=, without objects=, to bound them by the labels' "
+        "box sizes)"
+    )

@@ -1,0 +1,68 @@
+"""The loss formula of the chunked assigner (``recompute=loss``) against CPU measurements on a dense detection step.
+
+The chunked assigner (:mod:`yolo_ckpt.checkpointing.assigner`) holds one image's chunk of ``assign_chunk`` objects x
+anchors at a time, so its loss peak stops growing with the objects past one chunk; the formula's term for it is
+``A * min(M, assign_chunk)`` (:class:`yolo_ckpt.memory.estimate.LossModel`). yolo11n detect, 1024 px, batch 1, 20, 600
+and 1500 objects of 8-28 px, ``recompute=all`` (one class, fp32): the measured step
+(:func:`yolo_ckpt.memory.measure.profile_step`) and the estimate, the loss's own peak and the step's.
+
+    python -m benchmarks.chunked_assigner_estimate out=benchmarks/results/chunked-assigner-estimate
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime, timezone
+
+import torch
+from ultralytics.cfg import get_cfg
+from ultralytics.nn.tasks import DetectionModel
+
+from yolo_ckpt.bench.results_io import provenance, publish
+from yolo_ckpt.cli.args import key_value
+from yolo_ckpt.memory.estimate import estimate_step
+from yolo_ckpt.memory.measure import profile_step, training_batch
+
+MiB = 2**20
+
+
+def main(argv: list[str]) -> dict:
+    opts = dict(key_value(a) for a in argv)
+    imgsz, recompute = int(opts.get("imgsz", 1024)), opts.get("recompute", "all")
+    torch.manual_seed(0)
+    model = DetectionModel("yolo11n.yaml", nc=1, verbose=False)
+    model.args = get_cfg()
+    rows = []
+    for objects in (20, 600, 1500):
+        batch = training_batch(model, 1, imgsz, objects, sides=(8 / 1024, 28 / 1024))
+        measured = profile_step(model, batch, recompute, flops=False)
+        estimated = estimate_step(model, imgsz, 1, objects, recompute, flops=False)
+        rows.append({
+            "objects": objects, "measured_loss_bytes": measured.loss_bytes, "estimated_loss_bytes": estimated.loss_bytes,
+            "measured_peak_bytes": measured.peak_bytes, "estimated_peak_bytes": estimated.peak_bytes,
+            "measured_loss_phase_bytes": measured.phase_peak_bytes["loss"],
+            "estimated_loss_phase_bytes": estimated.phase_peak_bytes["loss"],
+        })
+    result = {
+        **provenance(" ".join(["python -m benchmarks.chunked_assigner_estimate", *argv])),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "imgsz": imgsz, "batch": 1, "recompute": recompute, "rows": rows,
+    }
+    lines = [
+        f"yolo11n detect, imgsz {imgsz}, batch 1, objects of 8-28 px, recompute={recompute}, one class, CPU fp32.",
+        "",
+        "| objects | loss peak MiB measured | estimated | loss phase MiB measured | estimated | step peak MiB measured | estimated |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['objects']} | {r['measured_loss_bytes'] / MiB:.1f} | {r['estimated_loss_bytes'] / MiB:.1f} "
+        f"({r['estimated_loss_bytes'] / r['measured_loss_bytes'] - 1:+.0%}) | {r['measured_loss_phase_bytes'] / MiB:.0f} | "
+        f"{r['estimated_loss_phase_bytes'] / MiB:.0f} | {r['measured_peak_bytes'] / MiB:.0f} | {r['estimated_peak_bytes'] / MiB:.0f} "
+        f"({r['estimated_peak_bytes'] / r['measured_peak_bytes'] - 1:+.1%}) |"
+        for r in rows
+    ]
+    publish(result, lines, opts.get("out"))
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,199 @@
+"""The foreground bound by the objects' sizes: never under the real assigner's foreground, nor the estimate under a
+measured step; the augmentation envelope never under Ultralytics' own affine transform."""
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from ultralytics.data.augment import RandomPerspective
+from ultralytics.nn.tasks import SegmentationModel
+from ultralytics.utils import DEFAULT_CFG
+from ultralytics.utils.tal import RotatedTaskAlignedAssigner, TaskAlignedAssigner, make_anchors
+
+from yolo_ckpt.memory.estimate import calibrate_loss, estimate_step
+from yolo_ckpt.memory.foreground import ObjectSizes, augmented_sides, box_anchors, stride_val
+from yolo_ckpt.memory.measure import profile_step, training_batch
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+STRIDES = (8.0, 16.0, 32.0)
+IMGSZ = 160
+
+
+def test_box_anchors_by_hand():
+    """Sides under stride_val (16: tal.py's stride[1]) are floored to it; a w-px side holds ceil(w / s) anchors."""
+    assert stride_val(STRIDES) == TaskAlignedAssigner(stride=list(STRIDES)).stride_val == 16
+    small, big = box_anchors(np.array([3.0, 17.0]), np.array([10.0, 17.0]), STRIDES)
+    assert (small, big) == (2 * 2 + 1 + 1, 3 * 3 + 2 * 2 + 1)
+    # rotated, 16 x 16: the larger of a 16 x 16 square (9 + 4 + 2) and a 22.6 x 16 (its diagonal; the short side
+    # floored) rectangle, floor((22.6/s + 1)(16/s + 1)) per stride: 11 + 4 + 2
+    assert box_anchors(np.array([16.0]), np.array([16.0]), STRIDES, rotated=True)[0] == 17
+
+
+def _assign(rotated: bool, boxes: torch.Tensor, images: int, imgsz: int = IMGSZ):
+    """fg_mask.sum per image of the real assigner (topk 10) on ``boxes`` (images, n, 4 xyxy or 5 xywhr, pixels) at
+    ``imgsz``, with predictions that give every in-box anchor a positive metric (a box of 2 strides on each anchor, class
+    score 0.9): each object takes as many of its in-box anchors as topk lets it, the most a trained model can."""
+    feats = [torch.zeros(1, 1, imgsz // int(s), imgsz // int(s)) for s in STRIDES]
+    points, stride = make_anchors(feats, torch.tensor(STRIDES))
+    anc = points * stride
+    side = 2 * stride.expand(-1, 2)
+    if rotated:
+        pd = torch.cat([anc, side, torch.zeros(len(anc), 1)], 1)
+        assigner = RotatedTaskAlignedAssigner(topk=10, num_classes=1, alpha=0.5, beta=6.0, stride=list(STRIDES))
+    else:
+        pd = torch.cat([anc - side / 2, anc + side / 2], 1)
+        assigner = TaskAlignedAssigner(topk=10, num_classes=1, alpha=0.5, beta=6.0, stride=list(STRIDES))
+    n = boxes.shape[1]
+    out = assigner(
+        torch.full((images, len(anc), 1), 0.9), pd.expand(images, -1, -1).clone(), anc, torch.zeros(images, n, 1), boxes,
+        torch.ones(images, n, 1),
+    )
+    return out[3].sum(1)
+
+
+def _case(kind: str, g: torch.Generator):
+    """(n objects, sides lo-hi px) per crafted case; centres anywhere, some exactly on anchors with whole-stride sides
+    (where float rounding could add an anchor)."""
+    n, lo, hi = {"small": (30, 1.0, 14.0), "large": (5, 40.0, 150.0), "mixed": (40, 1.0, 150.0)}[kind]
+    xy = torch.rand(2, n, 2, generator=g) * IMGSZ
+    wh = torch.rand(2, n, 2, generator=g) * (hi - lo) + lo
+    k = min(n, 8)
+    xy[:, :k] = (torch.randint(0, IMGSZ // 8, (2, k, 2), generator=g) + 0.5) * 8  # on stride-8 anchors
+    wh[:, :k] = torch.tensor([8.0, 16.0, 24.0, 32.0]).repeat(4)[: 2 * k].view(k, 2)
+    return xy, wh
+
+
+@pytest.mark.parametrize("rotated", [False, True], ids=["axis-aligned", "rotated"])
+@pytest.mark.parametrize("kind", ["small", "large", "mixed"])
+def test_bound_never_under_the_assigner(kind, rotated):
+    """Crafted images of small, large and mixed objects (and rotated ones for obb's assigner): the size bound is never
+    under the real assigner's foreground per image, and below the worst-size bound (objects x topk) where objects
+    are small."""
+    g = torch.Generator().manual_seed(hash((kind, rotated)) % 2**31)
+    xy, wh = _case(kind, g)
+    if rotated:
+        boxes = torch.cat([xy, wh, torch.rand(2, len(xy[0]), 1, generator=g) * math.pi], 2)
+    else:
+        boxes = torch.cat([xy - wh / 2, xy + wh / 2], 2)
+    foreground = _assign(rotated, boxes, 2)
+    n = xy.shape[1]
+    for i in (0, 1):  # each image against the bound of its own objects
+        image = {"batch_idx": torch.zeros(n), "bboxes": torch.cat([xy[i], wh[i]], 1) / IMGSZ}
+        bound = ObjectSizes.of_batch(image, "obb" if rotated else "detect").per_image(IMGSZ, STRIDES, 10)
+        assert int(foreground[i]) <= bound <= 10 * n, (kind, i, int(foreground[i]), bound)
+    if kind == "small" and rotated:  # a floored 16 x 16 closed square can hold 9 + 4 + 1 anchors: topk caps each
+        assert bound == 10 * n
+    elif kind == "small":  # tight enough to matter: under the worst-size bound, and the assigner reaches 40% of it
+        assert bound <= 0.7 * 10 * n and int(foreground[1]) >= 0.4 * bound, (int(foreground[1]), bound)
+
+
+def test_augmented_sides_never_under_ultralytics_affine():
+    """Ultralytics' own RandomPerspective (random rotation, scale and shear, as a mosaic's affine draws them) never
+    makes a box wider or taller than augmented_sides, and comes within 15% of it over 400 draws."""
+    hyp = SimpleNamespace(scale=0.5, degrees=30.0, shear=10.0, perspective=0.0, multi_scale=0.0)
+    w, h = np.array([40.0, 10.0]), np.array([10.0, 30.0])
+    most_w, most_h = augmented_sides(w, h, hyp)
+    transform = RandomPerspective(degrees=hyp.degrees, translate=0.0, scale=hyp.scale, shear=hyp.shear)
+    img, seen = np.zeros((64, 64, 3), np.uint8), np.zeros((2, 2))
+    boxes = np.array([[0, 0, 40, 10], [0, 0, 10, 30]], np.float32)
+    np.random.seed(0)
+    import random
+
+    random.seed(0)  # RandomPerspective draws from Python's random
+    for _ in range(400):
+        m, _ = transform._compute_affine_matrix(img, (64, 64))
+        out = transform.apply_bboxes(boxes, m)
+        seen = np.maximum(seen, np.stack([out[:, 2] - out[:, 0], out[:, 3] - out[:, 1]], 1))
+    assert (seen[:, 0] <= most_w + 1e-4).all() and (seen[:, 1] <= most_h + 1e-4).all(), (seen, most_w, most_h)
+    assert (seen[:, 0] >= 0.85 * most_w).all() and (seen[:, 1] >= 0.85 * most_h).all(), (seen, most_w, most_h)
+    plain = augmented_sides(w, h, SimpleNamespace(**{**vars(hyp), "degrees": 0.0, "shear": 0.0}))
+    assert np.allclose(plain, (1.5 * w, 1.5 * h)) and augmented_sides(w, h, SimpleNamespace(**{**vars(hyp), "perspective": 1e-4})) is None
+
+
+def _tiny_dataset(folder, task: str) -> str:
+    """A data.yaml of 3 images of 96 x 64 px (letterboxed by their long side), each with 12 rotated rectangles of 1-3
+    px as polygons (segment) or corners (obb), one class."""
+    import cv2
+
+    rng = np.random.default_rng(0)
+    (folder / "images").mkdir()
+    (folder / "labels").mkdir()
+    for i in range(3):
+        cv2.imwrite(str(folder / "images" / f"{i}.png"), rng.integers(0, 255, (64, 96, 3), dtype=np.uint8))
+        lines = []
+        for _ in range(12):
+            (cx, cy), (w, h), a = rng.uniform((10, 10), (86, 54)), rng.uniform(1, 3, 2), rng.uniform(0, math.pi)
+            u, v = np.array([math.cos(a), math.sin(a)]) * w / 2, np.array([-math.sin(a), math.cos(a)]) * h / 2
+            corners = np.array([(cx, cy) + u + v, (cx, cy) - u + v, (cx, cy) - u - v, (cx, cy) + u - v]) / (96, 64)
+            lines.append("0 " + " ".join(f"{c:.6f}" for c in corners.clip(0, 1).ravel()))
+        (folder / "labels" / f"{i}.txt").write_text("\n".join(lines) + "\n")
+    (folder / "data.yaml").write_text(f"path: {folder}\ntrain: images\nval: images\nnames:\n  0: thing\n")
+    return str(folder / "data.yaml")
+
+
+@pytest.mark.parametrize("task", ["segment", "obb"])
+def test_data_bound_never_under_augmented_samples(task, tmp_path):
+    """The bound from a dataset's labels (count_data, as plan and the trainers count them) under rotation, shear,
+    scale, mosaic and mixup is never under the real assigner's foreground on samples Ultralytics' own training
+    pipeline draws from that dataset (the assigner given predictions that make every in-box anchor a candidate)."""
+    import random
+
+    from ultralytics.cfg import get_cfg
+    from ultralytics.data import build_yolo_dataset
+    from ultralytics.data.utils import check_det_dataset
+
+    from yolo_ckpt.memory.runspec import count_data, foreground_rule
+
+    imgsz, shear = 128, (2.0 if task == "segment" else 0.0)  # obb with shear: no bound (its rule says so)
+    args = get_cfg(DEFAULT_CFG, {"task": task, "imgsz": imgsz, "degrees": 10.0, "shear": shear, "mixup": 0.5})
+    data = check_det_dataset(_tiny_dataset(tmp_path, task), autodownload=False)
+    counts = count_data(args, data, 32)
+    sizes, rule = foreground_rule(counts, "segment")
+    assert sizes is counts.sizes and sizes.images_per_sample == 8 and "at most those in each label's box" in rule
+    bound = sizes.per_image(imgsz, STRIDES, 10)
+    dataset = build_yolo_dataset(args, data["train"], 2, data, mode="train")
+    random.seed(0)
+    for i in [0, 1, 2] * 3:  # each image drawn three times: other mosaics, mixups, angles, scales and shears
+        sample = dataset[i]
+        boxes = sample["bboxes"].clone()
+        boxes[:, :4] *= imgsz
+        if task == "segment":
+            boxes = torch.cat([boxes[:, :2] - boxes[:, 2:] / 2, boxes[:, :2] + boxes[:, 2:] / 2], 1)
+        if len(boxes):
+            assert int(_assign(task == "obb", boxes[None], 1, imgsz)[0]) <= bound
+    if task == "segment":  # the labels' sizes bound it below the worst size (obb's small rotated boxes: topk caps)
+        assert bound < 0.8 * 10 * counts.planned_objects, (bound, counts.planned_objects)
+    sheared = count_data(get_cfg(DEFAULT_CFG, {**vars(args), "shear": 5.0}), data, 32)
+    assert (sheared.sizes is None) == (task == "obb") and foreground_rule(None, "segment")[0] is None
+    assert "the worst box size assumed" in foreground_rule(None, "segment")[1] and foreground_rule(counts, "detect") == (None, "")
+    if task == "segment":  # plan and profile: data= bounds by the sizes; objects= assumes (and says) the worst size
+        from yolo_ckpt.cli.commands import estimate_setup
+        from yolo_ckpt.memory.planned_run import planned_run
+
+        counted, _ = estimate_setup(["model=yolo11n-seg.yaml", "imgsz=128", "device=cpu", f"data={tmp_path / 'data.yaml'}"])
+        given = planned_run(counted.model.args, counted.model, counted.config, "cpu", data, objects=30)
+        assert counted.sizes is not None and "at most those in each label's box at its largest" in counted.spec.describe()
+        assert given.sizes is None and "foreground anchors: the worst box size assumed" in given.spec.describe()
+
+
+@pytest.mark.slow
+def test_sized_estimate_never_under_a_measured_step():
+    """yolo11n-seg, 128 px, batch 2, 40 objects per image of 2-8% of the side: the estimate with the size bound is
+    never under the CPU measurement of the step, and well under the worst-size estimate (the mask loss's foreground
+    terms are what moved)."""
+    torch.manual_seed(0)
+    model = SegmentationModel("yolo11n-seg.yaml", nc=2, verbose=False)
+    model.args = DEFAULT_CFG
+    imgsz, objects = 128, 40
+    batch = training_batch(model, 2, imgsz, objects, sides=(0.02, 0.08))
+    sizes = ObjectSizes.of_batch(batch, "segment")
+    loss = calibrate_loss(model)  # the same model and keys as test_memory_model's: one calibration per session
+    assert loss.foreground(2, imgsz, objects, sizes)[0] < 0.75 * loss.foreground(2, imgsz, objects)[0]
+    measured = profile_step(model, batch, "none", flops=False)
+    sized = estimate_step(model, imgsz, 2, objects, "none", flops=False, loss_model=loss, sizes=sizes)
+    assert measured.peak_bytes <= sized.peak_bytes, (measured.peak_bytes, sized.peak_bytes)
+    # the worst size's estimate differs from it only by the loss formula's foreground terms: its peak is in backward
+    worst = sized.phase_peak_bytes["loss"] - sized.loss_bytes + loss.backward_bytes(2, imgsz, objects)
+    assert sized.peak_bytes == sized.phase_peak_bytes["backward"] < worst, (sized.phase_peak_bytes, worst)
