@@ -33,8 +33,9 @@ def planned_cell(cell: dict, model, settings: dict, data: dict | None = None) ->
             yolo-ckpt's (recompute_mode; memory_budget in bytes or a CUDA fraction, whose headroom a CUDA plan keeps).
         model: the cell's Ultralytics model (with the data's classes).
         settings: the matrix's settings: every ``yolo train`` key among them is the run's (epochs, optimizer,
-            mosaic, ...), as is every yolo-ckpt key that is not a cell key (``memory_headroom``, ``loss_chunk``, ...), ``device`` the device it runs on (default: the one ``train`` would use), and a step cell's
-            ``objects`` per image.
+            mosaic, ...), as is every yolo-ckpt key that is not a cell key (``memory_headroom``, ``loss_chunk``, ...),
+            ``device`` the device it runs on (default: the one ``train`` would use), and a step cell's ``objects`` per
+            image.
         data: the dataset dict the trainer reads (``check_det_dataset``), or None (a step cell: ``objects``).
     """
     keys = {k: v for k, v in {**settings, **cell}.items() if k in DEFAULT_CFG_DICT and v is not None}
