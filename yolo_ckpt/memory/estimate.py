@@ -57,7 +57,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.optimize import linprog
 from torch._subclasses.fake_tensor import FakeCopyMode, FakeTensorMode
 from torch.utils._pytree import tree_leaves, tree_map
 from ultralytics.utils.tal import SegTaskAlignedAssigner
@@ -232,6 +231,8 @@ def _fit(rows: np.ndarray, y: np.ndarray, upper: bool) -> tuple[float, ...]:
     """
     if not upper:
         return tuple(float(c) for c in np.linalg.lstsq(rows, y, rcond=None)[0])
+    from scipy.optimize import linprog  # here: scipy.optimize takes ~1 s to import and only a calibration fits
+
     fit = linprog((rows / np.maximum(y, 1)[:, None]).sum(0), A_ub=-rows, b_ub=-y, bounds=(0, None), method="highs")
     if not fit.success:
         raise RuntimeError(f"the loss calibration's fit failed: {fit.message}")
