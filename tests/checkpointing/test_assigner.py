@@ -256,7 +256,7 @@ def test_run_probe_uses_the_runs_chunks(synthetic, tmp_path, monkeypatch, one_th
 
     monkeypatch.setattr(engine, "apply_checkpointing", spy)
     trainer, counter = train(
-        "yolo11n.yaml", synthetic(), tmp_path, "probe", trainer=CheckpointDetectionTrainer, loss_chunk=7, assign_chunk=3
+        "yolo11n.yaml", synthetic(), tmp_path, "probe", trainer=CheckpointDetectionTrainer, fraction=0.5, loss_chunk=7, assign_chunk=3
     )
     assert trainer.train_probe is not None and seen == [("backbone,loss", 7, 3)]
     assert type(trainer.model.criterion.assigner).assign_chunk == 3 and counter.assignments > 0
