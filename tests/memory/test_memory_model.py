@@ -509,7 +509,7 @@ def test_trainer_auto_plan_and_batch(synthetic, tmp_path, shared_run):
         f"none ~{report['estimated_none_peak_bytes'] / 2**20:.0f} MiB, all ~" in headline
         and "(planned for memory_budget=52 MiB)" in headline
     )
-    kw = dict(epochs=1, imgsz=160, workers=0, device="cpu", plots=False, val=False, project=str(tmp_path))
+    kw = dict(epochs=1, imgsz=160, fraction=0.5, workers=0, device="cpu", plots=False, val=False, project=str(tmp_path))
     YOLO("yolo11n.yaml").train(
         data=synthetic(), trainer=trainer_for("detect"), recompute="all", memory_budget="200MB", batch=-1, name="batch", **kw
     )
