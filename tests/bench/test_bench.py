@@ -1,6 +1,7 @@
 """``yolo-ckpt bench``: step and train matrices at tiny settings, baseline deltas, rerun skipping, failed cells,
 and the checks a matrix file gets before anything runs."""
 
+import copy
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -35,6 +36,14 @@ STEP = {
 @pytest.mark.slow
 def test_step_matrix(tmp_path, monkeypatch, one_thread):
     out = tmp_path / "out"
+    rows, real_measure = [], step_cell.measure  # the measured rows, kept for the rerun below
+
+    def kept(cells, settings):
+        measured = real_measure(cells, settings)
+        rows.extend(copy.deepcopy(measured))
+        return measured
+
+    monkeypatch.setattr(step_cell, "measure", kept)
     assert main(["bench", f"matrix={write_matrix(tmp_path, STEP)}", f"out={out}"]) == 0
     results = pd.read_csv(out / "results.csv")
     for column in (
@@ -71,13 +80,12 @@ def test_step_matrix(tmp_path, monkeypatch, one_thread):
 
     # a rerun skips the finished cells: nothing is measured again, and nothing is written
     files = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()}
-    real_measure = step_cell.measure
     monkeypatch.setattr(step_cell, "measure", lambda *a: pytest.fail("a finished cell ran again"))
     assert main(["bench", f"matrix={write_matrix(tmp_path, STEP)}", f"out={out}"]) == 0
     assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()} == files
-    # rerun=True measures every cell again
+    # rerun=True measures every cell again (asked of the measurement; its rows are the first run's, not measured twice)
     measured = []
-    monkeypatch.setattr(step_cell, "measure", lambda cells, settings: measured.extend(cells) or real_measure(cells, settings))
+    monkeypatch.setattr(step_cell, "measure", lambda cells, settings: measured.extend(cells) or copy.deepcopy(rows))
     assert main(["bench", f"matrix={write_matrix(tmp_path, STEP)}", f"out={out}", "rerun=True"]) == 0
     assert [c["recompute"] for c in measured] == ["none", "all"] and len(pd.read_csv(out / "results.csv")) == 2
 
