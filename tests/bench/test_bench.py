@@ -1,6 +1,7 @@
 """``yolo-ckpt bench``: step and train matrices at tiny settings, baseline deltas, rerun skipping, failed cells,
 and the checks a matrix file gets before anything runs."""
 
+import copy
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -35,6 +36,14 @@ STEP = {
 @pytest.mark.slow
 def test_step_matrix(tmp_path, monkeypatch, one_thread):
     out = tmp_path / "out"
+    rows, real_measure = [], step_cell.measure  # the measured rows, kept for the rerun below
+
+    def kept(cells, settings):
+        measured = real_measure(cells, settings)
+        rows.extend(copy.deepcopy(measured))
+        return measured
+
+    monkeypatch.setattr(step_cell, "measure", kept)
     assert main(["bench", f"matrix={write_matrix(tmp_path, STEP)}", f"out={out}"]) == 0
     results = pd.read_csv(out / "results.csv")
     for column in (
@@ -71,13 +80,12 @@ def test_step_matrix(tmp_path, monkeypatch, one_thread):
 
     # a rerun skips the finished cells: nothing is measured again, and nothing is written
     files = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()}
-    real_measure = step_cell.measure
     monkeypatch.setattr(step_cell, "measure", lambda *a: pytest.fail("a finished cell ran again"))
     assert main(["bench", f"matrix={write_matrix(tmp_path, STEP)}", f"out={out}"]) == 0
     assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()} == files
-    # rerun=True measures every cell again
+    # rerun=True measures every cell again (asked of the measurement; its rows are the first run's, not measured twice)
     measured = []
-    monkeypatch.setattr(step_cell, "measure", lambda cells, settings: measured.extend(cells) or real_measure(cells, settings))
+    monkeypatch.setattr(step_cell, "measure", lambda cells, settings: measured.extend(cells) or copy.deepcopy(rows))
     assert main(["bench", f"matrix={write_matrix(tmp_path, STEP)}", f"out={out}", "rerun=True"]) == 0
     assert [c["recompute"] for c in measured] == ["none", "all"] and len(pd.read_csv(out / "results.csv")) == 2
 
@@ -155,7 +163,11 @@ def test_failed_cell_is_recorded_and_the_rest_run(tmp_path, one_thread):
 def test_train_matrix_same_weights(tmp_path, synthetic, one_thread):
     spec = {
         "kind": "train",
-        "settings": {"epochs": 1, "nbs": 2, "seed": 0, "workers": 0, "device": "cpu", "plots": False, "val_images": 2, "fraction": 0.5},
+        # estimate=False: no set-up estimate in either run (the cells' peaks are measured)
+        "settings": {
+            "epochs": 1, "nbs": 2, "seed": 0, "workers": 0, "device": "cpu", "plots": False, "val_images": 2, "fraction": 0.5,
+            "estimate": False,
+        },
         # imgsz 128: at 64 the probed step's peak is its optimizer step (parameters, gradients, AdamW state), which
         # recomputation does not touch
         "grid": [{"model": "yolo11n.yaml", "dataset": synthetic("detect"), "imgsz": 128, "batch": 2, "recompute": ["none", "all"]}],
@@ -182,13 +194,14 @@ def test_train_matrix_same_weights(tmp_path, synthetic, one_thread):
     assert compared["memory_change_pct"].iloc[1] == pytest.approx(100 * (full["peak_MiB"] / none["peak_MiB"] - 1))
 
 
+@pytest.mark.slow
 def test_tiles_cell_trains_on_tiles_and_validates_on_full_images(tmp_path, one_thread):
     from yolo_ckpt.data.synthetic import small_object_dataset
 
-    data = small_object_dataset(64, 2, 1, root=tmp_path / "cache")
+    data = small_object_dataset(64, 1, 1, root=tmp_path / "cache")
     spec = {
         "kind": "train",
-        "settings": {"epochs": 1, "nbs": 2, "seed": 0, "workers": 0, "device": "cpu", "plots": False},
+        "settings": {"epochs": 1, "nbs": 2, "seed": 0, "workers": 0, "device": "cpu", "plots": False, "estimate": False},
         "grid": [
             {
                 "model": "yolo26n.yaml",
@@ -204,7 +217,7 @@ def test_tiles_cell_trains_on_tiles_and_validates_on_full_images(tmp_path, one_t
     assert main(["bench", f"matrix={write_matrix(tmp_path, spec)}", f"out={out}"]) == 0
     row = pd.read_csv(out / "results.csv").iloc[0]
     assert row["status"] == "ok" and row["imgsz_used"] == 32 and row["val_imgsz"] == 64
-    assert row["train_images"] == 8 and row["wall_s"] > 0  # 2 images of 64 px in 2 x 2 tiles of 32 px
+    assert row["train_images"] == 4 and row["wall_s"] > 0  # 1 image of 64 px in 2 x 2 tiles of 32 px
     assert (Path(row["run_dir"]) / "val-full").is_dir()  # the full-image validation ran
     assert "tiles={'overlap': 0, 'size': 32}" in row["cell"] and (out / "curves.csv").is_file() and (out / "curves.png").is_file()
     tiles = next((out / "data").glob("tiles-*"))

@@ -14,6 +14,7 @@ from helpers import logged_messages
 from ultralytics import YOLO
 
 from yolo_ckpt import CheckpointDetectionTrainer
+from yolo_ckpt.errors import ConfigError
 from yolo_ckpt.train.atomic import atomic_saves, atomic_write_bytes
 
 # A training run that pauses inside its second save of last.pt (epoch 1), where the test kills it with SIGKILL.
@@ -40,7 +41,7 @@ KILLED_RUN = textwrap.dedent(
     from yolo_ckpt import CheckpointDetectionTrainer
     YOLO("yolo11n.yaml").train(data=data, trainer=CheckpointDetectionTrainer, project=project, name="run", epochs=2,
                                batch=2, nbs=2, imgsz=32, workers=0, device="cpu", plots=False, val=False, seed=0,
-                               recompute="all")
+                               recompute="all", fraction=0.5, estimate=False)
     """
 )
 
@@ -126,7 +127,8 @@ KILLED_STRIP = textwrap.dedent(
     from ultralytics import YOLO
     from yolo_ckpt import CheckpointDetectionTrainer
     YOLO("yolo11n.yaml").train(data=data, trainer=CheckpointDetectionTrainer, project=project, name="run", epochs=1,
-                               batch=2, nbs=2, imgsz=32, workers=0, device="cpu", plots=False, seed=0)
+                               batch=2, nbs=2, imgsz=32, workers=0, device="cpu", plots=False, seed=0, fraction=0.5,
+                               estimate=False)
     """
 )
 
@@ -136,9 +138,8 @@ KILLED_STRIP = textwrap.dedent(
 def test_kill_inside_the_final_rewrite_leaves_loadable_checkpoints(target, synthetic, tmp_path):
     """SIGKILL inside strip_optimizer's rewrite of last.pt, or of best.pt (stock: 3 of 3 and 4 of 4 such kills left a
     truncated file): both files still load as Ultralytics checkpoints, the killed file holds the epoch's complete
-    checkpoint; resume reads last.pt (Ultralytics' "finished" answer, the run's one epoch having ended, not an
-    unpickling error) or a new run of the folder starts from best.pt, and either removes the killed save's
-    temporary copy."""
+    checkpoint; resume reads last.pt and refuses it as finished before any write (the run's one epoch ended; not an
+    unpickling error), or a new run of the folder starts from best.pt and removes the killed save's temporary copy."""
     script = tmp_path / "run.py"
     script.write_text(KILLED_STRIP)
     proc = subprocess.run([sys.executable, str(script), target, synthetic(), str(tmp_path)], capture_output=True, text=True, timeout=900)
@@ -149,13 +150,15 @@ def test_kill_inside_the_final_rewrite_leaves_loadable_checkpoints(target, synth
     if target == "best.pt":  # last.pt's strip came first and completed
         assert ckpts["last.pt"]["epoch"] == -1
     assert len(list(weights.glob(f".{target}.*.tmp"))) == 1  # the half-written temporary copy, beside the intact file
-    if target == "last.pt":
-        with pytest.raises(AssertionError, match="is finished, nothing to resume"):
+    if target == "last.pt":  # refused before any write (the key check): the temporary copy stays until the next run
+        with pytest.raises(ConfigError, match=r"is finished \(.*last.pt has no optimizer state to resume\)"):
             YOLO(weights / "last.pt").train(resume=True, trainer=CheckpointDetectionTrainer)
+        assert len(list(weights.glob(".last.pt.*.tmp"))) == 1
     else:  # last.pt is the finished run's stripped checkpoint: a new run of that folder, from best.pt
         YOLO(weights / "best.pt").train(data=synthetic(), trainer=CheckpointDetectionTrainer, project=str(tmp_path), name="run",
-                                        exist_ok=True, epochs=1, batch=2, nbs=2, imgsz=32, workers=0, device="cpu", plots=False, val=False)
-    assert sorted(p.name for p in weights.iterdir()) == ["best.pt", "last.pt"]  # the temporary copy removed
+                                        exist_ok=True, epochs=1, batch=2, nbs=2, imgsz=32, workers=0, device="cpu", plots=False, val=False,
+                                        fraction=0.5, estimate=False)
+        assert sorted(p.name for p in weights.iterdir()) == ["best.pt", "last.pt"]  # the temporary copy removed
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o002], ids=["umask022", "umask002"])
@@ -203,7 +206,8 @@ def test_a_disk_without_room_for_two_checkpoints_finishes_the_run(synthetic, tmp
     monkeypatch.setattr(os, "fsync", full_disk_fsync)
     with logged_messages() as messages:
         YOLO("yolo11n.yaml").train(data=synthetic(), trainer=CheckpointDetectionTrainer, project=str(tmp_path), name="run",
-                                   epochs=2, batch=2, nbs=2, imgsz=32, workers=0, device="cpu", plots=False, val=False, seed=0)
+                                   epochs=2, batch=2, nbs=2, imgsz=32, workers=0, device="cpu", plots=False, val=False, seed=0,
+                                   fraction=0.5, estimate=False)
     weights = tmp_path / "run" / "weights"
     assert sorted(p.name for p in weights.iterdir()) == ["best.pt", "last.pt"]
     assert (

@@ -5,6 +5,7 @@ written, saved files load without yolo_ckpt, the DDP file round trip and resume 
 """
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -271,7 +272,8 @@ def test_ddp_file_round_trip(synthetic, tmp_path):
 
     from yolo_ckpt import apply_checkpointing
 
-    overrides = dict(model="yolo11n.yaml", data=synthetic(), recompute="0-4,SPPF", project=str(tmp_path), name="ddp")
+    overrides = dict(model="yolo11n.yaml", data=synthetic(), recompute="0-4,SPPF", project=str(tmp_path), name="ddp", val=False,
+                     estimate=False)
     trainer = CheckpointDetectionTrainer(overrides={**TRAIN, **overrides})
     trainer.model = trainer.get_model(cfg="yolo11n.yaml", verbose=False)
     apply_checkpointing(trainer.model, "0-4,SPPF")  # the pickled model must come out stock, and be re-patched
@@ -289,7 +291,8 @@ def test_ddp_file_round_trip(synthetic, tmp_path):
 
 @pytest.mark.slow
 def test_resume_restores_and_may_change_policy(synthetic, tmp_path):
-    """An interrupted run resumed with yolo-ckpt equals the same stock resume, with its policy restored (24)."""
+    """An interrupted run resumed with yolo-ckpt equals the same stock resume, with its policy restored (24). Two
+    optimizer steps an epoch (fraction=0.5), no validation but the final epoch's."""
 
     def interrupt(trainer):
         if trainer.epoch == 0:
@@ -305,10 +308,13 @@ def test_resume_restores_and_may_change_policy(synthetic, tmp_path):
                 name,
                 trainer=trainer_cls,
                 epochs=2,
+                fraction=0.5,
+                val=False,
                 callbacks=[("on_model_save", interrupt)],
                 **extra,
             )
         last = tmp_path / name / "weights" / "last.pt"
+        interrupted = shutil.copyfile(last, tmp_path / f"{name}-interrupted.pt")  # resumable still (the resume finishes last.pt)
         m = YOLO(last)
         with count_recomputations() as counter:
             m.train(resume=True, trainer=trainer_cls)
@@ -320,11 +326,11 @@ def test_resume_restores_and_may_change_policy(synthetic, tmp_path):
     assert_state_equal(final["stock"].model, resumed.model)
     assert_state_equal(final["stock"].ema.ema, resumed.ema.ema)
 
-    changed = CheckpointDetectionTrainer(overrides={"resume": str(tmp_path / "ckpt" / "weights" / "last.pt"), "recompute": "all"})
+    changed = CheckpointDetectionTrainer(overrides={"resume": str(interrupted), "recompute": "all"})
     assert changed.args.recompute == "all"
     args_yaml = (tmp_path / "ckpt" / "args.yaml").read_text()
     with pytest.raises(ValueError, match=r"did you mean 'C3k2'\?"):  # checked against the resumed model, before any write
-        CheckpointDetectionTrainer(overrides={"resume": str(tmp_path / "ckpt" / "weights" / "last.pt"), "recompute": "C3k3"})
+        CheckpointDetectionTrainer(overrides={"resume": str(interrupted), "recompute": "C3k3"})
     assert (tmp_path / "ckpt" / "args.yaml").read_text() == args_yaml
 
 
@@ -350,9 +356,9 @@ def test_users_own_trainer_checkpointed(synthetic, tmp_path):
     assert checkpointed(FlipTrainer) is ckpt_cls and checkpointed(ckpt_cls) is ckpt_cls
     assert ckpt_cls.__name__ == "CheckpointFlipTrainer" and issubclass(ckpt_cls, FlipTrainer)
     assert cloudpickle.loads(cloudpickle.dumps(ckpt_cls)).__mro__[1].__name__ == "CheckpointTrainerMixin"
-    stock, _ = train("yolo11n.yaml", synthetic(), tmp_path, "stock", trainer=FlipTrainer)
-    ckpt, counter = train("yolo11n.yaml", synthetic(), tmp_path, "ckpt", trainer=ckpt_cls, recompute="all")
-    assert stock.flipped == ckpt.flipped >= 3 and counter.per_layer[0] >= ckpt.flipped
+    stock, _ = train("yolo11n.yaml", synthetic(), tmp_path, "stock", trainer=FlipTrainer, fraction=0.5)
+    ckpt, counter = train("yolo11n.yaml", synthetic(), tmp_path, "ckpt", trainer=ckpt_cls, recompute="all", fraction=0.5)
+    assert stock.flipped == ckpt.flipped >= 2 and counter.per_layer[0] >= ckpt.flipped
     assert_state_equal(stock.model, ckpt.model)
     assert_state_equal(stock.ema.ema, ckpt.ema.ema)
     with pytest.raises(TypeError, match="BaseTrainer subclass"):
