@@ -19,9 +19,13 @@ def test_a_second_plan_reads_the_first_ones_figures(tmp_path, monkeypatch):
         auto = memory.plan(budget, 2, 96)
         return memory, (memory.base.peak_bytes, memory.estimate("all", 2, 96).peak_bytes, auto.recompute, auto.estimated_peak_bytes)
 
+    monkeypatch.setattr(estimate, "_PREDICTION_SPECS", {})
+    passes, specs = [], estimate._fake_prediction_specs
+    monkeypatch.setattr(estimate, "_fake_prediction_specs", lambda *a: passes.append(a[1:]) or specs(*a))
     first_memory, first = planned()
     stored = sorted(p.parent.name for p in (tmp_path / "cache").rglob("*.json"))
     assert stored.count("loss") == 2 and stored.count("step") >= 2  # stock loss and loss region; the base pass and checks
+    assert len(passes) == 1  # the two calibrations read the predictions' shapes of one fake pass
     estimate._LOSS_MODELS.clear()  # a new process: nothing in memory
     calls = []
     monkeypatch.setattr(planner, "estimate_step", lambda *a, **k: calls.append(a) or pytest.fail("a fake pass ran again"))

@@ -275,10 +275,22 @@ def _loss_samples(model, shape: LossModel, points, amp: bool) -> tuple[np.ndarra
     return np.array(rows), forward, backward
 
 
+_PREDICTION_SPECS: dict[tuple, dict] = {}  # per model (estimate_cache.model_key), sizes and amp, in this process
+
+
 def _prediction_specs(model, sizes: list[int], amp: bool) -> dict:
     """Per imgsz in ``sizes``, the shapes (at one image: all are batch-first) and dtypes of ``model``'s training
     predictions. A fake pass costs the same at any size (its cost is per op), so the whole model runs once, at the
-    first size, and the head alone at the others, on its inputs rescaled: each is a feature map at a fixed stride."""
+    first size, and the head alone at the others, on its inputs rescaled: each is a feature map at a fixed stride.
+    Kept per model, sizes and amp in this process: the loss region's calibration (:func:`yolo_ckpt.memory.plan.loss_models`
+    calibrates a copy with and one without it) changes the loss, not the predictions, and need not pass again."""
+    key = (estimate_cache.model_key(model), getattr(model.model[-1], "end2end", None), tuple(sizes), amp)
+    if key not in _PREDICTION_SPECS:
+        _PREDICTION_SPECS[key] = _fake_prediction_specs(model, sizes, amp)
+    return _PREDICTION_SPECS[key]
+
+
+def _fake_prediction_specs(model, sizes: list[int], amp: bool) -> dict:
     fake_mode = FakeTensorMode()
     with FakeCopyMode(fake_mode):
         fake = copy.deepcopy(model).train()
