@@ -1,7 +1,10 @@
 """The estimate cache (yolo_ckpt.memory.estimate_cache): a second process asking for the same plan reads the loss
-calibrations and fake passes an earlier one stored, and gets the same figures."""
+calibrations and fake passes an earlier one stored, and gets the same figures. In a process, one fake copy of a model
+serves all its fake passes, with the figures of a fresh copy each."""
 
 import pytest
+import torch
+from helpers import build_model
 
 import yolo_ckpt.memory.estimate as estimate
 import yolo_ckpt.memory.plan as planner
@@ -44,3 +47,33 @@ def test_the_cache_can_be_turned_off_and_a_bad_entry_is_recomputed(tmp_path, mon
     assert estimate_cache.load("step", ("k",)) == {"a": 1} and estimate_cache.load("step", ("other",)) is None
     next(tmp_path.rglob("*.json")).write_text('{"a": ')  # truncated (a copy from elsewhere, a full disk)
     assert estimate_cache.load("step", ("k",)) is None
+
+
+def test_one_fake_copy_serves_every_pass_of_a_model_as_a_fresh_copy_would(monkeypatch):
+    model = build_model("yolo11n.yaml")
+    loss = estimate.LossModel("detect", (8.0, 16.0, 32.0), 4, (), (0.0,) * 4, (0.0,) * 4)  # the network's passes alone
+    monkeypatch.setattr(estimate, "_FAKE_COPIES", type(estimate._FAKE_COPIES)())
+    step = lambda policy: estimate.estimate_step(model, 96, 2, 5, policy, loss_model=loss, flops=False)  # noqa: E731
+    kept, copies = [], []
+    for policy in ("all", "none", "all"):
+        kept.append(step(policy))
+        copies.append(id(estimate._FAKE_COPIES[model][2]))
+    assert len(set(copies)) == 1  # one copy for the three passes
+    fresh = []
+    for policy in ("none", "all"):
+        estimate._FAKE_COPIES.clear()
+        fresh.append(step(policy))
+    assert kept[1:] == fresh and kept[0] == kept[2]  # per-layer rows included
+    assert kept[0].phase_peak_bytes["forward"] < kept[1].phase_peak_bytes["forward"]
+    (fake,) = {estimate._FAKE_COPIES[model][2]}
+    assert all(p.grad is None for p in fake.parameters()) and type(fake.model[2]) is type(model.model[2])  # no policy left
+
+    model.model[0].conv.weight.requires_grad_(False)  # freeze=: another layout, another copy (no gradient for it)
+    frozen = step("none")
+    assert estimate._FAKE_COPIES[model][2] is not fake and frozen.peak_bytes < kept[1].peak_bytes
+
+    fake_step = estimate._fake_step  # a pass that leaves something behind (a cached tensor) discards its copy
+    leaves = lambda m, mode, f, *a: setattr(f.model[-1], "grid", torch.empty(1)) or fake_step(m, mode, f, *a)  # noqa: E731
+    monkeypatch.setattr(estimate, "_fake_step", leaves)
+    step("none")
+    assert model not in estimate._FAKE_COPIES

@@ -51,8 +51,10 @@ keeps in fp32, softmax among them, run in fp32).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,7 +63,7 @@ from torch._subclasses.fake_tensor import FakeCopyMode, FakeTensorMode
 from torch.utils._pytree import tree_leaves, tree_map
 from ultralytics.utils.tal import SegTaskAlignedAssigner
 
-from ..checkpointing.engine import apply_checkpointing
+from ..checkpointing.engine import apply_checkpointing, remove_checkpointing
 from . import estimate_cache
 from .amp import cuda_amp_emulated
 from .measure import (
@@ -291,25 +293,22 @@ def _prediction_specs(model, sizes: list[int], amp: bool) -> dict:
 
 
 def _fake_prediction_specs(model, sizes: list[int], amp: bool) -> dict:
-    fake_mode = FakeTensorMode()
-    with FakeCopyMode(fake_mode):
-        fake = copy.deepcopy(model).train()
-    apply_checkpointing(fake, "none")
-    head, first, inputs = fake.model[-1], sizes[0], []
-    hook = head.register_forward_pre_hook(lambda m, args: inputs.append(args))
+    with fake_copy(model) as (fake_mode, fake):
+        head, first, inputs = fake.model[-1], sizes[0], []
+        hook = head.register_forward_pre_hook(lambda m, args: inputs.append(args))
 
-    def at(size):  # the head's inputs at another imgsz: (1, C, H, W) with H, W in proportion
-        return lambda t: (
-            t.new_empty(*t.shape[:2], *(d * size // first for d in t.shape[2:])) if isinstance(t, torch.Tensor) and t.dim() == 4 else t
-        )
+        def at(size):  # the head's inputs at another imgsz: (1, C, H, W) with H, W in proportion
+            return lambda t: (
+                t.new_empty(*t.shape[:2], *(d * size // first for d in t.shape[2:])) if isinstance(t, torch.Tensor) and t.dim() == 4 else t
+            )
 
-    spec = lambda out: tree_map(lambda t: (t.shape[1:], t.dtype), out)  # noqa: E731
-    with fake_mode, torch.no_grad(), cuda_amp_emulated(amp) as autocast, autocast():
-        try:
-            specs = {first: spec(fake(torch.empty(1, 3, first, first)))}
-        finally:
-            hook.remove()
-        specs.update({size: spec(head(*tree_map(at(size), inputs[0]))) for size in sizes[1:]})
+        spec = lambda out: tree_map(lambda t: (t.shape[1:], t.dtype), out)  # noqa: E731
+        with fake_mode, torch.no_grad(), cuda_amp_emulated(amp) as autocast, autocast():
+            try:
+                specs = {first: spec(fake(torch.empty(1, 3, first, first)))}
+            finally:
+                hook.remove()
+            specs.update({size: spec(head(*tree_map(at(size), inputs[0]))) for size in sizes[1:]})
     return specs
 
 
@@ -340,6 +339,58 @@ def calibrate_loss(model, amp: bool = False) -> LossModel:
         else:
             _LOSS_MODELS[key] = LossModel(**{k: tuple(v) if isinstance(v, list) else v for k, v in stored.items()})
     return _LOSS_MODELS[key]
+
+
+# model -> (its layout, the fake mode, the fake copy, the copy's attributes): one fake copy per model, reused by every
+# fake pass of it (the copy is a third of a pass's time on a nano model; a plan makes a dozen passes of one model)
+_FAKE_COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_SCALARS = (bool, int, float, str, type(None))
+
+
+def _layout(model: torch.nn.Module) -> tuple:
+    """What a fake copy of ``model`` is made of: its modules' classes and plain attributes (flags such as a head's
+    ``end2end``) and its tensors' names, shapes, dtypes and ``requires_grad`` (``freeze=``)."""
+    return (
+        tuple((type(m), tuple((k, v) for k, v in vars(m).items() if isinstance(v, _SCALARS))) for m in model.modules()),
+        tuple((n, t.shape, t.dtype, t.requires_grad) for n, t in (*model.named_parameters(), *model.named_buffers())),
+    )
+
+
+def _attributes(model: torch.nn.Module) -> list:
+    """Every module's class, attributes (plain values, else the object's identity), tensors' identities and hooks: a
+    fake pass that leaves these as it found them leaves nothing behind that the next pass could see (a cached
+    anchor grid, a hook, a gradient)."""
+    return [
+        (type(m), {k: v if isinstance(v, _SCALARS) else id(v) for k, v in vars(m).items()},
+         {k: id(v) for k, v in m._parameters.items()}, {k: id(v) for k, v in m._buffers.items()},
+         len(m._forward_hooks), len(m._forward_pre_hooks), len(m._backward_hooks), len(m._backward_pre_hooks))
+        for m in model.modules()
+    ] + [p.grad is None for p in model.parameters()]
+
+
+@contextlib.contextmanager
+def fake_copy(model: torch.nn.Module):
+    """``(FakeTensorMode, fake copy of model)``: ``model`` copied onto fake tensors (``FakeCopyMode``: shapes, dtypes
+    and storages, no data) in training mode, with no policy applied. The copy is kept per model and reused while the
+    model's layout (:func:`_layout`) stays the same; after each use its policy is removed and its gradients dropped,
+    and a use that left anything else behind (a new attribute, a hook) discards it, so every pass starts from a copy
+    as a fresh ``deepcopy`` makes it."""
+    layout = _layout(model)
+    kept = _FAKE_COPIES.pop(model, None)
+    if kept is not None and kept[0] == layout:
+        _, fake_mode, fake, attributes = kept
+    else:
+        fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+        with FakeCopyMode(fake_mode):
+            fake = copy.deepcopy(model).train()
+        remove_checkpointing(fake)
+        attributes = _attributes(fake)
+    yield fake_mode, fake
+    remove_checkpointing(fake)
+    for p in fake.parameters():
+        p.grad = None
+    if _attributes(fake) == attributes:  # not on an exception (it skips this): that copy is dropped
+        _FAKE_COPIES[model] = (layout, fake_mode, fake, attributes)
 
 
 def estimate_step(
@@ -384,9 +435,13 @@ def estimate_step(
         ValueError, TypeError: for a task that is not modelled, an unknown optimizer or an invalid imgsz.
     """
     imgsz = train_imgsz(imgsz, model.stride)
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
-    with FakeCopyMode(fake_mode):
-        fake = copy.deepcopy(model).train()
+    with fake_copy(model) as (fake_mode, fake):
+        return _fake_step(
+            model, fake_mode, fake, imgsz, batch, objects, recompute, mode, optimizer, amp, loss_model, flops, optimizer_from, sizes
+        )
+
+
+def _fake_step(model, fake_mode, fake, imgsz, batch, objects, recompute, mode, optimizer, amp, loss_model, flops, optimizer_from, sizes):
     policy = apply_checkpointing(fake, recompute, mode=mode)
     if loss_model is None:
         region = model
