@@ -35,7 +35,7 @@ def pytest_sessionstart(session):
     """The manifest of ../shared at the start of the suite (on the controller under xdist, whose workers share the
     tree), to prove at the end that no test wrote there: tests copy what they train on."""
     if not hasattr(session.config, "workerinput") and SHARED.is_dir():
-        from helpers import tree_manifest
+        from manifest import tree_manifest
 
         session.config.stash[SHARED_BEFORE] = tree_manifest(SHARED)
 
@@ -50,7 +50,7 @@ def pytest_sessionfinish(session, exitstatus):
     before = session.config.stash.get(SHARED_BEFORE, None)
     if before is None:
         return
-    from helpers import manifest_changes, tree_manifest
+    from manifest import manifest_changes, tree_manifest
 
     changes = manifest_changes(before, tree_manifest(SHARED))
     if changes:
@@ -63,14 +63,15 @@ def pytest_sessionfinish(session, exitstatus):
 def pytest_collection_modifyitems(items):
     """Every test that takes the ``shared_datasets`` fixture is marked ``real_data``: -m "not real_data" leaves out
     what needs ../shared/datasets. A test marked ``cuda`` is skipped, saying so, where there is no CUDA device."""
-    import torch
-
     no_cuda = pytest.mark.skip(reason="needs a CUDA device; this machine has none")
     for item in items:
         if "shared_datasets" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.real_data)
-        if item.get_closest_marker("cuda") and not torch.cuda.is_available():
-            item.add_marker(no_cuda)
+        if item.get_closest_marker("cuda"):
+            import torch  # here only: a session without a cuda test (the xdist controller's) starts without torch
+
+            if not torch.cuda.is_available():
+                item.add_marker(no_cuda)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import manifest_changes, tree_manifest
+from manifest import manifest_changes, tree_manifest
 
 TESTS = Path(__file__).resolve().parent
 
@@ -35,7 +35,7 @@ def test_a_suite_that_writes_into_shared_fails(tmp_path):
     itself, and the session fails naming the file."""
     checkout = tmp_path / "checkout" / "tests"
     checkout.mkdir(parents=True)
-    for name in ("conftest.py", "helpers.py"):
+    for name in ("conftest.py", "manifest.py"):
         shutil.copy(TESTS / name, checkout / name)
     (tmp_path / "shared" / "datasets").mkdir(parents=True)
     (checkout / "test_writes.py").write_text(
