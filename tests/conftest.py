@@ -75,6 +75,23 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture(scope="session", autouse=True)
+def no_summary_gflops():
+    """Ultralytics' model summaries count GFLOPs with thop, a profiled forward pass (~0.5 s of a 3 s trainer run at
+    imgsz 64, stock and yolo-ckpt alike); nothing in the suite reads them (yolo-ckpt counts its own FLOPs with
+    ``torch.utils.flop_counter``), so the summaries print none. Patched where collection loaded Ultralytics; a
+    session that never imports it is not made to."""
+    import sys
+
+    torch_utils = sys.modules.get("ultralytics.utils.torch_utils")
+    if torch_utils is None:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch_utils, "get_flops", lambda *args, **kwargs: 0.0)
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
 def synthetic_cache(tmp_path_factory):
     """A per-session cache for the built-in synthetic datasets, also seen by the CLI in subprocesses."""
     root = tmp_path_factory.mktemp("synthetic-cache")
