@@ -25,6 +25,7 @@ def test_selective_training_equals_stock(model, task, synthetic, tmp_path, share
             trainer=trainer_for(task),
             recompute="all",
             recompute_mode="selective",
+            estimate=False,  # the set-up estimate of selective mode: test_memory_model.py
             project=str(tmp_path),
             name="selective",
             **TRAIN,

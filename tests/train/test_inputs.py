@@ -152,7 +152,7 @@ def test_a_failure_after_the_first_epoch_started_keeps_the_run_folder(synthetic,
     """Once the first epoch starts, the folder is this run's: a failure then leaves it (args.yaml of this run)."""
     with pytest.raises(OSError, match="the disk went away"):
         YOLO("yolo11n.yaml").train(data=synthetic(), trainer=checkpointed(FailingFirstEpoch), project=str(tmp_path), name="run",
-                                   epochs=1, imgsz=32, batch=2, workers=0, plots=False, device="cpu")
+                                   epochs=1, imgsz=32, batch=2, workers=0, plots=False, device="cpu", estimate=False)
     assert (tmp_path / "run" / "args.yaml").is_file()
 
 
