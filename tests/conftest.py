@@ -1,5 +1,5 @@
-"""Shared fixtures: offline Ultralytics, synthetic datasets in a session cache, training runs shared by the tests
-that only read them, the shared real datasets."""
+"""Shared fixtures: offline Ultralytics, synthetic datasets in a session cache (one for all xdist workers), training
+runs shared by the tests that only read them, the shared real datasets."""
 
 import os
 import tempfile
@@ -11,6 +11,9 @@ if not os.environ.get("PYTEST_XDIST_WORKER"):
     # repeat them run after run). No test patches the estimate, but tests/memory/test_estimate_cache.py, which uses
     # a folder of its own; none is read from the user's cache.
     os.environ["YOLO_CKPT_ESTIMATE_CACHE"] = tempfile.mkdtemp(prefix="yolo-ckpt-test-estimates-")
+    # One cache of the built-in synthetic datasets, the same way: each is generated once per session, not once per
+    # worker (a few seconds each; two workers that need one at once both write it, and the first rename wins).
+    os.environ["YOLO_CKPT_CACHE"] = tempfile.mkdtemp(prefix="yolo-ckpt-test-cache-")
 
 from pathlib import Path  # noqa: E402
 
@@ -46,7 +49,8 @@ def pytest_sessionfinish(session, exitstatus):
     if not hasattr(session.config, "workerinput"):
         import shutil
 
-        shutil.rmtree(os.environ["YOLO_CKPT_ESTIMATE_CACHE"], ignore_errors=True)
+        for cache in ("YOLO_CKPT_ESTIMATE_CACHE", "YOLO_CKPT_CACHE"):
+            shutil.rmtree(os.environ[cache], ignore_errors=True)
     before = session.config.stash.get(SHARED_BEFORE, None)
     if before is None:
         return
@@ -91,12 +95,11 @@ def no_summary_gflops():
         yield
 
 
-@pytest.fixture(scope="session", autouse=True)
-def synthetic_cache(tmp_path_factory):
-    """A per-session cache for the built-in synthetic datasets, also seen by the CLI in subprocesses."""
-    root = tmp_path_factory.mktemp("synthetic-cache")
-    os.environ["YOLO_CKPT_CACHE"] = str(root)
-    return root
+@pytest.fixture(scope="session")
+def synthetic_cache():
+    """The session's cache of the built-in synthetic datasets (``$YOLO_CKPT_CACHE``, made on the controller above:
+    the workers and the CLI in subprocesses see it too)."""
+    return Path(os.environ["YOLO_CKPT_CACHE"])
 
 
 @pytest.fixture(scope="session")

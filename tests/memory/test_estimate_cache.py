@@ -2,9 +2,10 @@
 calibrations and fake passes an earlier one stored, and gets the same figures. In a process, one fake copy of a model
 serves all its fake passes, with the figures of a fresh copy each."""
 
+import copy
+
 import pytest
 import torch
-from helpers import build_model
 
 import yolo_ckpt.memory.estimate as estimate
 import yolo_ckpt.memory.plan as planner
@@ -49,9 +50,19 @@ def test_the_cache_can_be_turned_off_and_a_bad_entry_is_recomputed(tmp_path, mon
     assert estimate_cache.load("step", ("k",)) is None
 
 
+# A small detection model: what is tested is the copy, whatever the model (a fake pass costs per op)
+TINY = {"nc": 3, "backbone": [[-1, 1, "Conv", [16, 3, 2]], [-1, 1, "Conv", [32, 3, 2]], [-1, 1, "C3k2", [32, False, 0.25]]],
+        "head": [[[2], 1, "Detect", ["nc"]]]}
+
+
 def test_one_fake_copy_serves_every_pass_of_a_model_as_a_fresh_copy_would(monkeypatch):
-    model = build_model("yolo11n.yaml")
-    loss = estimate.LossModel("detect", (8.0, 16.0, 32.0), 4, (), (0.0,) * 4, (0.0,) * 4)  # the network's passes alone
+    from ultralytics.nn.tasks import DetectionModel
+    from ultralytics.utils import DEFAULT_CFG
+
+    torch.manual_seed(0)
+    model = DetectionModel(copy.deepcopy(TINY), verbose=False).train()
+    model.args = DEFAULT_CFG
+    loss = estimate.LossModel("detect", (4.0,), 4, (), (0.0,) * 4, (0.0,) * 4)  # the network's passes alone
     monkeypatch.setattr(estimate, "_FAKE_COPIES", type(estimate._FAKE_COPIES)())
     step = lambda policy: estimate.estimate_step(model, 96, 2, 5, policy, loss_model=loss, flops=False)  # noqa: E731
     kept, copies = [], []
