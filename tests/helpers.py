@@ -95,3 +95,24 @@ def logged_messages():
         yield messages
     finally:
         LOGGER.removeHandler(handler)
+
+
+# A small detection model (two convolutions, a C3k2 and a one-level Detect head, 3 classes): for tests of what does not
+# depend on the model (caches, files, the command line), where a nano model's fake passes would cost seconds each
+TINY_DETECT = {
+    "nc": 3,
+    "backbone": [[-1, 1, "Conv", [16, 3, 2]], [-1, 1, "Conv", [32, 3, 2]], [-1, 1, "C3k2", [32, False, 0.25]]],
+    "head": [[[2], 1, "Detect", ["nc"]]],
+}
+
+
+def tiny_yaml(folder) -> str:
+    """:data:`TINY_DETECT` written as ``folder/tiny-detect.yaml``; returns its path (for ``model=``)."""
+    from pathlib import Path
+
+    import yaml
+
+    path = Path(folder) / "tiny-detect.yaml"
+    path.write_text(yaml.safe_dump(TINY_DETECT))
+    return str(path)
+

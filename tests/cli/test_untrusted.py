@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from helpers import tiny_yaml
 from ultralytics import YOLO
 
 from yolo_ckpt.cli import main
@@ -23,9 +24,10 @@ class _Tally:
 
 @pytest.fixture(scope="module")
 def crafted(tmp_path_factory):
-    """A loadable Ultralytics checkpoint of yolo11n that tallies its unpickles in ``tally.txt`` beside it."""
+    """A loadable Ultralytics checkpoint (of a small detection model: the commands' fake passes cost per op) that
+    tallies its unpickles in ``tally.txt`` beside it."""
     folder = tmp_path_factory.mktemp("crafted")
-    yolo = YOLO("yolo11n.yaml")
+    yolo = YOLO(tiny_yaml(folder))
     path = folder / "crafted.pt"
     torch.save({"model": yolo.model, "train_args": {}, "date": None, "version": None, "tally": _Tally(folder / "tally.txt")}, path)
     return path, folder / "tally.txt"

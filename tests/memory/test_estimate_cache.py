@@ -6,6 +6,7 @@ import copy
 
 import pytest
 import torch
+from helpers import TINY_DETECT, tiny_yaml
 
 import yolo_ckpt.memory.estimate as estimate
 import yolo_ckpt.memory.plan as planner
@@ -15,8 +16,8 @@ from yolo_ckpt.memory import estimate_cache
 
 def test_a_second_plan_reads_the_first_ones_figures(tmp_path, monkeypatch):
     monkeypatch.setenv(estimate_cache.ENV, str(tmp_path / "cache"))
-    monkeypatch.setattr(estimate, "_LOSS_MODELS", {})  # another test of this worker may have calibrated yolo11n in memory
-    keys = ["model=yolo11n.yaml", "imgsz=96", "batch=2", "device=cpu", "memory_budget=1GB", "objects=30"]
+    monkeypatch.setattr(estimate, "_LOSS_MODELS", {})  # another test of this worker may have calibrated it in memory
+    keys = [f"model={tiny_yaml(tmp_path)}", "imgsz=96", "batch=2", "device=cpu", "memory_budget=1GB", "objects=30"]
 
     def planned():
         memory, budget, _, _ = plan_setup(keys)
@@ -50,17 +51,12 @@ def test_the_cache_can_be_turned_off_and_a_bad_entry_is_recomputed(tmp_path, mon
     assert estimate_cache.load("step", ("k",)) is None
 
 
-# A small detection model: what is tested is the copy, whatever the model (a fake pass costs per op)
-TINY = {"nc": 3, "backbone": [[-1, 1, "Conv", [16, 3, 2]], [-1, 1, "Conv", [32, 3, 2]], [-1, 1, "C3k2", [32, False, 0.25]]],
-        "head": [[[2], 1, "Detect", ["nc"]]]}
-
-
 def test_one_fake_copy_serves_every_pass_of_a_model_as_a_fresh_copy_would(monkeypatch):
     from ultralytics.nn.tasks import DetectionModel
     from ultralytics.utils import DEFAULT_CFG
 
     torch.manual_seed(0)
-    model = DetectionModel(copy.deepcopy(TINY), verbose=False).train()
+    model = DetectionModel(copy.deepcopy(TINY_DETECT), verbose=False).train()  # what is tested is the copy
     model.args = DEFAULT_CFG
     loss = estimate.LossModel("detect", (4.0,), 4, (), (0.0,) * 4, (0.0,) * 4)  # the network's passes alone
     monkeypatch.setattr(estimate, "_FAKE_COPIES", type(estimate._FAKE_COPIES)())
