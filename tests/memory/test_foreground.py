@@ -135,25 +135,33 @@ def _tiny_dataset(folder, task: str) -> str:
 
 @pytest.mark.parametrize("task", ["segment", "obb"])
 def test_data_bound_never_under_augmented_samples(task, tmp_path):
-    """The bound from a dataset's labels (count_data, as plan and the trainers count them) under rotation, shear,
-    scale, mosaic and mixup is never under the real assigner's foreground on samples Ultralytics' own training
-    pipeline draws from that dataset (the assigner given predictions that make every in-box anchor a candidate)."""
+    """The bound from a dataset's labels (object_sizes, which count_data gives a segmentation run, as plan and the
+    trainers count it) under rotation, shear, scale, mosaic and mixup is never under the real assigner's foreground on
+    samples Ultralytics' own training pipeline draws from that dataset (the assigner given predictions that make every
+    in-box anchor a candidate); for rotated boxes too (obb: no loss formula takes it yet)."""
+    import math
     import random
 
     from ultralytics.cfg import get_cfg
     from ultralytics.data import build_yolo_dataset
     from ultralytics.data.utils import check_det_dataset
 
-    from yolo_ckpt.memory.runspec import count_data, foreground_rule
+    from yolo_ckpt.memory.foreground import object_sizes
+    from yolo_ckpt.memory.runspec import augment_factors, count_data, foreground_rule
 
     imgsz, shear = 128, (2.0 if task == "segment" else 0.0)  # obb with shear: no bound (its rule says so)
     args = get_cfg(DEFAULT_CFG, {"task": task, "imgsz": imgsz, "degrees": 10.0, "shear": shear, "mixup": 0.5})
     data = check_det_dataset(_tiny_dataset(tmp_path, task), autodownload=False)
     counts = count_data(args, data, 32)
-    sizes, rule = foreground_rule(counts, "segment")
-    assert sizes is counts.sizes and sizes.images_per_sample == 8 and "at most those in each label's box" in rule
-    bound = sizes.per_image(imgsz, STRIDES, 10)
     dataset = build_yolo_dataset(args, data["train"], 2, data, mode="train")
+    factor = math.prod(f for _, f in augment_factors(args))
+    sizes, rule = object_sizes(dataset.labels, args, task, factor)
+    if task == "segment":
+        assert (counts.sizes.key, counts.sizes_rule) == (sizes.key, rule) and foreground_rule(counts, "segment")[0] is counts.sizes
+    else:
+        assert counts.sizes is None  # only a segmentation loss's formula takes it
+    assert sizes.images_per_sample == 8 and "at most those in each label's box" in rule
+    bound = sizes.per_image(imgsz, STRIDES, 10)
     random.seed(0)
     for i in [0, 1, 2] * 3:  # each image drawn three times: other mosaics, mixups, angles, scales and shears
         sample = dataset[i]
@@ -165,8 +173,8 @@ def test_data_bound_never_under_augmented_samples(task, tmp_path):
             assert int(_assign(task == "obb", boxes[None], 1, imgsz)[0]) <= bound
     if task == "segment":  # the labels' sizes bound it below the worst size (obb's small rotated boxes: topk caps)
         assert bound < 0.8 * 10 * counts.planned_objects, (bound, counts.planned_objects)
-    sheared = count_data(get_cfg(DEFAULT_CFG, {**vars(args), "shear": 5.0}), data, 32)
-    assert (sheared.sizes is None) == (task == "obb") and foreground_rule(None, "segment")[0] is None
+    sheared = object_sizes(dataset.labels, get_cfg(DEFAULT_CFG, {**vars(args), "shear": 5.0}), task, factor)[0]
+    assert (sheared is None) == (task == "obb") and foreground_rule(None, "segment")[0] is None
     assert "the worst box size assumed" in foreground_rule(None, "segment")[1] and foreground_rule(counts, "detect") == (None, "")
     if task == "segment":  # plan and profile: data= bounds by the sizes; objects= assumes (and says) the worst size
         from yolo_ckpt.cli.commands import estimate_setup

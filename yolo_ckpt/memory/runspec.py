@@ -135,7 +135,8 @@ class DataCounts:
         max_objects: the most labelled objects in one image.
         augment: the training augmentation's factors on a training image's objects (:func:`augment_factors`).
         sizes: the objects' box sizes under the run's augmentation (:func:`yolo_ckpt.memory.foreground.object_sizes`),
-            which bound a segmentation loss's foreground anchors; None where the augmentation leaves them unbounded.
+            which bound a segmentation loss's foreground anchors; None for other tasks and where the augmentation
+            leaves them unbounded.
         sizes_rule: how the foreground anchors are bounded, a sentence for the run's assumptions.
     """
 
@@ -185,9 +186,9 @@ def count_data(args, data: dict, stride: int) -> DataCounts:
             return DataCounts(len(ClassificationDataset(root=data["train"], args=cfg, augment=False).samples), 0, ())
         dataset = build_yolo_dataset(cfg, data["train"], 16, data, mode="train", rect=False, stride=stride)
     augment = augment_factors(args)
-    sizes, rule = (None, "") if args.task in OBJECTLESS_TASKS else object_sizes(
+    sizes, rule = (None, "") if args.task != "segment" else object_sizes(
         dataset.labels, args, args.task, math.prod(f for _, f in augment)
-    )  # semantic and depth labels have no boxes
+    )  # only a segmentation loss's formula takes the foreground anchors (foreground_rule)
     return DataCounts(len(dataset), max((len(label["cls"]) for label in dataset.labels), default=0), augment, sizes, rule)
 
 
