@@ -19,7 +19,7 @@ from yolo_ckpt import CheckpointDetectionTrainer, checkpointed_layers, count_rec
 from yolo_ckpt.checkpointing.engine import checkpointed_modules, head_branches
 from yolo_ckpt.report.layer_plot import layer_plot
 from yolo_ckpt.report.record import REPORT_NAME, RunReport, load_report
-from yolo_ckpt.train.run_stats import LAYER_PLOT_NAME, _on_train_end
+from yolo_ckpt.train.run_stats import LAYER_PLOT_NAME, _on_train_end, run_picture
 from yolo_ckpt.train.trainer import CheckpointTrainerMixin
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # two threads spin on the shared 2-core machine
@@ -69,18 +69,40 @@ def test_same_training_result_as_stock(model, task, shared_run):
 
 
 @pytest.mark.slow
-def test_auto_plan_trains_as_stock(synthetic, tmp_path, shared_run):
-    """recompute=auto plans (building the dataset, which draws from Python's RNG) and then trains exactly as stock.
-    (The auto run is shared: test_memory_model.py reads its report.)"""
+def test_auto_plan_trains_as_stock(synthetic, tmp_path):
+    """recompute=auto plans (building the dataset, which draws from Python's RNG) and then trains exactly as stock;
+    it picks layers for the budget, and the report says what they bought."""
     stock, _ = train("yolo11n.yaml", synthetic(), tmp_path, "stock", imgsz=160)
-    auto, counter = shared_run(
-        "yolo11n.yaml", "detect", CheckpointDetectionTrainer, imgsz=160, recompute="auto", memory_budget="55MB", estimate=True
+    auto, counter = train(
+        "yolo11n.yaml", synthetic(), tmp_path, "auto", CheckpointDetectionTrainer, imgsz=160, recompute="auto", memory_budget="55MB",
+        estimate=True,
     )
     assert auto.plan is not None and auto.policy.indices
     # each planned layer, and only those, recomputed in the backward of every training batch (and of the report's probe)
     assert set(counter.per_layer) == set(auto.policy.indices) and min(counter.per_layer.values()) > len(auto.train_loader)
     assert_state_equal(stock.model, auto.model)
     assert_state_equal(stock.ema.ema, auto.ema.ema)
+
+    report = json.loads((auto.save_dir / REPORT_NAME).read_text())
+    assert report["plan"]["budget_bytes"] == 55_000_000 and report["plan"]["estimated_peak_bytes"] <= 55_000_000
+    assert report["recompute"] == report["plan"]["recompute"] != "none" and report["recomputed_layers"]
+    assert report["estimated_none_peak_bytes"] > 55_000_000  # why it recomputes: none's peak is over the budget
+    # what recompute bought, estimated at set-up for the step that trained (the plan's memory model reused)
+    plan = report["plan"]
+    assert report["estimated_policy_peak_bytes"] == pytest.approx(plan["estimated_peak_bytes"], rel=0.03)  # composed vs its fake pass
+    assert report["estimated_all_peak_bytes"] <= report["estimated_policy_peak_bytes"] < report["estimated_none_peak_bytes"]
+    assert report["estimated_step"] == {"batch": 2, "imgsz": 160, "objects": plan["assumed"]["objects"], "device": "cpu", "amp": False}
+    assert report["estimate_skipped"] is None
+    picture = run_picture(auto, RunReport.from_dict(report))  # from the set-up estimate: the policy's phases beside none's
+    assert picture.peak_bytes == report["estimated_policy_peak_bytes"] and max(picture.none_phase_peak_bytes.values()) == report[
+        "estimated_none_peak_bytes"
+    ]
+    headline = RunReport.from_dict(report).headline()
+    assert f"estimated at batch 2, imgsz 160, {plan['assumed']['objects']} objects per image: this policy ~" in headline
+    assert (
+        f"none ~{report['estimated_none_peak_bytes'] / 2**20:.0f} MiB, all ~" in headline
+        and "(planned for memory_budget=52 MiB)" in headline
+    )
 
 
 class Interrupted(Exception):
