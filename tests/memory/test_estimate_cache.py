@@ -58,7 +58,7 @@ def test_one_fake_copy_serves_every_pass_of_a_model_as_a_fresh_copy_would(monkey
     torch.manual_seed(0)
     model = DetectionModel(copy.deepcopy(TINY_DETECT), verbose=False).train()  # what is tested is the copy
     model.args = DEFAULT_CFG
-    loss = estimate.LossModel("detect", (4.0,), 4, (), (0.0,) * 4, (0.0,) * 4)  # the network's passes alone
+    loss = estimate.LossModel("detect", (8.0,), 4, (), (0.0,) * 4, (0.0,) * 4)  # the network's passes alone
     monkeypatch.setattr(estimate, "_FAKE_COPIES", type(estimate._FAKE_COPIES)())
     step = lambda policy: estimate.estimate_step(model, 96, 2, 5, policy, loss_model=loss, flops=False)  # noqa: E731
     kept, copies = [], []
