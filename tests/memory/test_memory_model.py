@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import tiny_yaml
+from helpers import TINY_DETECT, tiny_yaml
 from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import FlopCounterMode
 from ultralytics import YOLO
@@ -290,8 +290,9 @@ def test_train_imgsz_is_ultralytics_rule(imgsz, trained):
 
 @pytest.mark.slow
 def test_odd_and_list_imgsz_are_planned_at_the_size_that_trains():
-    """imgsz 2736 and 65 and a list do not crash the estimate or the planner: they plan what trains (2752, 96)."""
-    model = _task_model(DetectionModel, "yolo11n.yaml", 1)
+    """imgsz 2736 and 65 and a list do not crash the estimate or the planner: they plan what trains (2752, 96). On the
+    small helpers.TINY_DETECT with one class (the rounding is the model's stride's; its fake passes cost per op)."""
+    model = _task_model(DetectionModel, copy.deepcopy(TINY_DETECT), 1)
     memory = MemoryModel(model, 2736, 1, 20, amp=False)  # a fake pass at 2752: cheap
     assert memory.base.imgsz == 2752
     plan = memory.plan(2**40, 2, [65, 40])
