@@ -79,19 +79,29 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def no_summary_gflops():
-    """Ultralytics' model summaries count GFLOPs with thop, a profiled forward pass (~0.5 s of a 3 s trainer run at
-    imgsz 64, stock and yolo-ckpt alike); nothing in the suite reads them (yolo-ckpt counts its own FLOPs with
-    ``torch.utils.flop_counter``), so the summaries print none. Patched where collection loaded Ultralytics; a
-    session that never imports it is not made to."""
+def lighter_ultralytics_runs():
+    """Two costs of every Ultralytics run that nothing in the suite reads, dropped for stock and yolo-ckpt runs alike:
+    the model summaries' GFLOPs, counted with thop (a profiled forward pass, ~0.5 s of a 3 s trainer run at imgsz 64;
+    yolo-ckpt counts its own FLOPs with ``torch.utils.flop_counter``), so the summaries print none; and the trainer's
+    ``gc.collect()`` at the end of a CPU run (``BaseTrainer._clear_memory``, ~0.4 s in a worker's grown heap; there is
+    no accelerator cache to empty, and Python's own collector runs as usual). Patched where collection loaded
+    Ultralytics; a session that never imports it is not made to."""
     import sys
 
     torch_utils = sys.modules.get("ultralytics.utils.torch_utils")
     if torch_utils is None:
         yield
         return
+    from ultralytics.engine.trainer import BaseTrainer
+
+    clear_memory = BaseTrainer._clear_memory
+
+    def cpu_without_collect(self, threshold=None):
+        return None if self.device.type == "cpu" else clear_memory(self, threshold)
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(torch_utils, "get_flops", lambda *args, **kwargs: 0.0)
+        patch.setattr(BaseTrainer, "_clear_memory", cpu_without_collect)
         yield
 
 
