@@ -118,4 +118,3 @@ def tiny_yaml(folder) -> str:
     path = Path(folder) / "tiny-detect.yaml"
     path.write_text(yaml.safe_dump(TINY_DETECT))
     return str(path)
-

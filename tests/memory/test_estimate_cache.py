@@ -2,11 +2,9 @@
 calibrations and fake passes an earlier one stored, and gets the same figures. In a process, one fake copy of a model
 serves all its fake passes, with the figures of a fresh copy each."""
 
-import copy
-
 import pytest
 import torch
-from helpers import TINY_DETECT, tiny_yaml
+from helpers import build_model, tiny_yaml
 
 import yolo_ckpt.memory.estimate as estimate
 import yolo_ckpt.memory.plan as planner
@@ -51,13 +49,8 @@ def test_the_cache_can_be_turned_off_and_a_bad_entry_is_recomputed(tmp_path, mon
     assert estimate_cache.load("step", ("k",)) is None
 
 
-def test_one_fake_copy_serves_every_pass_of_a_model_as_a_fresh_copy_would(monkeypatch):
-    from ultralytics.nn.tasks import DetectionModel
-    from ultralytics.utils import DEFAULT_CFG
-
-    torch.manual_seed(0)
-    model = DetectionModel(copy.deepcopy(TINY_DETECT), verbose=False).train()  # what is tested is the copy
-    model.args = DEFAULT_CFG
+def test_one_fake_copy_serves_every_pass_of_a_model_as_a_fresh_copy_would(tmp_path, monkeypatch):
+    model = build_model(tiny_yaml(tmp_path))  # a small model: what is tested is the copy
     loss = estimate.LossModel("detect", (8.0,), 4, (), (0.0,) * 4, (0.0,) * 4)  # the network's passes alone
     monkeypatch.setattr(estimate, "_FAKE_COPIES", type(estimate._FAKE_COPIES)())
     step = lambda policy: estimate.estimate_step(model, 96, 2, 5, policy, loss_model=loss, flops=False)  # noqa: E731
@@ -79,8 +72,8 @@ def test_one_fake_copy_serves_every_pass_of_a_model_as_a_fresh_copy_would(monkey
     frozen = step("none")
     assert estimate._FAKE_COPIES[model][2] is not fake and frozen.peak_bytes < kept[1].peak_bytes
 
-    fake_step = estimate._fake_step  # a pass that leaves something behind (a cached tensor) discards its copy
-    leaves = lambda m, mode, f, *a: setattr(f.model[-1], "grid", torch.empty(1)) or fake_step(m, mode, f, *a)  # noqa: E731
-    monkeypatch.setattr(estimate, "_fake_step", leaves)
+    apply = estimate.apply_checkpointing  # a pass that leaves something behind (a cached tensor) discards its copy
+    leaves = lambda fake, *a, **k: setattr(fake.model[-1], "grid", torch.empty(1)) or apply(fake, *a, **k)  # noqa: E731
+    monkeypatch.setattr(estimate, "apply_checkpointing", leaves)
     step("none")
     assert model not in estimate._FAKE_COPIES

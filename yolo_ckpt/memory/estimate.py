@@ -436,58 +436,52 @@ def estimate_step(
     """
     imgsz = train_imgsz(imgsz, model.stride)
     with fake_copy(model) as (fake_mode, fake):
-        return _fake_step(
-            model, fake_mode, fake, imgsz, batch, objects, recompute, mode, optimizer, amp, loss_model, flops, optimizer_from, sizes
-        )
+        policy = apply_checkpointing(fake, recompute, mode=mode)
+        if loss_model is None:
+            region = model
+            if getattr(fake, "loss_chunk", None) != getattr(model, "loss_chunk", None):  # the policy sets a loss region
+                region = copy.deepcopy(model)
+                apply_checkpointing(region, recompute, mode=mode)
+            loss_model = calibrate_loss(region, amp)
+        with fake_mode:
+            data = training_batch(model, batch, imgsz, objects)
+            flop_counts = module_flops(fake, data["img"]) if flops else {}
+            opt = build_optimizer(fake, optimizer) if optimizer_from is None else None
+            for group in opt.param_groups if opt else ():  # foreach kernels (CUDA's default): a few ops, not a few per
+                group["foreach"] = True  # parameter, on fake tensors; the state they keep is the same
+            accounting = LayerAccounting(fake)
+            with LiveTensorTracker() as tracker, cuda_amp_emulated(amp) as autocast:  # backward included: yolo_ckpt.memory.amp
+                tracker.track(list(fake.parameters()), list(fake.buffers()), data)
+                static = tracker.live_bytes
+                accounting.tracker = tracker  # each layer's backward peak (LayerRow.backward_peak_bytes)
 
+                def stand_in_loss(preds):  # dense gradients of the predictions' shapes, as the real loss gives
+                    fwd_end[0] = tracker.live_bytes
+                    return sum((t.float() * t.float()).sum() for t in tree_leaves(preds) if isinstance(t, torch.Tensor))
 
-def _fake_step(model, fake_mode, fake, imgsz, batch, objects, recompute, mode, optimizer, amp, loss_model, flops, optimizer_from, sizes):
-    policy = apply_checkpointing(fake, recompute, mode=mode)
-    if loss_model is None:
-        region = model
-        if getattr(fake, "loss_chunk", None) != getattr(model, "loss_chunk", None):  # the policy sets a loss region
-            region = copy.deepcopy(model)
-            apply_checkpointing(region, recompute, mode=mode)
-        loss_model = calibrate_loss(region, amp)
-    with fake_mode:
-        data = training_batch(model, batch, imgsz, objects)
-        flop_counts = module_flops(fake, data["img"]) if flops else {}
-        opt = build_optimizer(fake, optimizer) if optimizer_from is None else None
-        for group in opt.param_groups if opt else ():  # foreach kernels (CUDA's default): a few ops, not a few per
-            group["foreach"] = True  # parameter, on fake tensors; the state they keep is the same
-        accounting = LayerAccounting(fake)
-        with LiveTensorTracker() as tracker, cuda_amp_emulated(amp) as autocast:  # backward included: yolo_ckpt.memory.amp
-            tracker.track(list(fake.parameters()), list(fake.buffers()), data)
-            static = tracker.live_bytes
-            accounting.tracker = tracker  # each layer's backward peak (LayerRow.backward_peak_bytes)
-
-            def stand_in_loss(preds):  # dense gradients of the predictions' shapes, as the real loss gives
-                fwd_end[0] = tracker.live_bytes
-                return sum((t.float() * t.float()).sum() for t in tree_leaves(preds) if isinstance(t, torch.Tensor))
-
-            fwd_end = [0]
-            peaks, _, state = run_step(fake, data, opt, stand_in_loss, tracker, autocast)
-        accounting.remove()
-    inputs = tensor_bytes(data)
-    if optimizer_from is not None:  # its state: its static bytes less its parameters, buffers and batch (as ours)
-        earlier = optimizer_from
-        state = earlier.static_bytes - earlier.input_bytes - (static - inputs)
-        peaks = {p: v + state for p, v in peaks.items()} | {
-            "optimizer": earlier.phase_peak_bytes["optimizer"] - earlier.input_bytes + inputs
+                fwd_end = [0]
+                peaks, _, state = run_step(fake, data, opt, stand_in_loss, tracker, autocast)
+            accounting.remove()
+        inputs = tensor_bytes(data)
+        if optimizer_from is not None:  # its state: its static bytes less its parameters, buffers and batch (as ours)
+            earlier = optimizer_from
+            state = earlier.static_bytes - earlier.input_bytes - (static - inputs)
+            peaks = {p: v + state for p, v in peaks.items()} | {
+                "optimizer": earlier.phase_peak_bytes["optimizer"] - earlier.input_bytes + inputs
+            }
+        static, fwd_end[0] = static + state, fwd_end[0] + state  # the optimizer state, counted in every phase
+        for peaks_of in (accounting.forward_peaks, accounting.backward_peaks):
+            peaks_of.update({i: peak + state for i, peak in peaks_of.items()})
+        loss_forward = loss_model.forward_bytes(batch, imgsz, objects, sizes)
+        phases = {
+            "forward": peaks["forward"],
+            "loss": fwd_end[0] + loss_forward,
+            # the loss's own backward runs first, on top of everything the forward left alive; then the model's,
+            # whose peak the stand-in's backward gives (the loss's saved tensors are freed by then)
+            "backward": max(peaks["backward"], fwd_end[0] + loss_model.backward_bytes(batch, imgsz, objects, sizes)),
+            "optimizer": peaks["optimizer"],
         }
-    static, fwd_end[0] = static + state, fwd_end[0] + state  # the optimizer state, counted in every phase
-    for peaks_of in (accounting.forward_peaks, accounting.backward_peaks):
-        peaks_of.update({i: peak + state for i, peak in peaks_of.items()})
-    loss_forward = loss_model.forward_bytes(batch, imgsz, objects, sizes)
-    phases = {
-        "forward": peaks["forward"],
-        "loss": fwd_end[0] + loss_forward,
-        # the loss's own backward runs first, on top of everything the forward left alive; then the model's,
-        # whose peak the stand-in's backward gives (the loss's saved tensors are freed by then)
-        "backward": max(peaks["backward"], fwd_end[0] + loss_model.backward_bytes(batch, imgsz, objects, sizes)),
-        "optimizer": peaks["optimizer"],
-    }
-    rows, modules = accounting.profile_rows(fake, flop_counts)
+        rows, modules = accounting.profile_rows(fake, flop_counts)
     return StepProfile(
         source="fake_estimate",
         recompute=policy.spec,

@@ -281,6 +281,10 @@ class MemoryModel:
         layers = sorted(u for u in units if not isinstance(u, str))
         return ",".join([*map(str, layers), *MemoryModel.regions(units)]) or "none"
 
+    def _static_bytes(self, k: float) -> float:
+        """Bytes alive all step long at ``k`` times the base pass's batch x pixels: its static bytes, the batch scaled."""
+        return self.base.static_bytes + (k - 1) * self.base.input_bytes
+
     def _scale(self, batch: int, imgsz: int) -> float:
         return batch * imgsz**2 / (self.base.batch * self.base.imgsz**2)
 
@@ -320,7 +324,7 @@ class MemoryModel:
         recomputing ``units`` at this batch and imgsz, static bytes included."""
         imgsz = train_imgsz(imgsz, self.model.stride)
         base, k = self.base, self._scale(batch, imgsz)
-        static = base.static_bytes + (k - 1) * base.input_bytes
+        static = self._static_bytes(k)
         layers = {self.layout.head if u == "head" else u: u for u in units if u != "loss"}  # layer index -> unit
         freed = sum(self.freed[u] for u in layers.values())
         loss, loss_backward = self._loss_peaks("loss" in units, batch, imgsz)
@@ -358,7 +362,7 @@ class MemoryModel:
         ]
         return StepProfile(
             "composed_estimate", self.spec(units), base.mode, batch, imgsz, self.objects,
-            int(base.static_bytes + (k - 1) * base.input_bytes), phases, max(self._loss_peaks("loss" in units, batch, imgsz)),
+            int(self._static_bytes(k)), phases, max(self._loss_peaks("loss" in units, batch, imgsz)),
             max(phases.values()), scaled, int(k * base.input_bytes),
         )
 
