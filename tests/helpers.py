@@ -109,12 +109,18 @@ TINY_DETECT = {
 }
 
 
-def tiny_yaml(folder) -> str:
-    """:data:`TINY_DETECT` written as ``folder/tiny-detect.yaml``; returns its path (for ``model=``)."""
+# The same network with a Segment head (32 mask coefficients, 32 prototype channels at stride 4): its loss has the
+# mask loss and the loss region of a segmentation model.
+TINY_SEGMENT = {**TINY_DETECT, "head": [[[3], 1, "Segment", ["nc", 32, 32]]]}
+
+
+def tiny_yaml(folder, task: str = "detect") -> str:
+    """:data:`TINY_DETECT` (``task="detect"``) or :data:`TINY_SEGMENT` (``"segment"``) written as
+    ``folder/tiny-<task>.yaml``; returns its path (for ``model=``)."""
     from pathlib import Path
 
     import yaml
 
-    path = Path(folder) / "tiny-detect.yaml"
-    path.write_text(yaml.safe_dump(TINY_DETECT))
+    path = Path(folder) / f"tiny-{task}.yaml"
+    path.write_text(yaml.safe_dump({"detect": TINY_DETECT, "segment": TINY_SEGMENT}[task]))
     return str(path)

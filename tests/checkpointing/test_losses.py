@@ -21,6 +21,7 @@ from ultralytics.utils.tal import TaskAlignedAssigner
 from yolo_ckpt import CheckpointDetectionTrainer, count_recomputations, trainer_for
 from yolo_ckpt.checkpointing import losses
 from yolo_ckpt.checkpointing.assigner import DEFAULT_ASSIGN_CHUNK
+from yolo_ckpt.checkpointing.engine import checkpointed_modules
 from yolo_ckpt.checkpointing.losses import (
     DEFAULT_CHUNK,
     LossRegionModel,
@@ -261,20 +262,25 @@ def dense_data(synthetic_cache):
 @pytest.mark.parametrize("model", ["yolo11n-seg.yaml", "yolo26n-seg.yaml"])
 def test_trainer_all_equals_stock_fresh_and_resumed(model, dense_data, tmp_path, one_thread):
     """recompute=all (layers, head branches, loss) trains exactly as stock, through a resume (YOLO26's end-to-end
-    head builds its criterion in resume_training), with the chunk size changed at the resume (64, then 100: both
-    give stock's bits), every image's mask loss recomputed in each training backward (and the report's probe), and
-    none in validation."""
+    head builds its criterion in resume_training), with the chunk sizes changed at the resume (loss_chunk 64, then
+    100; assign_chunk 1, then the default 64: all give stock's bits), every layer, block and head branch recomputed
+    once per step and every image's mask loss in each training backward (and the report's probe), none in
+    validation. The segmentation models' trainer-level equality test (test_trainer.py has the other tasks')."""
     stock = interrupted_and_resumed(model, dense_data, tmp_path, "stock")[0]
     segment = trainer_for("segment")
     ckpt, first, second = interrupted_and_resumed(
-        model, dense_data, tmp_path, "all", segment, {"loss_chunk": 100}, recompute="all", loss_chunk=64
+        model, dense_data, tmp_path, "all", segment, {"loss_chunk": 100, "assign_chunk": 64}, recompute="all", loss_chunk=64,
+        assign_chunk=1,
     )
     branches = 2 if model.startswith("yolo26") else 1  # E2ELoss: one-to-many and one-to-one
     assert stock.ema.updates == ckpt.ema.updates == 2
-    assert ckpt.policy.loss and ckpt.args.loss_chunk == 100
+    assert ckpt.policy.loss and ckpt.policy.head and (ckpt.args.loss_chunk, ckpt.args.assign_chunk) == (100, 64)
+    modules = checkpointed_modules(ckpt.model)
+    assert len(ckpt.policy.indices) >= 8 and any(m.startswith(f"{len(ckpt.model.model) - 1}.") for m in modules)  # head branches
+    assert dict(first.per_module) == dict.fromkeys(modules, 1) and dict(second.per_module) == dict.fromkeys(modules, 2)  # + the probe
     assert first.loss_images == 1 * 2 * branches  # 1 step of 2 images, no report probe (interrupted)
     assert second.loss_images == (1 + 1) * 2 * branches  # 1 step and the report's probe
-    # the chunked assigner (150 objects: 3 chunks of the default 64) in each step, validation and the probe
+    # the chunked assigner (150 objects: 150 chunks of 1, then 3 of 64) in each step and the probe
     assert first.assignments >= 1 * branches and second.assignments >= (1 + 1) * branches
     assert_state_equal(stock.model, ckpt.model)
     assert_state_equal(stock.ema.ema, ckpt.ema.ema)

@@ -1,8 +1,11 @@
 """The one builder of a run's memory model (yolo_ckpt.memory.planned_run): the trainer, `yolo-ckpt plan` and a bench cell
-plan the same run for the same keys; plan and profile default to the device train would use."""
+plan the same run for the same keys; plan and profile default to the device train would use. On the small models of
+helpers (what is planned does not depend on the model; their fake passes and loss calibrations cost a fraction of a
+nano model's)."""
 
 import pytest
 import torch
+from helpers import tiny_yaml
 from ultralytics import YOLO
 from ultralytics.data.utils import check_det_dataset
 
@@ -35,11 +38,12 @@ def _bench_run(task, model, keys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("task", "model"), [("detect", "yolo11n.yaml"), ("segment", "yolo11n-seg.yaml")])
-def test_trainer_plan_and_bench_plan_the_same_run(task, model, synthetic, tmp_path):
+@pytest.mark.parametrize("task", ["detect", "segment"])
+def test_trainer_plan_and_bench_plan_the_same_run(task, synthetic, tmp_path):
     """Detection with mosaic, segmentation with copy-paste and mixup: the same spec (device, AMP, optimizer, objects
     with the augmentation's factors, classes), imgsz and estimate from the trainer (recompute=auto), plan and a bench
     cell; the bench once counted 4 x the label lines and AdamW for optimizer=auto."""
+    model = tiny_yaml(tmp_path, task)
     keys = {
         "model": model,
         "data": synthetic(task),
@@ -67,26 +71,27 @@ def test_trainer_plan_and_bench_plan_the_same_run(task, model, synthetic, tmp_pa
 
 
 @pytest.mark.slow
-def test_plan_and_bench_agree_on_a_cuda_budget_in_bytes(synthetic):
+def test_plan_and_bench_agree_on_a_cuda_budget_in_bytes(synthetic, tmp_path):
     """device=0 plans for a GPU from any machine: AMP on and the headroom a byte budget keeps on CUDA, the same in
     plan and in a bench cell, a memory_headroom= given included (the bench's settings once dropped it)."""
-    keys = {"model": "yolo11n.yaml", "data": synthetic(), "imgsz": 64, "batch": 2, "device": 0, "epochs": 3, "memory_budget": "4GB",
+    keys = {"model": tiny_yaml(tmp_path), "data": synthetic(), "imgsz": 64, "batch": 2, "device": 0, "epochs": 3, "memory_budget": "4GB",
             "memory_headroom": "1.2x+100MiB"}
     plan = estimate_setup(["detect", *(f"{k}={v}" for k, v in keys.items())])[0]
-    bench = _bench_run("detect", "yolo11n.yaml", keys)
+    bench = _bench_run("detect", keys["model"], keys)
     assert plan.spec == bench.spec and (plan.spec.device, plan.spec.amp) == ("cuda", True)
     assert str(plan.headroom) == str(bench.headroom) == "1.2x+100MiB"
     assert plan.memory_model().peak((), 2, 64) == bench.memory_model().peak((), 2, 64)
 
 
-def test_plan_and_profile_default_to_the_device_train_uses(capsys):
+def test_plan_and_profile_default_to_the_device_train_uses(capsys, tmp_path):
     """Without device= the estimate is for the device Ultralytics would select: the CPU (fp32) where torch sees no
     CUDA device; the output says so."""
-    run, _ = estimate_setup(["imgsz=64", "batch=1", "objects=3"])
+    keys = [f"model={tiny_yaml(tmp_path)}", "imgsz=64", "batch=1", "objects=3"]
+    run, _ = estimate_setup(keys)
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert run.spec.device == expected and run.spec.amp == (expected == "cuda")
-    assert main(["plan", "imgsz=64", "batch=1", "objects=3"]) == 2  # no memory_budget=
-    assert main(["profile", "imgsz=64", "batch=1", "objects=3"]) == 0
+    assert main(["plan", *keys]) == 2  # no memory_budget=
+    assert main(["profile", *keys]) == 0
     assert f"assumed: device {expected}, AMP {'on' if expected == 'cuda' else 'off'}" in capsys.readouterr().out
 
 
@@ -113,7 +118,7 @@ def test_a_trained_pt_is_estimated_as_training_runs_it(tmp_path):
     'element 0 of tensors does not require grad')."""
     from ultralytics.utils.torch_utils import strip_optimizer
 
-    yolo = YOLO("yolo11n.yaml")
+    yolo = YOLO(tiny_yaml(tmp_path))
     path = tmp_path / "best.pt"
     yolo.save(path)
     strip_optimizer(path)

@@ -10,6 +10,7 @@ import shutil
 
 import pytest
 import torch
+import yaml
 from helpers import assert_state_equal, train
 from ultralytics import YOLO
 from ultralytics.nn.tasks import DetectionModel
@@ -108,13 +109,21 @@ def test_dense_task_trains_as_stock(task, model, synthetic, tmp_path):
 
 @pytest.mark.slow
 def test_rtdetr_trains_as_stock_with_the_same_denoising_queries(synthetic, tmp_path, monkeypatch):
-    """yolov8n-rtdetr.yaml through RTDETRTrainer: recompute=all (backbone and neck; the decoder stays stock) trains
+    """yolov8n-rtdetr.yaml (its decoder made small: 2 layers of width 64, 30 queries; the decoder's cost dominates a
+    step and is not recomputed) through RTDETRTrainer: recompute=all (backbone and neck; the decoder stays stock) trains
     as stock, with the same contrastive denoising queries (random noise drawn in the decoder) and the same global
     torch RNG state after every step: recomputation neither draws from nor moves the RNG. imgsz 128: at 64 the
     augmentation drops every (sub-2-pixel) vehicle, and without boxes the decoder draws no denoising queries; 3 steps
     (fraction=0.75): of 2 (fraction=0.5) one batch holds no box."""
     from ultralytics import RTDETR
     from ultralytics.models.utils import ops
+    from ultralytics.nn.tasks import yaml_model_load
+
+    cfg = yaml_model_load("yolov8n-rtdetr.yaml")
+    assert cfg["head"][-1][2] == "RTDETRDecoder"
+    cfg["head"][-1][3] = ["nc", 64, 30, 4, 4, 2]  # hidden dim, queries, decoder points, heads, decoder layers
+    small = tmp_path / "yolov8n-rtdetr-small.yaml"  # the name keeps scale n
+    small.write_text(yaml.safe_dump(cfg))
 
     drawn, stock_cdn = [], ops.get_cdn_group
 
@@ -128,7 +137,7 @@ def test_rtdetr_trains_as_stock_with_the_same_denoising_queries(synthetic, tmp_p
     runs = {}
     for name, extra in (("stock", {}), ("ckpt", {"recompute": "all"})):
         drawn.clear()
-        model = RTDETR("yolov8n-rtdetr.yaml")
+        model = RTDETR(str(small))
         states = []
         model.add_callback("on_train_batch_end", lambda trainer: states.append(torch.get_rng_state()))
         trainer_cls = trainer_for("detect", model) if extra else None

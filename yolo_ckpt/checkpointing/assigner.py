@@ -26,7 +26,7 @@ candidate pair is an (object, anchor) with the anchor inside the object's box (a
 5. stock's ``get_targets`` over the whole batch (its outputs are per anchor).
 
 Every output (labels, boxes, scores, foreground mask, object index) equals stock's bit for bit on the CPU, for every
-chunk size (tested, ``tests/test_assigner.py``): each value is computed by the same operation on the same operands
+chunk size (tested, ``tests/checkpointing/test_assigner.py``): each value is computed by the same operation on the same operands
 (per-row top-k, exact maxima and sums of 0/1 counts). On CUDA, ``torch.topk`` may change algorithm with the number
 of rows: exactness there is untested.
 

@@ -330,7 +330,7 @@ def calibrate_loss(model, amp: bool = False) -> LossModel:
         getattr(args, "overlap_mask", None), getattr(args, "mask_ratio", None), getattr(model, "loss_chunk", None),
         getattr(model, "assign_chunk", None),
     )
-    key = repr((model.yaml, getattr(model.model[-1], "nc", None), settings, amp))
+    key = repr((estimate_cache.architecture(model), getattr(model.model[-1], "nc", None), settings, amp))
     if key not in _LOSS_MODELS:
         stored = estimate_cache.load("loss", key)  # an earlier process's calibration of the same code and model
         if stored is None:

@@ -40,12 +40,18 @@ def code_fingerprint() -> str:
     return digest.hexdigest()
 
 
+def architecture(model) -> str:
+    """``model``'s YAML dictionary as text, less the file it was read from (``yaml_file``: the same layers from
+    another path, or a checkpoint's copy, are the same model; the scale the file's name gave is kept as ``scale``)."""
+    return repr({k: v for k, v in model.yaml.items() if k != "yaml_file"})
+
+
 def model_key(model) -> tuple:
-    """What of ``model`` a fake pass or a calibration depends on: its YAML, the head's classes, and each parameter's
-    dtype and whether it trains (frozen layers save less)."""
+    """What of ``model`` a fake pass or a calibration depends on: its YAML (:func:`architecture`), the head's
+    classes, and each parameter's dtype and whether it trains (frozen layers save less)."""
     head = model.model[-1]
     params = tuple((str(p.dtype), p.requires_grad) for p in model.parameters())
-    return repr(model.yaml), getattr(head, "nc", None), hashlib.sha256(repr(params).encode()).hexdigest()
+    return architecture(model), getattr(head, "nc", None), hashlib.sha256(repr(params).encode()).hexdigest()
 
 
 def folder() -> Path | None:
