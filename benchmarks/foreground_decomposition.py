@@ -47,12 +47,6 @@ class MeasuredForeground(LossModel):
         return self.measured
 
 
-def term_names(loss: LossModel) -> list[str]:
-    """The names of :meth:`LossModel.terms`' segmentation terms, in its order."""
-    names = ["1", "B*A", "B*A*M", "B*M", "Fb*P", "B*M*P", "F1*P", "B*P"]
-    return names + ["min(chunk,F1)*P"] * bool(loss.chunk) + [f"decoded(3*topk={k})" for k in loss.mask_topk]
-
-
 VARIANTS = {"assumed": "worst size (objects x topk)", "bounded": "bound by the boxes' sizes", "measured": "the assigner's"}
 
 
@@ -86,7 +80,7 @@ def main(argv: list[str]) -> dict:
             **{f"forward_bytes_{k}": float(t[i] * fitted.forward[i]) for k, t in terms.items()},
             **{f"backward_bytes_{k}": float(t[i] * fitted.backward[i]) for k, t in terms.items()},
         }
-        for i, name in enumerate(term_names(fitted))
+        for i, name in enumerate(fitted.term_names())
     ]
     result = {
         **provenance(" ".join(["python -m benchmarks.foreground_decomposition", *argv])),

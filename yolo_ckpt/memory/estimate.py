@@ -26,8 +26,14 @@ the foreground the assigner gives, and the step's estimate 1.83x the measured pe
 ``benchmarks/results/foreground-decomposition``). YOLO26's ``SegTaskAlignedAssigner`` also decodes the predicted
 masks of each object's ``3 * topk`` best candidates (its mask IoU), in chunks of 2^27 mask pixels: one more term
 per such assigner, the most pixels decoded at once (:func:`_decoded`, for at most ``min(M * 3 * topk, A)``
-candidates per image). With the loss region (``yolo_ckpt.checkpointing.losses``: the mask loss recomputed in backward, its forward chunked)
-one more term, ``min(chunk, F1)*P``, and the same fit measures the recomputed loss. Classification: ``1, B``.
+candidates per image). With the loss region (``yolo_ckpt.checkpointing.losses``: each image's mask loss run in
+chunks of ``chunk`` anchors in forward and recomputed in backward in tiles of fewer than ``2 * ANCHOR_TILE``
+anchors) no tensor holds a batch's or an image's whole foreground x P: its mask terms are ``B*M*P, min(F1, T)*P,
+B*P, min(chunk, F1)*P`` with T = ``2 * ANCHOR_TILE - 1`` (the fit measures the recomputed loss). Without that
+structure the calibration's small steps (F1 at most the 525 anchors of 160 px, where ``F1*P`` and ``min(F1, T)*P``
+coincide) let the fit put the region's backward on ``F1*P``, which MoNuSeg's densest mosaic (1024 px, batch 2,
+recompute=all: 18880 foreground anchors per image bound) extrapolated to 10590 MiB against 898 measured.
+Classification: ``1, B``.
 Semantic segmentation and depth, whose losses upsample the predictions to the input's resolution (Ultralytics'
 ``SemanticSegmentationLoss``, ``DepthLoss26``), in full-resolution pixels P = imgsz^2: depth ``1, B*P``; semantic
 ``1, B*P, [B > 1]*B*P``, the last the copy of the (B, nc, H, W) logits that the loss's channel-last ``reshape``
@@ -64,6 +70,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from ultralytics.utils.tal import SegTaskAlignedAssigner
 
 from ..checkpointing.engine import apply_checkpointing, remove_checkpointing
+from ..checkpointing.losses import ANCHOR_TILE
 from . import estimate_cache
 from .amp import cuda_amp_emulated
 from .measure import (
@@ -116,7 +123,8 @@ class LossModel:
         forward, backward: the coefficients (bytes per unit of each term) of the loss's forward peak and of its
             backward peak.
         chunk: anchors per chunk of the loss region (``yolo_ckpt.checkpointing.losses``: the mask loss recomputed in backward,
-            its forward run in chunks), which adds a term in ``min(chunk, F1) * P``; None for the stock loss.
+            its forward run in chunks), whose mask terms are one image's chunk or tile of anchors (module docstring);
+            None for the stock loss.
         mask_topk: per mask-scoring assigner (YOLO26's ``SegTaskAlignedAssigner``), the candidates per object whose
             masks it decodes (``3 * topk``); empty for other losses.
         assign_chunk: objects per chunk of the loss region's assigner (:mod:`yolo_ckpt.checkpointing.assigner`), whose
@@ -150,12 +158,29 @@ class LossModel:
         if self.task == "segment":
             pixels = (imgsz // self.mask_ratio) ** 2
             foreground = foreground or self.foreground(batch, imgsz, objects, sizes)
-            terms += [foreground[0] * pixels, b * m * pixels, foreground[1] * pixels, b * pixels]
-            if self.chunk:
-                terms.append(min(self.chunk, foreground[1]) * pixels)
+            if self.chunk:  # the loss region: one image's chunk (forward) or tile (backward) of anchors at a time
+                tile = min(foreground[1], 2 * ANCHOR_TILE - 1)
+                terms += [b * m * pixels, tile * pixels, b * pixels, min(self.chunk, foreground[1]) * pixels]
+            else:
+                terms += [foreground[0] * pixels, b * m * pixels, foreground[1] * pixels, b * pixels]
             # each mask-scoring assigner's decoding: its 3 * topk candidates per object
             terms += [_decoded(b, self._per_image(imgsz, objects, k, sizes), pixels) for k in self.mask_topk]
         return np.array(terms, dtype=float)
+
+    def term_names(self) -> list[str]:
+        """The names of :meth:`terms`' terms, in its order (B batch, A anchors, M objects per image, P mask pixels,
+        Fb and F1 foreground anchors, T the loss region's largest backward tile)."""
+        if self.task == "classify":
+            return ["1", "B"]
+        if self.task == "semantic":
+            return ["1", "B*P", "[B>1]*B*P"]
+        if self.task == "depth":
+            return ["1", "B*P"]
+        names = ["1", "B*A", f"A*min(M,{self.assign_chunk})" if self.assign_chunk else "B*A*M", "B*M"]
+        if self.task == "segment":
+            names += ["B*M*P", "min(F1,T)*P", "B*P", f"min({self.chunk},F1)*P"] if self.chunk else ["Fb*P", "B*M*P", "F1*P", "B*P"]
+            names += [f"decoded(3*topk={k})" for k in self.mask_topk]
+        return names
 
     def foreground(self, batch: int, imgsz: int, objects: int, sizes=None) -> tuple[int, int]:
         """The bound on a segmentation loss's foreground anchors: the batch's, summed over the loss's assigners, and
