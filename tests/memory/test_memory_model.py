@@ -230,6 +230,22 @@ def test_composed_loss_region_against_fake_pass(seg_memory):
     assert double.peak_bytes == memory.peak(("loss",), 4, 256) and double.static_bytes == step.static_bytes + step.input_bytes
 
 
+def test_one_fake_pass_serves_a_policy_with_and_without_the_loss_region(seg_memory):
+    """The fake pass backpropagates a stand-in of the loss, so the loss region does not change it: MemoryModel.estimate
+    runs one pass for 'head' and 'head,loss' and composes the loss's phases on it, to the bytes estimate_step gives
+    with the region's formula in its own pass."""
+    model, memory = seg_memory
+    passes = len(memory._passes)
+    with_region, without = memory.estimate("head,loss", 2, 256), memory.estimate("head", 2, 256)
+    assert len(memory._passes) == passes + 1 and (with_region.recompute, without.recompute) == ("head,loss", "head")
+    direct = estimate_step(
+        model, 256, 2, 150, "head,loss", loss_model=memory.loss_models[True], flops=False, optimizer_from=memory.base
+    )
+    fields = ("phase_peak_bytes", "peak_bytes", "loss_bytes", "static_bytes", "input_bytes", "recompute")
+    assert [getattr(with_region, f) for f in fields] == [getattr(direct, f) for f in fields]
+    assert with_region.peak_bytes < without.peak_bytes
+
+
 def test_loss_region_mask_terms_stop_at_a_tile():
     """The loss region holds one image's chunk (forward) or tile (backward, fewer than 2 * ANCHOR_TILE anchors) of
     foreground anchors x mask pixels at a time: its formula's mask terms stop growing there, the stock loss's grow

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from ..checkpointing.assigner import DEFAULT_ASSIGN_CHUNK
 from ..checkpointing.engine import sub_regions
 from ..checkpointing.losses import DEFAULT_CHUNK, apply_loss_region, remove_loss_region
-from ..checkpointing.policy import REGIONS, ModelLayout, RecomputePolicy, resolve
+from ..checkpointing.policy import REGIONS, ModelLayout, RecomputePolicy, resolve, spec_string
 from ..config import NO_HEADROOM, Headroom, check_assign_chunk, check_loss_chunk
 from ..errors import ConfigError
 from . import estimate_cache
@@ -235,7 +235,7 @@ class MemoryModel:
         self.loss_models = loss_models(model, amp, loss_chunk, assign_chunk)
         # The fake pass without the loss's share (a formula of zeros): the loss's peaks are composed per unit below.
         zeros = (0.0,) * len(self.loss_models[False].forward)
-        no_loss = dataclasses.replace(self.loss_models[False], forward=zeros, backward=zeros)
+        self._no_loss = no_loss = dataclasses.replace(self.loss_models[False], forward=zeros, backward=zeros)
         self._key = (estimate_cache.model_key(model), objects, optimizer, amp)
         self._base_key = (*self._key, "base", batch, train_imgsz(imgsz, model.stride), repr(no_loss))
         self.base = _cached_step(
@@ -258,7 +258,7 @@ class MemoryModel:
         self.rebuilt["head"] = max((b.freeable_bytes for b in branches), default=0)
         self.flops["head"] = sum(b.forward_flops for b in branches)
         self.step_flops = 3 * sum(r.forward_flops for r in rows)  # backward costs about twice the forward
-        self._estimates: dict[tuple, StepProfile] = {}  # estimate()'s fake passes, by units, batch and imgsz
+        self._passes: dict[tuple, StepProfile] = {}  # estimate()'s fake passes, by units but the loss region, batch and imgsz
 
     def units(self, recompute) -> tuple:
         """The units of a ``recompute=`` value or a :class:`~yolo_ckpt.checkpointing.policy.RecomputePolicy`: its layer indices,
@@ -472,19 +472,30 @@ class MemoryModel:
     def estimate(self, recompute, batch: int, imgsz) -> StepProfile:
         """A fake-pass estimate (no per-layer FLOPs) of ``recompute`` at this batch and imgsz, with the loss formula
         of its loss region where it recomputes the loss and the optimizer phase of the base pass (``optimizer_from``:
-        the step itself is not run); computed once per units, batch and trained imgsz (the plan, ``plan``'s rows and
-        the checks of the largest imgsz and batch ask for the same steps), and kept across processes
-        (:mod:`yolo_ckpt.memory.estimate_cache`)."""
+        the step itself is not run).
+
+        The fake pass backpropagates a stand-in of the loss (:func:`yolo_ckpt.memory.estimate.estimate_step`), so
+        the loss region does not change it: one pass per units but ``"loss"``, batch and trained imgsz serves a
+        policy with and without the region (the plan, ``plan``'s rows and the checks of the largest imgsz and batch
+        ask for the same steps), kept across processes (:mod:`yolo_ckpt.memory.estimate_cache`); the loss's phases
+        are composed on it as ``estimate_step`` composes them, to the same bytes."""
+        imgsz = train_imgsz(imgsz, self.model.stride)
         units = self.units(recompute)
-        key = (units, batch, train_imgsz(imgsz, self.model.stride))
-        if key not in self._estimates:
-            loss_model = self.loss_models["loss" in units]
-            sizes = self.sizes.key if self.sizes is not None else None
-            self._estimates[key] = _cached_step((*self._key, *key, repr(loss_model), self._base_key, sizes), lambda: estimate_step(
-                self.model, imgsz, batch, self.objects, recompute, optimizer=self.optimizer, amp=self.amp,
-                loss_model=loss_model, flops=False, optimizer_from=self.base, sizes=self.sizes,
+        layers = tuple(u for u in units if u != "loss")
+        key = (layers, batch, imgsz)
+        if key not in self._passes:
+            self._passes[key] = _cached_step((*self._key, *key, repr(self._no_loss), self._base_key), lambda: estimate_step(
+                self.model, imgsz, batch, self.objects, self.spec(layers), optimizer=self.optimizer, amp=self.amp,
+                loss_model=self._no_loss, flops=False, optimizer_from=self.base,
             ))
-        return self._estimates[key]
+        step = self._passes[key]
+        forward, backward = self._loss_peaks("loss" in units, batch, imgsz)
+        phases = step.phase_peak_bytes | {  # the pass's loss phase is the forward's end: the loss's own on top of it
+            "loss": step.phase_peak_bytes["loss"] + forward,
+            "backward": max(step.phase_peak_bytes["backward"], step.phase_peak_bytes["loss"] + backward),
+        }
+        spec = recompute.spec if isinstance(recompute, RecomputePolicy) else spec_string(recompute)  # as estimate_step's policy.spec
+        return dataclasses.replace(step, recompute=spec, phase_peak_bytes=phases, loss_bytes=forward, peak_bytes=max(phases.values()))
 
     def largest_batch(self, units, budget: int, imgsz, limit: int = 1024) -> int:
         """The largest batch (>= 0, at most ``limit``, AutoBatch's cap) whose estimate with ``units`` and the headroom

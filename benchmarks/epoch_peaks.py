@@ -1,0 +1,81 @@
+"""Every training step of one epoch measured against the memory model's estimate for the same keys (issue 21's (b)).
+
+The batches are the epoch Ultralytics' own trainer of the task draws at ``seed=0`` (its dataloader: mosaic and the
+rest of the run's augmentation, ``fraction=`` of the training set); each is measured as one CPU training step
+(:func:`yolo_ckpt.memory.measure.profile_step`: forward, loss, backward, AdamW step with its state, fp32) of the model
+at its initial weights, with ``recompute=``. Beside them the estimate ``yolo-ckpt plan`` makes for the same keys
+(:func:`yolo_ckpt.cli.commands.estimate_setup`: the data's objects bound and box sizes). The weights do not change
+between steps: the memory of a step depends on its shapes and targets, and, for segmentation, on how many anchors the
+assigner makes foreground, which an untrained model's predictions make fewer than a trained one's (the estimate
+bounds those too)::
+
+    python -m benchmarks.epoch_peaks data=../shared/datasets/deeppcb/data.yaml model=yolo11n.yaml imgsz=640 batch=4
+        [recompute=none] [fraction=1.0] out=benchmarks/results/epoch-peaks-deeppcb
+
+Run it on a copy of a shared dataset: Ultralytics writes a label cache beside the labels.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+
+from ultralytics import YOLO
+
+from yolo_ckpt.bench.results_io import provenance, publish
+from yolo_ckpt.cli.args import key_value
+from yolo_ckpt.cli.commands import estimate_setup
+from yolo_ckpt.memory.measure import model_task, profile_step
+
+
+def main(argv: list[str]) -> dict:
+    opts = dict(key_value(a) for a in argv)
+    model_cfg, data = opts.get("model", "yolo11n.yaml"), opts["data"]
+    imgsz, batch_size, recompute = int(opts.get("imgsz", 640)), int(opts.get("batch", 2)), opts.get("recompute", "none")
+    fraction = float(opts.get("fraction", 1.0))
+    start = time.perf_counter()
+    run, _ = estimate_setup([f"model={model_cfg}", f"data={data}", f"imgsz={imgsz}", f"batch={batch_size}", "device=cpu"])
+    model, task = run.model, model_task(run.model)
+    estimated = run.memory_model().estimate(recompute, batch_size, imgsz).peak_bytes
+    overrides = dict(model=model_cfg, data=data, imgsz=imgsz, batch=batch_size, epochs=1, seed=0, fraction=fraction,
+                     workers=0, device="cpu", plots=False, project=tempfile.mkdtemp(prefix="epoch-peaks-"), name="run")
+    trainer = YOLO(model_cfg, task=task).task_map[task]["trainer"](overrides=overrides)  # Ultralytics' own, seeded
+    trainer.model = model  # the loader reads the model's stride
+    loader = trainer.get_dataloader(trainer.data["train"], batch_size, rank=-1, mode="train")
+    peaks, objects = [], []
+    for batch in loader:
+        batch = trainer.preprocess_batch(batch)
+        peaks.append(profile_step(model, batch, recompute, flops=False).peak_bytes)
+        objects.append(int(batch["batch_idx"].long().bincount().max()) if len(batch["batch_idx"]) else 0)
+        print(f"step {len(peaks)}/{len(loader)}: {peaks[-1] / 2**20:.0f} MiB, {objects[-1]} objects in the densest image", flush=True)
+    seconds = time.perf_counter() - start
+    largest, median = max(peaks), statistics.median(peaks)
+    result = {
+        **provenance(" ".join(["python -m benchmarks.epoch_peaks", *argv])),
+        "model": model_cfg, "task": task, "data": data, "imgsz": imgsz, "batch": batch_size, "recompute": recompute,
+        "fraction": fraction, "seed": 0, "steps": len(peaks), "step_peak_bytes": peaks, "objects_in_densest_image": objects,
+        "largest_step_peak_bytes": largest, "median_step_peak_bytes": median, "estimated_peak_bytes": estimated,
+        "estimate_over_largest": estimated / largest, "objects_bound": run.spec.objects, "run_seconds": seconds,
+    }
+    mib = 2**20
+    lines = [
+        "| model | data | imgsz | batch | recompute | steps (fraction) | largest step MiB | median MiB | estimated MiB | "
+        "estimate / largest | run time |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| {model_cfg} | {data} | {imgsz} | {batch_size} | {recompute} | {len(peaks)} ({fraction:g}) | {largest / mib:.0f} | "
+        f"{median / mib:.0f} | {estimated / mib:.0f} | {estimated / largest:.2f}x | {seconds / 60:.1f} min |",
+        "",
+        "One epoch at seed=0 as Ultralytics' trainer draws it (mosaic and the run's augmentation), each step measured on "
+        "the CPU (fp32, AdamW's state) at the initial weights; the estimate as plan makes it for the same keys. Most "
+        f"objects in one image of a batch: {max(objects)} (the estimate's bound: {run.spec.objects}).",
+        "",
+        run.spec.describe(),
+    ]
+    publish(result, lines, opts.get("out"))
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
