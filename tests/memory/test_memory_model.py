@@ -233,17 +233,23 @@ def test_composed_loss_region_against_fake_pass(seg_memory):
 def test_one_fake_pass_serves_a_policy_with_and_without_the_loss_region(seg_memory):
     """The fake pass backpropagates a stand-in of the loss, so the loss region does not change it: MemoryModel.estimate
     runs one pass for 'head' and 'head,loss' and composes the loss's phases on it, to the bytes estimate_step gives
-    with the region's formula in its own pass."""
+    with the region's formula in its own pass; the base pass serves 'loss' (and none) at its own batch and imgsz."""
     model, memory = seg_memory
+    fields = ("phase_peak_bytes", "peak_bytes", "loss_bytes", "static_bytes", "input_bytes", "recompute")
+    rows = lambda p: [(r.saved_bytes, r.freeable_bytes, r.forward_peak_bytes, r.backward_peak_bytes, r.forward_flops) for r in p.layers]  # noqa: E731
     passes = len(memory._passes)
     with_region, without = memory.estimate("head,loss", 2, 256), memory.estimate("head", 2, 256)
     assert len(memory._passes) == passes + 1 and (with_region.recompute, without.recompute) == ("head,loss", "head")
     direct = estimate_step(
         model, 256, 2, 150, "head,loss", loss_model=memory.loss_models[True], flops=False, optimizer_from=memory.base
     )
-    fields = ("phase_peak_bytes", "peak_bytes", "loss_bytes", "static_bytes", "input_bytes", "recompute")
-    assert [getattr(with_region, f) for f in fields] == [getattr(direct, f) for f in fields]
+    assert [getattr(with_region, f) for f in fields] == [getattr(direct, f) for f in fields] and rows(with_region) == rows(direct)
     assert with_region.peak_bytes < without.peak_bytes
+    # none at the base pass's own batch and imgsz is the base pass (no new pass), as a pass of its own gives it
+    none = memory.estimate("loss", 2, 256)
+    direct = estimate_step(model, 256, 2, 150, "loss", loss_model=memory.loss_models[True], flops=False, optimizer_from=memory.base)
+    assert len(memory._passes) == passes + 1 and [getattr(none, f) for f in fields] == [getattr(direct, f) for f in fields]
+    assert rows(none) == rows(direct) and {r.forward_flops for r in none.layers} == {0}
 
 
 def test_loss_region_mask_terms_stop_at_a_tile():

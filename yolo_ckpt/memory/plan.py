@@ -162,6 +162,15 @@ def _cached_step(key: tuple, compute) -> StepProfile:
     return step
 
 
+def _without_flops(step: StepProfile) -> StepProfile:
+    """``step`` with its layers' and modules' forward FLOPs 0 (a pass with ``flops=False``)."""
+    return dataclasses.replace(
+        step,
+        layers=[dataclasses.replace(r, forward_flops=0) for r in step.layers],
+        modules={name: dataclasses.replace(r, forward_flops=0) for name, r in step.modules.items()},
+    )
+
+
 def loss_models(
     model, amp: bool, chunk: int | None = None, assign_chunk: int | None = None
 ) -> dict[bool, LossModel]:
@@ -258,7 +267,9 @@ class MemoryModel:
         self.rebuilt["head"] = max((b.freeable_bytes for b in branches), default=0)
         self.flops["head"] = sum(b.forward_flops for b in branches)
         self.step_flops = 3 * sum(r.forward_flops for r in rows)  # backward costs about twice the forward
-        self._passes: dict[tuple, StepProfile] = {}  # estimate()'s fake passes, by units but the loss region, batch and imgsz
+        # estimate()'s fake passes, by units but the loss region, batch and imgsz; the base pass is none's at its own
+        # batch and imgsz (its optimizer step run, as optimizer_from reproduces it; its FLOPs dropped, as estimate's have none)
+        self._passes: dict[tuple, StepProfile] = {((), self.base.batch, self.base.imgsz): _without_flops(self.base)}
 
     def units(self, recompute) -> tuple:
         """The units of a ``recompute=`` value or a :class:`~yolo_ckpt.checkpointing.policy.RecomputePolicy`: its layer indices,
