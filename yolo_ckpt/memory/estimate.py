@@ -28,10 +28,11 @@ masks of each object's ``3 * topk`` best candidates (its mask IoU), in chunks of
 per such assigner, the most pixels decoded at once (:func:`_decoded`, for at most ``min(M * 3 * topk, A)``
 candidates per image). With the loss region (``yolo_ckpt.checkpointing.losses``: each image's mask loss run in
 chunks of ``chunk`` anchors in forward and recomputed in backward in tiles of fewer than ``2 * ANCHOR_TILE``
-anchors) no tensor holds a batch's or an image's whole foreground x P: its mask terms are ``B*M*P, min(F1, T)*P,
-B*P, min(chunk, F1)*P`` with T = ``2 * ANCHOR_TILE - 1`` (the fit measures the recomputed loss). Without that
-structure the calibration's small steps (F1 at most the 525 anchors of 160 px, where ``F1*P`` and ``min(F1, T)*P``
-coincide) let the fit put the region's backward on ``F1*P``, which MoNuSeg's densest mosaic (1024 px, batch 2,
+anchors, then by mask rows in tiles of about ``PIXEL_TILE`` anchor-pixels) no tensor holds a batch's or an image's
+whole foreground x P: its mask terms are ``B*M*P, tile(F1, P), B*P, min(chunk, F1)*P``, with ``tile`` the most
+anchor-pixels of one backward tile (:func:`_tile_pixels`; the fit measures the recomputed loss). Without that
+structure the calibration's small steps (F1 at most the 525 anchors of 160 px, where every tile is the whole
+``F1*P``) let the fit put the region's backward on ``F1*P``, which MoNuSeg's densest mosaic (1024 px, batch 2,
 recompute=all: 18880 foreground anchors per image bound) extrapolated to 10590 MiB against 898 measured.
 Classification: ``1, B``.
 Semantic segmentation and depth, whose losses upsample the predictions to the input's resolution (Ultralytics'
@@ -60,6 +61,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import math
 import weakref
 from dataclasses import dataclass
 
@@ -70,7 +72,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from ultralytics.utils.tal import SegTaskAlignedAssigner
 
 from ..checkpointing.engine import apply_checkpointing, remove_checkpointing
-from ..checkpointing.losses import ANCHOR_TILE
+from ..checkpointing.losses import ANCHOR_TILE, PIXEL_TILE
 from . import estimate_cache
 from .amp import cuda_amp_emulated
 from .measure import (
@@ -159,8 +161,7 @@ class LossModel:
             pixels = (imgsz // self.mask_ratio) ** 2
             foreground = foreground or self.foreground(batch, imgsz, objects, sizes)
             if self.chunk:  # the loss region: one image's chunk (forward) or tile (backward) of anchors at a time
-                tile = min(foreground[1], 2 * ANCHOR_TILE - 1)
-                terms += [b * m * pixels, tile * pixels, b * pixels, min(self.chunk, foreground[1]) * pixels]
+                terms += [b * m * pixels, _tile_pixels(foreground[1], pixels), b * pixels, min(self.chunk, foreground[1]) * pixels]
             else:
                 terms += [foreground[0] * pixels, b * m * pixels, foreground[1] * pixels, b * pixels]
             # each mask-scoring assigner's decoding: its 3 * topk candidates per object
@@ -169,7 +170,7 @@ class LossModel:
 
     def term_names(self) -> list[str]:
         """The names of :meth:`terms`' terms, in its order (B batch, A anchors, M objects per image, P mask pixels,
-        Fb and F1 foreground anchors, T the loss region's largest backward tile)."""
+        Fb and F1 foreground anchors, ``tile`` the loss region's largest backward tile: :func:`_tile_pixels`)."""
         if self.task == "classify":
             return ["1", "B"]
         if self.task == "semantic":
@@ -178,7 +179,7 @@ class LossModel:
             return ["1", "B*P"]
         names = ["1", "B*A", f"A*min(M,{self.assign_chunk})" if self.assign_chunk else "B*A*M", "B*M"]
         if self.task == "segment":
-            names += ["B*M*P", "min(F1,T)*P", "B*P", f"min({self.chunk},F1)*P"] if self.chunk else ["Fb*P", "B*M*P", "F1*P", "B*P"]
+            names += ["B*M*P", "tile(F1,P)", "B*P", f"min({self.chunk},F1)*P"] if self.chunk else ["Fb*P", "B*M*P", "F1*P", "B*P"]
             names += [f"decoded(3*topk={k})" for k in self.mask_topk]
         return names
 
@@ -203,6 +204,18 @@ class LossModel:
         """The loss's backward peak (bytes) above what was alive before the loss (the predictions' gradients
         included)."""
         return max(0, int(self.terms(batch, imgsz, objects, sizes=sizes) @ np.array(self.backward)))
+
+
+def _tile_pixels(anchors: int, pixels: int) -> int:
+    """The most anchor-pixels of one backward tile of the loss region's mask loss for an image of ``anchors``
+    foreground anchors and ``pixels`` mask pixels (``yolo_ckpt.checkpointing.losses._MaskLoss.backward``): the
+    coefficients' gradient in tiles of fewer than ``2 * ANCHOR_TILE`` anchors by all pixels, then the prototypes'
+    in tiles of all anchors by ``k`` mask rows, ``k = anchors * pixels // PIXEL_TILE`` parts (at most half the rows): a
+    tile under ``2 * PIXEL_TILE`` anchor-pixels plus one row's rounding, or three rows at most."""
+    width = math.isqrt(pixels)  # square masks (imgsz / mask_ratio)
+    by_anchors = min(anchors, 2 * ANCHOR_TILE - 1) * pixels
+    by_rows = min(anchors * pixels, max(2 * PIXEL_TILE + anchors * width, 3 * anchors * width))
+    return max(by_anchors, by_rows)
 
 
 def _decoded(batch: int, anchors_per_image: int, pixels: int) -> int:
