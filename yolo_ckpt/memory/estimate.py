@@ -510,17 +510,10 @@ def estimate_step(
         static, fwd_end[0] = static + state, fwd_end[0] + state  # the optimizer state, counted in every phase
         for peaks_of in (accounting.forward_peaks, accounting.backward_peaks):
             peaks_of.update({i: peak + state for i, peak in peaks_of.items()})
-        loss_forward = loss_model.forward_bytes(batch, imgsz, objects, sizes)
-        phases = {
-            "forward": peaks["forward"],
-            "loss": fwd_end[0] + loss_forward,
-            # the loss's own backward runs first, on top of everything the forward left alive; then the model's,
-            # whose peak the stand-in's backward gives (the loss's saved tensors are freed by then)
-            "backward": max(peaks["backward"], fwd_end[0] + loss_model.backward_bytes(batch, imgsz, objects, sizes)),
-            "optimizer": peaks["optimizer"],
-        }
+        # the stand-in loss holds nothing: the loss phase is the forward's end, the loss's own peaks go on top of it
+        phases = {"forward": peaks["forward"], "loss": fwd_end[0], "backward": peaks["backward"], "optimizer": peaks["optimizer"]}
         rows, modules = accounting.profile_rows(fake, flop_counts)
-    return StepProfile(
+    network = StepProfile(
         source="fake_estimate",
         recompute=policy.spec,
         mode=mode,
@@ -529,9 +522,24 @@ def estimate_step(
         objects=objects,
         static_bytes=static,
         phase_peak_bytes=phases,
-        loss_bytes=loss_forward,
+        loss_bytes=0,
         peak_bytes=max(phases.values()),
         layers=rows,
         input_bytes=inputs,
         modules=modules,
     )
+    return with_loss_phases(
+        network, loss_model.forward_bytes(batch, imgsz, objects, sizes), loss_model.backward_bytes(batch, imgsz, objects, sizes)
+    )
+
+
+def with_loss_phases(step: StepProfile, forward: int, backward: int) -> StepProfile:
+    """``step``, a fake pass whose loss holds nothing (its ``loss`` phase is the forward's end: a stand-in loss, or
+    a formula of zeros), with the loss's peaks on top: ``forward`` bytes (the loss's forward peak above what was
+    alive before it) in the loss phase, and in the backward phase the loss's own backward, ``backward`` bytes above
+    the forward's end, which runs before the model's (whose peak the stand-in's backward gives; the loss's saved
+    tensors are freed by then). ``loss_bytes`` becomes ``forward``. Used by :func:`estimate_step` and by
+    :meth:`yolo_ckpt.memory.plan.MemoryModel.estimate`, which composes each policy's loss on one pass of its layers."""
+    end = step.phase_peak_bytes["loss"]
+    phases = step.phase_peak_bytes | {"loss": end + forward, "backward": max(step.phase_peak_bytes["backward"], end + backward)}
+    return dataclasses.replace(step, phase_peak_bytes=phases, loss_bytes=forward, peak_bytes=max(phases.values()))

@@ -56,7 +56,7 @@ from ..checkpointing.policy import REGIONS, ModelLayout, RecomputePolicy, resolv
 from ..config import NO_HEADROOM, Headroom, check_assign_chunk, check_loss_chunk
 from ..errors import ConfigError
 from . import estimate_cache
-from .estimate import LossModel, calibrate_loss, estimate_step
+from .estimate import LossModel, calibrate_loss, estimate_step, with_loss_phases
 from .measure import TASKS, StepProfile, train_imgsz
 
 PLANNED_TASKS = TASKS  # the tasks yolo_ckpt.memory.estimate estimates (yolo_ckpt.memory.measure.training_batch builds their batches)
@@ -489,7 +489,7 @@ class MemoryModel:
         the loss region does not change it: one pass per units but ``"loss"``, batch and trained imgsz serves a
         policy with and without the region (the plan, ``plan``'s rows and the checks of the largest imgsz and batch
         ask for the same steps), kept across processes (:mod:`yolo_ckpt.memory.estimate_cache`); the loss's phases
-        are composed on it as ``estimate_step`` composes them, to the same bytes."""
+        are composed on it by :func:`yolo_ckpt.memory.estimate.with_loss_phases`, as ``estimate_step`` composes them."""
         imgsz = train_imgsz(imgsz, self.model.stride)
         units = self.units(recompute)
         layers = tuple(u for u in units if u != "loss")
@@ -499,14 +499,9 @@ class MemoryModel:
                 self.model, imgsz, batch, self.objects, self.spec(layers), optimizer=self.optimizer, amp=self.amp,
                 loss_model=self._no_loss, flops=False, optimizer_from=self.base,
             ))
-        step = self._passes[key]
-        forward, backward = self._loss_peaks("loss" in units, batch, imgsz)
-        phases = step.phase_peak_bytes | {  # the pass's loss phase is the forward's end: the loss's own on top of it
-            "loss": step.phase_peak_bytes["loss"] + forward,
-            "backward": max(step.phase_peak_bytes["backward"], step.phase_peak_bytes["loss"] + backward),
-        }
         spec = recompute.spec if isinstance(recompute, RecomputePolicy) else spec_string(recompute)  # as estimate_step's policy.spec
-        return dataclasses.replace(step, recompute=spec, phase_peak_bytes=phases, loss_bytes=forward, peak_bytes=max(phases.values()))
+        step = dataclasses.replace(self._passes[key], recompute=spec)
+        return with_loss_phases(step, *self._loss_peaks("loss" in units, batch, imgsz))
 
     def largest_batch(self, units, budget: int, imgsz, limit: int = 1024) -> int:
         """The largest batch (>= 0, at most ``limit``, AutoBatch's cap) whose estimate with ``units`` and the headroom
