@@ -26,14 +26,18 @@ the foreground the assigner gives, and the step's estimate 1.83x the measured pe
 ``benchmarks/results/foreground-decomposition``). YOLO26's ``SegTaskAlignedAssigner`` also decodes the predicted
 masks of each object's ``3 * topk`` best candidates (its mask IoU), in chunks of 2^27 mask pixels: one more term
 per such assigner, the most pixels decoded at once (:func:`_decoded`, for at most ``min(M * 3 * topk, A)``
-candidates per image). With the loss region (``yolo_ckpt.checkpointing.losses``: each image's mask loss run in
-chunks of ``chunk`` anchors in forward and recomputed in backward in tiles of fewer than ``2 * ANCHOR_TILE``
-anchors, then by mask rows in tiles of about ``PIXEL_TILE`` anchor-pixels) no tensor holds a batch's or an image's
-whole foreground x P: its mask terms are ``B*M*P, tile(F1, P), B*P, min(chunk, F1)*P``, with ``tile`` the most
-anchor-pixels of one backward tile (:func:`_tile_pixels`; the fit measures the recomputed loss). Without that
-structure the calibration's small steps (F1 at most the 525 anchors of 160 px, where every tile is the whole
-``F1*P``) let the fit put the region's backward on ``F1*P``, which MoNuSeg's densest mosaic (1024 px, batch 2,
-recompute=all: 18880 foreground anchors per image bound) extrapolated to 10590 MiB against 898 measured.
+candidates per image), and one for the chunk it keeps decoded while it decodes the next (:func:`_previous`); with the
+loss region, where nothing of the first assigner's loss that grows with the foreground is alive while the second
+decodes (an end-to-end loss's two run one after the other) and each chunk is freed before the next, one term, the
+larger decoding. Each last term at no fewer than :data:`DECODED_BYTES_PER_PIXEL` bytes a pixel. With the loss region
+(``yolo_ckpt.checkpointing.losses``: each image's mask loss run in chunks of ``chunk`` anchors in forward and
+recomputed in backward in tiles of fewer than ``2 * ANCHOR_TILE`` anchors, then by mask rows in tiles of about
+``PIXEL_TILE`` anchor-pixels) no tensor holds a batch's or an image's whole foreground x P: its mask terms are
+``B*M*P, tile(F1, P), B*P, min(chunk, F1)*P``, with ``tile`` the most anchor-pixels of one backward tile
+(:func:`_tile_pixels`; the fit measures the recomputed loss). Without that structure the calibration's small steps (F1
+at most the 525 anchors of 160 px, where every tile is the whole ``F1*P``) let the fit put the region's backward on
+``F1*P``, which MoNuSeg's densest mosaic (1024 px, batch 2, recompute=all: 18880 foreground anchors per image bound)
+extrapolated to 10590 MiB against 898 measured.
 Classification: ``1, B``.
 Semantic segmentation and depth, whose losses upsample the predictions to the input's resolution (Ultralytics'
 ``SemanticSegmentationLoss``, ``DepthLoss26``), in full-resolution pixels P = imgsz^2: depth ``1, B*P``; semantic
@@ -110,9 +114,22 @@ CALIBRATION_POINTS = tuple(
 # it falls short where the mask terms dominate. Measured without a margin (CPU fp32, steps at 256-1024 px, 20-600
 # objects): yolo11n-seg's step peak up to 1.0% under (2 x 512 px, 300 objects; 2 x 1024 px, 415), its loss's backward
 # peak 1.2%; yolo26n-seg's up to 0.6% (1 x 512 px, 300). With it all 48 steps of benchmarks/results/estimate-accuracy
-# are over: yolo11n-seg +1.7% to +17.5%, yolo26n-seg +0.9% to +14.2% (the high end where grid-laid objects claim
-# fewer anchors than the foreground bound).
+# are over: yolo11n-seg +1.7% to +17.4%, yolo26n-seg +0.9% to +31.9% (the high end where grid-laid objects claim
+# fewer anchors than the foreground bound, and, for yolo26n-seg, decode fewer chunks than its bound: _previous).
 MASK_TERMS_MARGIN = 0.05
+
+# Bytes per mask pixel that YOLO26's SegTaskAlignedAssigner.pair_overlaps (ultralytics/utils/tal.py) holds while it
+# decodes, on the CPU where the calibration measures it: each pixel's bool mask (`> 0`, 1 B) with the float32 product
+# it comes from, and later with its float32 copy (`pm.to(dtype)`, float off CUDA): 4 + 1. The least coefficient of
+# the formula's last term: the loss region's decoding, and the stock loss's previous chunk (:func:`_previous`, 0 at
+# every calibration point: its chunks of 2^27 pixels hold every calibration batch). The calibration's points
+# (<= 160 px) decode too few pixels to tell the decoding from the other terms: fitted, the region's came out at 3.3
+# and 1.9 B per pixel for the two assigners, and yolo26n-seg at 512 px, batch 2, 100 objects, recompute=all, was 1.3%
+# under (benchmarks/results/estimate-accuracy-all); at batch 4, 480 px, 200 objects, where the assigners decode one
+# image a chunk, the stock loss's forward was 17% under and the region's 34% (it kept a chunk's masks too, as stock
+# does: it frees them now). The stock loss's own two decoding terms stay fitted: at that floor they would count its
+# two assigners' decodings at once (796 MiB at the 512 px step, where its whole loss measured 620 MiB).
+DECODED_BYTES_PER_PIXEL = 5.0
 
 
 @dataclass(frozen=True)
@@ -164,8 +181,15 @@ class LossModel:
                 terms += [b * m * pixels, _tile_pixels(foreground[1], pixels), b * pixels, min(self.chunk, foreground[1]) * pixels]
             else:
                 terms += [foreground[0] * pixels, b * m * pixels, foreground[1] * pixels, b * pixels]
-            # each mask-scoring assigner's decoding: its 3 * topk candidates per object
-            terms += [_decoded(b, self._per_image(imgsz, objects, k, sizes), pixels) for k in self.mask_topk]
+            # the mask-scoring assigners' decodings (3 * topk candidates per object); with the loss region nothing of
+            # the first's loss that grows with the foreground is alive while the second decodes: the larger one. The
+            # stock assigner keeps a chunk's decoded masks while it decodes the next: that chunk too
+            candidates = [self._per_image(imgsz, objects, k, sizes) for k in self.mask_topk]
+            decoded = [_decoded(b, m, pixels) for m in candidates]
+            if self.chunk and decoded:
+                terms.append(max(decoded))
+            elif decoded:
+                terms += [*decoded, max(_previous(b, m, pixels) for m in candidates)]
         return np.array(terms, dtype=float)
 
     def term_names(self) -> list[str]:
@@ -180,7 +204,10 @@ class LossModel:
         names = ["1", "B*A", f"A*min(M,{self.assign_chunk})" if self.assign_chunk else "B*A*M", "B*M"]
         if self.task == "segment":
             names += ["B*M*P", "tile(F1,P)", "B*P", f"min({self.chunk},F1)*P"] if self.chunk else ["Fb*P", "B*M*P", "F1*P", "B*P"]
-            names += [f"decoded(3*topk={k})" for k in self.mask_topk]
+            if self.chunk and self.mask_topk:
+                names.append(f"decoded(3*topk={max(self.mask_topk)})")
+            elif self.mask_topk:
+                names += [*(f"decoded(3*topk={k})" for k in self.mask_topk), "decoded before the next chunk"]
         return names
 
     def foreground(self, batch: int, imgsz: int, objects: int, sizes=None) -> tuple[int, int]:
@@ -228,6 +255,15 @@ def _decoded(batch: int, anchors_per_image: int, pixels: int) -> int:
     return max(most, min(batch * most, 1 << 27))
 
 
+def _previous(batch: int, anchors_per_image: int, pixels: int) -> int:
+    """The most mask pixels of a chunk that ``SegTaskAlignedAssigner.pair_overlaps`` decodes before another one (it
+    keeps a chunk's decoded masks, ``pm`` and ``pmt``, until the next chunk's replace them): 0 where one chunk holds
+    the whole batch whatever its images' candidates (``batch`` at most ``2^27 // (anchors_per_image * pixels)``), else
+    the most of a chunk that leaves an image for the next, :func:`_decoded` of ``batch - 1`` images."""
+    one_chunk = max(1, (1 << 27) // max(anchors_per_image * pixels, 1))
+    return 0 if batch <= one_chunk else _decoded(batch - 1, anchors_per_image, pixels)
+
+
 _LOSS_MODELS: dict[str, LossModel] = {}  # per model YAML, class count, mask settings and amp
 
 
@@ -254,17 +290,19 @@ def _calibrate(model, amp: bool) -> LossModel:
     if shape.task in OBJECTLESS_TASKS:  # objects do not change their batch: each (batch, imgsz) once
         points = tuple(sorted({(b, s, 0) for b, s, _ in points}))
     rows, forward, backward = _loss_samples(model, shape, points, amp)
-    fit = lambda y: _fit(rows, np.array(y, float), upper=shape.task == "segment")  # noqa: E731
-    forward, backward = fit(forward), fit(backward)
+    fit = lambda y, lower=None: _fit(rows, np.array(y, float), upper=shape.task == "segment", lower=lower)  # noqa: E731
+    # the decoding's bytes per mask pixel are the code's, not the fit's: its points decode too few pixels to tell them
+    decoding = [0.0] * (rows.shape[1] - 1) + [DECODED_BYTES_PER_PIXEL] if shape.mask_topk else None  # the last term
+    forward, backward = fit(forward, decoding), fit(backward)
     if shape.task == "segment":  # the mask-pixel terms (from the 5th on) carry the extrapolation margin
         forward, backward = (c[:4] + tuple(v * (1 + MASK_TERMS_MARGIN) for v in c[4:]) for c in (forward, backward))
     return dataclasses.replace(shape, forward=forward, backward=backward)
 
 
-def _fit(rows: np.ndarray, y: np.ndarray, upper: bool) -> tuple[float, ...]:
+def _fit(rows: np.ndarray, y: np.ndarray, upper: bool, lower=None) -> tuple[float, ...]:
     """Coefficients (one per column of ``rows``, samples x terms) of the loss formula fitted to ``y`` (bytes): least
-    squares, or with ``upper`` an upper bound of every sample (non-negative coefficients, ``rows @ c >= y``, the least
-    total relative over-estimate: a linear program, ``scipy.optimize.linprog``).
+    squares, or with ``upper`` an upper bound of every sample (coefficients at least ``lower``, one per term, else 0;
+    ``rows @ c >= y``; the least total relative over-estimate: a linear program, ``scipy.optimize.linprog``).
 
     Raises:
         RuntimeError: when the linear program has no solution (it has one whenever a term is constant).
@@ -273,7 +311,8 @@ def _fit(rows: np.ndarray, y: np.ndarray, upper: bool) -> tuple[float, ...]:
         return tuple(float(c) for c in np.linalg.lstsq(rows, y, rcond=None)[0])
     from scipy.optimize import linprog  # here: scipy.optimize takes ~1 s to import and only a calibration fits
 
-    fit = linprog((rows / np.maximum(y, 1)[:, None]).sum(0), A_ub=-rows, b_ub=-y, bounds=(0, None), method="highs")
+    bounds = [(low, None) for low in (lower or [0.0] * rows.shape[1])]
+    fit = linprog((rows / np.maximum(y, 1)[:, None]).sum(0), A_ub=-rows, b_ub=-y, bounds=bounds, method="highs")
     if not fit.success:
         raise RuntimeError(f"the loss calibration's fit failed: {fit.message}")
     return tuple(float(c) for c in fit.x)

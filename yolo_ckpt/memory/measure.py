@@ -68,17 +68,17 @@ class LiveTensorTracker(TorchDispatchMode):
                 self._add(t)
 
     def _add(self, t: torch.Tensor) -> None:
-        if t.device.type == "meta" or t.is_sparse:
+        if t.is_meta or t.is_sparse:
             return
         storage = t.untyped_storage()
         key = storage._cdata
         if key in self._live:
             return
-        self._live[key] = storage.nbytes()
-        self.live_bytes += self._live[key]
-        self.peak_bytes = max(self.peak_bytes, self.live_bytes)
-        self.phase_peak_bytes = max(self.phase_peak_bytes, self.live_bytes)
-        self.mark_peak_bytes = max(self.mark_peak_bytes, self.live_bytes)
+        self._live[key] = nbytes = storage.nbytes()
+        self.live_bytes = live = self.live_bytes + nbytes
+        self.peak_bytes = max(self.peak_bytes, live)
+        self.phase_peak_bytes = max(self.phase_peak_bytes, live)
+        self.mark_peak_bytes = max(self.mark_peak_bytes, live)
         weakref.finalize(storage, self._free, key)
 
     def _free(self, key: int) -> None:
@@ -86,7 +86,16 @@ class LiveTensorTracker(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        self.track(out)
+        # an operator returns a tensor or a tuple or list of them (and of other values): no pytree walk, the
+        # tracker's largest cost on small real tensors (a loss calibration's)
+        if isinstance(out, torch.Tensor):
+            self._add(out)
+        elif isinstance(out, (tuple, list)):
+            for t in out:
+                if isinstance(t, torch.Tensor):
+                    self._add(t)
+                elif isinstance(t, (tuple, list, dict)):
+                    self.track(t)
         return out
 
 
