@@ -245,6 +245,11 @@ def _tile_pixels(anchors: int, pixels: int) -> int:
     return max(by_anchors, by_rows)
 
 
+# Mask pixels SegTaskAlignedAssigner.pair_overlaps decodes per chunk of images (ultralytics/utils/tal.py line 482,
+# mirrored; yolo_ckpt.checkpointing.assigner mirrors it too)
+DECODE_CHUNK_PIXELS = 1 << 27
+
+
 def _decoded(batch: int, anchors_per_image: int, pixels: int) -> int:
     """The most mask pixels that ``SegTaskAlignedAssigner.pair_overlaps`` (ultralytics/utils/tal.py) decodes at once
     when each image has at most ``anchors_per_image`` candidate anchors: it decodes the masks of as many images as fit
@@ -252,7 +257,7 @@ def _decoded(batch: int, anchors_per_image: int, pixels: int) -> int:
     ``m`` candidates in the largest image: ``m * pixels`` when that exceeds the chunk, else ``min(batch * m * pixels,
     2^27)``; the maximum over ``m <= anchors_per_image``."""
     most = anchors_per_image * pixels
-    return max(most, min(batch * most, 1 << 27))
+    return max(most, min(batch * most, DECODE_CHUNK_PIXELS))
 
 
 def _previous(batch: int, anchors_per_image: int, pixels: int) -> int:
@@ -260,7 +265,7 @@ def _previous(batch: int, anchors_per_image: int, pixels: int) -> int:
     keeps a chunk's decoded masks, ``pm`` and ``pmt``, until the next chunk's replace them): 0 where one chunk holds
     the whole batch whatever its images' candidates (``batch`` at most ``2^27 // (anchors_per_image * pixels)``), else
     the most of a chunk that leaves an image for the next, :func:`_decoded` of ``batch - 1`` images."""
-    one_chunk = max(1, (1 << 27) // max(anchors_per_image * pixels, 1))
+    one_chunk = max(1, DECODE_CHUNK_PIXELS // max(anchors_per_image * pixels, 1))
     return 0 if batch <= one_chunk else _decoded(batch - 1, anchors_per_image, pixels)
 
 
