@@ -29,7 +29,8 @@ def test_defaults_are_the_yamls():
         train["recompute"], train["recompute_mode"], train["memory_budget"], train["loss_chunk"], train["assign_chunk"])
     assert train["assign_chunk"] == DEFAULT_ASSIGN_CHUNK  # the YAML key's default and the Python API's agree
     assert config.memory_headroom == Headroom.parse(train["memory_headroom"]) == Headroom(1.15, 500 * 2**20)
-    assert dataclasses.asdict(EstimateOptions.from_args({})) == estimate == {"objects": 20, "format": "text", "plot": False}
+    expected = {"objects": 20, "object_size": None, "format": "text", "plot": False}
+    assert dataclasses.asdict(EstimateOptions.from_args({})) == estimate == expected
 
 
 def test_task_default_given_values_and_other_keys():

@@ -272,11 +272,14 @@ class EstimateOptions:
 
     Attributes:
         objects: objects per image the loss is estimated for without ``data=`` (a positive int).
+        object_size: the largest box side as a fraction of the image's side, in (0, 1], for the loss's candidate pairs
+            (:func:`yolo_ckpt.memory.runspec.layout_rule`); None: the data's box sizes, or every box the whole image.
         format: ``text`` or ``json``.
         plot: profile: also write the per-layer picture.
     """
 
     objects: int
+    object_size: float | None
     format: str
     plot: bool
 
@@ -288,11 +291,13 @@ class EstimateOptions:
             ConfigError: naming the key, the bad value and the valid choices.
         """
         values = {**ESTIMATE_DEFAULTS, **{f.name: args[f.name] for f in fields(cls) if f.name in args}}
-        objects, fmt, plot = values["objects"], values["format"], values["plot"]
+        objects, size, fmt, plot = values["objects"], values["object_size"], values["format"], values["plot"]
         if isinstance(objects, bool) or not isinstance(objects, int) or objects < 1:
             raise ConfigError(
                 f"objects={objects!r} is not valid; give a positive int (objects per image, default {ESTIMATE_DEFAULTS['objects']})"
             )
+        if size is not None and (isinstance(size, bool) or not isinstance(size, (int, float)) or not 0 < size <= 1):
+            raise ConfigError(f"object_size={size!r} is not valid; give a number in (0, 1] (the largest box side / the image side)")
         if fmt not in FORMATS:
             raise ConfigError(f"format={fmt!r} is not valid here; valid: {', '.join(FORMATS)}")
-        return cls(objects, fmt, check_bool("plot", plot))
+        return cls(objects, None if size is None else float(size), fmt, check_bool("plot", plot))

@@ -21,14 +21,15 @@ from ultralytics.utils.tal import (
 )
 
 from yolo_ckpt import CheckpointDetectionTrainer, count_recomputations
-from yolo_ckpt.checkpointing import engine, patching
+from yolo_ckpt.checkpointing import assigner as assigner_module, engine, patching
 from yolo_ckpt.checkpointing.assigner import assigners, chunk_assigners
 from yolo_ckpt.config import check_assign_chunk
 
 IMGSZ, N, NC, K, NM = 128, 12, 3, 5, 8
 STRIDES = (8, 16, 32)
 CHUNKS = (1, 7, N)
-CASES = ("random", "overlapping", "identical", "tied_zero", "one_object", "small", "nan")
+CASES = ("random", "overlapping", "identical", "tied_zero", "one_object", "small", "nan", "nested", "whole_image", "edge")
+PIECES = (97, assigner_module.PAIR_PIECE)  # candidate pairs per piece of the pair stage: many pieces a chunk, and one
 # The assigners of 8.4's losses: v8DetectionLoss and E2ELoss's one-to-many (topk 10), E2ELoss's one-to-one (7/1),
 # E2EDetectLoss's one-to-one (topk 1); v8OBBLoss's rotated one; PoseLoss26's and SegmentLoss26's.
 VARIANTS = {
@@ -57,9 +58,16 @@ def crafted(case: str, kind: type) -> dict:
     anc, na, bs = anchors * stride, len(anchors), 3
     counts = [1, 0, 1] if case == "one_object" else [N, 0, N // 2]
     n = max(counts)
-    lo, hi = {"small": (2, 10), "overlapping": (30, 60)}.get(case, (10, 50))
+    lo, hi = {"small": (2, 10), "overlapping": (30, 60), "whole_image": (IMGSZ, IMGSZ), "edge": (20, 60)}.get(case, (10, 50))
     centre = 54 + 20 * rand(bs, n, 2) if case == "overlapping" else 8 + (IMGSZ - 16) * rand(bs, n, 2)
     wh = lo + (hi - lo) * rand(bs, n, 2)
+    if case == "nested":  # a crowd: boxes inside boxes about one point, from 8 px to the whole image
+        centre = 64 + 4 * rand(bs, n, 2)
+        wh = torch.linspace(8, IMGSZ, n)[None, :, None].expand(bs, n, 2).clone()
+    if case == "whole_image":  # every box the whole image: every anchor a candidate of every object
+        centre = torch.full((bs, n, 2), IMGSZ / 2)
+    if case == "edge":  # centres on the image's edges: boxes half outside it
+        centre = torch.where(rand(bs, n, 2) > 0.5, float(IMGSZ), 0.0) * (rand(bs, n, 1) > 0.5) + centre * (rand(bs, n, 1) > 0.5)
     labels = torch.randint(0, NC, (bs, n, 1), generator=g).float()
     if case == "identical":  # the second half repeats the first: tied overlaps and metrics
         centre[:, n // 2 :], wh[:, n // 2 :], labels[:, n // 2 :] = centre[:, : n - n // 2], wh[:, : n - n // 2], labels[:, : n - n // 2]
@@ -78,7 +86,8 @@ def crafted(case: str, kind: type) -> dict:
         pd[0, 40:90] = float("nan")
     inputs = dict(pd_scores=scores, pd_bboxes=pd, anc_points=anc, gt_labels=labels * valid, gt_bboxes=gt, mask_gt=valid)
     if kind is PoseTaskAlignedAssigner:
-        kpts = centre[:, :, None] + (rand(bs, n, K, 2) - 0.5) * wh[:, :, None]
+        spread = 3.0 if case == "edge" else 1.0  # keypoints outside their boxes (and the image) on the edge case
+        kpts = centre[:, :, None] + (rand(bs, n, K, 2) - 0.5) * spread * wh[:, :, None]
         visible = (rand(bs, n, K, 1) > 0.3).float() * 2
         if case == "tied_zero":  # no visible keypoints: the box IoU
             visible.zero_()
@@ -119,7 +128,7 @@ def chunked(assigner, chunk: int):
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_outputs_equal_stock(variant, case, one_thread):
+def test_outputs_equal_stock(variant, case, one_thread, monkeypatch):
     kind, kw = VARIANTS[variant]
     stock = kind(num_classes=NC, alpha=0.5, beta=6.0, stride=list(STRIDES), **kw)
     inputs = crafted(case, kind)
@@ -127,12 +136,25 @@ def test_outputs_equal_stock(variant, case, one_thread):
     # Some positives, except where a final top-1 picks among tied zero metrics an anchor outside the box (as stock)
     assert expected[3].any() or (case == "tied_zero" and stock.topk2 == 1)
     for chunk in CHUNKS:
-        with count_recomputations() as counter:
-            got = chunked(stock, chunk)(**inputs)
-        assert counter.assignments == 1
-        assert len(got) == len(expected) == 5
-        for a, b in zip(got, expected):
-            assert_same(a, b)
+        for piece in PIECES:
+            monkeypatch.setattr(assigner_module, "PAIR_PIECE", piece)
+            with count_recomputations() as counter:
+                got = chunked(stock, chunk)(**inputs)
+            assert counter.assignments == 1
+            assert len(got) == len(expected) == 5
+            for a, b in zip(got, expected):
+                assert_same(a, b)
+
+
+def test_crafted_layouts_reach_many_pairs():
+    """The large-box layouts give far more candidate pairs than anchors (the pair stage's memory), and more than one
+    piece of the pair stage per chunk at the test's small piece size."""
+    anchors = sum((IMGSZ // s) ** 2 for s in STRIDES)
+    for case, at_least in (("whole_image", N * anchors), ("nested", 3 * anchors), ("edge", PIECES[0] + 1)):
+        x = crafted(case, TaskAlignedAssigner)
+        stock = TaskAlignedAssigner(topk=10, num_classes=NC, stride=list(STRIDES))
+        pairs = stock.select_candidates_in_gts(x["anc_points"], x["gt_bboxes"], x["mask_gt"]) & x["mask_gt"].bool()
+        assert pairs[0].sum() >= at_least > PIECES[0], (case, int(pairs[0].sum()))
 
 
 def test_crafted_cases_hold_conflicts_and_ties():
@@ -166,13 +188,13 @@ def test_class_pickles_as_stock_and_restores():
             check_assign_chunk(bad)
 
 
-def detection_batch(task: str, objects: int = 40, seed: int = 0) -> dict:
-    """A training batch of 3 images at IMGSZ: ``objects`` small boxes in the first, none in the second, one in the
-    third; obb boxes with an angle, pose keypoints (17, 3)."""
+def detection_batch(task: str, objects: int = 40, seed: int = 0, large: bool = False) -> dict:
+    """A training batch of 3 images at IMGSZ: ``objects`` small boxes (with ``large``, of 40-100% of the side: they
+    overlap) in the first, none in the second, one in the third; obb boxes with an angle, pose keypoints (17, 3)."""
     g = torch.Generator().manual_seed(seed)
     n = objects + 1
     centre = 0.1 + 0.8 * torch.rand(n, 2, generator=g)
-    wh = 0.03 + 0.2 * torch.rand(n, 2, generator=g)
+    wh = (0.4 + 0.6 * torch.rand(n, 2, generator=g)) if large else (0.03 + 0.2 * torch.rand(n, 2, generator=g))
     batch = {
         "img": torch.rand(3, 3, IMGSZ, IMGSZ, generator=g),
         "batch_idx": torch.tensor([0.0] * objects + [2.0]),
@@ -211,17 +233,24 @@ def loss_and_grads(model, preds, batch, criterion):
     return [loss.detach(), *tree_leaves(items), *grads], counter.assignments
 
 
+@pytest.mark.parametrize("layout", ["small", "large"])
 @pytest.mark.parametrize("name", LOSSES)
-def test_loss_and_gradients_equal_stock(name, one_thread):
+def test_loss_and_gradients_equal_stock(name, layout, one_thread, monkeypatch):
+    """Small boxes, and large ones that overlap (every anchor a candidate of many objects, over several pieces of the
+    pair stage: PAIR_PIECE 97)."""
     cls, cfg, task = LOSSES[name]
     torch.manual_seed(0)
     model = cls(cfg, nc=1, verbose=False).train()
     model.args = get_cfg()
-    batch = detection_batch(task)
+    batch = detection_batch(task, large=layout == "large")
+    if layout == "large":
+        monkeypatch.setattr(assigner_module, "PAIR_PIECE", PIECES[0])
     if task == "segment":
         from yolo_ckpt.data.synthetic import dense_segment_batch
+        from yolo_ckpt.memory.measure import training_batch
 
-        batch = dense_segment_batch(2, IMGSZ, 30)
+        large = training_batch(model, 2, IMGSZ, 30, sides=(0.4, 1.0))  # masks fill their boxes
+        batch = large if layout == "large" else dense_segment_batch(2, IMGSZ, 30)
     with torch.no_grad():
         preds = model(batch["img"])
 

@@ -278,7 +278,8 @@ def test_profile_and_plan_estimate_the_run_of_the_data(synthetic, tmp_path):
     assert (spec.device, spec.amp, spec.optimizer, str(config.headroom_on(spec.device))) == ("cpu", False, "MuSGD", "1x+0MiB")
     assert spec.describe() == (
         "assumed: device cpu, AMP off (fp32) as Ultralytics trains on the CPU, optimizer=auto: MuSGD for 20000 iterations "
-        "(3 images, 20000 epochs; MuSGD above 10000), 1200 objects per image (the data's most in one image, 300, x 4 for mosaic), 1 classes"
+        "(3 images, 20000 epochs; MuSGD above 10000), 1200 objects per image (the data's most in one image, 300, x 4 for mosaic), "
+        "box layout: each label's box at its largest (x 1.5 for scale=, degrees=0.0, shear=0.0, multi_scale=0.0), 1 classes"
     )
     run, _ = estimate_setup(["objects=7", "optimizer=SGD", "memory_budget=8GB", "device=0"])  # no data=; a GPU from any machine
     config, spec = run.config, run.spec
@@ -291,7 +292,9 @@ def test_profile_and_plan_estimate_the_run_of_the_data(synthetic, tmp_path):
         "1.15x+500MiB",
     )
     assert spec.describe() == (  # the line profile and plan print (their JSON carries the fields)
-        "assumed: device cuda, AMP on (2-byte activations), optimizer=SGD, 7 objects per image (objects=7), 80 classes"
+        "assumed: device cuda, AMP on (2-byte activations), optimizer=SGD, 7 objects per image (objects=7), box layout: every box "
+        "the whole image, the worst (give data= to bound it by the labels' box sizes, or object_size= for the largest box side as "
+        "a fraction of the image), 80 classes"
     )
 
 

@@ -147,7 +147,7 @@ def test_data_bound_never_under_augmented_samples(task, tmp_path):
     from ultralytics.data.utils import check_det_dataset
 
     from yolo_ckpt.memory.foreground import object_sizes
-    from yolo_ckpt.memory.runspec import augment_factors, count_data, foreground_rule
+    from yolo_ckpt.memory.runspec import augment_factors, count_data, layout_rule
 
     imgsz, shear = 128, (2.0 if task == "segment" else 0.0)  # obb with shear: no bound (its rule says so)
     args = get_cfg(DEFAULT_CFG, {"task": task, "imgsz": imgsz, "degrees": 10.0, "shear": shear, "mixup": 0.5})
@@ -156,11 +156,9 @@ def test_data_bound_never_under_augmented_samples(task, tmp_path):
     dataset = build_yolo_dataset(args, data["train"], 2, data, mode="train")
     factor = math.prod(f for _, f in augment_factors(args))
     sizes, rule = object_sizes(dataset.labels, args, task, factor)
-    if task == "segment":
-        assert (counts.sizes.key, counts.sizes_rule) == (sizes.key, rule) and foreground_rule(counts, "segment")[0] is counts.sizes
-    else:
-        assert counts.sizes is None  # only a segmentation loss's formula takes it
-    assert sizes.images_per_sample == 8 and "at most those in each label's box" in rule
+    # every task with boxes: the sizes bound the assigner's candidate pairs (and a segmentation loss's foreground)
+    assert (counts.sizes.key, counts.sizes_rule) == (sizes.key, rule) and layout_rule(counts, task)[0] is counts.sizes
+    assert sizes.images_per_sample == 8 and "each label's box at its largest" in rule
     bound = sizes.per_image(imgsz, STRIDES, 10)
     random.seed(0)
     for i in [0, 1, 2] * 3:  # each image drawn three times: other mosaics, mixups, angles, scales and shears
@@ -174,16 +172,21 @@ def test_data_bound_never_under_augmented_samples(task, tmp_path):
     if task == "segment":  # the labels' sizes bound it below the worst size (obb's small rotated boxes: topk caps)
         assert bound < 0.8 * 10 * counts.planned_objects, (bound, counts.planned_objects)
     sheared = object_sizes(dataset.labels, get_cfg(DEFAULT_CFG, {**vars(args), "shear": 5.0}), task, factor)[0]
-    assert (sheared is None) == (task == "obb") and foreground_rule(None, "segment")[0] is None
-    assert "the worst box size assumed" in foreground_rule(None, "segment")[1] and foreground_rule(counts, "detect") == (None, "")
+    assert (sheared is None) == (task == "obb")
+    worst, why = layout_rule(None, task, 30)  # no data: every box the whole image, and how to say better
+    assert (list(worst.w), list(worst.h), worst.images_per_sample) == ([1.0] * 30, [1.0] * 30, 1)
+    assert "every box the whole image, the worst (give data=" in why and "object_size=" in why
+    stated, said = layout_rule(counts, task, 30, 0.25)  # object_size= replaces the labels' sizes
+    assert list(stated.w) == [0.25] * 30 and said == "box layout: 30 boxes of 0.25 x the image side (object_size=)"
+    assert layout_rule(counts, "classify") == (None, "")
     if task == "segment":  # plan and profile: data= bounds by the sizes; objects= assumes (and says) the worst size
         from yolo_ckpt.cli.commands import estimate_setup
         from yolo_ckpt.memory.planned_run import planned_run
 
         counted, _ = estimate_setup(["model=yolo11n-seg.yaml", "imgsz=128", "device=cpu", f"data={tmp_path / 'data.yaml'}"])
         given = planned_run(counted.model.args, counted.model, counted.config, "cpu", data, objects=30)
-        assert counted.sizes is not None and "at most those in each label's box at its largest" in counted.spec.describe()
-        assert given.sizes is None and "foreground anchors: the worst box size assumed" in given.spec.describe()
+        assert counted.sizes is counted.counts.sizes and "each label's box at its largest" in counted.spec.describe()
+        assert list(given.sizes.w) == [1.0] * 30 and "every box the whole image, the worst" in given.spec.describe()
 
 
 @pytest.mark.slow
@@ -205,3 +208,50 @@ def test_sized_estimate_never_under_a_measured_step():
     # the worst size's estimate differs from it only by the loss formula's foreground terms: its peak is in backward
     worst = sized.phase_peak_bytes["loss"] - sized.loss_bytes + loss.backward_bytes(2, imgsz, objects)
     assert sized.peak_bytes == sized.phase_peak_bytes["backward"] < worst, (sized.phase_peak_bytes, worst)
+
+
+# (YAML, class count): the task-aligned assigner variants of 8.4's losses: detect, rotated, pose (its level gate),
+# segmentation, and YOLO26's end-to-end loss (two assigners, one after the other)
+PAIR_VARIANTS = {"detect": ("yolo11n.yaml", 3), "obb": ("yolo11n-obb.yaml", 1), "pose": ("yolo11n-pose.yaml", 1),
+                 "segment": ("yolo11n-seg.yaml", 1), "yolo26": ("yolo26n.yaml", 1)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("region", [False, True], ids=["stock", "loss-region"])
+@pytest.mark.parametrize("variant", list(PAIR_VARIANTS))
+def test_pair_term_never_under_overlapping_boxes(variant, region):
+    """Large boxes that overlap (sides 40-100% of the image, 50 per image at 256 px: ~10x the pairs of the grid-laid
+    calibration boxes, over several of the loss region's pair pieces): the loss formula's forward peak with the batch's
+    box sizes is never under the real loss's (stock's assigner and the chunked one), counts the pairs beyond one per
+    anchor at the assigner's measured bytes per pair."""
+    import copy
+    import dataclasses
+
+    from ultralytics import YOLO
+
+    from yolo_ckpt import apply_checkpointing
+    from yolo_ckpt.memory.estimate import _loss_samples
+    from yolo_ckpt.memory.measure import model_task
+
+    yaml, nc = PAIR_VARIANTS[variant]
+    torch.manual_seed(0)
+    model = YOLO(yaml).model.train() if nc == 80 else YOLO(yaml).task_map[YOLO(yaml).task]["model"](yaml, nc=nc, verbose=False)
+    model.args = DEFAULT_CFG
+    if region:
+        model = copy.deepcopy(model)
+        apply_checkpointing(model, "loss")
+    formula = calibrate_loss(model)
+    model.criterion = model.init_criterion()
+    batch, imgsz, objects, sides = 2, 256, 50, (0.4, 1.0)
+    data = training_batch(model, batch, imgsz, objects, sides=sides)
+    sizes = ObjectSizes.of_batch(data, model_task(model))
+    _, (measured,), _, (pairs,), (assigner,) = _loss_samples(model, formula, [(batch, imgsz, objects, sides)], amp=False)
+    anchors = sum((imgsz // int(s)) ** 2 for s in model.stride.tolist())
+    assert pairs > 8 * batch * anchors and formula.pairs(batch, imgsz, objects, sizes) >= pairs
+    # the loss region keeps ~13 bytes a pair (and a piece of 8192 pairs' temporaries), stock ~120 at once
+    assert (5 < formula.pair_bytes < 40) if region else formula.pair_bytes > 60, formula.pair_bytes
+    assert assigner > (0.05 if region else 0.5) * formula.pair_bytes * pairs  # the pairs are the assigner's memory
+    estimated = formula.forward_bytes(batch, imgsz, objects, sizes)
+    assert estimated >= measured, (estimated, measured)
+    without = dataclasses.replace(formula, pair_bytes=0.0).forward_bytes(batch, imgsz, objects, sizes)
+    assert estimated - without >= formula.pair_bytes * (pairs - batch * anchors)  # the pairs beyond one an anchor

@@ -6,13 +6,17 @@ anchors) tensors: the in-box mask, the overlaps and alignment metrics, the top-k
 normalised metric. At 1024 px (21504 anchors) with 600 objects that is 52 MB per float tensor per image: with many
 objects per image it is the step's peak under ``recompute=all``. Here the same assignment runs over chunks of
 ``assign_chunk`` objects of one image, so that its transient is O(assign_chunk x anchors + candidate pairs), where a
-candidate pair is an (object, anchor) with the anchor inside the object's box (a few per small object):
+candidate pair is an (object, anchor) with the anchor inside the object's box (a few per small object, up to the
+anchors' count per object for boxes that cover the image):
 
-1. candidates: per chunk, stock's ``select_candidates_in_gts`` on the chunk's boxes; the nonzeros of all chunks,
-   concatenated, are stock's ``indices`` in its order (row-major over image, object, anchor);
-2. pair metrics: the overlap and alignment metric of every candidate pair, computed once over the whole list with
-   stock's ``pair_overlaps`` and the lines of ``get_box_metrics`` (not per chunk: CPU elementwise kernels give an
-   element's bits by its position in the vector loop, ``pow(6.0)`` 1 ulp apart between a list and its slices);
+1. candidates: per chunk, stock's ``select_candidates_in_gts`` on the chunk's boxes; each chunk keeps the flat
+   positions of its pairs (int32), in stock's order (row-major over image, object, anchor);
+2. pair metrics: each pair's class score and overlap (stock's ``pair_overlaps``) computed ``PAIR_PIECE`` pairs at a
+   time (its operations give an element the same bits at any place in the list: tested on every variant), then the
+   alignment metric's powers over the whole list in place, as stock computes them (a CPU ``pow`` gives an element's
+   bits by its place in the vector loop: ``pow(6.0)`` is 1 ulp apart between a list and its slices). What stays is
+   12 bytes a pair (position, score turned metric, overlap) and one piece's temporaries; stock's assigner holds ~120
+   bytes a pair at once (the index triples, the gathered boxes and CIoU's temporaries);
 3. first pass, per chunk: the dense rows (chunk x anchors) of the overlaps and metrics are scattered from the pair
    list, each object's row top-k'd at full length with stock's ``select_topk_candidates`` (early in training many
    in-box metrics are exactly 0, and ``torch.topk``'s choice among tied zeros decides the positives); per anchor it
@@ -58,26 +62,38 @@ from ..config import check_assign_chunk
 from . import patching
 
 DEFAULT_ASSIGN_CHUNK = 64  # objects per chunk: 64 x 21504 anchors (imgsz 1024) x 4 B = 5.5 MB per float row block
+PAIR_PIECE = 1 << 13  # candidate pairs whose overlaps are computed at once: ~100 B each in stock's CIoU, under 1 MB
 
 
-def _chunks(indices, bs: int, n: int, chunk: int) -> list[tuple[int, slice, slice]]:
-    """The chunks (image, object slice, slice of the pair list) in stock's order, from the candidate pairs
-    ``indices`` (image, object, anchor) sorted row-major as ``nonzero`` gives them."""
-    counts = torch.bincount(indices[0] * n + indices[1], minlength=bs * n)
-    offsets = [0, *counts.cumsum(0).tolist()]
-    return [
-        (b, slice(g, min(g + chunk, n)), slice(offsets[b * n + g], offsets[b * n + min(g + chunk, n)]))
-        for b in range(bs)
-        for g in range(0, n, chunk)
-    ]
+def _candidates(assigner, anc_points, gt_bboxes, mask_gt, chunk: int) -> list[tuple[int, slice, torch.Tensor]]:
+    """The candidate pairs, chunk by chunk: (image, object slice, flat positions ``object_in_chunk * anchors +
+    anchor`` of its in-box pairs, row-major as stock's ``nonzero`` lists them; int32 where they fit)."""
+    na, (bs, n) = anc_points.shape[0], mask_gt.shape[:2]
+    found = []
+    for b in range(bs):
+        for g in range(0, n, chunk):
+            objects = slice(g, min(g + chunk, n))
+            in_box = assigner.select_candidates_in_gts(anc_points, gt_bboxes[b : b + 1, objects], mask_gt[b : b + 1, objects])
+            where = (in_box & mask_gt[b : b + 1, objects].bool()).view(-1).nonzero().squeeze(1)
+            found.append((b, objects, where.int() if (objects.stop - objects.start) * na < 2**31 else where))
+    return found
 
 
-def _rows(values, indices, objects: slice, pairs: slice, na: int, dtype=None):
-    """Dense rows (len(objects), na) holding ``values`` (pairs,) of the pairs ``pairs`` of ``indices``, 0 elsewhere:
-    the chunk's rows of stock's ``overlaps[indices] = values`` into zeros."""
-    rows = torch.zeros((objects.stop - objects.start) * na, dtype=dtype or values.dtype, device=values.device)
-    rows[(indices[1][pairs] - objects.start) * na + indices[2][pairs]] = values[pairs]
-    return rows.view(-1, na)
+def _pieces(chunks, na: int):
+    """The (image, object, anchor) index tensors of the candidate pairs, at most ``PAIR_PIECE`` at a time, in
+    stock's order; at least one (maybe empty) piece per chunk."""
+    for b, objects, where in chunks:
+        for s in range(0, max(len(where), 1), PAIR_PIECE):
+            w = where[s : s + PAIR_PIECE].long()
+            yield torch.full_like(w, b), w // na + objects.start, w % na
+
+
+def _rows(values, where, rows: int, na: int, dtype=None):
+    """Dense rows (rows, na) holding ``values`` (pairs,) at the flat positions ``where``, 0 elsewhere: a chunk's rows of
+    stock's ``overlaps[indices] = values`` into zeros."""
+    dense = torch.zeros(rows * na, dtype=dtype or values.dtype, device=values.device)
+    dense[where.long()] = values
+    return dense.view(rows, na)
 
 
 def _first_max(best, best_idx, rows, start: int):
@@ -105,54 +121,46 @@ class ChunkedAssignment(patching.PickledAsStock):
         of ``assign_chunk`` objects of one image."""
         for counter in patching.ACTIVE_COUNTERS:
             counter.assignments += 1
-        bs, n, na = self.bs, self.n_max_boxes, anc_points.shape[0]
+        bs, na = self.bs, anc_points.shape[0]
         gt_valid = mask_gt.bool()
-        # 1. candidate pairs: stock's `indices` in get_box_metrics, (mask_in_gts * mask_gt).nonzero()
-        found = []
-        for b in range(bs):
-            for g in range(0, n, self.assign_chunk):
-                objects = slice(g, min(g + self.assign_chunk, n))
-                in_box = self.select_candidates_in_gts(anc_points, gt_bboxes[b : b + 1, objects], mask_gt[b : b + 1, objects])
-                pairs = (in_box & gt_valid[b : b + 1, objects]).nonzero()
-                found.append(torch.stack((pairs[:, 0] + b, pairs[:, 1] + g, pairs[:, 2])))
-        indices = tuple(torch.cat(found, 1))
-        # 2. the pairs' metrics, once over the whole list
-        align_values, overlap_values = self._pair_metrics(indices, pd_scores, pd_bboxes, gt_labels, gt_bboxes, **extra)
-        chunks = _chunks(indices, bs, n, self.assign_chunk)
-        ones = torch.ones_like(overlap_values, dtype=torch.bool)
+        # 1. candidate pairs, per chunk (stock's `indices` in get_box_metrics, (mask_in_gts * mask_gt).nonzero())
+        chunks = _candidates(self, anc_points, gt_bboxes, mask_gt, self.assign_chunk)
+        offsets = [0, *torch.tensor([len(w) for *_, w in chunks]).cumsum(0).tolist()]
+        # 2. the pairs' metrics
+        align_values, overlap_values = self._pair_metrics(chunks, na, pd_scores, pd_bboxes, gt_labels, gt_bboxes, **extra)
 
-        def rows(values, objects, pairs):
-            return _rows(values, indices, objects, pairs, na)
+        def rows(values, i, dtype=None):
+            b, objects, where = chunks[i]
+            return _rows(values[offsets[i] : offsets[i + 1]], where, objects.stop - objects.start, na, dtype)
 
         # 3. first pass: positives of each row (get_pos_mask), claims and the argmax of overlaps per anchor
         claims = torch.zeros(bs, na, dtype=torch.int64, device=pd_scores.device)
         best = [None] * bs
         positives = []
-        for b, objects, pairs in chunks:
+        for i, (b, objects, _) in enumerate(chunks):
             valid = gt_valid[b : b + 1, objects]
-            mask_topk = self.select_topk_candidates(
-                rows(align_values, objects, pairs)[None], topk_mask=valid.expand(-1, -1, self.topk)
-            )[0]
-            mask_pos = mask_topk.mul_(rows(ones, objects, pairs)).mul_(valid[0])
+            mask_topk = self.select_topk_candidates(rows(align_values, i)[None], topk_mask=valid.expand(-1, -1, self.topk))[0]
+            in_box = _rows(torch.ones_like(chunks[i][2], dtype=torch.bool), chunks[i][2], objects.stop - objects.start, na)
+            mask_pos = mask_topk.mul_(in_box).mul_(valid[0])
             claims[b] += mask_pos.sum(0)
-            best[b] = _first_max(*(best[b] or (None, None)), rows(overlap_values, objects, pairs), objects.start)
+            best[b] = _first_max(*(best[b] or (None, None)), rows(overlap_values, i), objects.start)
             positives.append(mask_pos.nonzero())
         # 4. second pass: select_highest_overlaps, then the normalisation of _forward
         fg = [None] * bs
         norm = [None] * bs
-        for (b, objects, pairs), pos in zip(chunks, positives):
+        for i, ((b, objects, _), pos) in enumerate(zip(chunks, positives)):
             mask_pos = torch.zeros(objects.stop - objects.start, na, dtype=torch.int8, device=pd_scores.device)
             mask_pos[pos[:, 0], pos[:, 1]] = 1
             winner = best[b][1] == torch.arange(objects.start, objects.stop, device=mask_pos.device)[:, None]
             mask_pos = torch.where(claims[b] > 1, winner.to(mask_pos.dtype), mask_pos)
-            align_metric = rows(align_values, objects, pairs)
+            align_metric = rows(align_values, i)
             if self.topk2 != self.topk:
                 top = torch.topk(align_metric * mask_pos, self.topk2, dim=-1, largest=True).indices
                 mask_pos *= torch.zeros_like(mask_pos).scatter_(-1, top, 1.0)
             fg[b] = _first_max(*(fg[b] or (None, None)), mask_pos, objects.start)
             align_metric *= mask_pos
             pos_align_metrics = align_metric.amax(dim=-1, keepdim=True)
-            overlaps = rows(overlap_values, objects, pairs) * mask_pos
+            overlaps = rows(overlap_values, i) * mask_pos
             pos_overlaps = overlaps.amax(dim=-1, keepdim=True)
             align_metric.mul_(pos_overlaps).div_(pos_align_metrics + self.eps)
             norm[b] = align_metric.amax(0) if norm[b] is None else torch.maximum(norm[b], align_metric.amax(0))
@@ -163,43 +171,51 @@ class ChunkedAssignment(patching.PickledAsStock):
         target_scores = target_scores * torch.stack(norm).unsqueeze(-1)
         return target_labels, target_bboxes, target_scores, fg_mask.bool(), target_gt_idx
 
-    def _pair_metrics(self, indices, pd_scores, pd_bboxes, gt_labels, gt_bboxes, **extra):
-        """The alignment metric and overlap (P,) of the candidate pairs ``indices``: stock's ``get_box_metrics``
-        (``ultralytics/utils/tal.py``) without its dense (b, max objects, anchors) outputs."""
-        bbox_scores = pd_scores[indices[0], indices[2], gt_labels[indices[0], indices[1], 0].long()]
-        overlap_values = self.pair_overlaps(indices, gt_bboxes, pd_bboxes, **extra)
-        return bbox_scores.pow(self.alpha) * overlap_values.pow(self.beta), overlap_values
+    def _pair_metrics(self, chunks, na: int, pd_scores, pd_bboxes, gt_labels, gt_bboxes, **extra):
+        """The alignment metric and overlap (P,) of the candidate pairs of ``chunks``: stock's ``get_box_metrics``
+        (``ultralytics/utils/tal.py``) without its dense (b, max objects, anchors) outputs. The pairs' scores and
+        overlaps are computed ``PAIR_PIECE`` pairs at a time; the metric's powers over the whole list in place, as
+        stock computes them (a CPU ``pow`` gives an element's bits by its place in the vector loop)."""
+        scores = torch.cat([pd_scores[b, a, gt_labels[b, g, 0].long()] for b, g, a in _pieces(chunks, na)])
+        overlaps = self._pair_overlaps(chunks, na, scores, gt_bboxes, pd_bboxes, **extra)
+        return scores.pow_(self.alpha).mul_(overlaps.pow(self.beta)), overlaps
+
+    def _pair_overlaps(self, chunks, na: int, scores, gt_bboxes, pd_bboxes, **extra):
+        """Stock's ``pair_overlaps`` (P,) of the candidate pairs of ``chunks``, ``PAIR_PIECE`` pairs at a time (its
+        operations give an element the same bits at any place in the list; tested). ``scores`` (P,): the pairs'
+        class scores, for the variants that need them."""
+        return torch.cat([self.pair_overlaps(i, gt_bboxes, pd_bboxes, **extra) for i in _pieces(chunks, na)])
 
 
 class ChunkedSegAssignment(ChunkedAssignment):
     """Mixin placed before ``SegTaskAlignedAssigner``: its dense box metric and mask-IoU buffer run over chunks of
     objects too (see the module)."""
 
-    def _pair_metrics(self, indices, pd_scores, pd_bboxes, gt_labels, gt_bboxes, **extra):
-        """As :meth:`ChunkedAssignment._pair_metrics`, passing the class scores and labels on to ``pair_overlaps``
-        (mirrors ``SegTaskAlignedAssigner.get_box_metrics``)."""
-        extra.update(scores=pd_scores, labels=gt_labels)
-        return super()._pair_metrics(indices, pd_scores, pd_bboxes, gt_labels, gt_bboxes, **extra)
-
-    def pair_overlaps(self, indices, gt_bboxes, pd_bboxes, scores, labels, pd_coef, mask_scale, proto, gt_masks):
-        """Stock's ``SegTaskAlignedAssigner.pair_overlaps`` (same arguments and result), its dense box metric built
-        and top-k'd per chunk of objects and its intersections and IoU buffer per chunk of objects."""
+    def _pair_overlaps(self, chunks, na: int, scores, gt_bboxes, pd_bboxes, pd_coef, mask_scale, proto, gt_masks):
+        """Stock's ``SegTaskAlignedAssigner.pair_overlaps`` (same result), its box IoUs computed ``PAIR_PIECE`` pairs at
+        a time, its dense box metric built and top-k'd per chunk of objects and its intersections and IoU buffer per
+        chunk of objects."""
         # Mirrors SegTaskAlignedAssigner.pair_overlaps (ultralytics/utils/tal.py), line for line but where noted.
-        b, g, a = indices
-        iou = TaskAlignedAssigner.pair_overlaps(self, indices, gt_bboxes, pd_bboxes)
-        na, n = pd_bboxes.shape[1], self.n_max_boxes
-        metric = scores[b, a, labels[b, g, 0].long()].pow(self.alpha) * iou.pow(self.beta) + self.eps
+        iou = torch.cat([TaskAlignedAssigner.pair_overlaps(self, i, gt_bboxes, pd_bboxes) for i in _pieces(chunks, na)])
+        n = self.n_max_boxes
+        metric = scores.pow(self.alpha) * iou.pow(self.beta) + self.eps
         k = min(3 * self.topk, na)
-        sel = []  # stock: the pairs among each gt's k best of its dense row, in pair order
-        for _, objects, pairs in _chunks(indices, self.bs, n, self.assign_chunk):
-            dense = _rows(metric, indices, objects, pairs, na)
+        sel, b, g, a, start = [], [], [], [], 0  # stock: the pairs among each gt's k best of its dense row, in pair order
+        for chunk_b, objects, where in chunks:
+            dense = _rows(metric[start : start + len(where)], where, objects.stop - objects.start, na)
             top = torch.zeros_like(dense, dtype=torch.bool).scatter_(-1, dense.topk(k, dim=-1).indices, True)
-            sel.append(top[g[pairs] - objects.start, a[pairs]].nonzero().squeeze(1) + pairs.start)
-        sel = torch.cat(sel)
-        miou = torch.zeros_like(iou)
+            local = top.view(-1)[where.long()].nonzero().squeeze(1)
+            w = where[local].long()
+            sel.append(local + start)
+            b.append(torch.full_like(w, chunk_b))
+            g.append(w // na + objects.start)
+            a.append(w % na)
+            start += len(where)
+        del metric
+        sel, b, g, a = (torch.cat(x) for x in (sel, b, g, a))
         if len(sel):  # decode each selected anchor's mask once, packed into per-image slots
             (mh, mw) = proto.shape[-2:]
-            key, inv = (b[sel] * na + a[sel]).unique(return_inverse=True)
+            key, inv = (b * na + a).unique(return_inverse=True)
             ub, ua = key // na, key % na
             count = torch.bincount(ub, minlength=self.bs)
             slot = torch.arange(len(key), device=key.device) - (count.cumsum(0) - count)[ub]
@@ -209,7 +225,8 @@ class ChunkedSegAssignment(ChunkedAssignment):
             boxes = pd_bboxes.new_zeros(self.bs, counts[0], 4)
             coef[r, slot], boxes[r, slot] = pd_coef[ub, ua], pd_bboxes[ub, ua] * mask_scale[ub]
             dtype = torch.half if proto.device.type == "cuda" else torch.float
-            sel_r, sel_g, sel_slot = r[inv], g[sel], slot[inv]
+            sel_r, sel_slot = r[inv], slot[inv]
+            miou = torch.zeros_like(iou[sel])
             i = 0
             while i < self.bs and counts[i]:
                 m = counts[i]
@@ -229,13 +246,14 @@ class ChunkedSegAssignment(ChunkedAssignment):
                         )
                     union = gm.sum(-1, dtype=torch.float)[..., None] + pm_area[:, None] - inter
                     ious = inter / union.clamp(min=1)
-                    here = (sel_r >= s.start) & (sel_r < s.start + len(o)) & (sel_g >= objects.start) & (sel_g < objects.stop)
-                    miou[sel[here]] = ious[sel_r[here] - s.start, sel_g[here] - objects.start, sel_slot[here]]
+                    here = (sel_r >= s.start) & (sel_r < s.start + len(o)) & (g >= objects.start) & (g < objects.stop)
+                    miou[here] = ious[sel_r[here] - s.start, g[here] - objects.start, sel_slot[here]]
                 # Not stock: this chunk's decoded masks go before the next chunk's decode (stock keeps them until its
                 # next `pmt =`, over the next product and mask: 9 bytes a mask pixel, not 5)
                 del pmt, pm_area
                 i = s.start + len(o)
-        return (iou + miou) / 2
+            iou[sel] += miou  # stock: (iou + miou) / 2 with miou 0 but at the selected pairs; x + 0 is x exactly
+        return iou.div_(2)
 
 
 def _chunked_class(stock: type, chunk: int) -> type:

@@ -236,7 +236,7 @@ def estimate_setup(args: list[str], command: str = "plan"):
         model = yolo.task_map[yolo.task]["model"](yolo.model.yaml, nc=data["nc"], ch=data["channels"], verbose=False)
         if yolo.ckpt:  # a trained .pt: its weights, as the trainer's get_model loads them into the data's model
             model.load(yolo.model)
-    run = planned_run(cfg, model, config, device_type(opts["device"]), data, objects=given.get("objects"))
+    run = planned_run(cfg, model, config, device_type(opts["device"]), data, objects=given.get("objects"), object_size=opts["object_size"])
     opts["imgsz_given"], opts["imgsz"] = opts["imgsz"], run.imgsz
     return run, opts
 

@@ -65,6 +65,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import inspect
 import math
 import weakref
 from dataclasses import dataclass
@@ -79,6 +80,7 @@ from ..checkpointing.engine import apply_checkpointing, remove_checkpointing
 from ..checkpointing.losses import ANCHOR_TILE, PIXEL_TILE
 from . import estimate_cache
 from .amp import cuda_amp_emulated
+from .foreground import candidate_pairs
 from .measure import (
     OBJECTLESS_TASKS,
     LayerAccounting,
@@ -108,6 +110,17 @@ CALIBRATION_POINTS = tuple(
     for i, (b, s) in enumerate((b, s) for b in (1, 2, 3) for s in (64, 96, 128, 160))
     for m in ((1, 2, 4, 6, 9, 14)[i % 6], (20, 30, 45, 70, 110, 160, 240)[i % 7])
 ) + DENSE_POINTS
+
+# The candidate pairs (object, anchor whose centre is in its box), over which the task-aligned assigner computes its
+# overlaps pair by pair (stock holds ~120 bytes a pair at once; the loss region ~14, yolo_ckpt.checkpointing.assigner),
+# grow with the boxes' areas: the grid-laid points above hold about one per anchor, so the fitted terms carry that
+# many, and large boxes that overlap carry objects x anchors. The same objects at boxes of 60% of the side and then of
+# the whole image differ in their pairs only (about twice as many, both more than the loss region's PAIR_PIECE): the
+# assigner's own peak's difference over the pairs' difference is the bytes of each pair beyond one per anchor
+# (:attr:`LossModel.pair_bytes`; the assigner's, not the loss's: a segmentation loss's peak can be its mask loss).
+# Without it yolo11n at 1024 px, batch 1, 300 boxes of 30-90% of the side was 24% under (recompute=none) and 44%
+# under with the default policy, its loss phase 362 MiB measured against 52 estimated; with it +6.2% and +1.5%.
+PAIR_POINTS = ((1, 160, 100, (0.6, 0.6)), (1, 160, 100, (1.0, 1.0)))
 
 # A segmentation fit is an upper bound of its calibration measurements, not of sizes beyond them: there its terms that
 # do not grow with the mask pixels (1, B*A, ...) hold slack that the fit trades for lower mask-pixel coefficients, so
@@ -149,6 +162,8 @@ class LossModel:
         assign_chunk: objects per chunk of the loss region's assigner (:mod:`yolo_ckpt.checkpointing.assigner`), whose
             dense rows are one image's chunk at a time: its term is ``A * min(M, assign_chunk)`` instead of the stock
             assigner's ``B*A*M``; None for the stock loss.
+        pair_bytes: the forward's bytes per candidate pair beyond one per anchor (:data:`PAIR_POINTS`), added to the
+            formula's forward peak for :meth:`pairs` beyond ``B*A``; 0 for a task without boxes.
     """
 
     task: str
@@ -160,6 +175,7 @@ class LossModel:
     chunk: int | None = None
     mask_topk: tuple[int, ...] = ()
     assign_chunk: int | None = None
+    pair_bytes: float = 0.0
 
     def terms(self, batch: int, imgsz: int, objects: int, foreground: tuple[int, int] | None = None, sizes=None) -> np.ndarray:
         """The formula's terms for this step; ``foreground`` (the batch's foreground anchors over the loss's
@@ -210,6 +226,15 @@ class LossModel:
                 names += [*(f"decoded(3*topk={k})" for k in self.mask_topk), "decoded before the next chunk"]
         return names
 
+    def pairs(self, batch: int, imgsz: int, objects: int, sizes=None) -> int:
+        """The bound on the batch's candidate pairs (object, anchor whose centre is in its box): ``batch`` times the
+        most one image holds by ``sizes`` (:meth:`~yolo_ckpt.memory.foreground.ObjectSizes.pairs_per_image`), without
+        sizes every box the whole image: ``objects * anchors``; 0 for a task without boxes."""
+        if self.task in OBJECTLESS_TASKS:
+            return 0
+        a = anchors(imgsz, self.strides)
+        return batch * (objects * a if sizes is None else sizes.pairs_per_image(imgsz, self.strides, a))
+
     def foreground(self, batch: int, imgsz: int, objects: int, sizes=None) -> tuple[int, int]:
         """The bound on a segmentation loss's foreground anchors: the batch's, summed over the loss's assigners, and
         the most one assigner gives one image, each :meth:`_per_image` (module docstring)."""
@@ -224,8 +249,10 @@ class LossModel:
         return most if sizes is None else min(most, sizes.per_image(imgsz, self.strides, topk))
 
     def forward_bytes(self, batch: int, imgsz: int, objects: int, sizes=None) -> int:
-        """The loss's forward peak (bytes) above what was alive before it: its saved tensors and temporaries."""
-        return max(0, int(self.terms(batch, imgsz, objects, sizes=sizes) @ np.array(self.forward)))
+        """The loss's forward peak (bytes) above what was alive before it: its saved tensors and temporaries, with the
+        assigner's candidate pairs beyond one per anchor at :attr:`pair_bytes` each (:meth:`pairs`)."""
+        beyond = max(0, self.pairs(batch, imgsz, objects, sizes) - batch * anchors(imgsz, self.strides)) if self.pair_bytes else 0
+        return max(0, int(self.terms(batch, imgsz, objects, sizes=sizes) @ np.array(self.forward) + self.pair_bytes * beyond))
 
     def backward_bytes(self, batch: int, imgsz: int, objects: int, sizes=None) -> int:
         """The loss's backward peak (bytes) above what was alive before the loss (the predictions' gradients
@@ -294,14 +321,18 @@ def _calibrate(model, amp: bool) -> LossModel:
     points = CALIBRATION_POINTS
     if shape.task in OBJECTLESS_TASKS:  # objects do not change their batch: each (batch, imgsz) once
         points = tuple(sorted({(b, s, 0) for b, s, _ in points}))
-    rows, forward, backward = _loss_samples(model, shape, points, amp)
+    pair_points = () if shape.task in OBJECTLESS_TASKS else PAIR_POINTS  # measured with the others: one prediction pass
+    rows, forward, backward, pairs, assigned = _loss_samples(model, shape, points + pair_points, amp)
+    n = len(points)
+    rows, forward, backward, (few, many), pairs = rows[:n], forward[:n], backward[:n], assigned[n:] or (0, 0), pairs[n:] or (0, 0)
     fit = lambda y, lower=None: _fit(rows, np.array(y, float), upper=shape.task == "segment", lower=lower)  # noqa: E731
     # the decoding's bytes per mask pixel are the code's, not the fit's: its points decode too few pixels to tell them
     decoding = [0.0] * (rows.shape[1] - 1) + [DECODED_BYTES_PER_PIXEL] if shape.mask_topk else None  # the last term
     forward, backward = fit(forward, decoding), fit(backward)
     if shape.task == "segment":  # the mask-pixel terms (from the 5th on) carry the extrapolation margin
         forward, backward = (c[:4] + tuple(v * (1 + MASK_TERMS_MARGIN) for v in c[4:]) for c in (forward, backward))
-    return dataclasses.replace(shape, forward=forward, backward=backward)
+    pair_bytes = max(0.0, (many - few) / max(pairs[1] - pairs[0], 1))  # the bytes of a pair beyond the fitted ones
+    return dataclasses.replace(shape, forward=forward, backward=backward, pair_bytes=pair_bytes)
 
 
 def _fit(rows: np.ndarray, y: np.ndarray, upper: bool, lower=None) -> tuple[float, ...]:
@@ -323,25 +354,40 @@ def _fit(rows: np.ndarray, y: np.ndarray, upper: bool, lower=None) -> tuple[floa
     return tuple(float(c) for c in fit.x)
 
 
-def _loss_samples(model, shape: LossModel, points, amp: bool) -> tuple[np.ndarray, list[int], list[int]]:
-    """CPU measurements of ``model``'s real loss at ``points`` (batch, imgsz, objects): the formula's terms (with
-    the measured foreground anchors), and the loss's forward and backward peaks above what was alive before it."""
+def _loss_samples(model, shape: LossModel, points, amp: bool) -> tuple[np.ndarray, list[int], list[int], list[int], list[int]]:
+    """CPU measurements of ``model``'s real loss at ``points`` (batch, imgsz, objects, and optionally the boxes' sides
+    (lo, hi) as fractions of the image, else grid-laid: :func:`~yolo_ckpt.memory.measure.training_batch`): the formula's
+    terms (with the measured foreground anchors), the loss's forward and backward peaks above what was alive before it,
+    the candidate pairs of its assigner, and the assigner's own peak above what was alive when it started (the most of
+    its assigners')."""
     g = torch.Generator().manual_seed(0)
     stride = int(max(model.stride.tolist()))
-    points = [(batch, max(imgsz // stride, 1) * stride, objects) for batch, imgsz, objects in points]
-    specs = _prediction_specs(model, sorted({imgsz for _, imgsz, _ in points}), amp)
-    rows, forward, backward = [], [], []
-    for batch, imgsz, objects in points:
+    points = [(batch, max(imgsz // stride, 1) * stride, objects, *sides) for batch, imgsz, objects, *sides in points]
+    specs = _prediction_specs(model, sorted({imgsz for _, imgsz, *_ in points}), amp)
+    rows, forward, backward, pairs, assigned = [], [], [], [], []
+    for batch, imgsz, objects, *sides in points:
         # Random predictions of the model's shapes and dtypes: the loss's memory depends on shapes and targets, not
         # on the values, so no real forward pass is needed, whatever the model's size.
         preds = tree_map(
             lambda s, batch=batch: torch.rand(batch, *s[0], generator=g).to(s[1]).requires_grad_(), specs[imgsz], is_leaf=_is_spec
         )
-        data = training_batch(model, batch, imgsz, objects)
-        fg = []
-        hooks = [a.register_forward_hook(lambda m, args, out, fg=fg: fg.append(out[3].sum(1))) for a in _assigners(model.criterion)]
+        data = training_batch(model, batch, imgsz, objects, sides=sides[0] if sides else None)
+        fg, calls, inside, live = [], [], [], {}
+
+        def enter(module, args, kwargs, live=live, calls=calls):  # the assigner's own peak: above what is alive when it starts
+            live["tracker"].mark()
+            live["entry"] = live["tracker"].live_bytes
+            calls.append((module, *_targets(module, args, kwargs)))
+
+        def leave(module, args, out, live=live, fg=fg, inside=inside):
+            fg.append(out[3].sum(1))
+            inside.append(live["tracker"].mark() - live["entry"])
+
+        hooks = [a.register_forward_pre_hook(enter, with_kwargs=True) for a in _assigners(model.criterion)]
+        hooks += [a.register_forward_hook(leave) for a in _assigners(model.criterion)]
         try:
             with LiveTensorTracker() as tracker, cuda_amp_emulated(amp) as autocast:  # the tracker sees its fp32 copies
+                live["tracker"] = tracker
                 tracker.track(preds, data)  # views of them are not new memory
                 before = tracker.start_phase()
                 with autocast():
@@ -356,7 +402,18 @@ def _loss_samples(model, shape: LossModel, points, amp: bool) -> tuple[np.ndarra
         del loss, preds
         per_image = torch.stack(fg) if fg else torch.zeros(1, batch)  # (assigners, images)
         rows.append(shape.terms(batch, imgsz, objects, (int(per_image.sum()), int(per_image.max()))))
-    return np.array(rows), forward, backward
+        pairs.append(max((candidate_pairs(*call, imgsz, model.stride.tolist()) for call in calls), default=0))
+        assigned.append(max(inside, default=0))
+        del calls
+    return np.array(rows), forward, backward, pairs, assigned
+
+
+def _targets(assigner, args: tuple, kwargs: dict) -> tuple:
+    """An assigner call's targets, ``gt_bboxes`` and ``mask_gt`` (the loss holds them while it runs; a reference to
+    the scores and boxes it makes for the assigner would keep them alive into the measurement), to count its candidate
+    pairs after the measurement (:func:`~yolo_ckpt.memory.foreground.candidate_pairs`)."""
+    call = inspect.signature(type(assigner).forward).bind(assigner, *args, **kwargs).arguments
+    return call["gt_bboxes"], call["mask_gt"]
 
 
 _PREDICTION_SPECS: dict[tuple, dict] = {}  # per model (estimate_cache.model_key), sizes and amp, in this process

@@ -43,6 +43,21 @@ def measured_foreground(model, batch: dict) -> torch.Tensor:
     return torch.stack(counts) if counts else torch.zeros(0, len(batch["img"]), dtype=torch.int64)
 
 
+def candidate_pairs(assigner, gt_bboxes: torch.Tensor, mask_gt: torch.Tensor, imgsz: int, strides) -> int:
+    """The candidate pairs (object, anchor whose centre is in its box: ``select_candidates_in_gts`` of the valid
+    objects, ``ultralytics/utils/tal.py``) of a task-aligned ``assigner`` given ``gt_bboxes`` (b, n, 4 or 5) and
+    ``mask_gt`` (b, n, 1) as the loss passes them, on the anchor grid of a square ``imgsz`` at ``strides`` (pixels,
+    as the loss gives them: ``make_anchors`` x stride); pose's pyramid-level gate included."""
+    from ultralytics.utils.tal import make_anchors
+
+    stride = torch.tensor([float(s) for s in strides])
+    points, per_anchor = make_anchors([torch.empty(1, 1, imgsz // int(s), imgsz // int(s)) for s in stride.tolist()], stride)
+    if hasattr(assigner, "anc_strides"):  # PoseTaskAlignedAssigner.forward sets it for its gate
+        assigner.anc_strides = per_anchor.view(-1)
+    in_box = assigner.select_candidates_in_gts(points * per_anchor, gt_bboxes, mask_gt)
+    return int((in_box & mask_gt.bool()).sum())
+
+
 AUGMENT_KEYS = ("scale", "degrees", "shear", "perspective", "multi_scale")  # the run's keys that change a box's size
 
 # Per axis, a few thousandths of a stride more than the box's side: the assigner's in-box test runs on float32
@@ -149,6 +164,14 @@ class ObjectSizes:
         boxes = batch["bboxes"].double().numpy()
         return cls(batch["batch_idx"].long().numpy(), boxes[:, 2], boxes[:, 3], task == "obb", 1, keys)
 
+    @classmethod
+    def assumed(cls, objects: int, side: float, task: str) -> ObjectSizes:
+        """``objects`` boxes of ``side`` x ``side`` (a fraction of the image's side) in one image, with no augmentation
+        to come: the layout a plan assumes without the data's labels (``side=1``: every box the whole image, the most
+        candidate pairs any layout of that many objects can have)."""
+        keys = tuple((k, 0.0) for k in AUGMENT_KEYS)
+        return cls(np.zeros(objects, int), np.full(objects, float(side)), np.full(objects, float(side)), task == "obb", 1, keys)
+
     @property
     def key(self) -> str:
         """A digest of the sizes and keys (the estimate cache's key of a bound estimate)."""
@@ -170,6 +193,13 @@ class ObjectSizes:
             self._most[at] = self._per_image(imgsz, strides, topk)
         return self._most[at]
 
+    def pairs_per_image(self, imgsz: int, strides, anchors: int) -> int:
+        """The most candidate pairs (object, anchor in its box: ``select_candidates_in_gts``) one training image can
+        hold at ``imgsz``: each object's :func:`box_anchors` at its largest augmented size, at most the ``anchors`` of
+        the grid, summed over the densest image, times the images one sample holds (:meth:`per_image` with no
+        ``topk``). The task-aligned assigner computes its overlaps pair by pair: its memory grows with these."""
+        return self.per_image(imgsz, strides, anchors)
+
     def _per_image(self, imgsz: int, strides, topk: int) -> int:
         keys = dict(self.args)
         pad = 2 + keys["multi_scale"]
@@ -189,7 +219,7 @@ def object_sizes(labels: list[dict], args, task: str, images_per_sample: int) ->
     rectangle's minimum-area rectangle is not a scaled one)."""
     if args.perspective or (task == "obb" and args.shear):
         why = "perspective" if args.perspective else "shear"
-        return None, f"foreground anchors: the worst box size assumed (topk per object; {why}= leaves box sizes unbounded)"
+        return None, f"{why}= leaves the labels' box sizes unbounded"
     image, sides = [], []
     for i, label in enumerate(labels):
         h0, w0 = label["shape"]
@@ -209,7 +239,6 @@ def object_sizes(labels: list[dict], args, task: str, images_per_sample: int) ->
         np.concatenate(image) if image else np.zeros(0, int), wh[:, 0], wh[:, 1], task == "obb", images_per_sample, keys
     )
     return sizes, (
-        f"foreground anchors: at most those in each label's box at its largest (x {largest_scale(args.scale):g} for scale=, "
-        f"degrees={args.degrees}, "
-        f"shear={args.shear}, multi_scale={args.multi_scale}), topk per object"
+        f"box layout: each label's box at its largest (x {largest_scale(args.scale):g} for scale=, degrees={args.degrees}, "
+        f"shear={args.shear}, multi_scale={args.multi_scale})"
     )

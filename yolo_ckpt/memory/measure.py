@@ -260,14 +260,18 @@ def model_task(model) -> str:
     return task
 
 
-def training_batch(model, batch: int, imgsz: int, objects: int, seed: int = 0, sides: tuple[float, float] | None = None) -> dict:
+def training_batch(
+    model, batch: int, imgsz: int, objects: int, seed: int = 0, sides: tuple[float, float] | None = None, boxes: torch.Tensor | None = None
+) -> dict:
     """A fixed, preprocessed training batch for ``model``'s task and class count, as Ultralytics' collate gives it.
 
     ``img`` is (batch, 3, imgsz, imgsz) in [0, 1]. Detection-style tasks get ``objects`` boxes per image, laid on a
     grid of ceil(sqrt(objects)) cells per side, one object per cell filling 90-100 % of it: boxes do not overlap, so
     each object can claim its own ``topk`` anchors, the case the segmentation-loss formula bounds. With ``sides``
     (lo, hi), each box's width and height are drawn in [lo, hi] of the image side instead (small objects: 0.01 to
-    0.03), still centred in its cell (larger than a cell, neighbours overlap). Classes are drawn
+    0.03), still centred in its cell (larger than a cell, neighbours overlap). ``boxes`` (batch * objects, 4),
+    normalised xywh, image by image, replaces the grid (any layout: overlapping, nested, on the edges); the masks,
+    keypoints and angles follow them as they follow the grid's. Classes are drawn
     from the model's ``nc`` (one-class models get class 0). Per task:
 
     - detect: ``batch_idx`` (n,), ``cls`` (n, 1), ``bboxes`` (n, 4) normalised xywh, with n = batch * objects;
@@ -305,6 +309,8 @@ def training_batch(model, batch: int, imgsz: int, objects: int, seed: int = 0, s
     if objects < 1:
         raise ValueError(f"objects={objects}: a {task} batch needs at least 1 object per image")
     out = {"img": images, **_grid_targets(batch, objects, nc, g, sides)}
+    if boxes is not None:
+        out["bboxes"] = boxes.float().reshape(batch * objects, 4)
     xywh = out["bboxes"]
     if task == "obb":
         out["bboxes"] = torch.cat([xywh, torch.rand(len(xywh), 1, generator=g) * math.pi / 2], 1)

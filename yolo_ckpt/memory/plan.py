@@ -244,7 +244,7 @@ class MemoryModel:
         self.loss_models = loss_models(model, amp, loss_chunk, assign_chunk)
         # The fake pass without the loss's share (a formula of zeros): the loss's peaks are composed per unit below.
         zeros = (0.0,) * len(self.loss_models[False].forward)
-        self._no_loss = no_loss = dataclasses.replace(self.loss_models[False], forward=zeros, backward=zeros)
+        self._no_loss = no_loss = dataclasses.replace(self.loss_models[False], forward=zeros, backward=zeros, pair_bytes=0.0)
         self._key = (estimate_cache.model_key(model), objects, optimizer, amp)
         self._base_key = (*self._key, "base", batch, train_imgsz(imgsz, model.stride), repr(no_loss))
         self.base = _cached_step(

@@ -18,7 +18,7 @@ from .runspec import (
     amp_enabled,
     autobatch_imgsz,
     count_data,
-    foreground_rule,
+    layout_rule,
     objects_rule,
     optimizer_rule,
     trainable_as_trained,
@@ -38,8 +38,9 @@ class PlannedRun:
         config: yolo-ckpt's keys (``loss_chunk``, ``assign_chunk``, the headroom).
         counts: the training set's images and objects (None without ``data=``).
         stride: the training size's grid, the model's largest stride and at least 32 (Ultralytics' ``gs``).
-        sizes: the data's :class:`~yolo_ckpt.memory.foreground.ObjectSizes` where the objects per image are the data's
-            (the loss's foreground anchors bounded by its boxes' sizes); None: the worst size (``objects=``, no data).
+        sizes: the :class:`~yolo_ckpt.memory.foreground.ObjectSizes` the loss is estimated with: the data's where the
+            objects per image are the data's, else ``objects`` boxes of ``object_size=`` (by default the whole image:
+            :func:`~yolo_ckpt.memory.runspec.layout_rule`); None for a task without boxes.
     """
 
     model: object
@@ -72,7 +73,7 @@ class PlannedRun:
 
 
 def planned_run(args, model, config: CkptConfig, device: str, data: dict | None = None, *, batch: int | None = None,
-                objects: int | None = None, counts=None) -> PlannedRun:
+                objects: int | None = None, counts=None, object_size: float | None = None) -> PlannedRun:
     """The run ``args`` describe on ``device``, for the memory model.
 
     Args:
@@ -87,6 +88,9 @@ def planned_run(args, model, config: CkptConfig, device: str, data: dict | None 
         objects: objects per image, given (``objects=``: it replaces the data's count); None: the data's most in one
             image times its augmentation's factors, or without ``data=`` ``cfg/estimate.yaml``'s default.
         counts: the training set's :class:`~yolo_ckpt.memory.runspec.DataCounts` where the caller counted them already.
+        object_size: the largest box side, a fraction of the image's side (``object_size=``): the loss is estimated
+            with boxes of that size (:func:`~yolo_ckpt.memory.runspec.layout_rule`); None: the data's sizes, or
+            without them every box the whole image.
 
     Raises:
         ConfigError: for an optimizer Ultralytics does not build.
@@ -100,7 +104,7 @@ def planned_run(args, model, config: CkptConfig, device: str, data: dict | None 
         counts = count_data(args, data, stride)
     n, objects_text = objects_rule(counts if objects is None else None, objects or ESTIMATE_DEFAULTS["objects"], args.task)
     optimizer, optimizer_text = optimizer_rule(args.optimizer, counts.images if counts else None, batch, args.nbs, args.epochs)
-    sizes, sizes_text = foreground_rule(counts if objects is None else None, args.task)
+    sizes, sizes_text = layout_rule(counts if objects is None else None, args.task, n, object_size)
     spec = RunSpec(device, amp_enabled(args.amp, device), optimizer, optimizer_text, n, objects_text, int(model.yaml["nc"]), sizes_text)
     return PlannedRun(model, spec, autobatch_imgsz(args.imgsz, args.multi_scale, stride), batch, config, counts, stride, sizes)
 

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from ultralytics.utils.checks import check_imgsz
 
-from .foreground import object_sizes
+from .foreground import ObjectSizes, object_sizes
 from .measure import OBJECTLESS_TASKS, optimizer_for, train_imgsz
 
 
@@ -135,9 +135,9 @@ class DataCounts:
         max_objects: the most labelled objects in one image.
         augment: the training augmentation's factors on a training image's objects (:func:`augment_factors`).
         sizes: the objects' box sizes under the run's augmentation (:func:`yolo_ckpt.memory.foreground.object_sizes`),
-            which bound a segmentation loss's foreground anchors; None for other tasks and where the augmentation
-            leaves them unbounded.
-        sizes_rule: how the foreground anchors are bounded, a sentence for the run's assumptions.
+            which bound the assigner's candidate pairs and a segmentation loss's foreground anchors; None for a
+            classification set and where the augmentation leaves them unbounded.
+        sizes_rule: how the box sizes are bounded, a sentence for the run's assumptions.
     """
 
     images: int
@@ -186,9 +186,7 @@ def count_data(args, data: dict, stride: int) -> DataCounts:
             return DataCounts(len(ClassificationDataset(root=data["train"], args=cfg, augment=False).samples), 0, ())
         dataset = build_yolo_dataset(cfg, data["train"], 16, data, mode="train", rect=False, stride=stride)
     augment = augment_factors(args)
-    sizes, rule = (None, "") if args.task != "segment" else object_sizes(
-        dataset.labels, args, args.task, math.prod(f for _, f in augment)
-    )  # only a segmentation loss's formula takes the foreground anchors (foreground_rule)
+    sizes, rule = object_sizes(dataset.labels, args, args.task, math.prod(f for _, f in augment))  # layout_rule
     return DataCounts(len(dataset), max((len(label["cls"]) for label in dataset.labels), default=0), augment, sizes, rule)
 
 
@@ -201,8 +199,9 @@ class RunSpec:
         optimizer: whose state is counted; optimizer_rule: why (see :func:`optimizer_rule`).
         objects: objects per image the loss is estimated for; objects_rule: where the number came from.
         nc: classes of the model estimated.
-        foreground_rule: how a segmentation loss's foreground anchors are bounded (the labels' box sizes, or the worst
-            size); empty for other tasks, whose loss formula does not take them.
+        layout: the boxes' layout assumed, which bounds the assigner's candidate pairs (and a segmentation loss's
+            foreground anchors): the labels' box sizes, ``object_size=``, or every box the whole image; and how to give
+            a better one. Empty for tasks without boxes.
     """
 
     device: str
@@ -212,14 +211,14 @@ class RunSpec:
     objects: int
     objects_rule: str
     nc: int
-    foreground_rule: str = ""
+    layout: str = ""
 
     def describe(self) -> str:
         """One line for logs and the text output of profile/plan."""
         where = {"cpu": " as Ultralytics trains on the CPU", "mps": " as Ultralytics trains on MPS"}.get(self.device, "")
         precision = "AMP on (2-byte activations)" if self.amp else f"AMP off (fp32){where}"
         objects = f"{self.objects} objects per image" if self.objects else "no objects"
-        foreground = f", {self.foreground_rule}" if self.foreground_rule else ""
+        foreground = f", {self.layout}" if self.layout else ""
         return (
             f"assumed: device {self.device}, {precision}, {self.optimizer_rule}, {objects} ({self.objects_rule}){foreground}, "
             f"{self.nc} classes"
@@ -242,17 +241,22 @@ def objects_rule(counts: DataCounts | None, objects: int, task: str = "detect") 
     return counts.planned_objects, f"the data's most in one image, {counts.max_objects}{factors}"
 
 
-def foreground_rule(counts: DataCounts | None, task: str = "detect") -> tuple[object, str]:
-    """The :class:`~yolo_ckpt.memory.foreground.ObjectSizes` that bound a segmentation loss's foreground anchors, and
-    the sentence saying how they are bounded: the data's box sizes where the objects per image are the data's
-    (``counts``, None where ``objects=`` replaces them) and its augmentation leaves them bounded, else the worst size,
-    ``topk`` anchors per object. Other tasks' loss formulas do not take the foreground: ``(None, "")``."""
-    if task != "segment":
+def layout_rule(counts: DataCounts | None, task: str = "detect", objects: int = 1, object_size: float | None = None) -> tuple[object, str]:
+    """The :class:`~yolo_ckpt.memory.foreground.ObjectSizes` the loss is estimated with (they bound the task-aligned
+    assigner's candidate pairs and a segmentation loss's foreground anchors) and the sentence saying which layout that
+    is: the data's box sizes where the objects per image are the data's (``counts``, None where ``objects=`` replaces
+    them) and its augmentation leaves them bounded; else ``objects`` boxes per image of ``object_size`` (a fraction of
+    the image's side), by default 1, every box the whole image: the most pairs any layout of that many objects has.
+    A task without boxes: ``(None, "")``."""
+    if task in OBJECTLESS_TASKS:
         return None, ""
-    if counts is not None and counts.sizes is not None:
+    if counts is not None and counts.sizes is not None and object_size is None:
         return counts.sizes, counts.sizes_rule
-    why = counts.sizes_rule if counts is not None else ""
-    return None, why or (
-        "foreground anchors: the worst box size assumed (topk per object; give data=, without objects=, to bound them by the labels' "
-        "box sizes)"
+    why = f"{counts.sizes_rule}; " if counts is not None and counts.sizes is None else ""
+    if object_size is not None:
+        said = f"box layout: {objects} boxes of {object_size:g} x the image side (object_size=)"
+        return ObjectSizes.assumed(objects, object_size, task), said
+    return ObjectSizes.assumed(objects, 1.0, task), (
+        f"box layout: {why}every box the whole image, the worst (give data= to bound it by the labels' box sizes, or "
+        "object_size= for the largest box side as a fraction of the image)"
     )
