@@ -14,8 +14,8 @@ from helpers import logged_messages
 from ultralytics import YOLO
 
 from yolo_ckpt import CheckpointDetectionTrainer
-from yolo_ckpt.errors import ConfigError
-from yolo_ckpt.train.atomic import atomic_saves, atomic_write_bytes
+from yolo_ckpt.errors import ConfigError, NoRoomError
+from yolo_ckpt.train.atomic import atomic_saves, atomic_write_bytes, remove_stale_temporaries
 
 # A training run that pauses inside its second save of last.pt (epoch 1), where the test kills it with SIGKILL.
 # The pause is in os.fsync, after the bytes reached the temporary file and before os.replace; "half" truncates the
@@ -216,3 +216,83 @@ def test_a_disk_without_room_for_two_checkpoints_finishes_the_run(synthetic, tmp
     )
     warnings = [m for m in messages if "no room for an atomic save's temporary copy" in m]
     assert refused and len(warnings) == len(refused) and {"last.pt", "best.pt"} <= set(refused)
+
+
+def test_no_room_without_an_earlier_file_leaves_no_torn_file(tmp_path, monkeypatch):
+    """The disk holds no temporary copy (ENOSPC as it is synced, after its bytes were written): with no earlier file
+    nothing is left (stock's in-place write would fail the same way halfway, a torn last.pt), and NoRoomError's one
+    line says the bytes the save needs and the disk's free bytes; with an earlier file whose room does not hold the new
+    content either (a disk with 0 bytes free), the earlier file is kept as it was."""
+    fsync = os.fsync
+
+    def full_disk_fsync(fd):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".tmp"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", full_disk_fsync)
+    monkeypatch.setattr(os, "statvfs", lambda path: os.statvfs_result((4096, 4096, 100, 0, 0, 10, 0, 0, 0, 255)))
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    data = b"x" * 3000
+    with atomic_saves(folder), pytest.raises(NoRoomError) as raised:
+        (folder / "last.pt").write_bytes(data)
+    assert raised.value.errno == errno.ENOSPC and list(folder.iterdir()) == []
+    assert str(raised.value) == (
+        f"{folder / 'last.pt'}: no room to save it ({os.strerror(errno.ENOSPC)}): the save needs 0.0 MiB (3000 bytes), "
+        "0.0 MiB (0 bytes) free on its disk; no last.pt was written"
+    )
+    (folder / "best.pt").write_bytes(b"old")
+    with atomic_saves(folder), pytest.raises(NoRoomError, match=r"needs 0\.0 MiB \(3000 bytes\).*; best.pt keeps its previous content$"):
+        (folder / "best.pt").write_bytes(data)
+    assert [p.name for p in folder.iterdir()] == ["best.pt"] and (folder / "best.pt").read_bytes() == b"old"
+
+
+def test_a_file_size_limit_leaves_every_checkpoint_loadable_or_absent(tmp_path):
+    """Under a real file-size limit (RLIMIT_FSIZE, ``ulimit -f``) smaller than the checkpoint: the first save of
+    last.pt (torch.save, as strip_optimizer writes) leaves no file, a save over an earlier best.pt (Path.write_bytes,
+    as save_model writes) keeps it loadable (no in-place write: it would hit the same limit and tear the file); each
+    says the bytes the save needs."""
+    import io
+    import resource
+
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    ckpt = {"epoch": 0, "model": torch.zeros(100_000)}
+    buffer = io.BytesIO()
+    torch.save(ckpt, buffer)
+    size = len(buffer.getvalue())
+    torch.save({"epoch": -1}, folder / "best.pt")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size // 2, hard))  # Python ignores SIGXFSZ: the write gets EFBIG
+    try:
+        errors = []
+        for name, save in (("last.pt", lambda c, f: torch.save(c, f)), ("best.pt", lambda c, f: f.write_bytes(buffer.getvalue()))):
+            with atomic_saves(folder), pytest.raises(NoRoomError) as raised:
+                save(ckpt, folder / name)  # torch.save: ~3.5 s, Ultralytics' patched torch.save retries 3 times
+            errors.append(raised.value)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert [e.errno for e in errors] == [errno.EFBIG, errno.EFBIG]
+    limit = f"{size // 2 / 2**20:.1f} MiB ({size // 2} bytes)"
+    assert str(errors[0]) == (
+        f"{folder / 'last.pt'}: no room to save it ({os.strerror(errno.EFBIG)}): the save needs {size / 2**20:.1f} MiB ({size} bytes), "
+        f"the file-size limit (ulimit -f) is {limit}; no last.pt was written"
+    )
+    assert str(errors[1]).endswith("best.pt keeps its previous content")
+    assert [p.name for p in folder.iterdir()] == ["best.pt"] and torch.load(folder / "best.pt") == {"epoch": -1}
+
+
+def test_stale_temporaries_are_removed_but_not_a_live_writers(tmp_path):
+    """remove_stale_temporaries removes a killed save's temporary copies (no writer holds them) and spares one that a
+    live atomic_write holds locked; other files stay."""
+    import fcntl
+
+    stale, live, other = (tmp_path / n for n in (".last.pt.abcd1234.tmp", ".best.pt.efgh5678.tmp", "notes.tmp"))
+    for p in (stale, live, other):
+        p.write_bytes(b"x")
+    with open(live, "rb") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # as atomic_write holds it while it writes
+        assert remove_stale_temporaries(tmp_path) == [stale]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, other.name]
+    assert remove_stale_temporaries(tmp_path) == [live]  # its writer gone (the lock released): stale now
