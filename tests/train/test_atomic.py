@@ -14,7 +14,8 @@ from helpers import logged_messages
 from ultralytics import YOLO
 
 from yolo_ckpt import CheckpointDetectionTrainer
-from yolo_ckpt.errors import ConfigError, NoRoomError
+from yolo_ckpt.cli import main
+from yolo_ckpt.errors import FinishedRunError, NoRoomError
 from yolo_ckpt.train.atomic import atomic_saves, atomic_write_bytes, remove_stale_temporaries
 
 # A training run that pauses inside its second save of last.pt (epoch 1), where the test kills it with SIGKILL.
@@ -138,8 +139,10 @@ KILLED_STRIP = textwrap.dedent(
 def test_kill_inside_the_final_rewrite_leaves_loadable_checkpoints(target, synthetic, tmp_path):
     """SIGKILL inside strip_optimizer's rewrite of last.pt, or of best.pt (stock: 3 of 3 and 4 of 4 such kills left a
     truncated file): both files still load as Ultralytics checkpoints, the killed file holds the epoch's complete
-    checkpoint; resume reads last.pt and refuses it as finished before any write (the run's one epoch ended; not an
-    unpickling error), or a new run of the folder starts from best.pt and removes the killed save's temporary copy."""
+    checkpoint. last.pt killed: it still holds its optimizer state at the run's last epoch, so resume (Python) is
+    refused saying that, as a FinishedRunError (catchable as stock's AssertionError), and the CLI's resume finishes the
+    run's end (both files stripped, best.pt validated, the temporary copy removed); best.pt killed: last.pt is the
+    finished run's stripped checkpoint, and a new run of the folder starts from best.pt and removes the temporary copy."""
     script = tmp_path / "run.py"
     script.write_text(KILLED_STRIP)
     proc = subprocess.run([sys.executable, str(script), target, synthetic(), str(tmp_path)], capture_output=True, text=True, timeout=900)
@@ -150,10 +153,18 @@ def test_kill_inside_the_final_rewrite_leaves_loadable_checkpoints(target, synth
     if target == "best.pt":  # last.pt's strip came first and completed
         assert ckpts["last.pt"]["epoch"] == -1
     assert len(list(weights.glob(f".{target}.*.tmp"))) == 1  # the half-written temporary copy, beside the intact file
-    if target == "last.pt":  # refused before any write (the key check): the temporary copy stays until the next run
-        with pytest.raises(ConfigError, match=r"is finished \(.*last.pt has no optimizer state to resume\)"):
+    if target == "last.pt":  # refused before any write (the key check), saying what is true; the refusal tidies
+        with pytest.raises(AssertionError) as refused:
             YOLO(weights / "last.pt").train(resume=True, trainer=CheckpointDetectionTrainer)
-        assert len(list(weights.glob(".last.pt.*.tmp"))) == 1
+        assert isinstance(refused.value, FinishedRunError) and str(refused.value) == (
+            f"resume: the run {tmp_path / 'run'} trained all its 1 epochs and was stopped in its end ({weights / 'last.pt'} still "
+            "holds its optimizer state; the final validation and strip did not run): no epoch is left to resume; finish it: "
+            f"yolo-ckpt train resume model={weights / 'last.pt'}"
+        )
+        assert sorted(p.name for p in weights.iterdir()) == ["best.pt", "last.pt"]  # the temporary copy removed
+        assert main(["train", "resume", f"model={weights / 'last.pt'}"]) == 0
+        assert [torch.load(weights / n, weights_only=False)["epoch"] for n in ("last.pt", "best.pt")] == [-1, -1]
+        assert sorted(p.name for p in weights.iterdir()) == ["best.pt", "last.pt"]
     else:  # last.pt is the finished run's stripped checkpoint: a new run of that folder, from best.pt
         YOLO(weights / "best.pt").train(data=synthetic(), trainer=CheckpointDetectionTrainer, project=str(tmp_path), name="run",
                                         exist_ok=True, epochs=1, batch=2, nbs=2, imgsz=32, workers=0, device="cpu", plots=False, val=False,
