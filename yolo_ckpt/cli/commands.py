@@ -543,5 +543,8 @@ def main(argv: list[str] | None = None) -> int:
     except NoRoomError as e:  # a full disk or the file-size limit: the line says how much the save needs
         print(f"yolo-ckpt: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as e:  # Ctrl-C: a trainer's says what it left (yolo_ckpt.train.resume.stop_on_interrupt)
+        print(f"yolo-ckpt: {one_line(e) if str(e) else 'interrupted'}", file=sys.stderr)
+        return 130  # 128 + SIGINT, as a shell reports a process that SIGINT ended
     return 0
 

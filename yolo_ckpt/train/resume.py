@@ -1,5 +1,5 @@
-"""Resuming a run: whether its ``last.pt`` can be resumed, decided before any trainer is built; and the end a kill
-interrupted, finished.
+"""Resuming a run: whether its ``last.pt`` can be resumed, decided before any trainer is built; the end a kill
+interrupted, finished; and Ctrl-C, which stops a run with a ``last.pt`` that resumes.
 
 A finished run's ``last.pt`` is stripped (Ultralytics' ``strip_optimizer``: ``optimizer`` None, ``epoch`` -1). Stock
 ``Model.train(resume=True)`` then warns and starts a new run with the defaults (``ultralytics/engine/model.py``,
@@ -11,10 +11,17 @@ which also refuses a ``last.pt`` saved at the run's last epoch whose end (``Base
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 from pathlib import Path
 
 from ..errors import FinishedRunError, user_input
 from .atomic import atomic_saves, remove_stale_temporaries
+
+# where a Ctrl-C that Python swallowed (raised inside a weakref callback or a __del__, "Exception ignored in ...")
+# still stops the run: every training step and validation batch, and the ends of set-up and of each epoch
+INTERRUPT_POINTS = ("on_pretrain_routine_end", "on_train_batch_end", "on_val_batch_end", "on_fit_epoch_end")
 
 
 def read_checkpoint(path) -> dict:
@@ -119,3 +126,58 @@ def finish_run(path) -> str:
         f"resume: the run {run} had trained all its {args.get('epochs')} epochs; its end, stopped by a kill, is done: "
         f"{last.name} and {best.name} stripped{validated}"
     )
+
+
+def interrupted(last) -> str:
+    """The line that says what a Ctrl-C left of the run whose ``last.pt`` is ``last``: the epoch it resumes from and
+    the command, or that nothing (no checkpoint yet) or only the run's end (:func:`finish_run`) is left."""
+    last = Path(last)
+    if not last.is_file():
+        return "interrupted before the run saved a checkpoint: nothing to resume"
+    ckpt = read_checkpoint(last)
+    if ended_unstripped(ckpt):
+        return f"interrupted in the run's end (its final validation and strip); finish it: yolo-ckpt train resume model={last}"
+    if is_stripped(ckpt):
+        return f"interrupted after the run finished: {last} is its final checkpoint"
+    epochs = ckpt["train_args"]["epochs"]
+    return f"interrupted: {last} holds epoch {ckpt['epoch'] + 1} of {epochs}; resume: yolo-ckpt train resume model={last}"
+
+
+@contextlib.contextmanager
+def stop_on_interrupt(trainer):
+    """Inside the block Ctrl-C (SIGINT) stops ``trainer`` with a KeyboardInterrupt whose message is
+    :func:`interrupted`'s line, leaving ``last.pt`` as its last complete save.
+
+    Python's default handler raises KeyboardInterrupt in whatever runs when the signal arrives: inside a weakref
+    callback or a ``__del__`` (activation checkpointing frees its saved tensors through weakref callbacks many times
+    a step) the exception is printed as "Exception ignored in ..." and dropped, and the run trains on to its end. So
+    the handler also remembers the signal, and the trainer's callbacks at :data:`INTERRUPT_POINTS` raise it again:
+    the run stops within one training step or validation batch at worst. Not in a thread other than the main one
+    (where signals are not delivered) nor where SIGINT has another handler than Python's (ignored, or the user's).
+    """
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    pending = []
+
+    def handler(signum, frame):
+        pending.append(signum)
+        raise KeyboardInterrupt
+
+    def check(_):
+        if pending:
+            raise KeyboardInterrupt
+
+    for event in INTERRUPT_POINTS:
+        trainer.add_callback(event, check)
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    except KeyboardInterrupt as e:
+        with contextlib.suppress(Exception):  # an unreadable last.pt: the bare KeyboardInterrupt, as stock's
+            e.args = (interrupted(trainer.last),)
+        raise
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for event in INTERRUPT_POINTS:
+            trainer.callbacks[event].remove(check)
