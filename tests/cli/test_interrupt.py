@@ -73,3 +73,30 @@ def test_ctrl_c_stops_within_a_step_and_last_pt_resumes(synthetic, tmp_path):
     results = (tmp_path / "run" / "results.csv").read_text().splitlines()
     assert [row.split(",")[0].strip() for row in results[1:]] == ["1", "2", "3"]
     assert torch.load(last, weights_only=False)["epoch"] == -1
+
+
+def test_the_interrupted_line_says_what_is_left(tmp_path):
+    """interrupted()'s line for each state a Ctrl-C can leave last.pt in: none yet, or an earlier run's in the same
+    folder (exist_ok=True, older than this run's start): nothing to resume; an epoch's save: the epoch and the resume
+    command; saved at the last epoch, unstripped (stopped in the run's end): the command that finishes it; stripped:
+    the run finished."""
+    import os
+    import time
+
+    from yolo_ckpt.train.resume import interrupted
+
+    last = tmp_path / "last.pt"
+    nothing = "interrupted before the run saved a checkpoint: nothing to resume"
+    assert interrupted(last) == nothing
+    args = {"epochs": 3, "data": "my/data.yaml"}
+    torch.save({"epoch": 1, "optimizer": {"state": {}}, "train_args": args}, last)
+    assert interrupted(last) == f"interrupted: {last} holds epoch 2 of 3; resume: yolo-ckpt train resume model={last}"
+    os.utime(last, (time.time() - 60, time.time() - 60))
+    assert interrupted(last, since=time.time() - 30) == nothing  # an earlier run's, not this one's
+    assert interrupted(last, since=time.time() - 90).startswith("interrupted: ")
+    torch.save({"epoch": 2, "optimizer": {"state": {}}, "train_args": args}, last)
+    assert interrupted(last) == (
+        f"interrupted in the run's end (its final validation and strip); finish it: yolo-ckpt train resume model={last}"
+    )
+    torch.save({"epoch": -1, "optimizer": None, "train_args": args}, last)
+    assert interrupted(last) == f"interrupted after the run finished: {last} is its final checkpoint"

@@ -136,7 +136,7 @@ KILLED_STRIP = textwrap.dedent(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["last.pt", "best.pt"])
-def test_kill_inside_the_final_rewrite_leaves_loadable_checkpoints(target, synthetic, tmp_path):
+def test_kill_inside_the_final_rewrite_leaves_loadable_checkpoints(target, synthetic, tmp_path, capfd):
     """SIGKILL inside strip_optimizer's rewrite of last.pt, or of best.pt (stock: 3 of 3 and 4 of 4 such kills left a
     truncated file): both files still load as Ultralytics checkpoints, the killed file holds the epoch's complete
     checkpoint. last.pt killed: it still holds its optimizer state at the run's last epoch, so resume (Python) is
@@ -162,7 +162,12 @@ def test_kill_inside_the_final_rewrite_leaves_loadable_checkpoints(target, synth
             f"yolo-ckpt train resume model={weights / 'last.pt'}"
         )
         assert sorted(p.name for p in weights.iterdir()) == ["best.pt", "last.pt"]  # the temporary copy removed
+        capfd.readouterr()
         assert main(["train", "resume", f"model={weights / 'last.pt'}"]) == 0
+        assert capfd.readouterr().err.strip().splitlines()[-1] == (
+            f"yolo-ckpt: resume: the run {tmp_path / 'run'} had trained all its 1 epochs; its end, stopped by a kill, is done: "
+            "last.pt and best.pt stripped, best.pt validated"
+        )
         assert [torch.load(weights / n, weights_only=False)["epoch"] for n in ("last.pt", "best.pt")] == [-1, -1]
         assert sorted(p.name for p in weights.iterdir()) == ["best.pt", "last.pt"]
     else:  # last.pt is the finished run's stripped checkpoint: a new run of that folder, from best.pt

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 from pathlib import Path
 
 from ..errors import FinishedRunError, user_input
@@ -118,9 +119,11 @@ def finish_run(path) -> str:
             strip_optimizer(best, updates={"train_results": ckpt.get("train_results")})
     args = ckpt.get("train_args") or {}
     if best.is_file():
-        keys = ("data", "imgsz", "batch", "device", "plots", "split", "half", "workers")
+        kw = {k: args[k] for k in ("data", "imgsz", "device", "plots", "split", "workers") if k in args}
+        if isinstance(args.get("batch"), int) and args["batch"] > 0:  # not batch=-1: AutoBatch is the trainer's
+            kw["batch"] = 2 * args["batch"]  # the validation loader's batch in training (DetectionTrainer.get_dataloader)
         with user_input():
-            YOLO(best).val(**{k: args[k] for k in keys if k in args}, project=str(run.parent), name=run.name, exist_ok=True)
+            YOLO(best).val(**kw, project=str(run.parent), name=run.name, exist_ok=True)
     validated = f", {best.name} validated" if best.is_file() else ""
     return (
         f"resume: the run {run} had trained all its {args.get('epochs')} epochs; its end, stopped by a kill, is done: "
@@ -128,11 +131,16 @@ def finish_run(path) -> str:
     )
 
 
-def interrupted(last) -> str:
+def interrupted(last, since: float | None = None) -> str:
     """The line that says what a Ctrl-C left of the run whose ``last.pt`` is ``last``: the epoch it resumes from and
-    the command, or that nothing (no checkpoint yet) or only the run's end (:func:`finish_run`) is left."""
+    the command, or that nothing (no checkpoint yet) or only the run's end (:func:`finish_run`) is left.
+
+    Args:
+        since: when a new run started (``time.time()``, seconds): a ``last.pt`` older than that is an earlier run's
+            in the same folder (``exist_ok=True``), not one this run saved; None for a resumed run.
+    """
     last = Path(last)
-    if not last.is_file():
+    if not last.is_file() or (since is not None and last.stat().st_mtime < since):
         return "interrupted before the run saved a checkpoint: nothing to resume"
     ckpt = read_checkpoint(last)
     if ended_unstripped(ckpt):
@@ -171,11 +179,12 @@ def stop_on_interrupt(trainer):
     for event in INTERRUPT_POINTS:
         trainer.add_callback(event, check)
     signal.signal(signal.SIGINT, handler)
+    started = time.time()
     try:
         yield
     except KeyboardInterrupt as e:
         with contextlib.suppress(Exception):  # an unreadable last.pt: the bare KeyboardInterrupt, as stock's
-            e.args = (interrupted(trainer.last),)
+            e.args = (interrupted(trainer.last, None if trainer.args.resume else started),)
         raise
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
