@@ -16,6 +16,18 @@ class MissingFileError(ConfigError, FileNotFoundError):
     :class:`ConfigError` that is also a FileNotFoundError."""
 
 
+class FinishedRunError(ConfigError, AssertionError):
+    """``resume`` of a run that cannot go on (its ``last.pt`` stripped, or saved at its last epoch): a
+    :class:`ConfigError` that is also the AssertionError stock raises there (``BaseTrainer.resume_training``'s
+    ``assert 0 < start_epoch < epochs``), so code written for stock still catches it."""
+
+
+class NoRoomError(OSError):
+    """A checkpoint that does not fit on its disk (``ENOSPC``) or under the file-size limit (``EFBIG``,
+    ``ulimit -f``), with no earlier file that an in-place write could reuse: nothing torn is left. Its message, one
+    line, says how many bytes the save needs; ``errno`` is the write's."""
+
+
 def one_line(text) -> str:
     """``text``'s (an exception's) non-blank lines joined by "; " (Ultralytics' errors span several lines)."""
     return "; ".join(line.strip() for line in str(text).splitlines() if line.strip()) or repr(text)

@@ -111,7 +111,9 @@ def test_resume_of_a_finished_run_exits_2(tmp_path, capfd):
     strip_optimizer(last)
     capfd.readouterr()
     for args in (["resume", f"model={last}"], [f"resume={last}"]):
+        (weights / ".last.pt.abcd1234.tmp").write_bytes(b"a killed save's")
         assert main(["train", *args, f"project={tmp_path / 'runs'}"]) == 2
+        assert sorted(p.name for p in weights.iterdir()) == ["best.pt", "last.pt"]  # the refusal tidied the run
         err = capfd.readouterr().err.strip().splitlines()
         assert err == [
             f"yolo-ckpt: error: resume: the run {tmp_path / 'run'} is finished ({last} has no optimizer state to resume); "
@@ -120,6 +122,55 @@ def test_resume_of_a_finished_run_exits_2(tmp_path, capfd):
     assert main(["train", "resume", f"project={tmp_path / 'runs'}"]) == 2  # no checkpoint named: not a new run either
     assert "resume needs the run's checkpoint" in capfd.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_resume_refusals_are_stock_assertion_errors_after_ultralytics_own_checks(tmp_path, capfd):
+    """A finished run's resume raises FinishedRunError, a ConfigError that code written for stock catches as the
+    AssertionError stock raises (Ultralytics' test_task); a checkpoint whose saved arguments Ultralytics rejects
+    (epochs=0) gets Ultralytics' own error first (a ValueError: "'epochs=0' is an invalid value"), not "finished",
+    from Python and on the command line (one line, exit 2)."""
+    import torch
+    from ultralytics import YOLO
+    from ultralytics.nn.tasks import DetectionModel
+    from ultralytics.utils import DEFAULT_CFG_DICT
+
+    from yolo_ckpt import CheckpointDetectionTrainer
+    from yolo_ckpt.errors import ConfigError, FinishedRunError
+
+    last = tmp_path / "run" / "weights" / "last.pt"
+    last.parent.mkdir(parents=True)
+    model = DetectionModel("yolo11n.yaml", nc=3, verbose=False)
+    for epochs, epoch, optimizer in ((3, -1, None), (0, 0, {"state": {}})):
+        train_args = {**DEFAULT_CFG_DICT, "model": "yolo11n.yaml", "data": "my/data.yaml", "epochs": epochs}
+        torch.save({"model": model, "ema": None, "epoch": epoch, "optimizer": optimizer, "train_args": train_args}, last)
+        with pytest.raises(ValueError) as raised:  # resume=True of a stripped last.pt: stock's Model.train starts a new run
+            YOLO(last).train(resume=str(last), trainer=CheckpointDetectionTrainer)
+        if epochs:  # stripped: finished
+            assert isinstance(raised.value, AssertionError) and isinstance(raised.value, FinishedRunError)
+            assert isinstance(raised.value, ConfigError) and "is finished" in str(raised.value)
+        else:
+            assert not isinstance(raised.value, AssertionError)
+            assert str(raised.value) == "'epochs=0' is an invalid value. 'epochs' must be >= 1."
+            capfd.readouterr()
+            assert main(["train", "resume", f"model={last}"]) == 2
+            assert capfd.readouterr().err.strip().splitlines() == [f"yolo-ckpt: error: {raised.value}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_profile_on_a_runs_pt_removes_its_stale_temporaries(tmp_path, capsys):
+    """profile (plan reads the model the same way) on a run's .pt removes the temporary files killed saves left
+    beside it, as resume and a trainer's start do; other files stay."""
+    import torch
+    from helpers import tiny_yaml
+    from ultralytics import YOLO
+
+    weights = tmp_path / "run" / "weights"
+    weights.mkdir(parents=True)
+    torch.save({"model": YOLO(tiny_yaml(tmp_path)).model, "train_args": {}, "epoch": -1, "optimizer": None}, weights / "best.pt")
+    for name in (".last.pt.abcd1234.tmp", ".best.pt.efgh5678.tmp", "notes.txt"):
+        (weights / name).write_bytes(b"x")
+    assert main(["profile", f"model={weights / 'best.pt'}", "imgsz=32", "batch=1", "device=cpu", "format=json"]) == 0
+    assert sorted(p.name for p in weights.iterdir()) == ["best.pt", "notes.txt"]
 
 
 def test_help_lists_commands_and_keys(capsys):

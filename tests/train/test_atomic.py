@@ -14,8 +14,9 @@ from helpers import logged_messages
 from ultralytics import YOLO
 
 from yolo_ckpt import CheckpointDetectionTrainer
-from yolo_ckpt.errors import ConfigError
-from yolo_ckpt.train.atomic import atomic_saves, atomic_write_bytes
+from yolo_ckpt.cli import main
+from yolo_ckpt.errors import FinishedRunError, NoRoomError
+from yolo_ckpt.train.atomic import atomic_saves, atomic_write_bytes, remove_stale_temporaries
 
 # A training run that pauses inside its second save of last.pt (epoch 1), where the test kills it with SIGKILL.
 # The pause is in os.fsync, after the bytes reached the temporary file and before os.replace; "half" truncates the
@@ -135,11 +136,13 @@ KILLED_STRIP = textwrap.dedent(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["last.pt", "best.pt"])
-def test_kill_inside_the_final_rewrite_leaves_loadable_checkpoints(target, synthetic, tmp_path):
+def test_kill_inside_the_final_rewrite_leaves_loadable_checkpoints(target, synthetic, tmp_path, capfd):
     """SIGKILL inside strip_optimizer's rewrite of last.pt, or of best.pt (stock: 3 of 3 and 4 of 4 such kills left a
     truncated file): both files still load as Ultralytics checkpoints, the killed file holds the epoch's complete
-    checkpoint; resume reads last.pt and refuses it as finished before any write (the run's one epoch ended; not an
-    unpickling error), or a new run of the folder starts from best.pt and removes the killed save's temporary copy."""
+    checkpoint. last.pt killed: it still holds its optimizer state at the run's last epoch, so resume (Python) is
+    refused saying that, as a FinishedRunError (catchable as stock's AssertionError), and the CLI's resume finishes the
+    run's end (both files stripped, best.pt validated, the temporary copy removed); best.pt killed: last.pt is the
+    finished run's stripped checkpoint, and a new run of the folder starts from best.pt and removes the temporary copy."""
     script = tmp_path / "run.py"
     script.write_text(KILLED_STRIP)
     proc = subprocess.run([sys.executable, str(script), target, synthetic(), str(tmp_path)], capture_output=True, text=True, timeout=900)
@@ -150,10 +153,23 @@ def test_kill_inside_the_final_rewrite_leaves_loadable_checkpoints(target, synth
     if target == "best.pt":  # last.pt's strip came first and completed
         assert ckpts["last.pt"]["epoch"] == -1
     assert len(list(weights.glob(f".{target}.*.tmp"))) == 1  # the half-written temporary copy, beside the intact file
-    if target == "last.pt":  # refused before any write (the key check): the temporary copy stays until the next run
-        with pytest.raises(ConfigError, match=r"is finished \(.*last.pt has no optimizer state to resume\)"):
+    if target == "last.pt":  # refused before any write (the key check), saying what is true; the refusal tidies
+        with pytest.raises(AssertionError) as refused:
             YOLO(weights / "last.pt").train(resume=True, trainer=CheckpointDetectionTrainer)
-        assert len(list(weights.glob(".last.pt.*.tmp"))) == 1
+        assert isinstance(refused.value, FinishedRunError) and str(refused.value) == (
+            f"resume: the run {tmp_path / 'run'} trained all its 1 epochs and was stopped in its end ({weights / 'last.pt'} still "
+            "holds its optimizer state; the final validation and strip did not run): no epoch is left to resume; finish it: "
+            f"yolo-ckpt train resume model={weights / 'last.pt'}"
+        )
+        assert sorted(p.name for p in weights.iterdir()) == ["best.pt", "last.pt"]  # the temporary copy removed
+        capfd.readouterr()
+        assert main(["train", "resume", f"model={weights / 'last.pt'}"]) == 0
+        assert capfd.readouterr().err.strip().splitlines()[-1] == (
+            f"yolo-ckpt: resume: the run {tmp_path / 'run'} had trained all its 1 epochs; its end, stopped by a kill, is done: "
+            "last.pt and best.pt stripped, best.pt validated"
+        )
+        assert [torch.load(weights / n, weights_only=False)["epoch"] for n in ("last.pt", "best.pt")] == [-1, -1]
+        assert sorted(p.name for p in weights.iterdir()) == ["best.pt", "last.pt"]
     else:  # last.pt is the finished run's stripped checkpoint: a new run of that folder, from best.pt
         YOLO(weights / "best.pt").train(data=synthetic(), trainer=CheckpointDetectionTrainer, project=str(tmp_path), name="run",
                                         exist_ok=True, epochs=1, batch=2, nbs=2, imgsz=32, workers=0, device="cpu", plots=False, val=False,
@@ -216,3 +232,83 @@ def test_a_disk_without_room_for_two_checkpoints_finishes_the_run(synthetic, tmp
     )
     warnings = [m for m in messages if "no room for an atomic save's temporary copy" in m]
     assert refused and len(warnings) == len(refused) and {"last.pt", "best.pt"} <= set(refused)
+
+
+def test_no_room_without_an_earlier_file_leaves_no_torn_file(tmp_path, monkeypatch):
+    """The disk holds no temporary copy (ENOSPC as it is synced, after its bytes were written): with no earlier file
+    nothing is left (stock's in-place write would fail the same way halfway, a torn last.pt), and NoRoomError's one
+    line says the bytes the save needs and the disk's free bytes; with an earlier file whose room does not hold the new
+    content either (a disk with 0 bytes free), the earlier file is kept as it was."""
+    fsync = os.fsync
+
+    def full_disk_fsync(fd):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".tmp"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", full_disk_fsync)
+    monkeypatch.setattr(os, "statvfs", lambda path: os.statvfs_result((4096, 4096, 100, 0, 0, 10, 0, 0, 0, 255)))
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    data = b"x" * 3000
+    with atomic_saves(folder), pytest.raises(NoRoomError) as raised:
+        (folder / "last.pt").write_bytes(data)
+    assert raised.value.errno == errno.ENOSPC and list(folder.iterdir()) == []
+    assert str(raised.value) == (
+        f"{folder / 'last.pt'}: no room to save it ({os.strerror(errno.ENOSPC)}): the save needs 0.0 MiB (3000 bytes), "
+        "0.0 MiB (0 bytes) free on its disk; no last.pt was written"
+    )
+    (folder / "best.pt").write_bytes(b"old")
+    with atomic_saves(folder), pytest.raises(NoRoomError, match=r"needs 0\.0 MiB \(3000 bytes\).*; best.pt keeps its previous content$"):
+        (folder / "best.pt").write_bytes(data)
+    assert [p.name for p in folder.iterdir()] == ["best.pt"] and (folder / "best.pt").read_bytes() == b"old"
+
+
+def test_a_file_size_limit_leaves_every_checkpoint_loadable_or_absent(tmp_path):
+    """Under a real file-size limit (RLIMIT_FSIZE, ``ulimit -f``) smaller than the checkpoint: the first save of
+    last.pt (torch.save, as strip_optimizer writes) leaves no file, a save over an earlier best.pt (Path.write_bytes,
+    as save_model writes) keeps it loadable (no in-place write: it would hit the same limit and tear the file); each
+    says the bytes the save needs."""
+    import io
+    import resource
+
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    ckpt = {"epoch": 0, "model": torch.zeros(100_000)}
+    buffer = io.BytesIO()
+    torch.save(ckpt, buffer)
+    size = len(buffer.getvalue())
+    torch.save({"epoch": -1}, folder / "best.pt")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size // 2, hard))  # Python ignores SIGXFSZ: the write gets EFBIG
+    try:
+        errors = []
+        for name, save in (("last.pt", lambda c, f: torch.save(c, f)), ("best.pt", lambda c, f: f.write_bytes(buffer.getvalue()))):
+            with atomic_saves(folder), pytest.raises(NoRoomError) as raised:
+                save(ckpt, folder / name)  # torch.save: ~3.5 s, Ultralytics' patched torch.save retries 3 times
+            errors.append(raised.value)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert [e.errno for e in errors] == [errno.EFBIG, errno.EFBIG]
+    limit = f"{size // 2 / 2**20:.1f} MiB ({size // 2} bytes)"
+    assert str(errors[0]) == (
+        f"{folder / 'last.pt'}: no room to save it ({os.strerror(errno.EFBIG)}): the save needs {size / 2**20:.1f} MiB ({size} bytes), "
+        f"the file-size limit (ulimit -f) is {limit}; no last.pt was written"
+    )
+    assert str(errors[1]).endswith("best.pt keeps its previous content")
+    assert [p.name for p in folder.iterdir()] == ["best.pt"] and torch.load(folder / "best.pt") == {"epoch": -1}
+
+
+def test_stale_temporaries_are_removed_but_not_a_live_writers(tmp_path):
+    """remove_stale_temporaries removes a killed save's temporary copies (no writer holds them) and spares one that a
+    live atomic_write holds locked; other files stay."""
+    import fcntl
+
+    stale, live, other = (tmp_path / n for n in (".last.pt.abcd1234.tmp", ".best.pt.efgh5678.tmp", "notes.tmp"))
+    for p in (stale, live, other):
+        p.write_bytes(b"x")
+    with open(live, "rb") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # as atomic_write holds it while it writes
+        assert remove_stale_temporaries(tmp_path) == [stale]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, other.name]
+    assert remove_stale_temporaries(tmp_path) == [live]  # its writer gone (the lock released): stale now

@@ -33,7 +33,7 @@ from ..config import (
     EstimateOptions,
     check_bool,
 )
-from ..errors import ConfigError, one_line, user_input
+from ..errors import ConfigError, NoRoomError, one_line, user_input
 from ..shipped import shipped
 from ..suggest import did_you_mean
 from .args import key_value, parse_train_args
@@ -105,18 +105,21 @@ def prepare_train(args: list[str]):
     (which picks World and YOLOE models itself); the trainer is the checkpointed one of that model's task table.
 
     Returns:
-        ``(model, trainer_class, overrides)`` for ``model.train(trainer=trainer_class, **overrides)``.
+        ``(model, trainer_class, overrides)`` for ``model.train(trainer=trainer_class, **overrides)``; None where
+        ``resume model=path/to/last.pt`` found a run trained to its last epoch whose end a kill stopped, and finished it
+        (:func:`yolo_ckpt.train.resume.finish_run`, its line printed).
 
     Raises:
         SyntaxError: for unknown keys or a key without a value. ConfigError: for an invalid yolo-ckpt key, an
         unknown task, a missing or unreadable ``cfg=`` file or model, a ``recompute=`` the model does not have,
-        ``resume`` of a finished run (:func:`yolo_ckpt.train.resume.check_resumable`). All before any run directory is created.
+        ``resume`` of a finished run, or Ultralytics' own error for its saved arguments
+        (:func:`yolo_ckpt.train.resume.check_resumable`). All before any run directory is created.
     """
     from ultralytics import RTDETR, YOLO
 
     from ..checkpointing.policy import layout_of
     from ..train.inputs import check_train_inputs
-    from ..train.resume import check_resumable
+    from ..train.resume import check_resumable, finish_run
     from ..train.trainer import trainer_for
 
     overrides = parse_train_args(args)
@@ -127,17 +130,23 @@ def prepare_train(args: list[str]):
     check_train_inputs({**overrides, "model": name})  # before the model is built (the trainer's key check repeats it)
     if Path(str(name)).suffix.lower() in {".yaml", ".yml"}:
         layout_of(name)  # a YAML without backbone:/head: fails here, with its name, not in Ultralytics' parse_model
+    tidy_beside(name)
     with user_input(checkpoint=name):
         model = RTDETR(name) if "rtdetr" in Path(str(name)).stem.lower() else YOLO(name, task=task)
     resume = overrides.get("resume")
     # resume=True of a finished run: stock's Model.train starts a new one with the defaults (data=coco8.yaml) before any
-    # trainer exists, so it is checked here; resume=path/to/last.pt is the trainer's key check's
+    # trainer exists, so it is checked here (its end finished, if a kill stopped it); resume=path/to/last.pt is the
+    # trainer's key check's (the checkpoint is not unpickled once more here)
     if resume and not isinstance(resume, (str, Path)):
         if not model.ckpt:
             raise ConfigError(
                 f"resume needs the run's checkpoint, e.g. yolo-ckpt train resume model=path/to/last.pt; model={name} is not one"
             )
-        check_resumable(model.ckpt_path, model.ckpt)
+        if check_resumable(model.ckpt_path, model.ckpt, finishes=True):  # trained to its last epoch, its end stopped by a kill
+            with _diagnostics_to_stderr():
+                line = finish_run(model.ckpt_path)
+            print(f"yolo-ckpt: {line}", file=sys.stderr)
+            return None
     trainer = trainer_for(model.task, model)
     trainer.check_keys({**overrides, "model": model.model.yaml if overrides.get("resume") is None else None})  # against the loaded model
     if overrides.get("data") is None and not overrides.get("resume"):
@@ -145,6 +154,16 @@ def prepare_train(args: list[str]):
 
         overrides["data"] = str(synthetic_dataset(model.task))
     return model, trainer, overrides
+
+
+def tidy_beside(model) -> None:
+    """Where ``model=`` is a ``.pt`` file (a run's ``last.pt``/``best.pt``), remove the temporary files that killed
+    saves left beside it (:func:`yolo_ckpt.train.atomic.remove_stale_temporaries`): every command that touches a run
+    tidies it, not only a trainer's start."""
+    from ..train.atomic import remove_stale_temporaries
+
+    if Path(str(model)).suffix.lower() == ".pt" and Path(str(model)).is_file():
+        remove_stale_temporaries(Path(str(model)).parent)
 
 
 @contextlib.contextmanager
@@ -223,6 +242,7 @@ def estimate_setup(args: list[str], command: str = "plan"):
             f"batch={opts['batch']!r}: profile and plan estimate a given batch (an int >= 1); plan gives the largest batch that fits"
         )
     opts["model"] = opts["model"] or DEFAULT_MODELS.get(opts["task"] or "detect", "yolo11n.yaml")
+    tidy_beside(opts["model"])
     with user_input():
         yolo = YOLO(opts["model"], task=given.get("task"))
     if yolo.task not in PLANNED_TASKS:
@@ -505,7 +525,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if command == "train":
-            model, trainer, overrides = prepare_train(args[1:])
+            prepared = prepare_train(args[1:])
+            if prepared is None:  # resume finished a run's end (its line printed): nothing to train
+                return 0
+            model, trainer, overrides = prepared
             try:
                 model.train(trainer=trainer, **overrides)
             except RuntimeError as e:  # bad data=: Ultralytics' get_dataset raises "Dataset '...' error ..." (run dir put back)
@@ -517,5 +540,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, SyntaxError) as e:  # the input's fault (PlanError too); anything else is a bug: traceback
         print(f"yolo-ckpt: error: {one_line(e)}", file=sys.stderr)
         return 2
+    except NoRoomError as e:  # a full disk or the file-size limit: the line says how much the save needs
+        print(f"yolo-ckpt: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as e:  # Ctrl-C: a trainer's says what it left (yolo_ckpt.train.resume.stop_on_interrupt)
+        print(f"yolo-ckpt: {one_line(e) if str(e) else 'interrupted'}", file=sys.stderr)
+        return 130  # 128 + SIGINT, as a shell reports a process that SIGINT ended
     return 0
 

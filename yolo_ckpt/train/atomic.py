@@ -10,9 +10,14 @@ bytes stock writes: each goes to a temporary file ``.<name>.XXXXXXXX.tmp`` in th
 Windows within one file system), so a reader finds either the previous complete file or the new complete file.
 
 What this needs: room on the disk (and under the file-size limit) for a second copy of the checkpoint while it is
-written. Where there is none (``ENOSPC``/``EFBIG`` while writing the temporary copy) the write falls back to stock's
-in-place write with a one-line warning, so a run that stock finishes still finishes. A killed save leaves its
-temporary file; :func:`remove_stale_temporaries` removes those at the next start or resume of the run.
+written. Where the disk has none (``ENOSPC`` while writing the temporary copy) but the file exists and the new one
+fits in its place, the write falls back to stock's in-place write with a one-line warning, so a run that stock
+finishes still finishes. Otherwise (no earlier file, a new file larger than the room its old one leaves, or the
+file-size limit, ``EFBIG``: an in-place write would fail the same way and leave a torn file) nothing is written: the
+partial temporary file is removed and :class:`~yolo_ckpt.errors.NoRoomError` says how many bytes the save needs. A
+killed save leaves its temporary file; :func:`remove_stale_temporaries` removes those wherever a command touches the
+run (a trainer's start, ``resume`` and its refusal, a command loading a ``.pt`` beside them), sparing a temporary
+file whose writer is alive (it holds an ``flock`` on it while it writes).
 """
 
 from __future__ import annotations
@@ -28,6 +33,13 @@ from pathlib import Path
 
 import torch
 from ultralytics.utils import LOGGER
+
+from ..errors import NoRoomError
+
+try:  # POSIX: a writer's lock tells a live temporary file from a killed save's
+    import fcntl
+except ImportError:  # Windows: an open file cannot be removed anyway (the unlink fails and it is left)
+    fcntl = None
 
 # a temporary copy that does not fit: the disk is full (ENOSPC) or the file-size limit is reached (EFBIG, ulimit -f)
 NO_ROOM = (errno.ENOSPC, errno.EFBIG)
@@ -54,23 +66,30 @@ def _umask() -> int:
 
 
 def atomic_write(path: str | Path, write: Callable, in_place: Callable | None = None) -> None:
-    """Write ``path`` atomically: ``write(f)`` into a temporary file in the same folder, flushed, ``fsync``-ed, given
-    :func:`stock_mode`, then ``os.replace``-d over ``path``.
+    """Write ``path`` atomically: ``write(f)`` into a temporary file in the same folder (locked while it is written:
+    :func:`remove_stale_temporaries` spares it), flushed, ``fsync``-ed, given :func:`stock_mode`, then
+    ``os.replace``-d over ``path``.
 
     Args:
-        write: writes the content to the open binary file it is given.
+        write: writes the content to the open binary file it is given (only ``write`` and ``flush`` are called on it).
         in_place: stock's in-place write of ``path``, taken with a one-line warning where the temporary copy does not
-            fit (:data:`NO_ROOM`); None: such an error is raised.
+            fit on the disk (``ENOSPC``) but ``path`` exists and the new content fits in the room it leaves; None:
+            never.
 
     Raises:
-        OSError: as the write raises it; the temporary file is removed and ``path`` keeps its old content.
+        NoRoomError: where the temporary copy does not fit (:data:`NO_ROOM`) and no in-place write is taken: one
+            line with the bytes the save needs and the free bytes (or the file-size limit); the temporary file is
+            removed, ``path`` keeps its old content, or stays absent.
+        OSError: as the write raises it otherwise; the temporary file is removed and ``path`` keeps its old content.
     """
     path = Path(path)
-    mode, tmp = stock_mode(path), None
+    mode, tmp, recorded, old_size = stock_mode(path), None, None, path.stat().st_size if path.is_file() else None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as f:
-            write(f)
+            if fcntl is not None:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # released when the file closes, or the process dies
+            write(recorded := _Recorded(f))
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
@@ -79,13 +98,90 @@ def atomic_write(path: str | Path, write: Callable, in_place: Callable | None = 
         if tmp:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-        if in_place is None or not (isinstance(e, OSError) and e.errno in NO_ROOM):
+        # torch.save's writer turns the file's OSError into a RuntimeError ("basic_ios::clear: iostream error")
+        error = e if isinstance(e, OSError) else getattr(recorded, "error", None)
+        if not (isinstance(error, OSError) and error.errno in NO_ROOM):
             raise
-        LOGGER.warning(
-            f"{path}: no room for an atomic save's temporary copy ({e.strerror}); writing it in place as Ultralytics does (a kill "
-            "during this write corrupts it)"
-        )
-        in_place()
+        e = error
+        needed, free = _size(write), _free_bytes(path.parent)
+        if in_place is not None and e.errno == errno.ENOSPC and old_size is not None and needed <= free + old_size:
+            LOGGER.warning(
+                f"{path}: no room for an atomic save's temporary copy ({e.strerror}); writing it in place as Ultralytics does (a "
+                "kill during this write corrupts it)"
+            )
+            in_place()
+            return
+        raise _no_room(path, e, needed, free, old_size is not None) from e
+
+
+class _Recorded:
+    """A binary file, the last OSError its ``write`` and ``flush`` raised kept as ``error``; its other attributes
+    (``name``, ``fileno``) are the file's."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        try:
+            self.f.flush()
+        except OSError as e:
+            self.error = e
+            raise
+
+
+def _size(write: Callable) -> int:
+    """The bytes ``write`` writes, counted without storing them."""
+
+    class Counter:
+        n = 0
+
+        def write(self, data) -> int:
+            n = memoryview(data).nbytes
+            self.n += n
+            return n
+
+        def flush(self) -> None:
+            pass
+
+    counter = Counter()
+    write(counter)
+    return counter.n
+
+
+def _free_bytes(folder: Path) -> int:
+    """The bytes an unprivileged write may still take on ``folder``'s file system (0 where it cannot be read)."""
+    with contextlib.suppress(OSError, AttributeError):  # AttributeError: no os.statvfs (Windows)
+        st = os.statvfs(folder)
+        return st.f_bavail * st.f_frsize
+    return 0
+
+
+def _no_room(path: Path, e: OSError, needed: int, free: int, existed: bool) -> NoRoomError:
+    """The one-line :class:`NoRoomError` of a save of ``needed`` bytes that did not fit."""
+    def mib(n: int) -> str:
+        return f"{n / 2**20:.1f} MiB ({n} bytes)"
+
+    if e.errno == errno.EFBIG:  # the file-size limit: POSIX, where the resource module is
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        room = f"the file-size limit (ulimit -f) is {mib(limit) if limit != resource.RLIM_INFINITY else 'unlimited'}"
+    else:
+        room = f"{mib(free)} free on its disk"
+    kept = f"{path.name} keeps its previous content" if existed else f"no {path.name} was written"
+    err = NoRoomError(f"{path}: no room to save it ({e.strerror}): the save needs {mib(needed)}, {room}; {kept}")
+    err.errno = e.errno  # not strerror: OSError.__str__ would print "[Errno 28] ..." instead of the message
+    return err
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> int:
@@ -96,13 +192,30 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> int:
 
 def remove_stale_temporaries(folder: str | Path) -> list[Path]:
     """Remove the temporary checkpoints (``.last.pt.XXXXXXXX.tmp``, :data:`STALE`) that killed saves left in
-    ``folder``; returns them."""
+    ``folder``, sparing those a live writer still holds locked (:func:`atomic_write`); returns those removed."""
     folder = Path(folder)
-    stale = [p for p in folder.glob(".*.tmp") if STALE.fullmatch(p.name)] if folder.is_dir() else []
-    for p in stale:
-        with contextlib.suppress(FileNotFoundError):
+    removed = []
+    for p in folder.glob(".*.tmp") if folder.is_dir() else []:
+        if not STALE.fullmatch(p.name) or _being_written(p):
+            continue
+        with contextlib.suppress(OSError):  # gone meanwhile, or (Windows) open in another process
             p.unlink()
-    return stale
+            removed.append(p)
+    return removed
+
+
+def _being_written(path: Path) -> bool:
+    """Whether a live :func:`atomic_write` holds ``path`` locked (never, where there are no locks)."""
+    if fcntl is None:
+        return False
+    try:
+        with open(path, "rb") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # released as the file closes
+    except BlockingIOError:
+        return True
+    except OSError:  # gone meanwhile
+        return False
+    return False
 
 
 @contextlib.contextmanager

@@ -43,6 +43,7 @@ from .data_check import check_train_labels
 from .inputs import check_model_keys, check_train_inputs
 from .log import PREFIX
 from .planning import check_planning, plan_recompute, planned_batch
+from .resume import stop_on_interrupt
 from .run_dir import restored_on_failure, run_dir_state
 from .run_stats import cuda_peak, keep_probe_batch, start_stats
 from .tasks import task_defaults, task_of
@@ -156,10 +157,10 @@ class CheckpointTrainerMixin:
             return super().get_model(*args, **kwargs)
 
     def train(self):
-        """Ultralytics' training. Whatever fails before the first epoch starts (Ultralytics' set-up, the dataset,
-        planning: :class:`~yolo_ckpt.memory.plan.PlanError`) leaves the run directory as it was
-        (:func:`~yolo_ckpt.train.run_dir.restored_on_failure`); then the error is raised."""
-        with restored_on_failure(self):
+        """Ultralytics' training. Whatever fails before the first epoch starts (set-up, the dataset, planning's PlanError)
+        leaves the run directory as it was (:func:`~yolo_ckpt.train.run_dir.restored_on_failure`), then is raised. Ctrl-C
+        stops it within a step, saying what resumes (:func:`~yolo_ckpt.train.resume.stop_on_interrupt`)."""
+        with restored_on_failure(self), stop_on_interrupt(self):
             return super().train()
 
     def _setup_ddp(self):

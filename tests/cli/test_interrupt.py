@@ -1,0 +1,102 @@
+"""Ctrl-C stops a run (issue 31 item 1): within one step, exit 130, one line naming the last.pt that resumes."""
+
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from helpers import tiny_yaml
+
+from yolo_ckpt.cli import main
+
+# `yolo-ckpt train` whose second epoch stalls in its first step inside a weakref callback (activation checkpointing
+# frees its saved tensors through such callbacks many times a step) until a SIGINT arrives: Python raises the
+# KeyboardInterrupt inside the callback, prints "Exception ignored in ..." and drops it, as it did for the issue's run
+# that trained to its end. Each training step prints STEP <epoch> <batch>.
+STALLED_RUN = textwrap.dedent(
+    """
+    import sys, time, weakref
+    from ultralytics.utils.callbacks import base
+    from yolo_ckpt.cli import main
+
+    class Freed:
+        pass
+
+    def stall(_):
+        print("STALLED", flush=True)
+        for _ in range(600):
+            time.sleep(0.1)
+
+    def step(trainer):
+        print(f"STEP {trainer.epoch} {len(trainer.ckpt_stats.step_s)}", flush=True)
+        if trainer.epoch == 1 and not getattr(trainer, "stalled", False):
+            trainer.stalled, freed = True, Freed()
+            ref = weakref.ref(freed, stall)
+            del freed  # stall() runs now, as the weakref's callback
+
+    base.default_callbacks["on_train_batch_end"].append(step)
+    sys.exit(main(sys.argv[1:]))
+    """
+)
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_within_a_step_and_last_pt_resumes(synthetic, tmp_path):
+    """SIGINT to a CPU run in its second epoch, where Python drops the KeyboardInterrupt (raised in a weakref
+    callback): the run stops before another step (no STEP line after it), exits 130 with one line naming last.pt (epoch
+    1 of 3, its optimizer state kept) and the command that resumes it; that command trains epochs 2 and 3."""
+    script = tmp_path / "run.py"
+    script.write_text(STALLED_RUN)
+    keys = [f"model={tiny_yaml(tmp_path)}", f"data={synthetic()}", f"project={tmp_path}", "name=run", "epochs=3", "batch=2",
+            "imgsz=32", "fraction=0.5", "plots=False", "val=False", "estimate=False", "recompute=all"]
+    proc = subprocess.Popen([sys.executable, str(script), "train", *keys], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line.strip())
+        if line.strip() == "STALLED":
+            proc.send_signal(signal.SIGINT)
+            break
+    lines += proc.stdout.read().split()
+    err = proc.stderr.read()
+    assert proc.wait() == 130, err[-3000:]
+    assert "STALLED" in lines and not [s for s in lines[lines.index("STALLED"):] if s.startswith("STEP")]
+    assert "Exception ignored in" in err and "KeyboardInterrupt" in err  # where Python dropped it
+    last = tmp_path / "run" / "weights" / "last.pt"
+    assert err.strip().splitlines()[-1] == (
+        f"yolo-ckpt: interrupted: {last} holds epoch 1 of 3; resume: yolo-ckpt train resume model={last}"
+    )
+    ckpt = torch.load(last, weights_only=False)
+    assert ckpt["epoch"] == 0 and ckpt["optimizer"] is not None
+    assert main(["train", "resume", f"model={last}"]) == 0
+    results = (tmp_path / "run" / "results.csv").read_text().splitlines()
+    assert [row.split(",")[0].strip() for row in results[1:]] == ["1", "2", "3"]
+    assert torch.load(last, weights_only=False)["epoch"] == -1
+
+
+def test_the_interrupted_line_says_what_is_left(tmp_path):
+    """interrupted()'s line for each state a Ctrl-C can leave last.pt in: none yet, or an earlier run's in the same
+    folder (exist_ok=True, older than this run's start): nothing to resume; an epoch's save: the epoch and the resume
+    command; saved at the last epoch, unstripped (stopped in the run's end): the command that finishes it; stripped:
+    the run finished."""
+    import os
+    import time
+
+    from yolo_ckpt.train.resume import interrupted
+
+    last = tmp_path / "last.pt"
+    nothing = "interrupted before the run saved a checkpoint: nothing to resume"
+    assert interrupted(last) == nothing
+    args = {"epochs": 3, "data": "my/data.yaml"}
+    torch.save({"epoch": 1, "optimizer": {"state": {}}, "train_args": args}, last)
+    assert interrupted(last) == f"interrupted: {last} holds epoch 2 of 3; resume: yolo-ckpt train resume model={last}"
+    os.utime(last, (time.time() - 60, time.time() - 60))
+    assert interrupted(last, since=time.time() - 30) == nothing  # an earlier run's, not this one's
+    assert interrupted(last, since=time.time() - 90).startswith("interrupted: ")
+    torch.save({"epoch": 2, "optimizer": {"state": {}}, "train_args": args}, last)
+    assert interrupted(last) == (
+        f"interrupted in the run's end (its final validation and strip); finish it: yolo-ckpt train resume model={last}"
+    )
+    torch.save({"epoch": -1, "optimizer": None, "train_args": args}, last)
+    assert interrupted(last) == f"interrupted after the run finished: {last} is its final checkpoint"
