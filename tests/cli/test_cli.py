@@ -166,6 +166,16 @@ def test_console_script_and_dependencies_declared():
     assert {"ultralytics", "torch", "cloudpickle"} <= {r.name for r in requirements}  # failure mode 23: DDP pickles with cloudpickle
 
 
+def test_importing_the_cli_runs_nothing(monkeypatch, capfd):
+    """Issue 31, item 4: mkdocstrings imports ``yolo_ckpt/cli/__main__.py``; it must not parse ``sys.argv`` then."""
+    import importlib
+
+    monkeypatch.setattr(sys, "argv", ["mkdocs", "build", "--strict"])
+    sys.modules.pop("yolo_ckpt.cli.__main__", None)
+    importlib.import_module("yolo_ckpt.cli.__main__")  # unguarded, this raised SystemExit(2)
+    assert capfd.readouterr() == ("", "")
+
+
 @pytest.mark.slow
 def test_builtin_default_offline(tmp_path):
     """No data=, no model=: yolo11n.yaml on the built-in synthetic dataset, with every network call refused (20), run
