@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import SUBPROCESS_TIMEOUT_S
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -75,7 +76,7 @@ def test_site_builds_strict(tmp_path):
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "YOLO_OFFLINE": "1"}
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S,
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert (tmp_path / "site" / "reference" / "api" / "index.html").read_text().count('class="doc doc-heading"') >= 15

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import tomllib
 import yaml
+from helpers import SUBPROCESS_TIMEOUT_S
 
 from yolo_ckpt.cli import main
 from yolo_ckpt.cli.args import parse_train_args
@@ -191,7 +192,7 @@ def test_builtin_default_offline(tmp_path):
                     "name=default"]
         runpy.run_module("yolo_ckpt.cli", run_name="__main__")  # python -m yolo_ckpt.cli, as a user runs it
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900, cwd=ROOT)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((tmp_path / "default" / REPORT_NAME).read_text())
     assert report["model"] == "yolo11n.yaml" and "synthetic-v1-seed0-detect" in report["data"]

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 import torch
-from helpers import TRAIN, assert_state_equal, logged_messages, train
+from helpers import SUBPROCESS_TIMEOUT_S, TRAIN, assert_state_equal, logged_messages, train
 from ultralytics import YOLO
 
 from yolo_ckpt import CheckpointDetectionTrainer, checkpointed_layers, count_recomputations, trainer_for
@@ -230,7 +230,7 @@ def test_saved_files_are_stock(trained, synthetic, tmp_path):
         if importlib.util.find_spec("onnx"):
             print("ONNX", m.export(format="onnx", imgsz=64))
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "MAP " in out.stdout and ".torchscript" in out.stdout
 
@@ -310,7 +310,7 @@ def test_ddp_file_round_trip(synthetic, tmp_path):
     apply_checkpointing(trainer.model, "0-4,SPPF")  # the pickled model must come out stock, and be re-patched
     file = generate_ddp_file(trainer)
     try:
-        out = subprocess.run([sys.executable, file], capture_output=True, text=True, timeout=300)
+        out = subprocess.run([sys.executable, file], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
     finally:
         ddp_cleanup(trainer, file)
     assert out.returncode == 0, out.stderr[-3000:]

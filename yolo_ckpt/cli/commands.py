@@ -150,8 +150,9 @@ def prepare_train(args: list[str]):
 @contextlib.contextmanager
 def _diagnostics_to_stderr():
     """Inside the block, Ultralytics' log lines and every progress bar go to stderr, so that stdout holds only the
-    result (``format=json | json.load``)."""
-    handlers = [h for h in LOGGER.handlers if isinstance(h, logging.StreamHandler)]
+    result (``format=json | json.load``). Only the console handlers move (Ultralytics' is a plain StreamHandler): a
+    FileHandler or a test runner's capture handler (pytest >= 9.2 adds one to Ultralytics' logger) keeps its stream."""
+    handlers = [h for h in LOGGER.handlers if type(h) is logging.StreamHandler]
     streams = [h.stream for h in handlers]
     for h in handlers:
         h.setStream(sys.stderr)
