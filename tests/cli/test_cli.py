@@ -151,6 +151,18 @@ def test_profile_and_plan_bad_keys_exit_2(args, message, capsys):
     assert last.startswith("yolo-ckpt: error:") and message in last
 
 
+@pytest.mark.parametrize("command", ["train", "profile", "plan"])
+def test_a_misspelt_model_yaml_is_named(command, tmp_path, capfd):
+    """Issue 31, item 11: Ultralytics names the scale-less YAML it tried last ('yolo11n.yaml' does not exist, a valid
+    name); yolo-ckpt names the typo and the YAMLs close to it."""
+    assert main([command, "model=yolo11nn.yaml", "memory_budget=1GB", f"project={tmp_path}"]) == 2
+    out, err = capfd.readouterr()
+    assert out == "" and err.splitlines() == [
+        "yolo-ckpt: error: model=yolo11nn.yaml does not exist, as a file or as an Ultralytics model YAML "
+        "(did you mean 'yolo11n.yaml' or 'yolo11.yaml' or 'yoloe-11n.yaml'?)"
+    ]
+
+
 def test_console_script_and_dependencies_declared():
     """pyproject's console script is the CLI's entry point, and every declared dependency (the extras' included) is
     met by the versions this suite runs on: a floor or range that excludes the tested versions fails here."""

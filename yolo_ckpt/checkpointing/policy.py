@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError, user_input
+from ..errors import ConfigError, MissingFileError, user_input
 from ..suggest import did_you_mean
 
 SECTIONS = ("backbone", "neck", "all")
@@ -294,12 +294,27 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
     )
 
 
+def model_yaml_names() -> set[str]:
+    """The model YAML names Ultralytics builds (``ultralytics/cfg/models``): each file's, and for a name with a version
+    number and no scale each scale's, as ``yolo11.yaml`` builds ``yolo11n.yaml`` ... ``yolo11x.yaml`` (``yaml_model_load``;
+    ``yolov10n.yaml`` is a file of its own)."""
+    import ultralytics
+
+    names = set()
+    for f in (Path(ultralytics.__file__).parent / "cfg" / "models").rglob("*.yaml"):
+        names.add(f.name)
+        if version := re.fullmatch(r"(.*?\d+)(-.*)?", f.stem):  # yolo11-seg -> yolo11n-seg, ...
+            names |= {f"{version[1]}{scale}{version[2] or ''}{f.suffix}" for scale in "nslmx"}
+    return names
+
+
 def layout_of(model_arg) -> ModelLayout:
     """Layout from what ``model=`` names, without building the model: a YAML path or dict, or a ``.pt`` file (of a
     distillation run: its student's).
 
     Raises:
-        MissingFileError: for a path that does not exist. ConfigError: for a file Ultralytics cannot read as a model.
+        MissingFileError: for a path that does not exist (a YAML name: naming it, with the Ultralytics model YAMLs close
+            to it). ConfigError: for a file Ultralytics cannot read as a model.
     """
     if isinstance(model_arg, dict):
         return ModelLayout.from_yaml(model_arg)
@@ -307,8 +322,12 @@ def layout_of(model_arg) -> ModelLayout:
     if Path(path).suffix.lower() in {".yaml", ".yml"}:
         from ultralytics.nn.tasks import yaml_model_load
 
-        with user_input():
-            cfg = yaml_model_load(path)
+        try:
+            with user_input():
+                cfg = yaml_model_load(path)
+        except MissingFileError:  # Ultralytics names the scale-less YAML it tried last: 'yolo11n.yaml' for yolo11nn.yaml
+            hint = did_you_mean(Path(path).name, model_yaml_names(), key=lambda name: Path(name).stem)
+            raise MissingFileError(f"model={path} does not exist, as a file or as an Ultralytics model YAML{hint}") from None
         return ModelLayout.from_yaml(cfg)
     from ultralytics.nn.tasks import load_checkpoint
 

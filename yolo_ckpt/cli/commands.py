@@ -210,7 +210,7 @@ def estimate_setup(args: list[str], command: str = "plan"):
     from ultralytics import YOLO
     from ultralytics.cfg import get_cfg
 
-    from ..checkpointing.policy import ModelLayout
+    from ..checkpointing.policy import ModelLayout, layout_of
     from ..memory.plan import PLANNED_TASKS
     from ..memory.planned_run import planned_run
     from ..memory.runspec import device_type
@@ -224,6 +224,8 @@ def estimate_setup(args: list[str], command: str = "plan"):
             f"batch={opts['batch']!r}: profile and plan estimate a given batch (an int >= 1); plan gives the largest batch that fits"
         )
     opts["model"] = opts["model"] or DEFAULT_MODELS.get(opts["task"] or "detect", "yolo11n.yaml")
+    if Path(str(opts["model"])).suffix.lower() in {".yaml", ".yml"}:
+        layout_of(opts["model"])  # a missing YAML named as given (Ultralytics names 'yolo11n.yaml' for yolo11nn.yaml)
     with user_input():
         yolo = YOLO(opts["model"], task=given.get("task"))
     if yolo.task not in PLANNED_TASKS:
