@@ -163,6 +163,54 @@ def test_a_misspelt_model_yaml_is_named(command, tmp_path, capfd):
     ]
 
 
+def _corrupt_images(folder) -> str:
+    """A detection data.yaml whose 2 training images are random bytes (each with a valid label)."""
+    for split in ("images", "labels"):
+        (folder / split / "train").mkdir(parents=True)
+    for i in range(2):
+        (folder / "images" / "train" / f"{i}.jpg").write_bytes(bytes(range(256)) * 2)
+        (folder / "labels" / "train" / f"{i}.txt").write_text("0 0.5 0.5 0.2 0.2\n")
+    data = folder / "data.yaml"
+    data.write_text(yaml.safe_dump({"path": str(folder), "train": "images/train", "val": "images/train", "names": {0: "a"}}))
+    return str(data)
+
+
+@pytest.mark.parametrize(
+    ("case", "command", "message"),
+    [
+        ("string_arg", "train", "model={} layer 0 (Conv ['abc', 3, 2]) cannot be built: '<' not supported between instances"),
+        ("string_arg", "profile", "model={} layer 0 (Conv ['abc', 3, 2]) cannot be built: '<' not supported between instances"),
+        ("module", "train", "model YAML '{}' layer 1: module 'EvilModule' is not an Ultralytics module, nn.NAME or torchvision.ops.NAME"),
+        ("module", "plan", "model YAML '{}' layer 1: module 'EvilModule' is not an Ultralytics module, nn.NAME or torchvision.ops.NAME"),
+        ("corrupt_images", "plan", "data={}: all 2 training images are corrupt"),
+        ("corrupt_images", "profile", "data={}: all 2 training images are corrupt"),
+    ],
+)
+def test_model_and_data_faults_are_one_line(case, command, message, tmp_path, capfd):
+    """Issue 31, item 9: a model YAML's string layer argument (Ultralytics' TypeError in parse_model), an unknown
+    module (its bare KeyError: 'EvilModule'), plan and profile on a set whose images are all corrupt (train refused it
+    in one line; they raised Ultralytics' RuntimeError): one line naming the file, exit 2, no run folder."""
+    import copy
+
+    from helpers import TINY_DETECT
+
+    model, data, named = copy.deepcopy(TINY_DETECT), [], tmp_path / "bad.yaml"
+    if case == "string_arg":
+        model["backbone"][0][3] = ["abc", 3, 2]
+    elif case == "module":
+        model["backbone"][1][2] = "EvilModule"
+    else:
+        data, named = [f"data={_corrupt_images(tmp_path)}"], tmp_path / "data.yaml"
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(model))
+    keys = [f"model={tmp_path / 'bad.yaml'}", *data, "imgsz=64", "batch=1", "memory_budget=1GB", f"project={tmp_path / 'runs'}"]
+    assert main([command, *keys]) == 2
+    out, err = capfd.readouterr()
+    ours = [line for line in err.splitlines() if line.startswith("yolo-ckpt")]
+    assert out == "" and "Traceback" not in err and len(ours) == 1, err
+    assert ours[0].startswith(f"yolo-ckpt: error: {message.format(named)}"), ours[0]
+    assert not (tmp_path / "runs").exists()
+
+
 def test_console_script_and_dependencies_declared():
     """pyproject's console script is the CLI's entry point, and every declared dependency (the extras' included) is
     met by the versions this suite runs on: a floor or range that excludes the tested versions fails here."""

@@ -205,7 +205,9 @@ def estimate_setup(args: list[str], command: str = "plan"):
     Raises:
         SyntaxError: for unknown keys. ConfigError: for a bad yolo-ckpt key (:meth:`~yolo_ckpt.config.CkptConfig.from_args`),
         ``objects=``, ``format=`` or ``plot=`` (:meth:`~yolo_ckpt.config.EstimateOptions.from_args`) or batch, a task
-        the estimate does not cover, a model or dataset that cannot be read; the keys' errors before the model is built.
+        the estimate does not cover, a model or dataset that cannot be read, a training set train refuses
+        (:func:`yolo_ckpt.train.data_check.check_labels`: no labels, all images corrupt, ...); the keys' errors before
+        the model is built.
     """
     from ultralytics import YOLO
     from ultralytics.cfg import get_cfg
@@ -214,6 +216,7 @@ def estimate_setup(args: list[str], command: str = "plan"):
     from ..memory.plan import PLANNED_TASKS
     from ..memory.planned_run import planned_run
     from ..memory.runspec import device_type
+    from ..train.data_check import CHECKED_TASKS, check_labels
 
     keys = {k: v for k, v in ESTIMATE_DEFAULTS.items() if command == "profile" or k not in PROFILE_ONLY}
     given = parse_train_args(args, keys)
@@ -226,7 +229,7 @@ def estimate_setup(args: list[str], command: str = "plan"):
     opts["model"] = opts["model"] or DEFAULT_MODELS.get(opts["task"] or "detect", "yolo11n.yaml")
     if Path(str(opts["model"])).suffix.lower() in {".yaml", ".yml"}:
         layout_of(opts["model"])  # a missing YAML named as given (Ultralytics names 'yolo11n.yaml' for yolo11nn.yaml)
-    with user_input():
+    with user_input(checkpoint=opts["model"]):
         yolo = YOLO(opts["model"], task=given.get("task"))
     if yolo.task not in PLANNED_TASKS:
         raise ConfigError(f"profile and plan estimate {', '.join(PLANNED_TASKS)} models; model={opts['model']} is a {yolo.task} model")
@@ -236,6 +239,8 @@ def estimate_setup(args: list[str], command: str = "plan"):
     model, data = yolo.model, None
     if opts["data"]:
         data = dataset_on_disk(opts["data"], yolo.task)
+        if yolo.task in CHECKED_TASKS:  # the training set's checks train makes: one line where Ultralytics' scan raises
+            check_labels(data, yolo.task, cfg.fraction, cfg.single_cls)
         model = yolo.task_map[yolo.task]["model"](yolo.model.yaml, nc=data["nc"], ch=data["channels"], verbose=False)
         if yolo.ckpt:  # a trained .pt: its weights, as the trainer's get_model loads them into the data's model
             model.load(yolo.model)
