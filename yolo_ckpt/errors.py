@@ -57,13 +57,10 @@ def user_input(checkpoint=None):
         raise MissingFileError(one_line(e)) from e
     except (SyntaxError, AssertionError, ValueError, KeyError, RuntimeError) as e:
         raise ConfigError(one_line(e)) from e
-    except (TypeError, IndexError) as e:
-        if (layer := _yaml_layer(e)) is None:
-            raise
-        # a model YAML's row Ultralytics' parse_model cannot build (a string channel count: TypeError)
-        raise ConfigError(f"model={checkpoint or 'the model YAML'} {layer} cannot be built: {one_line(e)}") from None
-    except (EOFError, ModuleNotFoundError, AttributeError, pickle.UnpicklingError) as e:
-        if not (str(checkpoint).lower().endswith(".pt") and Path(str(checkpoint)).is_file()):
+    except (TypeError, IndexError, EOFError, ModuleNotFoundError, AttributeError, pickle.UnpicklingError) as e:
+        if (layer := _yaml_layer(e)) is not None:  # a model YAML's row parse_model cannot build (a string channel count)
+            raise ConfigError(f"model={checkpoint or 'the model YAML'} {layer} cannot be built: {one_line(e)}") from None
+        if isinstance(e, IndexError) or not (str(checkpoint).lower().endswith(".pt") and Path(str(checkpoint)).is_file()):
             raise
         reason = one_line(str(e).replace("ERROR ❌️", "")).split("; Recommended")[0]
         raise ConfigError(f"model={checkpoint} is not a loadable Ultralytics checkpoint: {reason}") from None
