@@ -211,6 +211,51 @@ def test_model_and_data_faults_are_one_line(case, command, message, tmp_path, ca
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["plan", "imgsz=576", "batch=-1", "memory_budget=600MB"], "batch=-1: profile and plan estimate a given batch"),
+        (["plan", "memory_budget=12GBB"], "memory_budget='12GBB': unknown unit 'GBB'"),
+        (["train", "memory_budget=12GBB"], "memory_budget='12GBB': unknown unit 'GBB'"),
+        (["train", "classify"], "task=classify reads a folder of class folders"),
+        (["profile", "classify"], "task=classify reads a folder of class folders"),
+    ],
+)
+def test_checks_that_need_no_model_come_first(args, message, synthetic, tmp_path, monkeypatch, capfd):
+    """Issue 31, item 2: a refusal that needs no model, labels or calibration comes before any of them (they took
+    minutes on a real set: 568 s for plan batch=-1, 827 s for train classify on a detection set): building the model,
+    scanning the labels and planning the run fail the test if they start."""
+    import ultralytics
+
+    import yolo_ckpt.memory.planned_run
+    import yolo_ckpt.train.data_check
+
+    def expensive(*a, **k):
+        pytest.fail("an expensive step ran before the refusal")  # a BaseException: no 'except Exception' turns it into a refusal
+
+    for owner, name in [(ultralytics.YOLO, "__init__"), (ultralytics.RTDETR, "__init__"), (yolo_ckpt.train.data_check, "scan_labels"),
+                        (yolo_ckpt.memory.planned_run, "planned_run")]:
+        monkeypatch.setattr(owner, name, expensive)
+    assert main([*args, f"data={synthetic()}", f"project={tmp_path}"]) == 2
+    err = [line for line in capfd.readouterr().err.splitlines() if line.startswith("yolo-ckpt")]
+    assert len(err) == 1 and err[0].startswith("yolo-ckpt: error:") and message in err[0], err
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_classify_model_refuses_a_data_yaml_before_its_trainer(synthetic, tmp_path, monkeypatch, capfd):
+    """The task known from model= only (yolo11n-cls.yaml): refused once the model is built, before the trainer prints its
+    arguments and reads the dataset (stock: after both)."""
+    import ultralytics.engine.trainer
+
+    monkeypatch.setattr(ultralytics.engine.trainer.BaseTrainer, "__init__", lambda *a, **k: pytest.fail("the trainer was built"))
+    assert main(["train", "model=yolo11n-cls.yaml", f"data={synthetic()}", f"project={tmp_path}"]) == 2
+    err = [line for line in capfd.readouterr().err.splitlines() if line.startswith("yolo-ckpt")]
+    assert err == [
+        f"yolo-ckpt: error: data={synthetic()}: task=classify reads a folder of class folders (train/<class>/*.jpg, val/<class>/...), "
+        "not a data YAML; a data YAML is a detect, segment, obb or pose dataset"
+    ]
+
+
 def test_console_script_and_dependencies_declared():
     """pyproject's console script is the CLI's entry point, and every declared dependency (the extras' included) is
     met by the versions this suite runs on: a floor or range that excludes the tested versions fails here."""

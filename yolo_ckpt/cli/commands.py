@@ -115,7 +115,7 @@ def prepare_train(args: list[str]):
     from ultralytics import RTDETR, YOLO
 
     from ..checkpointing.policy import layout_of
-    from ..train.inputs import check_train_inputs
+    from ..train.inputs import check_data_for_task, check_train_inputs
     from ..train.resume import check_resumable
     from ..train.trainer import trainer_for
 
@@ -125,10 +125,13 @@ def prepare_train(args: list[str]):
         trainer_for(task)  # unknown task: fail before building anything
     name = overrides.pop("model", None) or DEFAULT_MODELS[task or "detect"]
     check_train_inputs({**overrides, "model": name})  # before the model is built (the trainer's key check repeats it)
+    CkptConfig.from_args(overrides)  # yolo-ckpt's keys' forms (memory_budget=12GBB), which need no model; checked once
+    check_data_for_task(overrides.get("data"), task)
     if Path(str(name)).suffix.lower() in {".yaml", ".yml"}:
         layout_of(name)  # a YAML without backbone:/head: fails here, with its name, not in Ultralytics' parse_model
     with user_input(checkpoint=name):
         model = RTDETR(name) if "rtdetr" in Path(str(name)).stem.lower() else YOLO(name, task=task)
+    check_data_for_task(overrides.get("data"), model.task)  # the model's task (yolo11n-cls.yaml), before the trainer's set-up
     resume = overrides.get("resume")
     # resume=True of a finished run: stock's Model.train starts a new one with the defaults (data=coco8.yaml) before any
     # trainer exists, so it is checked here; resume=path/to/last.pt is the trainer's key check's
@@ -217,6 +220,7 @@ def estimate_setup(args: list[str], command: str = "plan"):
     from ..memory.planned_run import planned_run
     from ..memory.runspec import device_type
     from ..train.data_check import CHECKED_TASKS, check_labels
+    from ..train.inputs import check_data_for_task
 
     keys = {k: v for k, v in ESTIMATE_DEFAULTS.items() if command == "profile" or k not in PROFILE_ONLY}
     given = parse_train_args(args, keys)
@@ -227,10 +231,12 @@ def estimate_setup(args: list[str], command: str = "plan"):
             f"batch={opts['batch']!r}: profile and plan estimate a given batch (an int >= 1); plan gives the largest batch that fits"
         )
     opts["model"] = opts["model"] or DEFAULT_MODELS.get(opts["task"] or "detect", "yolo11n.yaml")
+    check_data_for_task(opts["data"], given.get("task"))
     if Path(str(opts["model"])).suffix.lower() in {".yaml", ".yml"}:
         layout_of(opts["model"])  # a missing YAML named as given (Ultralytics names 'yolo11n.yaml' for yolo11nn.yaml)
     with user_input(checkpoint=opts["model"]):
         yolo = YOLO(opts["model"], task=given.get("task"))
+    check_data_for_task(opts["data"], yolo.task)
     if yolo.task not in PLANNED_TASKS:
         raise ConfigError(f"profile and plan estimate {', '.join(PLANNED_TASKS)} models; model={opts['model']} is a {yolo.task} model")
     # the task's defaults, as train takes them: its loss region where the head has one (not RT-DETR's, ...)
