@@ -256,6 +256,21 @@ def test_run_report(trained):
 
 
 @pytest.mark.slow
+def test_probe_false_skips_the_end_of_run_probe(synthetic, tmp_path, monkeypatch):
+    """Issue 31, item 12: the CPU probe (one training step and one validation batch in live tensors) can be skipped;
+    the report says the peak was not measured, and why."""
+    import yolo_ckpt.train.run_stats
+
+    monkeypatch.setattr(yolo_ckpt.train.run_stats, "memory_probes", lambda trainer: pytest.fail("the probe ran"))
+    trained, _ = train("yolo11n.yaml", synthetic(), tmp_path, "noprobe", trainer=CheckpointDetectionTrainer, probe=False,
+                       fraction=0.5, val=False)
+    report = json.loads((trained.save_dir / REPORT_NAME).read_text())
+    assert report["memory_source"] == "cpu_probe_skipped" and trained.ckpt_stats.probe_batch is None
+    assert report["train_peak_allocated_bytes"] is None and report["memory_probe_images"] is None
+    assert RunReport.from_dict(report).headline().startswith("recompute=backbone,loss: training peak not measured (probe=False);")
+
+
+@pytest.mark.slow
 def test_layer_picture_of_the_run(trained, monkeypatch):
     """With plots=True the run directory gets the per-layer picture of the run report's CPU probe: its rows are the
     model's layers, marked as recompute=all recomputes them (every layer and the head), its peak is the report's."""
