@@ -107,7 +107,11 @@ def test_auto_plan_trains_as_stock(synthetic, tmp_path):
         "estimated_none_peak_bytes"
     ]
     headline = RunReport.from_dict(report).headline()
-    assert f"estimated at batch 2, imgsz 160, {plan['assumed']['objects']} objects per image: this policy ~" in headline
+    measured = report["memory_probe_objects"] / report["memory_probe_images"]  # the estimate's objects are the densest the data makes
+    assert (
+        f"estimated at batch 2, imgsz 160, {plan['assumed']['objects']} objects per image (the data's densest image x its augmentation; "
+        f"the measured step had {measured:.0f} per image): this policy ~" in headline
+    )
     assert (
         f"none ~{report['estimated_none_peak_bytes'] / 2**20:.0f} MiB, all ~" in headline
         and "(planned for memory_budget=52 MiB)" in headline
@@ -253,6 +257,18 @@ def test_run_report(trained):
     assert report["metrics"]["box_mAP50-95"] == report["ultralytics_metrics"]["metrics/mAP50-95(B)"]
     assert report["estimated_none_peak_bytes"] is None and report["estimate_skipped"] == "estimate=False"  # helpers.train's default
     assert "; no estimate (estimate=False); median step" in RunReport.from_dict(report).headline()
+
+
+@pytest.mark.slow
+def test_the_estimate_is_of_the_step_a_small_set_makes(synthetic, tmp_path):
+    """Issue 31, item 3: a training set smaller than batch= makes every step of its size: the set-up estimate is of
+    that step (2 images), the one the CPU probe measures, not of batch=4."""
+    trained, _ = train("yolo11n.yaml", synthetic(), tmp_path, "small", trainer=CheckpointDetectionTrainer, batch=4, nbs=4,
+                       fraction=0.25, estimate=True, val=False)
+    report = json.loads((trained.save_dir / REPORT_NAME).read_text())
+    assert len(trained.train_loader.dataset) == 2 and report["batch"] == 4
+    assert report["estimated_step"]["batch"] == report["memory_probe_images"] == 2
+    assert "(not the measured step" not in RunReport.from_dict(report).headline()
 
 
 @pytest.mark.slow

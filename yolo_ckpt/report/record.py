@@ -178,12 +178,26 @@ class RunReport:
             )
         step = step or {}
         objects = f", {step['objects']} objects per image" if step.get("objects") else ""
-        where = f"batch {step.get('batch')}, imgsz {step.get('imgsz')}{objects}"
+        where = f"batch {step.get('batch')}, imgsz {step.get('imgsz')}{objects}" + self._unlike(step)
         peaks = [("this policy", policy), ("none", self.estimated_none_peak_bytes), ("all", self.estimated_all_peak_bytes)]
         text = f"; estimated at {where}: " + ", ".join(f"{name} {mib(n)}" for name, n in peaks if n is not None)
         if plan:
             text += f" (planned for memory_budget={plan.budget_bytes / 2**20:.0f} MiB)"
         return text
+
+    def _unlike(self, step: dict) -> str:
+        """Where the estimated step is not the CPU probe's measured one, what differs, said plainly: `` (not the
+        measured step: 2 images at imgsz 640)``, or for the objects alone `` (the data's densest image x its
+        augmentation; the measured step had 293 per image)``; empty on CUDA (its peak is of every step: the densest
+        counts) and where they agree."""
+        images, imgsz, objects = self.memory_probe_images, self.memory_probe_imgsz, self.memory_probe_objects
+        if not images:
+            return ""
+        if (images, imgsz) != (step.get("batch"), step.get("imgsz")):
+            return f" (not the measured step: {images} images at imgsz {imgsz})"
+        if objects is not None and step.get("objects") and round(objects / images) != step["objects"]:
+            return f" (the data's densest image x its augmentation; the measured step had {objects / images:.0f} per image)"
+        return ""
 
     def write(self, run_dir) -> Path:
         """Write ``<run_dir>/ckpt_report.json``; returns its path."""

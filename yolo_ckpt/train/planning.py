@@ -164,9 +164,9 @@ def autobatch(trainer, budget: int) -> int:
 
 def estimate_step_peaks(trainer, task: str) -> None:
     """What recompute buys this run: the memory model's peaks for ``none``, ``all`` and the policy that trains, at
-    the batch and largest imgsz this run trains, for its spec (the planned run's memory model reused), into
-    ``trainer.estimated_peaks`` (bytes) and ``trainer.estimated_step``, and the composed steps of ``none`` and the
-    policy (for the run's picture) into ``trainer.estimated_steps``; composed from one fake pass
+    the batch (no more than the training set's images) and largest imgsz this run trains, for its spec (the planned
+    run's memory model reused), into ``trainer.estimated_peaks`` (bytes) and ``trainer.estimated_step``, and the
+    composed steps of ``none`` and the policy (for the run's picture) into ``trainer.estimated_steps``; from one fake pass
     (:meth:`yolo_ckpt.memory.plan.MemoryModel.step`). Skipped, with the reason in ``trainer.estimate_skipped``, for
     ``estimate=False`` and for models the memory model does not cover."""
     from ultralytics.nn.tasks import BaseModel
@@ -181,7 +181,11 @@ def estimate_step_peaks(trainer, task: str) -> None:
         return
     start = time.process_time()
     run = trainer.planned or plan_run(trainer, trainer.batch_size)
-    memory, batch, policy = run.memory_model(), trainer.batch_size, trainer.policy
+    # the largest step this run makes: a training set smaller than batch= makes every step of its size (issue 31: a
+    # 2-image set's measured step stood beside estimates at batch 16)
+    loader = getattr(trainer, "train_loader", None)
+    batch = min(trainer.batch_size, len(loader.dataset)) if loader is not None else trainer.batch_size
+    memory, policy = run.memory_model(), trainer.policy
     steps = trainer.estimated_steps = {
         name: memory.step(memory.units(units), batch, run.imgsz) for name, units in (("none", "none"), ("policy", policy))
     }
