@@ -214,7 +214,9 @@ def test_model_and_data_faults_are_one_line(case, command, message, tmp_path, ca
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["plan", "imgsz=576", "batch=-1", "memory_budget=600MB"], "batch=-1: profile and plan estimate a given batch"),
+        (["profile", "imgsz=576", "batch=-1"], "batch=-1: profile estimates a given batch (an int >= 1); plan takes one, or batch=-1"),
+        (["plan", "imgsz=576", "batch=0.7", "memory_budget=600MB"], "batch=0.7: profile estimates a given batch"),
+        (["plan", "imgsz=576", "batch=-1"], "plan needs memory_budget="),
         (["plan", "memory_budget=12GBB"], "memory_budget='12GBB': unknown unit 'GBB'"),
         (["train", "memory_budget=12GBB"], "memory_budget='12GBB': unknown unit 'GBB'"),
         (["train", "classify"], "task=classify reads a folder of class folders"),
@@ -240,6 +242,24 @@ def test_checks_that_need_no_model_come_first(args, message, synthetic, tmp_path
     err = [line for line in capfd.readouterr().err.splitlines() if line.startswith("yolo-ckpt")]
     assert len(err) == 1 and err[0].startswith("yolo-ckpt: error:") and message in err[0], err
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_plan_batch_minus_1_answers_trains_batch(synthetic, tmp_path, capsys):
+    """Issue 31, item 2: plan takes train's keys; with batch=-1 it answers the batch train picks for the same keys (on
+    the CPU, by the same function), and plans every policy at it."""
+    keys = [f"data={synthetic()}", "imgsz=160", "batch=-1", "memory_budget=60MB"]
+    assert main(["train", *keys, "epochs=1", "val=False", "estimate=False", "probe=False", "plots=False", f"project={tmp_path}",
+                 "name=b"]) == 0
+    trained = yaml.safe_load((tmp_path / "b" / "args.yaml").read_text())["batch"]  # -1 as given; the report has the pick
+    picked = json.loads((tmp_path / "b" / REPORT_NAME).read_text())["batch"]
+    capsys.readouterr()
+    assert main(["plan", *keys, "format=json"]) == 0
+    out, err = capsys.readouterr()
+    result = json.loads(out)
+    assert trained == -1 and result["batch"] == picked == 3  # yolo11n at 160 px, backbone,loss, in 57 MiB: 3 images
+    assert f"batch=-1 -> batch={picked}, train's pick for recompute=backbone,loss" in err
+    assert all(f"max_imgsz_at_batch_{picked}" in row for row in result["policies"])
 
 
 def test_a_classify_model_refuses_a_data_yaml_before_its_trainer(synthetic, tmp_path, monkeypatch, capfd):

@@ -221,14 +221,21 @@ def estimate_setup(args: list[str], command: str = "plan"):
     from ..memory.runspec import device_type
     from ..train.data_check import CHECKED_TASKS, check_labels
     from ..train.inputs import check_data_for_task
+    from ..train.planning import ESTIMATE_BASE_BATCH
 
     keys = {k: v for k, v in ESTIMATE_DEFAULTS.items() if command == "profile" or k not in PROFILE_ONLY}
     given = parse_train_args(args, keys)
     config = CkptConfig.from_args(given)  # bad keys fail here, before the model is built
     opts = {**DEFAULT_CFG_DICT, **given, **dataclasses.asdict(EstimateOptions.from_args(given))}
-    if not isinstance(opts["batch"], int) or opts["batch"] < 1:
+    if command == "plan":  # its budget's checks need no model: before it is built
+        if config.memory_budget is None:
+            raise ConfigError("plan needs memory_budget= (bytes with a unit, e.g. memory_budget=16GB)")
+        config.memory_budget.bytes(None)  # a fraction needs the CUDA memory of the run's own process
+    opts["autobatch"] = command == "plan" and opts["batch"] == -1  # the batch train picks, answered once the model is built
+    if not opts["autobatch"] and (not isinstance(opts["batch"], int) or opts["batch"] < 1):
         raise ConfigError(
-            f"batch={opts['batch']!r}: profile and plan estimate a given batch (an int >= 1); plan gives the largest batch that fits"
+            f"batch={opts['batch']!r}: profile estimates a given batch (an int >= 1); plan takes one, or batch=-1 for the batch "
+            "train would pick"
         )
     opts["model"] = opts["model"] or DEFAULT_MODELS.get(opts["task"] or "detect", "yolo11n.yaml")
     check_data_for_task(opts["data"], given.get("task"))
@@ -250,7 +257,8 @@ def estimate_setup(args: list[str], command: str = "plan"):
         model = yolo.task_map[yolo.task]["model"](yolo.model.yaml, nc=data["nc"], ch=data["channels"], verbose=False)
         if yolo.ckpt:  # a trained .pt: its weights, as the trainer's get_model loads them into the data's model
             model.load(yolo.model)
-    run = planned_run(cfg, model, config, device_type(opts["device"]), data, objects=given.get("objects"))
+    batch = ESTIMATE_BASE_BATCH if opts["autobatch"] else opts["batch"]  # batch=-1: train's base pass (planned_batch)
+    run = planned_run(cfg, model, config, device_type(opts["device"]), data, batch=batch, objects=given.get("objects"))
     opts["imgsz_given"], opts["imgsz"] = opts["imgsz"], run.imgsz
     return run, opts
 
@@ -377,15 +385,30 @@ def plan_setup(args: list[str]):
         ``(memory, budget, opts, spec)``: the memory model, ``memory_budget=`` in bytes, the keys with defaults and
         the :class:`~yolo_ckpt.memory.runspec.RunSpec`.
 
+    With ``batch=-1``, ``opts["batch"]`` becomes the batch train would pick for ``memory_budget=`` off CUDA, by the same
+    function (:func:`yolo_ckpt.train.planning.estimated_batch`: with the run's policy, ``all`` for ``recompute=auto``,
+    capped by the training set's images); on CUDA train measures with AutoBatch instead (and keeps the smaller of the two
+    for segment models), which needs the GPU itself.
+
     Raises:
-        ConfigError: without ``memory_budget=``, for a fraction off CUDA, and as :func:`estimate_setup` raises.
+        ConfigError: as :func:`estimate_setup` raises (without ``memory_budget=``, for a fraction); PlanError: with
+            ``batch=-1`` where not even batch 1 fits.
     """
+    from ..checkpointing.policy import is_auto
+    from ..train.planning import estimated_batch
+
     run, opts = estimate_setup(args, "plan")
-    if run.config.memory_budget is None:
-        raise ConfigError("plan needs memory_budget= (bytes with a unit, e.g. memory_budget=16GB)")
-    budget = run.config.memory_budget.bytes(None)  # a fraction needs the CUDA memory of the run's own process
+    budget = run.config.memory_budget.bytes(None)
     print("yolo-ckpt plan: estimating the model (calibrating its loss formula, one fake pass)", file=sys.stderr)
-    return run.memory_model(), budget, opts, run.spec
+    memory = run.memory_model()
+    if opts["autobatch"]:
+        recompute = "all" if is_auto(run.config.recompute) else run.config.recompute  # train's plan_recompute with batch=-1
+        images = run.counts.images if run.counts else None
+        opts["batch"] = estimated_batch(memory, recompute, budget, opts["imgsz"], images)
+        on = "measured with AutoBatch on CUDA, " if run.spec.device == "cuda" else ""
+        print(f"yolo-ckpt plan: batch=-1 -> batch={opts['batch']}, train's pick for recompute={recompute} ({on}the estimate's "
+              f"largest batch that fits{f', at most the {images} training images' if images else ''})", file=sys.stderr)
+    return memory, budget, opts, run.spec
 
 
 def plan(args: list[str]) -> list[dict]:
