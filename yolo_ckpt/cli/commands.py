@@ -191,9 +191,10 @@ def dataset_on_disk(data: str, task: str) -> dict:
         return check_cls_dataset(data)
 
 
-def estimate_setup(args: list[str], command: str = "plan"):
+def estimate_setup(args: list[str], command: str = "plan", early=None):
     """Parse the arguments of ``command`` (``profile`` or ``plan``, which does not take profile's ``plot=``) into the
     run ``yolo-ckpt train`` would make of the same keys (:func:`yolo_ckpt.memory.planned_run.planned_run`).
+    ``early(config)``: the command's own checks of yolo-ckpt's keys, made before the model is built (plan's budget).
 
     The model is built from ``model=`` (no download; a ``.pt`` is loaded once) as the trainer builds it: with the
     data's classes and channels when ``data=`` is given (Ultralytics' ``check_det_dataset``, or ``check_cls_dataset``
@@ -227,10 +228,8 @@ def estimate_setup(args: list[str], command: str = "plan"):
     given = parse_train_args(args, keys)
     config = CkptConfig.from_args(given)  # bad keys fail here, before the model is built
     opts = {**DEFAULT_CFG_DICT, **given, **dataclasses.asdict(EstimateOptions.from_args(given))}
-    if command == "plan":  # its budget's checks need no model: before it is built
-        if config.memory_budget is None:
-            raise ConfigError("plan needs memory_budget= (bytes with a unit, e.g. memory_budget=16GB)")
-        config.memory_budget.bytes(None)  # a fraction needs the CUDA memory of the run's own process
+    if early is not None:
+        early(config)
     opts["autobatch"] = command == "plan" and opts["batch"] == -1  # the batch train picks, answered once the model is built
     if not opts["autobatch"] and (not isinstance(opts["batch"], int) or opts["batch"] < 1):
         raise ConfigError(
@@ -377,6 +376,17 @@ def profile(args: list[str]) -> dict:
     return summary
 
 
+def _plan_budget(config: CkptConfig) -> int:
+    """``memory_budget=`` in bytes, which plan needs; checked before the model is built.
+
+    Raises:
+        ConfigError: without one, or for a fraction (it needs the CUDA memory of the run's own process).
+    """
+    if config.memory_budget is None:
+        raise ConfigError("plan needs memory_budget= (bytes with a unit, e.g. memory_budget=16GB)")
+    return config.memory_budget.bytes(None)
+
+
 def plan_setup(args: list[str]):
     """The :class:`~yolo_ckpt.memory.plan.MemoryModel` ``yolo-ckpt plan`` plans with, for its arguments: the run
     :func:`estimate_setup` makes of them (its headroom on the assumed device, ``loss_chunk=``).
@@ -397,17 +407,21 @@ def plan_setup(args: list[str]):
     from ..checkpointing.policy import is_auto
     from ..train.planning import estimated_batch
 
-    run, opts = estimate_setup(args, "plan")
-    budget = run.config.memory_budget.bytes(None)
+    run, opts = estimate_setup(args, "plan", early=_plan_budget)
+    budget = _plan_budget(run.config)
     print("yolo-ckpt plan: estimating the model (calibrating its loss formula, one fake pass)", file=sys.stderr)
     memory = run.memory_model()
     if opts["autobatch"]:
         recompute = "all" if is_auto(run.config.recompute) else run.config.recompute  # train's plan_recompute with batch=-1
         images = run.counts.images if run.counts else None
         opts["batch"] = estimated_batch(memory, recompute, budget, opts["imgsz"], images)
-        on = "measured with AutoBatch on CUDA, " if run.spec.device == "cuda" else ""
-        print(f"yolo-ckpt plan: batch=-1 -> batch={opts['batch']}, train's pick for recompute={recompute} ({on}the estimate's "
-              f"largest batch that fits{f', at most the {images} training images' if images else ''})", file=sys.stderr)
+        cap = f", at most the {images} training images" if images else ""
+        how = (
+            f"the estimate's largest batch that fits{cap}; train on CUDA measures its own with AutoBatch"
+            if run.spec.device == "cuda"
+            else f"train's pick for recompute={recompute}: the estimate's largest batch that fits{cap}"
+        )
+        print(f"yolo-ckpt plan: batch=-1 -> batch={opts['batch']}, {how}", file=sys.stderr)
     return memory, budget, opts, run.spec
 
 
