@@ -251,13 +251,19 @@ def estimate_setup(args: list[str], command: str = "plan", early=None):
     model, data = yolo.model, None
     if opts["data"]:
         data = dataset_on_disk(opts["data"], yolo.task)
-        if yolo.task in CHECKED_TASKS:  # the training set's checks train makes: one line where Ultralytics' scan raises
-            check_labels(data, yolo.task, cfg.fraction, cfg.single_cls)
         model = yolo.task_map[yolo.task]["model"](yolo.model.yaml, nc=data["nc"], ch=data["channels"], verbose=False)
         if yolo.ckpt:  # a trained .pt: its weights, as the trainer's get_model loads them into the data's model
             model.load(yolo.model)
     batch = ESTIMATE_BASE_BATCH if opts["autobatch"] else opts["batch"]  # batch=-1: train's base pass (planned_batch)
-    run = planned_run(cfg, model, config, device_type(opts["device"]), data, batch=batch, objects=given.get("objects"))
+    checked = data is not None and yolo.task in CHECKED_TASKS
+    try:
+        run = planned_run(cfg, model, config, device_type(opts["device"]), data, batch=batch, objects=given.get("objects"))
+    except RuntimeError:  # Ultralytics' dataset build ("No valid images found"): train's check says why, in one line
+        if checked:
+            check_labels(data, yolo.task, cfg.fraction, cfg.single_cls)
+        raise
+    if checked:  # the training set's checks train makes, from the label cache the dataset build just wrote: no 2nd scan
+        check_labels(data, yolo.task, cfg.fraction, cfg.single_cls)
     opts["imgsz_given"], opts["imgsz"] = opts["imgsz"], run.imgsz
     return run, opts
 
