@@ -6,6 +6,10 @@ import logging
 import torch
 from torch.utils._pytree import tree_leaves
 
+# a child process's time limit: a guard against a hang, never a speed test (a child importing torch on a loaded 2-core
+# machine took over 120 s); one generous value for every subprocess test
+SUBPROCESS_TIMEOUT_S = 3600
+
 
 def assert_state_equal(a: torch.nn.Module, b: torch.nn.Module) -> None:
     """Every tensor of the two modules' state_dicts (weights and BatchNorm buffers) is bit-identical."""

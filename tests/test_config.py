@@ -29,6 +29,7 @@ def test_defaults_are_the_yamls():
         train["recompute"], train["recompute_mode"], train["memory_budget"], train["loss_chunk"], train["assign_chunk"])
     assert train["assign_chunk"] == DEFAULT_ASSIGN_CHUNK  # the YAML key's default and the Python API's agree
     assert config.memory_headroom == Headroom.parse(train["memory_headroom"]) == Headroom(1.15, 500 * 2**20)
+    assert config.probe is train["probe"] is True and CkptConfig.from_args({"probe": False}).probe is False
     expected = {"objects": 20, "object_size": None, "format": "text", "plot": False}
     assert dataclasses.asdict(EstimateOptions.from_args({})) == estimate == expected
 
@@ -66,6 +67,7 @@ def test_task_default_given_values_and_other_keys():
         ("loss_chunk", True, r"loss_chunk=True is not valid"),
         ("assign_chunk", 0, r"assign_chunk=0 is not valid; give a positive int \(objects per chunk"),
         ("assign_chunk", 2.5, r"assign_chunk=2.5 is not valid"),
+        ("probe", "sometimes", r"probe='sometimes' is not valid; valid: True, False"),
     ],
 )
 def test_bad_key_names_it(key, value, message):

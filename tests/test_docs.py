@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import SUBPROCESS_TIMEOUT_S
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -34,8 +35,10 @@ def test_keys_page_is_current_and_names_every_key():
         for key, default in yaml.safe_load(path.read_text()).items():
             row = next((line for line in committed.splitlines() if line.startswith(f"| `{key}` |")), None)
             assert row is not None, f"{path.name}: key {key!r} missing from the keys page"
-            shown = "(none)" if default is None else f"`{str(default).lower() if isinstance(default, bool) else default}`"
-            assert row.split(" | ")[1] == shown, row
+            assert row.split(" | ")[1] == gen.shown_default(path, key, default), row
+    recompute = next(line for line in committed.splitlines() if line.startswith("| `recompute` |"))
+    # issue 31: the page showed `backbone` alone, where detect, obb, pose and segment models default to backbone,loss
+    assert recompute.split(" | ")[1] == "`backbone,loss` for detect, obb, pose, segment models with a loss region; `backbone` otherwise"
 
 
 def test_benchmark_results_page_is_current():
@@ -75,7 +78,12 @@ def test_site_builds_strict(tmp_path):
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "YOLO_OFFLINE": "1"}
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S,
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert (tmp_path / "site" / "reference" / "api" / "index.html").read_text().count('class="doc doc-heading"') >= 15
+    assert "yolo-ckpt" not in result.stdout + result.stderr  # issue 31: importing the CLI ran it ("unknown command 'build'")
+    # issue 31: key names wrapped mid-word, code blocks clipped: the site's own stylesheet keeps them whole and wrapped
+    assert 'href="../../stylesheets/extra.css"' in (tmp_path / "site" / "reference" / "keys" / "index.html").read_text()
+    css = (tmp_path / "site" / "stylesheets" / "extra.css").read_text()
+    assert "td:first-child code {\n  white-space: nowrap;" in css and "pre > code {\n  white-space: pre-wrap;" in css

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from helpers import SUBPROCESS_TIMEOUT_S
 
 from yolo_ckpt.bench.cells import BUILT_IN_DATASETS
 from yolo_ckpt.shipped import resolve_yaml, shipped
@@ -60,7 +61,7 @@ def test_wheel_ships_the_bench_and_its_yaml(tmp_path):
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(source), "-w", str(tmp_path / "whl")],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=SUBPROCESS_TIMEOUT_S,
     )
     assert build.returncode == 0, build.stderr[-3000:]
     (wheel,) = (tmp_path / "whl").glob("yolo_ckpt-*.whl")
@@ -70,7 +71,8 @@ def test_wheel_ships_the_bench_and_its_yaml(tmp_path):
     assert runner <= names and yamls <= names and "yolo_ckpt/cfg/default.yaml" in names
     assert {n.split("/")[0] for n in names if not n.startswith("yolo_ckpt-")} == {"yolo_ckpt"}  # one top-level package
     venv = tmp_path / "venv"  # the system's torch and Ultralytics; yolo-ckpt only from the wheel, offline
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True, timeout=120)
+    venv_args = [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)]
+    subprocess.run(venv_args, check=True, timeout=SUBPROCESS_TIMEOUT_S)
     python = venv / "bin" / "python"
     # offline; the dependencies are the system's (test_cli's test_console_script_and_dependencies_declared checks them)
     install = subprocess.run(
@@ -79,7 +81,7 @@ def test_wheel_ships_the_bench_and_its_yaml(tmp_path):
         + [str(wheel)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=SUBPROCESS_TIMEOUT_S,
     )
     assert install.returncode == 0, install.stderr[-3000:]
     shared = ROOT.parent / "shared" / "datasets"
@@ -116,7 +118,7 @@ def test_wheel_ships_the_bench_and_its_yaml(tmp_path):
     out = tmp_path / "elsewhere"  # a folder outside the checkout
     out.mkdir()
     env = {"PATH": "/usr/bin:/bin", "YOLO_OFFLINE": "1", "HOME": str(tmp_path), "YOLO_CONFIG_DIR": str(tmp_path / "config")}
-    run = subprocess.run([str(python), "-c", script], capture_output=True, text=True, timeout=300, cwd=out, env=env)
+    run = subprocess.run([str(python), "-c", script], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S, cwd=out, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "matrix=nope: no such file and no shipped file of that name; shipped: accuracy, cpu-step" in run.stderr
     results = json.loads(run.stdout.strip().splitlines()[-1])

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import SUBPROCESS_TIMEOUT_S
 from manifest import manifest_changes, tree_manifest
 
 TESTS = Path(__file__).resolve().parent
@@ -44,7 +45,7 @@ def test_a_suite_that_writes_into_shared_fails(tmp_path):
     )
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q", str(checkout)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path / "checkout",
+        capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S, cwd=tmp_path / "checkout",
     )
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
     assert (

@@ -208,6 +208,7 @@ class CkptConfig:
         loss_chunk: anchors per chunk of the loss region's mask loss forward (a positive int).
         assign_chunk: objects per chunk of the loss region's assigner (a positive int).
         estimate: whether a run estimates its peak for none, all and its policy at set-up (the run report's).
+        probe: whether a CPU run measures one training step and one validation batch at its end (the report's peaks).
     """
 
     recompute: str
@@ -217,6 +218,7 @@ class CkptConfig:
     loss_chunk: int
     assign_chunk: int
     estimate: bool = True
+    probe: bool = True
 
     @classmethod
     def from_args(cls, args: Mapping, task: str | None = None) -> CkptConfig:
@@ -229,7 +231,8 @@ class CkptConfig:
                 (:func:`yolo_ckpt.checkpointing.policy.check_spec`), ``recompute_mode=``
                 (:func:`yolo_ckpt.checkpointing.policy.check_mode`),
                 ``memory_budget=`` (:meth:`Budget.parse`), ``memory_headroom=`` (:meth:`Headroom.parse`) or
-                ``loss_chunk=`` (:func:`check_loss_chunk`) or ``assign_chunk=`` (:func:`check_assign_chunk`).
+                ``loss_chunk=`` (:func:`check_loss_chunk`), ``assign_chunk=`` (:func:`check_assign_chunk`), or
+                ``estimate=`` or ``probe=`` (:func:`check_bool`).
         """
         values = {**DEFAULTS, **TASK_DEFAULTS.get(task, {}), **{k: args[k] for k in DEFAULTS if k in args}}
         key = tuple((k, type(v), repr(v)) for k, v in values.items())
@@ -250,6 +253,7 @@ class CkptConfig:
             loss_chunk=check_loss_chunk(values["loss_chunk"]),
             assign_chunk=check_assign_chunk(values["assign_chunk"]),
             estimate=check_bool("estimate", values["estimate"]),
+            probe=check_bool("probe", values["probe"]),
         )
 
     def for_task(self, task: str, given: Mapping) -> CkptConfig:

@@ -33,6 +33,19 @@ def one_line(text) -> str:
     return "; ".join(line.strip() for line in str(text).splitlines() if line.strip()) or repr(text)
 
 
+def _yaml_layer(error: BaseException) -> str | None:
+    """``layer 0 (Conv ['abc', 3, 2])``: the model YAML row Ultralytics' ``parse_model`` was building when ``error``
+    was raised (its frame's loop variables), or None where the error did not come from ``parse_model``."""
+    tb = error.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "parse_model" and frame.f_globals.get("__name__") == "ultralytics.nn.tasks" and "i" in frame.f_locals:
+            module = frame.f_locals.get("m")
+            return f"layer {frame.f_locals['i']} ({getattr(module, '__name__', module)} {frame.f_locals.get('args')})"
+        tb = tb.tb_next
+    return None
+
+
 @contextlib.contextmanager
 def user_input(checkpoint=None):
     """Inside the block Ultralytics reads what the user named (a model file, a dataset): its errors there, a missing
@@ -43,6 +56,10 @@ def user_input(checkpoint=None):
     Args:
         checkpoint: the ``model=`` a block loads: where it names a ``.pt`` file, what loading a file that is not an
             Ultralytics checkpoint raises (``torch_load``'s TypeError, an unpickling error) names it too.
+
+    Raises:
+        ConfigError: as above; for a TypeError or IndexError raised while Ultralytics' ``parse_model`` builds a model
+            YAML's layers (a row's arguments of the wrong type), naming ``checkpoint``, the layer and its row.
     """
     try:
         yield
@@ -52,8 +69,10 @@ def user_input(checkpoint=None):
         raise MissingFileError(one_line(e)) from e
     except (SyntaxError, AssertionError, ValueError, KeyError, RuntimeError) as e:
         raise ConfigError(one_line(e)) from e
-    except (TypeError, EOFError, ModuleNotFoundError, AttributeError, pickle.UnpicklingError) as e:
-        if not (str(checkpoint).lower().endswith(".pt") and Path(str(checkpoint)).is_file()):
+    except (TypeError, IndexError, EOFError, ModuleNotFoundError, AttributeError, pickle.UnpicklingError) as e:
+        if (layer := _yaml_layer(e)) is not None:  # a model YAML's row parse_model cannot build (a string channel count)
+            raise ConfigError(f"model={checkpoint or 'the model YAML'} {layer} cannot be built: {one_line(e)}") from None
+        if isinstance(e, IndexError) or not (str(checkpoint).lower().endswith(".pt") and Path(str(checkpoint)).is_file()):
             raise
         reason = one_line(str(e).replace("ERROR ❌️", "")).split("; Recommended")[0]
         raise ConfigError(f"model={checkpoint} is not a loadable Ultralytics checkpoint: {reason}") from None

@@ -13,7 +13,7 @@ import zipfile
 import cloudpickle
 import pytest
 import torch
-from helpers import assert_grads_equal, assert_state_equal, build_model, surrogate_step
+from helpers import SUBPROCESS_TIMEOUT_S, assert_grads_equal, assert_state_equal, build_model, surrogate_step
 from torch import nn
 from torch.utils._pytree import tree_leaves
 from ultralytics.nn.tasks import (
@@ -486,7 +486,7 @@ def test_pickles_hold_only_stock_classes(tmp_path):
     torch.save((x, expected), tmp_path / "io.pt")
     env = {**os.environ, "YOLO_OFFLINE": "1"}
     r = subprocess.run(
-        [sys.executable, "-c", SUBPROCESS, str(tmp_path)], capture_output=True, text=True, timeout=120, env=env
+        [sys.executable, "-c", SUBPROCESS, str(tmp_path)], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S, env=env
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "LOADED-STOCK" in r.stdout

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import tomllib
 import yaml
+from helpers import SUBPROCESS_TIMEOUT_S
 
 from yolo_ckpt.cli import main
 from yolo_ckpt.cli.args import parse_train_args
@@ -201,6 +202,131 @@ def test_profile_and_plan_bad_keys_exit_2(args, message, capsys):
     assert last.startswith("yolo-ckpt: error:") and message in last
 
 
+@pytest.mark.parametrize("command", ["train", "profile", "plan"])
+def test_a_misspelt_model_yaml_is_named(command, tmp_path, capfd):
+    """Issue 31, item 11: Ultralytics names the scale-less YAML it tried last ('yolo11n.yaml' does not exist, a valid
+    name); yolo-ckpt names the typo and the YAMLs close to it."""
+    assert main([command, "model=yolo11nn.yaml", "memory_budget=1GB", f"project={tmp_path}"]) == 2
+    out, err = capfd.readouterr()
+    assert out == "" and err.splitlines() == [
+        "yolo-ckpt: error: model=yolo11nn.yaml does not exist, as a file or as an Ultralytics model YAML "
+        "(did you mean 'yolo11n.yaml' or 'yolo11.yaml' or 'yoloe-11n.yaml'?)"
+    ]
+
+
+def _corrupt_images(folder) -> str:
+    """A detection data.yaml whose 2 training images are random bytes (each with a valid label)."""
+    for split in ("images", "labels"):
+        (folder / split / "train").mkdir(parents=True)
+    for i in range(2):
+        (folder / "images" / "train" / f"{i}.jpg").write_bytes(bytes(range(256)) * 2)
+        (folder / "labels" / "train" / f"{i}.txt").write_text("0 0.5 0.5 0.2 0.2\n")
+    data = folder / "data.yaml"
+    data.write_text(yaml.safe_dump({"path": str(folder), "train": "images/train", "val": "images/train", "names": {0: "a"}}))
+    return str(data)
+
+
+@pytest.mark.parametrize(
+    ("case", "command", "message"),
+    [
+        ("string_arg", "train", "model={} layer 0 (Conv ['abc', 3, 2]) cannot be built: '<' not supported between instances"),
+        ("string_arg", "profile", "model={} layer 0 (Conv ['abc', 3, 2]) cannot be built: '<' not supported between instances"),
+        ("module", "train", "model YAML '{}' layer 1: module 'EvilModule' is not an Ultralytics module, nn.NAME or torchvision.ops.NAME"),
+        ("module", "plan", "model YAML '{}' layer 1: module 'EvilModule' is not an Ultralytics module, nn.NAME or torchvision.ops.NAME"),
+        ("corrupt_images", "plan", "data={}: all 2 training images are corrupt"),
+        ("corrupt_images", "profile", "data={}: all 2 training images are corrupt"),
+    ],
+)
+def test_model_and_data_faults_are_one_line(case, command, message, tmp_path, capfd):
+    """Issue 31, item 9: a model YAML's string layer argument (Ultralytics' TypeError in parse_model), an unknown
+    module (its bare KeyError: 'EvilModule'), plan and profile on a set whose images are all corrupt (train refused it
+    in one line; they raised Ultralytics' RuntimeError): one line naming the file, exit 2, no run folder."""
+    import copy
+
+    from helpers import TINY_DETECT
+
+    model, data, named = copy.deepcopy(TINY_DETECT), [], tmp_path / "bad.yaml"
+    if case == "string_arg":
+        model["backbone"][0][3] = ["abc", 3, 2]
+    elif case == "module":
+        model["backbone"][1][2] = "EvilModule"
+    else:
+        data, named = [f"data={_corrupt_images(tmp_path)}"], tmp_path / "data.yaml"
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(model))
+    keys = [f"model={tmp_path / 'bad.yaml'}", *data, "imgsz=64", "batch=1", "memory_budget=1GB", f"project={tmp_path / 'runs'}"]
+    assert main([command, *keys]) == 2
+    out, err = capfd.readouterr()
+    ours = [line for line in err.splitlines() if line.startswith("yolo-ckpt")]
+    assert out == "" and "Traceback" not in err and len(ours) == 1, err
+    assert ours[0].startswith(f"yolo-ckpt: error: {message.format(named)}"), ours[0]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["profile", "imgsz=576", "batch=-1"], "batch=-1: profile estimates a given batch (an int >= 1); plan takes one, or batch=-1"),
+        (["plan", "imgsz=576", "batch=0.7", "memory_budget=600MB"], "batch=0.7: profile estimates a given batch"),
+        (["plan", "imgsz=576", "batch=-1"], "plan needs memory_budget="),
+        (["plan", "memory_budget=12GBB"], "memory_budget='12GBB': unknown unit 'GBB'"),
+        (["train", "memory_budget=12GBB"], "memory_budget='12GBB': unknown unit 'GBB'"),
+        (["train", "classify"], "task=classify reads a folder of class folders"),
+        (["profile", "classify"], "task=classify reads a folder of class folders"),
+    ],
+)
+def test_checks_that_need_no_model_come_first(args, message, synthetic, tmp_path, monkeypatch, capfd):
+    """Issue 31, item 2: a refusal that needs no model, labels or calibration comes before any of them (they took
+    minutes on a real set: 568 s for plan batch=-1, 827 s for train classify on a detection set): building the model,
+    scanning the labels and planning the run fail the test if they start."""
+    import ultralytics
+
+    import yolo_ckpt.memory.planned_run
+    import yolo_ckpt.train.data_check
+
+    def expensive(*a, **k):
+        pytest.fail("an expensive step ran before the refusal")  # a BaseException: no 'except Exception' turns it into a refusal
+
+    for owner, name in [(ultralytics.YOLO, "__init__"), (ultralytics.RTDETR, "__init__"), (yolo_ckpt.train.data_check, "scan_labels"),
+                        (yolo_ckpt.memory.planned_run, "planned_run")]:
+        monkeypatch.setattr(owner, name, expensive)
+    assert main([*args, f"data={synthetic()}", f"project={tmp_path}"]) == 2
+    err = [line for line in capfd.readouterr().err.splitlines() if line.startswith("yolo-ckpt")]
+    assert len(err) == 1 and err[0].startswith("yolo-ckpt: error:") and message in err[0], err
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_plan_batch_minus_1_answers_trains_batch(synthetic, tmp_path, capsys):
+    """Issue 31, item 2: plan takes train's keys; with batch=-1 it answers the batch train picks for the same keys (on
+    the CPU, by the same function), and plans every policy at it."""
+    keys = [f"data={synthetic()}", "imgsz=160", "batch=-1", "memory_budget=60MB"]
+    assert main(["train", *keys, "epochs=1", "val=False", "estimate=False", "probe=False", "plots=False", f"project={tmp_path}",
+                 "name=b"]) == 0
+    trained = yaml.safe_load((tmp_path / "b" / "args.yaml").read_text())["batch"]  # -1 as given; the report has the pick
+    picked = json.loads((tmp_path / "b" / REPORT_NAME).read_text())["batch"]
+    capsys.readouterr()
+    assert main(["plan", *keys, "format=json"]) == 0
+    out, err = capsys.readouterr()
+    result = json.loads(out)
+    assert trained == -1 and result["batch"] == picked == 3  # yolo11n at 160 px, backbone,loss, in 57 MiB: 3 images
+    assert f"batch=-1 -> batch={picked}, train's pick for recompute=backbone,loss" in err
+    assert all(f"max_imgsz_at_batch_{picked}" in row for row in result["policies"])
+
+
+def test_a_classify_model_refuses_a_data_yaml_before_its_trainer(synthetic, tmp_path, monkeypatch, capfd):
+    """The task known from model= only (yolo11n-cls.yaml): refused once the model is built, before the trainer prints its
+    arguments and reads the dataset (stock: after both)."""
+    import ultralytics.engine.trainer
+
+    monkeypatch.setattr(ultralytics.engine.trainer.BaseTrainer, "__init__", lambda *a, **k: pytest.fail("the trainer was built"))
+    assert main(["train", "model=yolo11n-cls.yaml", f"data={synthetic()}", f"project={tmp_path}"]) == 2
+    err = [line for line in capfd.readouterr().err.splitlines() if line.startswith("yolo-ckpt")]
+    assert err == [
+        f"yolo-ckpt: error: data={synthetic()}: task=classify reads a folder of class folders (train/<class>/*.jpg, val/<class>/...), "
+        "not a data YAML; a data YAML is a detect, segment, obb or pose dataset"
+    ]
+
+
 def test_console_script_and_dependencies_declared():
     """pyproject's console script is the CLI's entry point, and every declared dependency (the extras' included) is
     met by the versions this suite runs on: a floor or range that excludes the tested versions fails here."""
@@ -215,6 +341,16 @@ def test_console_script_and_dependencies_declared():
     unmet = {str(r): version(r.name) for r in requirements if not r.specifier.contains(version(r.name), prereleases=True)}
     assert not unmet, unmet
     assert {"ultralytics", "torch", "cloudpickle"} <= {r.name for r in requirements}  # failure mode 23: DDP pickles with cloudpickle
+
+
+def test_importing_the_cli_runs_nothing(monkeypatch, capfd):
+    """Issue 31, item 4: mkdocstrings imports ``yolo_ckpt/cli/__main__.py``; it must not parse ``sys.argv`` then."""
+    import importlib
+
+    monkeypatch.setattr(sys, "argv", ["mkdocs", "build", "--strict"])
+    sys.modules.pop("yolo_ckpt.cli.__main__", None)
+    importlib.import_module("yolo_ckpt.cli.__main__")  # unguarded, this raised SystemExit(2)
+    assert capfd.readouterr() == ("", "")
 
 
 @pytest.mark.slow
@@ -232,7 +368,7 @@ def test_builtin_default_offline(tmp_path):
                     "name=default"]
         runpy.run_module("yolo_ckpt.cli", run_name="__main__")  # python -m yolo_ckpt.cli, as a user runs it
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900, cwd=ROOT)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((tmp_path / "default" / REPORT_NAME).read_text())
     assert report["model"] == "yolo11n.yaml" and "synthetic-v1-seed0-detect" in report["data"]

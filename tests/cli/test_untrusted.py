@@ -67,5 +67,28 @@ def test_plan_never_runs_a_datasets_download(tmp_path, capsys):
     data.write_text(yaml.safe_dump({"path": str(tmp_path / "nowhere"), "train": "images/train", "val": "images/val", "names": {0: "a"},
                                     "download": f"open({str(marker)!r}, 'w').write('ran')"}))
     assert main(["plan", f"data={data}", "imgsz=64", "batch=1", "device=cpu", "memory_budget=1GB"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "is not on disk; profile and plan never download" in err[0] and not marker.exists()
+    ours = [line for line in capsys.readouterr().err.splitlines() if line.startswith("yolo-ckpt")]  # not the test runner's log lines
+    assert len(ours) == 1 and ours[0].startswith("yolo-ckpt: error: data=") and "is not on disk; profile and plan never download" in ours[0]
+    assert not marker.exists()
+
+
+def test_only_the_console_handlers_move_to_stderr(tmp_path, capsys):
+    """profile and plan send Ultralytics' console log to stderr; a log file on its logger (or pytest >= 9.2's capture
+    handler, which made the test above see 'INFO ultralytics:...' lines on stderr) keeps writing where it wrote."""
+    import logging
+
+    from ultralytics.utils import LOGGER
+
+    from yolo_ckpt.cli.commands import _diagnostics_to_stderr
+
+    log = logging.FileHandler(tmp_path / "log.txt")
+    LOGGER.addHandler(log)
+    try:
+        with _diagnostics_to_stderr():
+            LOGGER.info("to the file and stderr")
+    finally:
+        LOGGER.removeHandler(log)
+        log.close()
+    assert (tmp_path / "log.txt").read_text() == "to the file and stderr\n"
+    out, err = capsys.readouterr()
+    assert out == "" and "to the file and stderr" in err

@@ -85,6 +85,23 @@ def test_headline():
     assert "CUDA allocated); no estimate (estimate=False); step time" in skipped.headline()
 
 
+def test_headline_says_when_the_estimates_are_of_another_step():
+    """Issue 31, item 3: estimates beside a measurement are of the same step, or the line says plainly how not."""
+    probed = {**SCHEMA_2, "schema_version": 4, "memory_probe_images": 2, "memory_probe_objects": 586, "memory_probe_imgsz": 640,
+              "estimated_none_peak_bytes": 7345 * 2**20, "estimated_all_peak_bytes": 1099 * 2**20,
+              "estimated_policy_peak_bytes": 1992 * 2**20}
+    at = {"imgsz": 640, "objects": 2144, "device": "cpu", "amp": False}
+    other = RunReport.from_dict({**probed, "estimated_step": {**at, "batch": 16}}).headline()
+    assert "; estimated at batch 16, imgsz 640, 2144 objects per image (not the measured step: 2 images at imgsz 640): this policy" in other
+    same = RunReport.from_dict({**probed, "estimated_step": {**at, "batch": 2}}).headline()
+    assert (
+        "; estimated at batch 2, imgsz 640, 2144 objects per image (the data's densest image x its augmentation; the measured step "
+        "had 293 per image): this policy ~1992 MiB, none ~7345 MiB, all ~1099 MiB; median step" in same
+    )
+    alike = RunReport.from_dict({**probed, "estimated_step": {**at, "batch": 2, "objects": 293}}).headline()
+    assert "; estimated at batch 2, imgsz 640, 293 objects per image: this policy" in alike
+
+
 def test_compare_reads_as_a_person_reads(tmp_path, capsys):
     """compare prints MiB and GiB, names the baseline, and has no column of metrics no run has (no validation here:
     no mAP; detection: no top-1/top-5), no 'nan'."""

@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import pytest
+from helpers import SUBPROCESS_TIMEOUT_S
 
 # Each rank trains twice in one torchrun job (none, then all: 2 steps each, no set-up estimate) and writes what it ended with.
 WORKER = textwrap.dedent(
@@ -53,7 +54,7 @@ def test_two_node_torchrun_on_cpu(synthetic, tmp_path):
                           str(script), synthetic(), str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for rank in (0, 1)
     ]
-    logs = [node.communicate(timeout=600)[0] for node in nodes]
+    logs = [node.communicate(timeout=SUBPROCESS_TIMEOUT_S)[0] for node in nodes]
     assert [node.returncode for node in nodes] == [0, 0], logs[0][-3000:] + logs[1][-3000:]
     runs = {(p, r): json.loads((tmp_path / f"{p}-rank{r}.json").read_text()) for p in ("none", "all") for r in (0, 1)}
     for rank in (0, 1):

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 import torch
-from helpers import TRAIN, assert_state_equal, logged_messages, train
+from helpers import SUBPROCESS_TIMEOUT_S, TRAIN, assert_state_equal, logged_messages, train
 from ultralytics import YOLO
 
 from yolo_ckpt import CheckpointDetectionTrainer, checkpointed_layers, count_recomputations, trainer_for
@@ -107,7 +107,11 @@ def test_auto_plan_trains_as_stock(synthetic, tmp_path):
         "estimated_none_peak_bytes"
     ]
     headline = RunReport.from_dict(report).headline()
-    assert f"estimated at batch 2, imgsz 160, {plan['assumed']['objects']} objects per image: this policy ~" in headline
+    measured = report["memory_probe_objects"] / report["memory_probe_images"]  # the estimate's objects are the densest the data makes
+    assert (
+        f"estimated at batch 2, imgsz 160, {plan['assumed']['objects']} objects per image (the data's densest image x its augmentation; "
+        f"the measured step had {measured:.0f} per image): this policy ~" in headline
+    )
     assert (
         f"none ~{report['estimated_none_peak_bytes'] / 2**20:.0f} MiB, all ~" in headline
         and "(planned for memory_budget=52 MiB)" in headline
@@ -230,7 +234,7 @@ def test_saved_files_are_stock(trained, synthetic, tmp_path):
         if importlib.util.find_spec("onnx"):
             print("ONNX", m.export(format="onnx", imgsz=64))
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "MAP " in out.stdout and ".torchscript" in out.stdout
 
@@ -253,6 +257,33 @@ def test_run_report(trained):
     assert report["metrics"]["box_mAP50-95"] == report["ultralytics_metrics"]["metrics/mAP50-95(B)"]
     assert report["estimated_none_peak_bytes"] is None and report["estimate_skipped"] == "estimate=False"  # helpers.train's default
     assert "; no estimate (estimate=False); median step" in RunReport.from_dict(report).headline()
+
+
+@pytest.mark.slow
+def test_the_estimate_is_of_the_step_a_small_set_makes(synthetic, tmp_path):
+    """Issue 31, item 3: a training set smaller than batch= makes every step of its size: the set-up estimate is of
+    that step (2 images), the one the CPU probe measures, not of batch=4."""
+    trained, _ = train("yolo11n.yaml", synthetic(), tmp_path, "small", trainer=CheckpointDetectionTrainer, batch=4, nbs=4,
+                       fraction=0.25, estimate=True, val=False)
+    report = json.loads((trained.save_dir / REPORT_NAME).read_text())
+    assert len(trained.train_loader.dataset) == 2 and report["batch"] == 4
+    assert report["estimated_step"]["batch"] == report["memory_probe_images"] == 2
+    assert "(not the measured step" not in RunReport.from_dict(report).headline()
+
+
+@pytest.mark.slow
+def test_probe_false_skips_the_end_of_run_probe(synthetic, tmp_path, monkeypatch):
+    """Issue 31, item 12: the CPU probe (one training step and one validation batch in live tensors) can be skipped;
+    the report says the peak was not measured, and why."""
+    import yolo_ckpt.train.run_stats
+
+    monkeypatch.setattr(yolo_ckpt.train.run_stats, "memory_probes", lambda trainer: pytest.fail("the probe ran"))
+    trained, _ = train("yolo11n.yaml", synthetic(), tmp_path, "noprobe", trainer=CheckpointDetectionTrainer, probe=False,
+                       fraction=0.5, val=False)
+    report = json.loads((trained.save_dir / REPORT_NAME).read_text())
+    assert report["memory_source"] == "cpu_probe_skipped" and trained.ckpt_stats.probe_batch is None
+    assert report["train_peak_allocated_bytes"] is None and report["memory_probe_images"] is None
+    assert RunReport.from_dict(report).headline().startswith("recompute=backbone,loss: training peak not measured (probe=False);")
 
 
 @pytest.mark.slow
@@ -310,7 +341,7 @@ def test_ddp_file_round_trip(synthetic, tmp_path):
     apply_checkpointing(trainer.model, "0-4,SPPF")  # the pickled model must come out stock, and be re-patched
     file = generate_ddp_file(trainer)
     try:
-        out = subprocess.run([sys.executable, file], capture_output=True, text=True, timeout=300)
+        out = subprocess.run([sys.executable, file], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
     finally:
         ddp_cleanup(trainer, file)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError, user_input
+from ..errors import ConfigError, MissingFileError, user_input
 from ..suggest import did_you_mean
 
 SECTIONS = ("backbone", "neck", "all")
@@ -78,7 +78,7 @@ class ModelLayout:
         """Layout of a model YAML dict (rows ``[from, repeats, module, args]``) without building the model.
 
         Raises:
-            ValueError: for a YAML without a ``backbone:`` or ``head:`` list of rows (Ultralytics' parse_model
+            ConfigError: for a YAML without a ``backbone:`` or ``head:`` list of rows (Ultralytics' parse_model
                 would fail on it with a KeyError), naming what it has.
         """
         missing = [k for k in ("backbone", "head") if not isinstance(cfg.get(k), list) or not cfg[k]]
@@ -294,12 +294,69 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
     )
 
 
+def layer_modules() -> set[str]:
+    """The module names a model YAML row may give bare, as Ultralytics' ``parse_model`` looks them up: the
+    ``torch.nn.Module`` classes in ``ultralytics.nn.tasks``' namespace (``Conv``, ``C3k2``, ``Detect``, ...)."""
+    import torch
+    from ultralytics.nn import tasks
+
+    return {k for k, v in vars(tasks).items() if isinstance(v, type) and issubclass(v, torch.nn.Module)}
+
+
+def _torch_module(module: str) -> bool:
+    """Whether ``module`` is a model YAML row's ``nn.NAME`` or ``torchvision.ops.NAME`` that exists (``parse_model``
+    takes these from torch and torchvision)."""
+    import torch
+
+    if module.startswith("nn."):
+        return hasattr(torch.nn, module[3:])
+    if module.startswith("torchvision.ops."):
+        import torchvision
+
+        return hasattr(torchvision.ops, module.removeprefix("torchvision.ops."))
+    return False
+
+
+def check_rows(cfg: dict) -> None:
+    """Each layer row of a model YAML dict is ``[from, repeats, module, args]`` with a module Ultralytics'
+    ``parse_model`` finds (:func:`layer_modules`, ``nn.NAME``, ``torchvision.ops.NAME``).
+
+    Raises:
+        ConfigError: naming the YAML, the layer and the modules close to an unknown one (``parse_model`` raises a bare
+            ``KeyError: 'EvilModule'``).
+    """
+    name = cfg.get("yaml_file", "")
+    for i, row in enumerate(list(cfg.get("backbone") or []) + list(cfg.get("head") or [])):
+        if not isinstance(row, list) or len(row) != 4:
+            raise ConfigError(f"model YAML {name!r} layer {i}: {row!r} is not a row [from, repeats, module, args]")
+        if str(row[2]) not in (modules := layer_modules()) and not _torch_module(str(row[2])):
+            raise ConfigError(
+                f"model YAML {name!r} layer {i}: module {row[2]!r} is not an Ultralytics module, nn.NAME or torchvision.ops.NAME"
+                f"{did_you_mean(str(row[2]), modules)}"
+            )
+
+
+def model_yaml_names() -> set[str]:
+    """The model YAML names Ultralytics builds (``ultralytics/cfg/models``): each file's, and for a name with a version
+    number and no scale each scale's, as ``yolo11.yaml`` builds ``yolo11n.yaml`` ... ``yolo11x.yaml`` (``yaml_model_load``;
+    ``yolov10n.yaml`` is a file of its own)."""
+    import ultralytics
+
+    names = set()
+    for f in (Path(ultralytics.__file__).parent / "cfg" / "models").rglob("*.yaml"):
+        names.add(f.name)
+        if version := re.fullmatch(r"(.*?\d+)(-.*)?", f.stem):  # yolo11-seg -> yolo11n-seg, ...
+            names |= {f"{version[1]}{scale}{version[2] or ''}{f.suffix}" for scale in "nslmx"}
+    return names
+
+
 def layout_of(model_arg) -> ModelLayout:
     """Layout from what ``model=`` names, without building the model: a YAML path or dict, or a ``.pt`` file (of a
     distillation run: its student's).
 
     Raises:
-        MissingFileError: for a path that does not exist. ConfigError: for a file Ultralytics cannot read as a model.
+        MissingFileError: for a path that does not exist (a YAML name: naming it, with the Ultralytics model YAMLs close
+            to it). ConfigError: for a file Ultralytics cannot read as a model, a YAML row :func:`check_rows` refuses.
     """
     if isinstance(model_arg, dict):
         return ModelLayout.from_yaml(model_arg)
@@ -307,9 +364,15 @@ def layout_of(model_arg) -> ModelLayout:
     if Path(path).suffix.lower() in {".yaml", ".yml"}:
         from ultralytics.nn.tasks import yaml_model_load
 
-        with user_input():
-            cfg = yaml_model_load(path)
-        return ModelLayout.from_yaml(cfg)
+        try:
+            with user_input():
+                cfg = yaml_model_load(path)
+        except MissingFileError:  # Ultralytics names the scale-less YAML it tried last: 'yolo11n.yaml' for yolo11nn.yaml
+            hint = did_you_mean(Path(path).name, model_yaml_names(), key=lambda name: Path(name).stem)
+            raise MissingFileError(f"model={path} does not exist, as a file or as an Ultralytics model YAML{hint}") from None
+        layout = ModelLayout.from_yaml(cfg)
+        check_rows(cfg)  # before Ultralytics builds the model: its KeyError for an unknown module names only the module
+        return layout
     from ultralytics.nn.tasks import load_checkpoint
 
     with user_input():

@@ -4,4 +4,5 @@ import sys
 
 from .commands import main
 
-sys.exit(main())
+if __name__ == "__main__":  # imported (mkdocstrings, a test), it runs nothing: only 'python -m' runs the command
+    sys.exit(main())

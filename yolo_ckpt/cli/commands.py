@@ -118,7 +118,7 @@ def prepare_train(args: list[str]):
     from ultralytics import RTDETR, YOLO
 
     from ..checkpointing.policy import layout_of
-    from ..train.inputs import check_train_inputs
+    from ..train.inputs import check_data_for_task, check_train_inputs
     from ..train.resume import check_resumable, finish_run
     from ..train.trainer import trainer_for
 
@@ -128,11 +128,14 @@ def prepare_train(args: list[str]):
         trainer_for(task)  # unknown task: fail before building anything
     name = overrides.pop("model", None) or DEFAULT_MODELS[task or "detect"]
     check_train_inputs({**overrides, "model": name})  # before the model is built (the trainer's key check repeats it)
+    CkptConfig.from_args(overrides)  # yolo-ckpt's keys' forms (memory_budget=12GBB), which need no model; checked once
+    check_data_for_task(overrides.get("data"), task)
     if Path(str(name)).suffix.lower() in {".yaml", ".yml"}:
         layout_of(name)  # a YAML without backbone:/head: fails here, with its name, not in Ultralytics' parse_model
     tidy_beside(name)
     with user_input(checkpoint=name):
         model = RTDETR(name) if "rtdetr" in Path(str(name)).stem.lower() else YOLO(name, task=task)
+    check_data_for_task(overrides.get("data"), model.task)  # the model's task (yolo11n-cls.yaml), before the trainer's set-up
     resume = overrides.get("resume")
     # resume=True of a finished run: stock's Model.train starts a new one with the defaults (data=coco8.yaml) before any
     # trainer exists, so it is checked here (its end finished, if a kill stopped it); resume=path/to/last.pt is the
@@ -169,8 +172,9 @@ def tidy_beside(model) -> None:
 @contextlib.contextmanager
 def _diagnostics_to_stderr():
     """Inside the block, Ultralytics' log lines and every progress bar go to stderr, so that stdout holds only the
-    result (``format=json | json.load``)."""
-    handlers = [h for h in LOGGER.handlers if isinstance(h, logging.StreamHandler)]
+    result (``format=json | json.load``). Only the console handlers move (Ultralytics' is a plain StreamHandler): a
+    FileHandler or a test runner's capture handler (pytest >= 9.2 adds one to Ultralytics' logger) keeps its stream."""
+    handlers = [h for h in LOGGER.handlers if type(h) is logging.StreamHandler]
     streams = [h.stream for h in handlers]
     for h in handlers:
         h.setStream(sys.stderr)
@@ -206,9 +210,10 @@ def dataset_on_disk(data: str, task: str) -> dict:
         return check_cls_dataset(data)
 
 
-def estimate_setup(args: list[str], command: str = "plan"):
+def estimate_setup(args: list[str], command: str = "plan", early=None):
     """Parse the arguments of ``command`` (``profile`` or ``plan``, which does not take profile's ``plot=``) into the
     run ``yolo-ckpt train`` would make of the same keys (:func:`yolo_ckpt.memory.planned_run.planned_run`).
+    ``early(config)``: the command's own checks of yolo-ckpt's keys, made before the model is built (plan's budget).
 
     The model is built from ``model=`` (no download; a ``.pt`` is loaded once) as the trainer builds it: with the
     data's classes and channels when ``data=`` is given (Ultralytics' ``check_det_dataset``, or ``check_cls_dataset``
@@ -223,28 +228,41 @@ def estimate_setup(args: list[str], command: str = "plan"):
     Raises:
         SyntaxError: for unknown keys. ConfigError: for a bad yolo-ckpt key (:meth:`~yolo_ckpt.config.CkptConfig.from_args`),
         ``objects=``, ``format=`` or ``plot=`` (:meth:`~yolo_ckpt.config.EstimateOptions.from_args`) or batch, a task
-        the estimate does not cover, a model or dataset that cannot be read; the keys' errors before the model is built.
+        the estimate does not cover, a model or dataset that cannot be read, a training set train refuses
+        (:func:`yolo_ckpt.train.data_check.check_labels`: no labels, all images corrupt, ...); the keys' errors before
+        the model is built.
     """
     from ultralytics import YOLO
     from ultralytics.cfg import get_cfg
 
-    from ..checkpointing.policy import ModelLayout
+    from ..checkpointing.policy import ModelLayout, layout_of
     from ..memory.plan import PLANNED_TASKS
     from ..memory.planned_run import planned_run
     from ..memory.runspec import device_type
+    from ..train.data_check import CHECKED_TASKS, check_labels
+    from ..train.inputs import check_data_for_task
+    from ..train.planning import ESTIMATE_BASE_BATCH
 
     keys = {k: v for k, v in ESTIMATE_DEFAULTS.items() if command == "profile" or k not in PROFILE_ONLY}
     given = parse_train_args(args, keys)
     config = CkptConfig.from_args(given)  # bad keys fail here, before the model is built
     opts = {**DEFAULT_CFG_DICT, **given, **dataclasses.asdict(EstimateOptions.from_args(given))}
-    if not isinstance(opts["batch"], int) or opts["batch"] < 1:
+    if early is not None:
+        early(config)
+    opts["autobatch"] = command == "plan" and opts["batch"] == -1  # the batch train picks, answered once the model is built
+    if not opts["autobatch"] and (not isinstance(opts["batch"], int) or opts["batch"] < 1):
         raise ConfigError(
-            f"batch={opts['batch']!r}: profile and plan estimate a given batch (an int >= 1); plan gives the largest batch that fits"
+            f"batch={opts['batch']!r}: profile estimates a given batch (an int >= 1); plan takes one, or batch=-1 for the batch "
+            "train would pick"
         )
     opts["model"] = opts["model"] or DEFAULT_MODELS.get(opts["task"] or "detect", "yolo11n.yaml")
     tidy_beside(opts["model"])
-    with user_input():
+    check_data_for_task(opts["data"], given.get("task"))
+    if Path(str(opts["model"])).suffix.lower() in {".yaml", ".yml"}:
+        layout_of(opts["model"])  # a missing YAML named as given (Ultralytics names 'yolo11n.yaml' for yolo11nn.yaml)
+    with user_input(checkpoint=opts["model"]):
         yolo = YOLO(opts["model"], task=given.get("task"))
+    check_data_for_task(opts["data"], yolo.task)
     if yolo.task not in PLANNED_TASKS:
         raise ConfigError(f"profile and plan estimate {', '.join(PLANNED_TASKS)} models; model={opts['model']} is a {yolo.task} model")
     # the task's defaults, as train takes them: its loss region where the head has one (not RT-DETR's, ...)
@@ -256,7 +274,19 @@ def estimate_setup(args: list[str], command: str = "plan"):
         model = yolo.task_map[yolo.task]["model"](yolo.model.yaml, nc=data["nc"], ch=data["channels"], verbose=False)
         if yolo.ckpt:  # a trained .pt: its weights, as the trainer's get_model loads them into the data's model
             model.load(yolo.model)
-    run = planned_run(cfg, model, config, device_type(opts["device"]), data, objects=given.get("objects"), object_size=opts["object_size"])
+    batch = ESTIMATE_BASE_BATCH if opts["autobatch"] else opts["batch"]  # batch=-1: train's base pass (planned_batch)
+    checked = data is not None and yolo.task in CHECKED_TASKS
+    try:
+        run = planned_run(
+            cfg, model, config, device_type(opts["device"]), data, batch=batch, objects=given.get("objects"),
+            object_size=opts["object_size"],
+        )
+    except RuntimeError:  # Ultralytics' dataset build ("No valid images found"): train's check says why, in one line
+        if checked:
+            check_labels(data, yolo.task, cfg.fraction, cfg.single_cls)
+        raise
+    if checked:  # the training set's checks train makes, from the label cache the dataset build just wrote: no 2nd scan
+        check_labels(data, yolo.task, cfg.fraction, cfg.single_cls)
     opts["imgsz_given"], opts["imgsz"] = opts["imgsz"], run.imgsz
     return run, opts
 
@@ -375,6 +405,17 @@ def profile(args: list[str]) -> dict:
     return summary
 
 
+def _plan_budget(config: CkptConfig) -> int:
+    """``memory_budget=`` in bytes, which plan needs; checked before the model is built.
+
+    Raises:
+        ConfigError: without one, or for a fraction (it needs the CUDA memory of the run's own process).
+    """
+    if config.memory_budget is None:
+        raise ConfigError("plan needs memory_budget= (bytes with a unit, e.g. memory_budget=16GB)")
+    return config.memory_budget.bytes(None)
+
+
 def plan_setup(args: list[str]):
     """The :class:`~yolo_ckpt.memory.plan.MemoryModel` ``yolo-ckpt plan`` plans with, for its arguments: the run
     :func:`estimate_setup` makes of them (its headroom on the assumed device, ``loss_chunk=``).
@@ -383,15 +424,34 @@ def plan_setup(args: list[str]):
         ``(memory, budget, opts, spec)``: the memory model, ``memory_budget=`` in bytes, the keys with defaults and
         the :class:`~yolo_ckpt.memory.runspec.RunSpec`.
 
+    With ``batch=-1``, ``opts["batch"]`` becomes the batch train would pick for ``memory_budget=`` off CUDA, by the same
+    function (:func:`yolo_ckpt.train.planning.estimated_batch`: with the run's policy, ``all`` for ``recompute=auto``,
+    capped by the training set's images); on CUDA train measures with AutoBatch instead (and keeps the smaller of the two
+    for segment models), which needs the GPU itself.
+
     Raises:
-        ConfigError: without ``memory_budget=``, for a fraction off CUDA, and as :func:`estimate_setup` raises.
+        ConfigError: as :func:`estimate_setup` raises (without ``memory_budget=``, for a fraction); PlanError: with
+            ``batch=-1`` where not even batch 1 fits.
     """
-    run, opts = estimate_setup(args, "plan")
-    if run.config.memory_budget is None:
-        raise ConfigError("plan needs memory_budget= (bytes with a unit, e.g. memory_budget=16GB)")
-    budget = run.config.memory_budget.bytes(None)  # a fraction needs the CUDA memory of the run's own process
+    from ..checkpointing.policy import is_auto
+    from ..train.planning import estimated_batch
+
+    run, opts = estimate_setup(args, "plan", early=_plan_budget)
+    budget = _plan_budget(run.config)
     print("yolo-ckpt plan: estimating the model (calibrating its loss formula, one fake pass)", file=sys.stderr)
-    return run.memory_model(), budget, opts, run.spec
+    memory = run.memory_model()
+    if opts["autobatch"]:
+        recompute = "all" if is_auto(run.config.recompute) else run.config.recompute  # train's plan_recompute with batch=-1
+        images = run.counts.images if run.counts else None
+        opts["batch"] = estimated_batch(memory, recompute, budget, opts["imgsz"], images)
+        cap = f", at most the {images} training images" if images else ""
+        how = (
+            f"the estimate's largest batch that fits{cap}; train on CUDA measures its own with AutoBatch"
+            if run.spec.device == "cuda"
+            else f"train's pick for recompute={recompute}: the estimate's largest batch that fits{cap}"
+        )
+        print(f"yolo-ckpt plan: batch=-1 -> batch={opts['batch']}, {how}", file=sys.stderr)
+    return memory, budget, opts, run.spec
 
 
 def plan(args: list[str]) -> list[dict]:

@@ -23,6 +23,7 @@ REPORT_NAME = "ckpt_report.json"
 SCHEMA_VERSION = 4
 READABLE_SCHEMAS = (2, 3, 4)  # 3 and 4 only added fields, which an older file lacks (None)
 WARMUP_STEPS = 3  # steps left out of the median step time: first-call allocations, lazy init
+PROBE_SKIPPED = "cpu_probe_skipped"  # memory_source of a CPU run with probe=False: no peak measured
 _SUFFIX = {"(B)": "box", "(M)": "mask", "(P)": "pose"}
 
 
@@ -68,7 +69,8 @@ class RunReport:
         recompute, recompute_mode: the policy that trained (``recompute`` its spec, the planned layers for auto);
             recomputed_layers: ``{"index", "type"}`` per layer; recomputed_regions: ``head``, ``loss``.
         device, imgsz (px), batch (images, after Ultralytics' out-of-memory halvings), batch_at_start, amp, epochs.
-        memory_source: ``cuda_allocator`` or ``cpu_probe_live_tensors`` (a live-tensor probe of one step at the end).
+        memory_source: ``cuda_allocator``, ``cpu_probe_live_tensors`` (a live-tensor probe of one step at the end) or
+            :data:`PROBE_SKIPPED` (a CPU run with ``probe=False``: no peak).
         memory_probe_images, memory_probe_objects, memory_probe_imgsz: the batch the CPU probe measured (None on CUDA).
         train_peak_allocated_bytes, train_peak_reserved_bytes, val_peak_allocated_bytes, val_peak_reserved_bytes:
             peak memory (reserved: CUDA only; None where not measured).
@@ -148,7 +150,7 @@ class RunReport:
         need not have), and for a planned run its budget; and the median step time."""
         peak = self.train_peak_allocated_bytes
         if peak is None:
-            text = "training peak not measured"
+            text = "training peak not measured" + (" (probe=False)" if self.memory_source == PROBE_SKIPPED else "")
         else:
             source = {"cuda_allocator": "CUDA allocated", "cpu_probe_live_tensors": "CPU live tensors of one step"}.get(
                 self.memory_source, self.memory_source
@@ -176,12 +178,26 @@ class RunReport:
             )
         step = step or {}
         objects = f", {step['objects']} objects per image" if step.get("objects") else ""
-        where = f"batch {step.get('batch')}, imgsz {step.get('imgsz')}{objects}"
+        where = f"batch {step.get('batch')}, imgsz {step.get('imgsz')}{objects}" + self._unlike(step)
         peaks = [("this policy", policy), ("none", self.estimated_none_peak_bytes), ("all", self.estimated_all_peak_bytes)]
         text = f"; estimated at {where}: " + ", ".join(f"{name} {mib(n)}" for name, n in peaks if n is not None)
         if plan:
             text += f" (planned for memory_budget={plan.budget_bytes / 2**20:.0f} MiB)"
         return text
+
+    def _unlike(self, step: dict) -> str:
+        """Where the estimated step is not the CPU probe's measured one, what differs, said plainly: `` (not the
+        measured step: 2 images at imgsz 640)``, or for the objects alone `` (the data's densest image x its
+        augmentation; the measured step had 293 per image)``; empty on CUDA (its peak is of every step: the densest
+        counts) and where they agree."""
+        images, imgsz, objects = self.memory_probe_images, self.memory_probe_imgsz, self.memory_probe_objects
+        if not images:
+            return ""
+        if (images, imgsz) != (step.get("batch"), step.get("imgsz")):
+            return f" (not the measured step: {images} images at imgsz {imgsz})"
+        if objects is not None and step.get("objects") and round(objects / images) != step["objects"]:
+            return f" (the data's densest image x its augmentation; the measured step had {objects / images:.0f} per image)"
+        return ""
 
     def write(self, run_dir) -> Path:
         """Write ``<run_dir>/ckpt_report.json``; returns its path."""

@@ -1,6 +1,6 @@
 """Early checks of the ``train`` inputs that Ultralytics checks only while it sets a run up, after it has written the
-run folder: ``imgsz=``, ``device=``, ``project=`` and ``model=``, each refused with one line naming the key and the
-valid choices (:class:`ConfigError`), before any file is written.
+run folder: ``imgsz=``, ``device=``, ``project=``, ``model=`` and ``data=`` of the task's kind, each refused with one
+line naming the key and the valid choices (:class:`ConfigError`), before any file is written.
 
 Ultralytics refuses these values too (``check_imgsz``, ``select_device``, ``mkdir``, ``torch_load``), but only inside
 ``BaseTrainer.__init__``/``_setup_train``: as a traceback, after ``args.yaml`` was written and ``results.csv``
@@ -89,6 +89,24 @@ def check_model_path(model) -> None:
     """
     if isinstance(model, (str, Path)) and Path(model).is_dir():
         raise ConfigError(f"model={model} is a folder; model= takes a checkpoint (.pt) or a model YAML (.yaml)")
+
+
+def check_data_for_task(data, task: str | None) -> None:
+    """``data=`` of ``classify`` is not a data YAML: Ultralytics' ``check_cls_dataset`` reads a folder of class
+    folders (or a name without a suffix, ``mnist160``, that it downloads), and stock refuses a YAML only when the
+    trainer reads the dataset, after it has built the model and printed its arguments. (The other tasks'
+    ``check_det_dataset`` takes a YAML, or a folder holding one.)
+
+    Raises:
+        ConfigError: naming the value, the task and what the task reads.
+    """
+    if data is None or task is None:
+        return
+    if task == "classify" and Path(str(data)).suffix.lower() in {".yaml", ".yml"}:
+        raise ConfigError(
+            f"data={data}: task=classify reads a folder of class folders (train/<class>/*.jpg, val/<class>/...), not a data "
+            "YAML; a data YAML is a detect, segment, obb or pose dataset"
+        )
 
 
 def check_train_inputs(overrides: dict) -> None:

@@ -24,6 +24,7 @@ from ..memory.plan import PLANNED_TASKS, PlanError, size_text
 from ..memory.runspec import autobatch_fraction, device_type
 from .log import PREFIX
 
+ESTIMATE_BASE_BATCH = 2  # batch=-1: the batch of the memory model's base pass (the others are rescaled from it)
 # Trainers of a planned task (detect, segment) whose models and losses the estimate does not know: named policies only
 NOT_PLANNED = (RTDETRTrainer, WorldTrainer, YOLOETrainer, YOLOEPETrainer, YOLOEPESegTrainer)
 
@@ -128,27 +129,42 @@ def planned_batch(trainer) -> int:
     Raises:
         PlanError: on the CPU, when not even batch 1 fits the budget, saying the need.
     """
-    run = plan_run(trainer, 2)
+    run = plan_run(trainer, ESTIMATE_BASE_BATCH)
     budget, imgsz, memory, images = budget_bytes(trainer), run.imgsz, run.memory_model(), run.counts.images
     policy = trainer.policy
     units = memory.units(policy)
-    estimated = min(memory.largest_batch(units, budget, imgsz), images)
     if trainer.device.type == "cuda":
+        estimated = min(memory.largest_batch(units, budget, imgsz), images)
         batch = autobatch(trainer, budget)
         LOGGER.info(f"{PREFIX}AutoBatch measured batch={batch}; the estimate's batch for {size_text(budget)} is {estimated}")
         if isinstance(trainer, SegmentationTrainer) and estimated < batch:  # AutoBatch never sees a mask loss
             LOGGER.info(f"{PREFIX}batch={max(estimated, 1)}: the estimate counts the mask loss, AutoBatch does not")
             batch = max(estimated, 1)
-    elif estimated < 1:
-        need = memory.headroom.need(memory.peak(units, 1, imgsz))
-        raise PlanError(
-            f"memory_budget={size_text(budget)} is below batch=1's estimated need of {size_text(need)} at imgsz={imgsz} with {policy}"
-        )
     else:
-        batch = estimated
+        batch = estimated_batch(memory, policy, budget, imgsz, images)
     LOGGER.info(f"{PREFIX}batch={batch} for memory_budget={size_text(budget)} at imgsz={imgsz} ({policy.spec})")
     trainer.plan = trainer.plan or memory.as_plan(units, memory.peak(units, batch, imgsz), budget, batch, imgsz)
     return batch
+
+
+def estimated_batch(memory, policy, budget: int, imgsz: int, images: int | None) -> int:
+    """batch=-1's pick off CUDA (train's :func:`planned_batch`, and ``yolo-ckpt plan batch=-1``): the largest batch
+    whose estimated peak with ``policy`` (a :class:`~yolo_ckpt.checkpointing.policy.RecomputePolicy` or a
+    ``recompute=`` value) and the headroom fits ``budget`` (bytes) at ``imgsz`` (the largest size trained), capped by
+    the training set's ``images`` (None: no data, no cap) and AutoBatch's 1024.
+
+    Raises:
+        PlanError: when not even batch 1 fits, saying the need.
+    """
+    units = memory.units(policy)
+    batch = memory.largest_batch(units, budget, imgsz)
+    if batch < 1:
+        need = memory.headroom.need(memory.peak(units, 1, imgsz))
+        raise PlanError(
+            f"memory_budget={size_text(budget)} is below batch=1's estimated need of {size_text(need)} at imgsz={imgsz} with "
+            f"recompute={memory.spec(units)}"
+        )
+    return batch if images is None else min(batch, images)
 
 
 def autobatch(trainer, budget: int) -> int:
@@ -164,9 +180,9 @@ def autobatch(trainer, budget: int) -> int:
 
 def estimate_step_peaks(trainer, task: str) -> None:
     """What recompute buys this run: the memory model's peaks for ``none``, ``all`` and the policy that trains, at
-    the batch and largest imgsz this run trains, for its spec (the planned run's memory model reused), into
-    ``trainer.estimated_peaks`` (bytes) and ``trainer.estimated_step``, and the composed steps of ``none`` and the
-    policy (for the run's picture) into ``trainer.estimated_steps``; composed from one fake pass
+    the batch (no more than the training set's images) and largest imgsz this run trains, for its spec (the planned
+    run's memory model reused), into ``trainer.estimated_peaks`` (bytes) and ``trainer.estimated_step``, and the
+    composed steps of ``none`` and the policy (for the run's picture) into ``trainer.estimated_steps``; from one fake pass
     (:meth:`yolo_ckpt.memory.plan.MemoryModel.step`). Skipped, with the reason in ``trainer.estimate_skipped``, for
     ``estimate=False`` and for models the memory model does not cover."""
     from ultralytics.nn.tasks import BaseModel
@@ -181,7 +197,11 @@ def estimate_step_peaks(trainer, task: str) -> None:
         return
     start = time.process_time()
     run = trainer.planned or plan_run(trainer, trainer.batch_size)
-    memory, batch, policy = run.memory_model(), trainer.batch_size, trainer.policy
+    # the largest step this run makes: a training set smaller than batch= makes every step of its size (issue 31: a
+    # 2-image set's measured step stood beside estimates at batch 16)
+    loader = getattr(trainer, "train_loader", None)
+    batch = min(trainer.batch_size, len(loader.dataset)) if loader is not None else trainer.batch_size
+    memory, policy = run.memory_model(), trainer.policy
     steps = trainer.estimated_steps = {
         name: memory.step(memory.units(units), batch, run.imgsz) for name, units in (("none", "none"), ("policy", policy))
     }

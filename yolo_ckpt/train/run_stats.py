@@ -15,7 +15,7 @@ from ultralytics.utils import LOGGER, RANK
 from ultralytics.utils.torch_utils import unwrap_model
 
 from ..report.layer_plot import LayerPlot, layer_plot, write_layer_plot
-from ..report.record import WARMUP_STEPS, PlanRecord, RunReport, probe_counts, task_metrics
+from ..report.record import PROBE_SKIPPED, WARMUP_STEPS, PlanRecord, RunReport, probe_counts, task_metrics
 from .log import PREFIX
 from .planning import estimate_step_peaks
 from .tasks import task_of
@@ -120,10 +120,11 @@ def start_stats(trainer) -> None:
 
 
 def keep_probe_batch(trainer, batch: dict) -> None:
-    """On the CPU keep the first full-size batch (the first of the most images, when the dataset is smaller than the
-    batch) for the end-of-run memory probe."""
+    """On the CPU, unless ``probe=False``, keep the first full-size batch (the first of the most images, when the
+    dataset is smaller than the batch) for the end-of-run memory probe."""
     kept = trainer.ckpt_stats.probe_batch
-    if trainer.device.type == "cpu" and (kept is None or len(kept["img"]) < min(len(batch["img"]), trainer.batch_size)):
+    fuller = kept is None or len(kept["img"]) < min(len(batch["img"]), trainer.batch_size)
+    if trainer.device.type == "cpu" and trainer.ckpt_config.probe and fuller:
         trainer.ckpt_stats.probe_batch = dict(batch)
 
 
@@ -180,7 +181,7 @@ def memory_probes(trainer):
 def run_report(trainer) -> RunReport:
     """The :class:`~yolo_ckpt.report.record.RunReport` of a finished run: its policy and settings, the CUDA
     allocator's peaks (CPU: :func:`memory_probes` on the kept batch, whose step profile is kept as
-    ``trainer.train_probe`` for the picture), the median step time after
+    ``trainer.train_probe`` for the picture; none with ``probe=False``), the median step time after
     :data:`~yolo_ckpt.report.record.WARMUP_STEPS`, the plan and the final metrics."""
     import statistics
 
@@ -193,8 +194,14 @@ def run_report(trainer) -> RunReport:
     if trainer.device.type == "cuda":
         bank_cuda_peak(trainer, "train")
         source, train, val = "cuda_allocator", stats.train_peak, stats.val_peak
+    elif not trainer.ckpt_config.probe:
+        source, train, val = PROBE_SKIPPED, {}, {}
     else:
+        start = time.perf_counter()
         trainer.train_probe, v = memory_probes(trainer) if stats.probe_batch is not None else (None, None)
+        if stats.probe_batch is not None:  # its cost said, beside the way to skip it (issue 31: it dominated tiny runs)
+            LOGGER.info(f"{PREFIX}CPU memory probe of one training step and one validation batch: {time.perf_counter() - start:.1f} s "
+                        "(probe=False skips it)")
         t = trainer.train_probe.peak_bytes if trainer.train_probe else None
         source, train, val = "cpu_probe_live_tensors", {"allocated": t}, {"allocated": v}
     return RunReport(
