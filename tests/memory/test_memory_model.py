@@ -691,7 +691,8 @@ def test_cli_profile_and_plan_json(tmp_path, capsys, monkeypatch):
     assert result["imgsz"] == 352 and result["imgsz_given"] == 333 and "updating to [352]" in out.stderr
     assert result["assumed"]["device"] == "cpu" and not result["assumed"]["amp"] and result["memory_headroom"] == "1x+0MiB"
     # no data=: every box the whole image, and how to give a better layout (issue 30)
-    assert "every box the whole image, the worst (give data=" in result["assumed"]["layout"] and "object_size=" in result["assumed"]["layout"]
+    layout = result["assumed"]["layout"]
+    assert "every box the whole image, the worst (give data=" in layout and "object_size=" in layout
     rows = {r["recompute"].split(" ")[0]: r for r in result["policies"]}
     assert list(rows) == ["none", "backbone", "head", "loss", "all", "auto"] and "not_planned_regions" not in result
     assert rows["loss"]["recompute_GFLOPs"] == 0  # detect's loss region is the chunked assigner: no recomputation
