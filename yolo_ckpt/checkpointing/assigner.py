@@ -13,7 +13,7 @@ anchors' count per object for boxes that cover the image):
    positions of its pairs (int32), in stock's order (row-major over image, object, anchor);
 2. pair metrics: each pair's class score and overlap (stock's ``pair_overlaps``) computed ``PAIR_PIECE`` pairs at a
    time (its operations give an element the same bits at any place in the list: tested on every variant), then the
-   alignment metric's powers over the whole list in place, as stock computes them (a CPU ``pow`` gives an element's
+   alignment metric's powers over the whole list, as stock computes them (a CPU ``pow`` gives an element's
    bits by its place in the vector loop: ``pow(6.0)`` is 1 ulp apart between a list and its slices). What stays is
    12 bytes a pair (position, score turned metric, overlap) and one piece's temporaries; stock's assigner holds ~120
    bytes a pair at once (the index triples, the gathered boxes and CIoU's temporaries);
@@ -174,11 +174,12 @@ class ChunkedAssignment(patching.PickledAsStock):
     def _pair_metrics(self, chunks, na: int, pd_scores, pd_bboxes, gt_labels, gt_bboxes, **extra):
         """The alignment metric and overlap (P,) of the candidate pairs of ``chunks``: stock's ``get_box_metrics``
         (``ultralytics/utils/tal.py``) without its dense (b, max objects, anchors) outputs. The pairs' scores and
-        overlaps are computed ``PAIR_PIECE`` pairs at a time; the metric's powers over the whole list in place, as
-        stock computes them (a CPU ``pow`` gives an element's bits by its place in the vector loop)."""
+        overlaps are computed ``PAIR_PIECE`` pairs at a time; the metric's powers over the whole list, as stock computes
+        them (a CPU ``pow`` gives an element's bits by its place in the vector loop)."""
         scores = torch.cat([pd_scores[b, a, gt_labels[b, g, 0].long()] for b, g, a in _pieces(chunks, na)])
         overlaps = self._pair_overlaps(chunks, na, scores, gt_bboxes, pd_bboxes, **extra)
-        return scores.pow_(self.alpha).mul_(overlaps.pow(self.beta)), overlaps
+        scores = scores.pow(self.alpha)  # not in place: under autocast stock's pow and product may change the dtype
+        return scores * overlaps.pow(self.beta), overlaps
 
     def _pair_overlaps(self, chunks, na: int, scores, gt_bboxes, pd_bboxes, **extra):
         """Stock's ``pair_overlaps`` (P,) of the candidate pairs of ``chunks``, ``PAIR_PIECE`` pairs at a time (its

@@ -1,0 +1,65 @@
+"""Issue 33's pilot: the learning curve of a stock full-resolution run (arm (d)), to choose the schedule every arm of
+the accuracy-at-equal-memory study trains on (the first epoch count at which (d) reaches mAP50 >= 0.5 on val)::
+
+    yolo train model=yolo11n.yaml data=<copy of ../shared/datasets/deeppcb>/data.yaml imgsz=640 epochs=80 batch=8 \\
+        workers=0 seed=0 deterministic=True plots=False project=<dir> name=<run>      # OMP_NUM_THREADS=1, in the background
+    python -m benchmarks.pilot_curve run=<dir>/<run> [threads=1] out=benchmarks/results/accuracy-pilot-deeppcb
+
+Reads the run's ``results.csv`` (Ultralytics writes a row per finished epoch, so a run still going is read as far as it
+got) and ``args.yaml``, and publishes the curve: epoch, wall seconds, mAP50, mAP50-95, with the epoch mAP50 first
+reached 0.5 (or that it has not yet).
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+import yaml
+
+from yolo_ckpt.bench.results_io import provenance, publish
+from yolo_ckpt.cli.args import key_value
+
+TARGET = 0.5  # mAP50 on val that arm (d) must reach (issue 33)
+
+
+def curve(run: Path) -> list[dict]:
+    """The run's rows: epoch, seconds since the start, mAP50 and mAP50-95 on val (Ultralytics' ``results.csv``)."""
+    with open(run / "results.csv") as f:
+        rows = [{k.strip(): v.strip() for k, v in row.items()} for row in csv.DictReader(f)]
+    return [{"epoch": int(float(r["epoch"])), "seconds": float(r["time"]), "mAP50": float(r["metrics/mAP50(B)"]),
+             "mAP50-95": float(r["metrics/mAP50-95(B)"])} for r in rows]
+
+
+def main(argv: list[str]) -> dict:
+    opts = dict(key_value(a) for a in argv)
+    run = Path(opts["run"])
+    args = yaml.safe_load((run / "args.yaml").read_text())
+    rows = curve(run)
+    reached = next((r["epoch"] for r in rows if r["mAP50"] >= TARGET), None)
+    keys = ("model", "data", "imgsz", "epochs", "batch", "optimizer", "seed", "workers", "deterministic")
+    result = {**provenance(" ".join(["python -m benchmarks.pilot_curve", *argv])), "run_args": {k: args.get(k) for k in keys},
+              "rows": rows, "reached_epoch": reached}
+    result["machine"]["torch_threads"] = int(opts.get("threads", 1))  # the run's (OMP_NUM_THREADS=1), not this reader's
+    best = max(rows, key=lambda r: r["mAP50"]) if rows else None
+    lines = [
+        f"Pilot of issue 33's arm (d): stock Ultralytics at full resolution, trained from scratch (no weights can be had),"
+        f" {', '.join(f'{k}={args.get(k)}' for k in keys if k not in ('data', 'workers', 'deterministic'))}, dataset"
+        f" {Path(str(args.get('data'))).parent.name}; {len(rows)} of {args.get('epochs')} epochs finished when read"
+        f" ({rows[-1]['seconds'] / 3600:.1f} h on a shared 2-core machine, the run at nice 19 beside other work)."
+        if rows else "No epoch finished yet.",
+        "",
+        (f"**mAP50 first reached {TARGET} at epoch {reached}.**" if reached else
+         f"**mAP50 has not reached {TARGET} yet: best {best['mAP50']:.3f} at epoch {best['epoch']}.**" if best else ""),
+        "",
+        "| epoch | hours | mAP50 | mAP50-95 |",
+        "|---|---|---|---|",
+        *(f"| {r['epoch']} | {r['seconds'] / 3600:.2f} | {r['mAP50']:.3f} | {r['mAP50-95']:.3f} |" for r in rows),
+    ]
+    publish(result, lines, opts.get("out"))
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
