@@ -82,11 +82,21 @@ def test_bad_key_names_it(key, value, message):
         ("objects", "many", "objects='many'"),
         ("format", "xml", "format='xml' is not valid here; valid: text, json"),
         ("plot", 1, "plot=1 is not valid; valid: True, False"),
+        ("object_size", 0, r"object_size=0 is not valid; give a number in \(0, 1\]"),
+        ("object_size", 1.5, r"object_size=1.5 is not valid"),
+        ("object_size", "big", r"object_size='big' is not valid"),
+        ("object_size", True, r"object_size=True is not valid"),
     ],
 )
 def test_bad_estimate_option_names_it(key, value, message):
     with pytest.raises(ValueError, match=message):
         EstimateOptions.from_args({key: value})
+
+
+def test_object_size_is_a_fraction_of_the_side():
+    """object_size= (the largest box side / the image side, for the assigner's candidate pairs): a number in (0, 1]."""
+    assert EstimateOptions.from_args({"object_size": 0.3}).object_size == 0.3
+    assert EstimateOptions.from_args({"object_size": 1}).object_size == 1.0 and EstimateOptions.from_args({}).object_size is None
 
 
 @pytest.mark.parametrize(
