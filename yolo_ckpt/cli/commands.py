@@ -467,6 +467,8 @@ def plan(args: list[str]) -> list[dict]:
     import pandas as pd
     from ultralytics.utils import TQDM
 
+    from ..memory.plan import PlanError
+
     with _diagnostics_to_stderr():
         memory, budget, opts, spec = plan_setup(args)
         stride = max(int(max(memory.model.stride)), 32)  # the training size's grid (train_imgsz: Ultralytics' gs)
@@ -474,7 +476,7 @@ def plan(args: list[str]) -> list[dict]:
         print("yolo-ckpt plan: planning auto", file=sys.stderr)
         try:
             auto = memory.plan(budget, batch, imgsz)
-        except ValueError:
+        except PlanError:
             auto = None  # even 'all' does not fit at this imgsz and batch
         rows = []
         names = ("none", "backbone", "head") + (("loss",) if "loss" in memory.candidates else ()) + ("all", "auto")
