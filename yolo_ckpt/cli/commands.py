@@ -468,10 +468,11 @@ def plan(args: list[str]) -> list[dict]:
     from ultralytics.utils import TQDM
 
     from ..memory.plan import PlanError
+    from ..memory.runspec import grid_size
 
     with _diagnostics_to_stderr():
         memory, budget, opts, spec = plan_setup(args)
-        stride = max(int(max(memory.model.stride)), 32)  # the training size's grid (train_imgsz: Ultralytics' gs)
+        stride = grid_size(memory.model.stride)  # the training size's grid (train_imgsz: Ultralytics' gs)
         imgsz, batch, headroom = opts["imgsz"], opts["batch"], memory.headroom
         print("yolo-ckpt plan: planning auto", file=sys.stderr)
         try:
