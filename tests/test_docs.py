@@ -62,6 +62,34 @@ def test_api_page_documents_every_public_name():
     assert not missing, f"docs/reference/api.md lacks ::: entries for {missing}"
 
 
+def test_docs_name_only_names_that_exist():
+    """Issue 32: every dotted name the README and docs/ write in backticks (`yolo_ckpt.report.record.RunReport`)
+    imports: its longest module prefix, then its attributes (the docs named yolo_ckpt.report.RunReport, which is not)."""
+    import importlib
+    import re
+
+    named = {
+        (page.relative_to(ROOT).as_posix(), m.group(1))
+        for page in [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+        for m in re.finditer(r"`(yolo_ckpt(?:\.[A-Za-z_]\w*)+)", page.read_text())
+    }
+    missing = []
+    for page, name in sorted(named):
+        parts = name.split(".")
+        for i in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+                break
+            except ModuleNotFoundError:
+                continue
+        try:
+            for part in parts[i:]:
+                obj = getattr(obj, part)
+        except AttributeError:
+            missing.append(f"{page}: {name}")
+    assert len(named) > 10 and not missing, f"names in the docs that do not exist: {missing}"
+
+
 def test_readme_is_short():
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; at most {README_MAX_LINES}: move the rest into docs/"

@@ -397,3 +397,22 @@ def test_one_cell_of_a_real_data_matrix_by_name(tmp_path, shared_datasets, one_t
     assert main(["bench", "matrix=real-data", f"cells={cell}", f"datasets={datasets}", f"out={out}", "val_images=1", "estimate=False"]) == 0
     (row,) = pd.read_csv(out / "results.csv").to_dict("records")
     assert (row["status"], row["dataset"], row["recompute"], row["train_images"], row["recomputations"]) == ("ok", "deeppcb", "none", 2, 0)
+
+
+def test_provenance_names_the_cpu_as_ultralytics_does(monkeypatch):
+    """Issue 32: the CPU model of a result's provenance is Ultralytics' get_cpu_info (no /proc/cpuinfo parsed here);
+    on this machine that is /proc/cpuinfo's first model name, as stock cleans it."""
+    from ultralytics.utils import torch_utils
+    from ultralytics.utils.cpu import CPUInfo
+
+    from yolo_ckpt.bench.results_io import machine_text, provenance
+
+    record = provenance("python -m yolo_ckpt.bench out=x")
+    assert record["machine"]["cpu"] == torch_utils.get_cpu_info() and record["command"] == "python -m yolo_ckpt.bench out=x"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        names = [line.split(":", 1)[1] for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
+        assert not names or record["machine"]["cpu"] == CPUInfo._clean(names[0])
+    monkeypatch.setattr(torch_utils, "get_cpu_info", lambda: "Test CPU 9000")
+    machine = provenance("c")["machine"]
+    assert machine["cpu"] == "Test CPU 9000" and machine_text(machine).startswith("Test CPU 9000, ")

@@ -313,6 +313,39 @@ def test_plan_batch_minus_1_answers_trains_batch(synthetic, tmp_path, capsys):
     assert all(f"max_imgsz_at_batch_{picked}" in row for row in result["policies"])
 
 
+class _PastAuto(Exception):
+    """Raised by the fake memory model once plan has gone past planning ``auto`` to the policies' rows."""
+
+
+@pytest.mark.parametrize("nothing_fits", [True, False])
+def test_plan_takes_only_plan_error_as_nothing_fits(monkeypatch, nothing_fits):
+    """Issue 32: plan reads PlanError (even 'all' does not fit) as auto = None and goes on to the rows; any other
+    ValueError raised while planning is a bug and reaches the caller as it was raised, not as "nothing fits"."""
+    import torch
+
+    from yolo_ckpt.cli import commands
+    from yolo_ckpt.memory.plan import PlanError
+
+    error = PlanError("memory_budget=1 MiB is below the smallest plan's need") if nothing_fits else ValueError("a bug while planning")
+
+    def planned(budget, batch, imgsz):
+        raise error
+
+    def units(name):
+        raise _PastAuto(name)
+
+    model = type("Model", (), {"stride": torch.tensor([8.0, 16.0, 32.0])})()
+    memory = type("Memory", (), {"model": model, "headroom": None, "candidates": (), "plan": staticmethod(planned),
+                                 "units": staticmethod(units)})()
+    monkeypatch.setattr(commands, "plan_setup", lambda args: (memory, 2**20, {"imgsz": 640, "batch": 2}, None))
+    with pytest.raises(_PastAuto if nothing_fits else ValueError) as raised:
+        commands.plan([])
+    if nothing_fits:
+        assert raised.value.args == ("none",)  # past auto: the first row, recompute=none
+    else:
+        assert raised.value is error
+
+
 def test_a_classify_model_refuses_a_data_yaml_before_its_trainer(synthetic, tmp_path, monkeypatch, capfd):
     """The task known from model= only (yolo11n-cls.yaml): refused once the model is built, before the trainer prints its
     arguments and reads the dataset (stock: after both)."""

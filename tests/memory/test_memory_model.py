@@ -44,11 +44,10 @@ from yolo_ckpt.memory.measure import (
     optimizer_for,
     probe_training_step,
     profile_step,
-    train_imgsz,
     training_batch,
 )
 from yolo_ckpt.memory.plan import MemoryModel, loss_models
-from yolo_ckpt.memory.runspec import device_type
+from yolo_ckpt.memory.runspec import device_type, train_imgsz
 from yolo_ckpt.report.record import REPORT_NAME
 
 pytestmark = pytest.mark.usefixtures("one_thread")

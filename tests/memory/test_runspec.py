@@ -19,6 +19,7 @@ from yolo_ckpt.memory.runspec import (
     autobatch_imgsz,
     count_data,
     frozen_layers,
+    grid_size,
     objects_rule,
     optimizer_rule,
 )
@@ -84,6 +85,28 @@ def test_autobatch_imgsz_and_mosaic_objects_as_auto_batch_sizes_them(synthetic, 
     assert seen["imgsz"] == autobatch_imgsz(100, 0.5, trainer.stride) == 192
     assert (seen["max_num_obj"], seen["dataset_size"]) == (counts.planned_objects, counts.images) == (4 * counts.max_objects, counts.images)
     assert counts.max_objects > 1
+
+
+@pytest.mark.parametrize(
+    "stride, gs",
+    [(torch.tensor([8.0, 16.0, 32.0]), 32), (torch.tensor([8.0, 16.0, 32.0, 64.0]), 64), ([8.0, 16.0, 32.0], 32), (torch.tensor([1.0]), 32),
+     (16, 32), (64, 64)],
+)
+def test_grid_size_is_ultralytics_gs(stride, gs):
+    """Issue 32: the one copy of BaseTrainer._setup_train's gs, the largest stride and at least 32 (a classifier's
+    stride 1 too), quoted from stock's source as it is mirrored."""
+    import inspect
+
+    from ultralytics.engine.trainer import BaseTrainer
+
+    stock = 'gs = max(int(self.model.stride.max() if hasattr(self.model, "stride") else 32), 32)'
+    assert grid_size(stride) == gs and stock in inspect.getsource(BaseTrainer._setup_train)
+
+
+def test_grid_size_is_the_trainers(synthetic, tmp_path):
+    """A stock trainer's own gs (trainer.stride, set by _setup_train) is grid_size of its model's strides."""
+    trainer = set_up_until_pipeline(stock_trainer(synthetic, tmp_path))
+    assert grid_size(trainer.model.stride) == trainer.stride == 32
 
 
 @pytest.mark.parametrize("batch", [-1, 0.7, 0.0, 1.0])

@@ -10,7 +10,7 @@ from helpers import logged_messages
 
 from yolo_ckpt.cli import main
 from yolo_ckpt.errors import ConfigError
-from yolo_ckpt.train.data_check import check_labels
+from yolo_ckpt.train.data_check import check_labels, scan_labels
 
 
 def copy_dataset(synthetic, task, dest: Path) -> Path:
@@ -118,3 +118,27 @@ def test_an_existing_label_cache_is_read_not_rescanned(synthetic, tmp_path, monk
     with pytest.raises(ConfigError, match="Label class 9 exceeds dataset class count 3"):
         check_labels(checked, "detect")
     assert calls == [] and cache.read_bytes() == before
+
+
+def test_the_scan_writes_no_cache_and_puts_ultralytics_back(synthetic, tmp_path, monkeypatch):
+    """Issue 32 (no unittest.mock in the package): inside the scan Ultralytics' save_dataset_cache_file writes
+    nothing, and the module's own function is back afterwards, also when the scan raises."""
+    from ultralytics.data import dataset as yolo_dataset
+
+    data = copy_dataset(synthetic, "detect", tmp_path / "data")
+    checked = {**yaml.safe_load(data.read_text()), "train": str(data.parent / "images" / "train"), "yaml_file": str(data)}
+    stock = yolo_dataset.save_dataset_cache_file
+    written = []
+
+    def scan(self, cache_path, cache_hash):
+        written.append(yolo_dataset.save_dataset_cache_file("", cache_path, {}, "1.0.3"))  # cache_labels' own call
+        raise RuntimeError("the scan failed")
+
+    monkeypatch.setattr(yolo_dataset.YOLODataset, "_load_or_scan_cache", scan)
+    with pytest.raises(RuntimeError, match="the scan failed"):
+        scan_labels(checked, "detect")
+    assert written == [None] and yolo_dataset.save_dataset_cache_file is stock
+    assert not list(data.parent.rglob("*.cache"))
+    monkeypatch.undo()
+    cache, cache_path = scan_labels(checked, "detect")
+    assert cache["results"][0] == 8 and not cache_path.exists() and yolo_dataset.save_dataset_cache_file is stock

@@ -12,7 +12,7 @@ from yolo_ckpt.config import DEFAULTS, CkptConfig
 from yolo_ckpt.errors import ConfigError
 from yolo_ckpt.memory.plan import MemoryModel
 from yolo_ckpt.memory.planned_run import PlannedRun, planned_run
-from yolo_ckpt.memory.runspec import device_type
+from yolo_ckpt.memory.runspec import device_type, grid_size
 
 from .cells import RelativeBudget, cell_budget
 
@@ -70,7 +70,7 @@ def settle(cell: dict, memory: MemoryModel | None, cuda_available_bytes: int | N
     spec = "all" if auto and cell["batch"] == -1 else cell["recompute"]
     units = () if auto and spec != "all" else memory.units(spec)
     if out["imgsz"] == "fit":
-        out["imgsz"] = memory.largest_imgsz(units, out["budget_bytes"], out["batch"], int(max(memory.strides)))
+        out["imgsz"] = memory.largest_imgsz(units, out["budget_bytes"], out["batch"], grid_size(memory.strides))
         if out["imgsz"] == 0:
             raise ConfigError(
                 f"imgsz=fit: no imgsz fits memory_budget={cell['memory_budget']} at batch={cell['batch']} with recompute={spec}"

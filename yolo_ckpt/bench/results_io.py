@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -14,16 +13,15 @@ import yolo_ckpt
 
 
 def provenance(command: str) -> dict:
-    """The machine (CPU model, cores, GPU if any), package versions and ``command``, the one that produced a result."""
-    cpu = platform.processor() or platform.machine()
-    if Path("/proc/cpuinfo").exists():
-        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")]
-        cpu = names[0] if names else cpu
+    """The machine (CPU model, cores, GPU if any), package versions and ``command``, the one that produced a result.
+    The CPU model is Ultralytics' own, ``ultralytics.utils.torch_utils.get_cpu_info`` (the first ``model name`` of
+    ``/proc/cpuinfo`` on Linux, without ``(R)`` and ``(TM)``; the platform's processor or machine elsewhere)."""
     import ultralytics
+    from ultralytics.utils import torch_utils
 
     return {
         "machine": {
-            "cpu": cpu,
+            "cpu": torch_utils.get_cpu_info(),
             "cores": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,

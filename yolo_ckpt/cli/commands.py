@@ -467,14 +467,17 @@ def plan(args: list[str]) -> list[dict]:
     import pandas as pd
     from ultralytics.utils import TQDM
 
+    from ..memory.plan import PlanError
+    from ..memory.runspec import grid_size
+
     with _diagnostics_to_stderr():
         memory, budget, opts, spec = plan_setup(args)
-        stride = max(int(max(memory.model.stride)), 32)  # the training size's grid (train_imgsz: Ultralytics' gs)
+        stride = grid_size(memory.model.stride)  # the training size's grid (train_imgsz: Ultralytics' gs)
         imgsz, batch, headroom = opts["imgsz"], opts["batch"], memory.headroom
         print("yolo-ckpt plan: planning auto", file=sys.stderr)
         try:
             auto = memory.plan(budget, batch, imgsz)
-        except ValueError:
+        except PlanError:
             auto = None  # even 'all' does not fit at this imgsz and batch
         rows = []
         names = ("none", "backbone", "head") + (("loss",) if "loss" in memory.candidates else ()) + ("all", "auto")

@@ -92,9 +92,9 @@ from .measure import (
     module_flops,
     run_step,
     tensor_bytes,
-    train_imgsz,
     training_batch,
 )
+from .runspec import train_imgsz
 
 # (batch, imgsz, objects per image) at which the real loss is measured to fit its formula: small (imgsz <= 160), so
 # fast, and spread in every term (1 to 3 images, 1 to 240 objects: below and above the anchors' count) so that the
@@ -552,7 +552,7 @@ def estimate_step(
         model: an Ultralytics ``BaseModel`` of a task in :data:`~yolo_ckpt.memory.measure.TASKS` (real parameters; it is
             copied onto fake tensors), with ``.args`` set.
         imgsz: the ``imgsz=`` of the run: an int, a list or a string; estimated at the size it trains at
-            (:func:`~yolo_ckpt.memory.measure.train_imgsz`: 2736 -> 2752). batch: images per step.
+            (:func:`~yolo_ckpt.memory.runspec.train_imgsz`: 2736 -> 2752). batch: images per step.
         objects: targets per image (the loss grows with it: take the dataset's maximum, as AutoBatch does).
         recompute, mode: the policy and ``recompute_mode`` to estimate.
         optimizer: an Ultralytics optimizer name (:func:`yolo_ckpt.memory.measure.build_optimizer`); its state as built.

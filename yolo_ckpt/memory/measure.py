@@ -2,9 +2,9 @@
 
 :func:`profile_step` is the one training-step harness (forward, loss with targets, backward, optimizer step) for
 every task and device; the trainer's run-report probe, the CLI and the benchmark measure through it.
-:func:`training_batch` builds a fixed training batch for any task and class count, :func:`train_imgsz` the image
-size a run will train at, and :func:`build_optimizer` the optimizer Ultralytics builds (its state is counted as
-built).
+:func:`training_batch` builds a fixed training batch for any task and class count and :func:`build_optimizer` the
+optimizer Ultralytics builds (its state is counted as built); the image size a run trains at is
+:func:`yolo_ckpt.memory.runspec.train_imgsz`.
 
 On CUDA the caching allocator keeps the peak (``torch.cuda.max_memory_allocated``). The CPU has no such counter,
 so :class:`LiveTensorTracker` counts it the way the allocator would: it sees every tensor an operator creates
@@ -225,25 +225,6 @@ def anchors(imgsz: int, strides) -> int:
 # what training_batch, profile_step and the estimate know
 TASKS = ("detect", "segment", "pose", "obb", "classify", "semantic", "depth")
 OBJECTLESS_TASKS = ("classify", "semantic", "depth")  # targets per image or per pixel: no objects in their batch
-
-
-def train_imgsz(imgsz, stride=32) -> int:
-    """The square image side (pixels) a run trains at for ``imgsz=``: Ultralytics' own rule, ``check_imgsz(imgsz,
-    stride=gs, floor=gs, max_dim=1)`` with ``gs = max(stride, 32)`` (``BaseTrainer._setup_train``): rounded up to a
-    multiple of the model's largest stride (2736 -> 2752 at stride 32, with Ultralytics' warning), a list reduced to
-    its largest side.
-
-    Args:
-        imgsz: an int, a list or tuple of sides, or their string (``"640"``, ``"[640, 480]"``).
-        stride: the model's strides (a tensor: its maximum) or the largest stride.
-
-    Raises:
-        TypeError, ValueError: Ultralytics' own, naming the bad ``imgsz`` and the valid forms.
-    """
-    from ultralytics.utils.checks import check_imgsz
-
-    gs = max(int(stride.max() if isinstance(stride, torch.Tensor) else stride), 32)
-    return int(check_imgsz(imgsz, stride=gs, floor=gs, max_dim=1))
 
 
 def model_task(model) -> str:

@@ -20,7 +20,7 @@ composes the per-layer and per-module figures of one fake-tensor estimate of ``r
   ``assign_chunk`` objects per chunk;
 - activations and the training batch scale with batch x imgsz^2, the loss by its own formula, parameters and
   optimizer state not at all;
-- an imgsz is planned at the size it trains at (:func:`yolo_ckpt.memory.measure.train_imgsz`: 2736 -> 2752).
+- an imgsz is planned at the size it trains at (:func:`yolo_ckpt.memory.runspec.train_imgsz`: 2736 -> 2752).
 
 In the tests (``tests/test_memory_model.py``) the composed peak equals the fake pass's of the same policy for layer
 sets and the loss region, and is up to 2.5% below it where the head's branches are recomputed (the head holds a
@@ -57,7 +57,8 @@ from ..config import NO_HEADROOM, Headroom, check_assign_chunk, check_loss_chunk
 from ..errors import ConfigError
 from . import estimate_cache
 from .estimate import LossModel, calibrate_loss, estimate_step, with_loss_phases
-from .measure import TASKS, StepProfile, train_imgsz
+from .measure import TASKS, StepProfile
+from .runspec import train_imgsz
 
 PLANNED_TASKS = TASKS  # the tasks yolo_ckpt.memory.estimate estimates (yolo_ckpt.memory.measure.training_batch builds their batches)
 

@@ -18,6 +18,7 @@ from .runspec import (
     amp_enabled,
     autobatch_imgsz,
     count_data,
+    grid_size,
     layout_rule,
     objects_rule,
     optimizer_rule,
@@ -37,7 +38,6 @@ class PlannedRun:
         batch: the batch the memory model's base pass is estimated at (activations are rescaled from it).
         config: yolo-ckpt's keys (``loss_chunk``, ``assign_chunk``, the headroom).
         counts: the training set's images and objects (None without ``data=``).
-        stride: the training size's grid, the model's largest stride and at least 32 (Ultralytics' ``gs``).
         sizes: the :class:`~yolo_ckpt.memory.foreground.ObjectSizes` the loss is estimated with: the data's where the
             objects per image are the data's, else ``objects`` boxes of ``object_size=`` (by default the whole image:
             :func:`~yolo_ckpt.memory.runspec.layout_rule`); None for a task without boxes.
@@ -49,7 +49,6 @@ class PlannedRun:
     batch: int
     config: CkptConfig
     counts: object = None
-    stride: int = 32
     sizes: object = None
     _memory: object = field(default=None, repr=False)
 
@@ -98,7 +97,7 @@ def planned_run(args, model, config: CkptConfig, device: str, data: dict | None 
     model = copy.deepcopy(model).cpu().train()
     trainable_as_trained(model, args.freeze)
     model.args = args  # the loss's hyperparameters
-    stride = max(int(model.stride.max()), 32)  # BaseTrainer._setup_train's gs
+    stride = grid_size(model.stride)  # BaseTrainer._setup_train's gs
     batch = args.batch if batch is None else batch
     if counts is None and data is not None:
         counts = count_data(args, data, stride)
@@ -106,5 +105,5 @@ def planned_run(args, model, config: CkptConfig, device: str, data: dict | None 
     optimizer, optimizer_text = optimizer_rule(args.optimizer, counts.images if counts else None, batch, args.nbs, args.epochs)
     sizes, sizes_text = layout_rule(counts if objects is None else None, args.task, n, object_size)
     spec = RunSpec(device, amp_enabled(args.amp, device), optimizer, optimizer_text, n, objects_text, int(model.yaml["nc"]), sizes_text)
-    return PlannedRun(model, spec, autobatch_imgsz(args.imgsz, args.multi_scale, stride), batch, config, counts, stride, sizes)
+    return PlannedRun(model, spec, autobatch_imgsz(args.imgsz, args.multi_scale, stride), batch, config, counts, sizes)
 

@@ -34,7 +34,7 @@ import torch
 from ultralytics.utils.checks import check_imgsz
 
 from .foreground import ObjectSizes, object_sizes
-from .measure import OBJECTLESS_TASKS, optimizer_for, train_imgsz
+from .measure import OBJECTLESS_TASKS, optimizer_for
 
 
 def device_type(device) -> str:
@@ -67,6 +67,40 @@ def frozen_layers(freeze) -> list[int]:
     if isinstance(freeze, int):
         return list(range(freeze))
     return []
+
+
+def grid_size(stride) -> int:
+    """The training size's grid, Ultralytics' ``gs``: the model's largest stride, at least 32 (mirrored:
+    ``BaseTrainer._setup_train`` computes it inline, ``ultralytics/engine/trainer.py`` line 357 in 8.4.190:
+    ``gs = max(int(self.model.stride.max() if hasattr(self.model, "stride") else 32), 32)``). The one copy of the
+    rule: :func:`train_imgsz`, the planned run's imgsz (:func:`yolo_ckpt.memory.planned_run.planned_run`), ``plan``'s
+    and the bench's largest imgsz are rounded to it.
+
+    Args:
+        stride: the model's strides (a tensor or a sequence: their maximum) or the largest stride.
+    """
+    if isinstance(stride, torch.Tensor):
+        stride = stride.max()
+    elif isinstance(stride, (list, tuple)):
+        stride = max(stride)
+    return max(int(stride), 32)
+
+
+def train_imgsz(imgsz, stride=32) -> int:
+    """The square image side (pixels) a run trains at for ``imgsz=``: Ultralytics' own rule, ``check_imgsz(imgsz,
+    stride=gs, floor=gs, max_dim=1)`` with ``gs`` the :func:`grid_size` (``BaseTrainer._setup_train``): rounded up to a
+    multiple of the model's largest stride, at least 32 (2736 -> 2752 at stride 32, with Ultralytics' warning), a list
+    reduced to its largest side.
+
+    Args:
+        imgsz: an int, a list or tuple of sides, or their string (``"640"``, ``"[640, 480]"``).
+        stride: the model's strides (a tensor: its maximum) or the largest stride.
+
+    Raises:
+        TypeError, ValueError: Ultralytics' own, naming the bad ``imgsz`` and the valid forms.
+    """
+    gs = grid_size(stride)
+    return int(check_imgsz(imgsz, stride=gs, floor=gs, max_dim=1))
 
 
 def autobatch_fraction(batch: float) -> float:

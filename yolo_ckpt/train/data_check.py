@@ -22,9 +22,9 @@ tasks detect, segment, obb and pose, read by Ultralytics' YOLO dataset (Detectio
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
-from unittest import mock
 
 from ultralytics.utils import LOGGER
 
@@ -33,6 +33,19 @@ from ..errors import ConfigError, one_line
 CHECKED_TASKS = ("detect", "segment", "obb", "pose")
 BACKGROUND_WARNING = 0.5  # share of training images without labels above which the check warns
 CORRUPT = ": ignoring corrupt image/label: "  # verify_image_label's message for a rejected image or label (data/utils.py)
+
+
+@contextlib.contextmanager
+def _no_cache_written(yolo_dataset):
+    """Inside the block, ``YOLODataset.cache_labels`` writes no label cache: the module ``ultralytics.data.dataset``'s
+    ``save_dataset_cache_file`` (the name ``cache_labels`` calls; Ultralytics has no setting for it) does nothing, and
+    is put back on the way out, however the block ends."""
+    saved = yolo_dataset.save_dataset_cache_file
+    yolo_dataset.save_dataset_cache_file = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        yolo_dataset.save_dataset_cache_file = saved
 
 
 def scan_labels(data: dict, task: str, fraction: float = 1.0, single_cls: bool = False) -> tuple[dict, Path]:
@@ -59,7 +72,7 @@ def scan_labels(data: dict, task: str, fraction: float = 1.0, single_cls: bool =
     level = LOGGER.level
     LOGGER.setLevel(logging.ERROR)  # the trainer logs the scan's messages when it builds its dataset
     try:
-        with mock.patch.object(yolo_dataset, "save_dataset_cache_file", lambda *a, **k: None):
+        with _no_cache_written(yolo_dataset):
             cache, _ = ds._load_or_scan_cache(cache_path, ds.get_cache_hash())
     finally:
         LOGGER.setLevel(level)
