@@ -1,6 +1,7 @@
 """Issue 30's breaker suite: the memory model on box layouts it was not fitted on, one CPU thread::
 
     python -m benchmarks.breaker out=benchmarks/results/breaker [cases=detect-large,obb-nested] [imgsz=512] [batch=2]
+    python -m benchmarks.breaker render=benchmarks/results/breaker/result.json out=benchmarks/results/breaker  # tables again
 
 Layouts (``objects`` boxes per image, normalised xywh, the same layout in every image of the batch): ``grid`` (one
 box per cell, as :func:`yolo_ckpt.memory.measure.training_batch` lays them and the calibration measures), ``small``
@@ -21,10 +22,12 @@ Summary as estimator papers report it: the median relative error and the share o
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import statistics
 import sys
+from pathlib import Path
 
 import torch
 from ultralytics import YOLO
@@ -145,15 +148,22 @@ def _mib(n) -> str:
 
 def summary(rows: list[dict]) -> dict:
     """The median relative error of the estimates and the share under; the budgets missed (auto, batch=-1)."""
-    errors = [r["estimated_bytes"] / r["measured_bytes"] - 1 for r in rows if "estimated_bytes" in r and "measured_bytes" in r]
+    paired = [(r["estimated_bytes"], r["measured_bytes"]) for r in rows if "estimated_bytes" in r and "measured_bytes" in r]
+    errors = [e / m - 1 for e, m in paired]
     missed = [r for r in rows if "budget_bytes" in r and r.get("measured_bytes", 0) > r["budget_bytes"]]
     return {"rows": len(errors), "median_error": statistics.median(errors) if errors else math.nan,
-            "under": sum(e < 0 for e in errors), "budgets_missed": len(missed), "budget_rows": sum("budget_bytes" in r for r in rows),
+            "under": sum(e < 0 for e in errors), "most_bytes_under": max((m - e for e, m in paired), default=0),
+            "budgets_missed": len(missed), "budget_rows": sum("budget_bytes" in r for r in rows),
             "worst_under": min(errors, default=math.nan), "worst_over": max(errors, default=math.nan)}
 
 
 def main(argv: list[str]) -> dict:
     opts = dict(key_value(a) for a in argv)
+    if "render" in opts:  # the tables again from a run's result.json (no measurement)
+        result = json.loads(Path(opts["render"]).read_text())
+        result["summary"] = summary(result["rows"])
+        publish(result, report(result), opts.get("out"))
+        return result
     imgsz, batch = int(opts.get("imgsz", 512)), int(opts.get("batch", 2))
     names = opts["cases"].split(",") if "cases" in opts else [f"{m}-{lay}" for m in MODELS for lay in OBJECTS]
     bad = [n for n in names if n.split("-", 1)[0] not in MODELS or n.split("-", 1)[-1] not in OBJECTS]
@@ -168,15 +178,22 @@ def main(argv: list[str]) -> dict:
             print(row, flush=True)
     result = {**provenance(" ".join(["python -m benchmarks.breaker", *argv])), "load_average_1_5_15min": os.getloadavg(),
               "torch_threads": 1, "rows": rows, "summary": summary(rows)}
-    s = result["summary"]
+    publish(result, report(result), opts.get("out"))
+    return result
+
+
+def report(result: dict) -> list[str]:
+    """The Markdown of a run's ``result`` (module docstring)."""
+    s, rows = result["summary"], result["rows"]
     lines = [
         "The breaker suite: one training step's CPU live-tensor peak (AdamW's state included) against the memory model's",
         "estimate with the layout stated (the batch's box sizes, as data= gives them); `none` also without a layout (every",
         "box the whole image, what profile/plan assume without data= or object_size=). `auto@f`: the plan for f x `none`'s",
         "measured peak, measured; `batch=-1`: the largest batch of the default policy in 1.5x `none`'s peak, measured.",
         "",
-        f"**{s['rows']} estimated rows: median error {s['median_error']:+.1%}, {s['under']} under (worst {s['worst_under']:+.1%}, "
-        f"most over {s['worst_over']:+.1%}); {s['budgets_missed']} of {s['budget_rows']} budgets missed.**",
+        f"**{s['rows']} estimated rows: median error {s['median_error']:+.1%}, {s['under']} under (by at most {s['most_bytes_under']}"
+        f" bytes, {s['worst_under']:+.1e}), most over {s['worst_over']:+.1%}; {s['budgets_missed']} of {s['budget_rows']} budgets"
+        " missed.**",
         "",
         "| model | layout | objects | batch | policy | planned | estimated MiB | measured MiB | est / meas | budget MiB | "
         "within budget | no-layout est / meas |",
@@ -193,8 +210,7 @@ def main(argv: list[str]) -> dict:
         )
     lines += ["", f"Load average (1, 5, 15 min) at the end: {', '.join(f'{v:.2f}' for v in result['load_average_1_5_15min'])} "
               f"on {os.cpu_count()} cores"]
-    publish(result, lines, opts.get("out"))
-    return result
+    return lines
 
 
 if __name__ == "__main__":
