@@ -177,7 +177,10 @@ def test_data_bound_never_under_augmented_samples(task, tmp_path):
     assert (list(worst.w), list(worst.h), worst.images_per_sample) == ([1.0] * 30, [1.0] * 30, 1)
     assert "every box the whole image, the worst (give data=" in why and "object_size=" in why
     stated, said = layout_rule(counts, task, 30, 0.25)  # object_size= replaces the labels' sizes
-    assert list(stated.w) == [0.25] * 30 and said == "box layout: 30 boxes of 0.25 x the image side (object_size=)"
+    assert list(stated.w) == [0.25] * 30
+    assert said.endswith("30 boxes of 0.25 x the image side (object_size=, in place of the labels' sizes)")
+    replaced, why = layout_rule(counts, task, 30, objects_given=True)  # objects= replaces the labels: the worst, and why
+    assert list(replaced.w) == [1.0] * 30 and "(objects= replaces the labels and their box sizes: leave it out" in why
     assert layout_rule(counts, "classify") == (None, "")
     if task == "segment":  # plan and profile: data= bounds by the sizes; objects= assumes (and says) the worst size
         from yolo_ckpt.cli.commands import estimate_setup

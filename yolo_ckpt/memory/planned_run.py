@@ -103,7 +103,7 @@ def planned_run(args, model, config: CkptConfig, device: str, data: dict | None 
         counts = count_data(args, data, stride)
     n, objects_text = objects_rule(counts if objects is None else None, objects or ESTIMATE_DEFAULTS["objects"], args.task)
     optimizer, optimizer_text = optimizer_rule(args.optimizer, counts.images if counts else None, batch, args.nbs, args.epochs)
-    sizes, sizes_text = layout_rule(counts if objects is None else None, args.task, n, object_size)
+    sizes, sizes_text = layout_rule(counts, args.task, n, object_size, objects_given=objects is not None)
     spec = RunSpec(device, amp_enabled(args.amp, device), optimizer, optimizer_text, n, objects_text, int(model.yaml["nc"]), sizes_text)
     return PlannedRun(model, spec, autobatch_imgsz(args.imgsz, args.multi_scale, stride), batch, config, counts, sizes)
 

@@ -275,22 +275,28 @@ def objects_rule(counts: DataCounts | None, objects: int, task: str = "detect") 
     return counts.planned_objects, f"the data's most in one image, {counts.max_objects}{factors}"
 
 
-def layout_rule(counts: DataCounts | None, task: str = "detect", objects: int = 1, object_size: float | None = None) -> tuple[object, str]:
+def layout_rule(
+    counts: DataCounts | None, task: str = "detect", objects: int = 1, object_size: float | None = None, objects_given: bool = False
+) -> tuple[object, str]:
     """The :class:`~yolo_ckpt.memory.foreground.ObjectSizes` the loss is estimated with (they bound the task-aligned
     assigner's candidate pairs and a segmentation loss's foreground anchors) and the sentence saying which layout that
-    is: the data's box sizes where the objects per image are the data's (``counts``, None where ``objects=`` replaces
-    them) and its augmentation leaves them bounded; else ``objects`` boxes per image of ``object_size`` (a fraction of
-    the image's side), by default 1, every box the whole image: the most pairs any layout of that many objects has.
-    A task without boxes: ``(None, "")``."""
+    is and how to give a better one: ``object_size=`` where given (``objects`` boxes per image of that side, a fraction
+    of the image's, as trained: it replaces the labels' sizes); else the data's box sizes (``counts``) where the objects
+    per image are the data's (not ``objects_given``) and its augmentation leaves them bounded; else every box the whole
+    image, the most pairs any layout of ``objects`` objects has. A task without boxes: ``(None, "")``."""
     if task in OBJECTLESS_TASKS:
         return None, ""
-    if counts is not None and counts.sizes is not None and object_size is None:
-        return counts.sizes, counts.sizes_rule
-    why = f"{counts.sizes_rule}; " if counts is not None and counts.sizes is None else ""
     if object_size is not None:
-        said = f"box layout: {objects} boxes of {object_size:g} x the image side (object_size=)"
+        instead = ", in place of the labels' sizes" if counts is not None else ""
+        said = f"box layout: {objects} boxes of {object_size:g} x the image side (object_size={instead})"
         return ObjectSizes.assumed(objects, object_size, task), said
-    return ObjectSizes.assumed(objects, 1.0, task), (
-        f"box layout: {why}every box the whole image, the worst (give data= to bound it by the labels' box sizes, or "
-        "object_size= for the largest box side as a fraction of the image)"
-    )
+    if counts is not None and counts.sizes is not None and not objects_given:
+        return counts.sizes, counts.sizes_rule
+    if counts is None:
+        how = "give data= to bound it by the labels' box sizes, or object_size= for the largest box side as a fraction of the image"
+    elif objects_given:
+        how = "objects= replaces the labels and their box sizes: leave it out to bound it by them, or give object_size="
+    else:
+        how = "give object_size= for the largest box side as a fraction of the image"
+    why = f"{counts.sizes_rule}; " if counts is not None and counts.sizes is None and not objects_given else ""
+    return ObjectSizes.assumed(objects, 1.0, task), f"box layout: {why}every box the whole image, the worst ({how})"
