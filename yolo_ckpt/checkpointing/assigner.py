@@ -88,10 +88,10 @@ def _pieces(chunks, na: int):
             yield torch.full_like(w, b), w // na + objects.start, w % na
 
 
-def _rows(values, where, rows: int, na: int, dtype=None):
+def _rows(values, where, rows: int, na: int):
     """Dense rows (rows, na) holding ``values`` (pairs,) at the flat positions ``where``, 0 elsewhere: a chunk's rows of
     stock's ``overlaps[indices] = values`` into zeros."""
-    dense = torch.zeros(rows * na, dtype=dtype or values.dtype, device=values.device)
+    dense = torch.zeros(rows * na, dtype=values.dtype, device=values.device)
     dense[where.long()] = values
     return dense.view(rows, na)
 
@@ -129,18 +129,18 @@ class ChunkedAssignment(patching.PickledAsStock):
         # 2. the pairs' metrics
         align_values, overlap_values = self._pair_metrics(chunks, na, pd_scores, pd_bboxes, gt_labels, gt_bboxes, **extra)
 
-        def rows(values, i, dtype=None):
-            b, objects, where = chunks[i]
-            return _rows(values[offsets[i] : offsets[i + 1]], where, objects.stop - objects.start, na, dtype)
+        def rows(values, i):
+            _, objects, where = chunks[i]
+            return _rows(values[offsets[i] : offsets[i + 1]], where, objects.stop - objects.start, na)
 
         # 3. first pass: positives of each row (get_pos_mask), claims and the argmax of overlaps per anchor
         claims = torch.zeros(bs, na, dtype=torch.int64, device=pd_scores.device)
         best = [None] * bs
         positives = []
-        for i, (b, objects, _) in enumerate(chunks):
+        for i, (b, objects, where) in enumerate(chunks):
             valid = gt_valid[b : b + 1, objects]
             mask_topk = self.select_topk_candidates(rows(align_values, i)[None], topk_mask=valid.expand(-1, -1, self.topk))[0]
-            in_box = _rows(torch.ones_like(chunks[i][2], dtype=torch.bool), chunks[i][2], objects.stop - objects.start, na)
+            in_box = _rows(torch.ones_like(where, dtype=torch.bool), where, objects.stop - objects.start, na)
             mask_pos = mask_topk.mul_(in_box).mul_(valid[0])
             claims[b] += mask_pos.sum(0)
             best[b] = _first_max(*(best[b] or (None, None)), rows(overlap_values, i), objects.start)
