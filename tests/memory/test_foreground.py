@@ -248,7 +248,7 @@ def test_pair_term_never_under_overlapping_boxes(variant, region):
     batch, imgsz, objects, sides = 2, 256, 50, (0.4, 1.0)
     data = training_batch(model, batch, imgsz, objects, sides=sides)
     sizes = ObjectSizes.of_batch(data, model_task(model))
-    _, (measured,), _, (pairs,), (assigner,) = _loss_samples(model, formula, [(batch, imgsz, objects, sides)], amp=False)
+    _, (measured,), _, (pairs,), (assigner,), _ = _loss_samples(model, formula, [(batch, imgsz, objects, sides)], amp=False)
     anchors = sum((imgsz // int(s)) ** 2 for s in model.stride.tolist())
     assert pairs > 8 * batch * anchors and formula.pairs(batch, imgsz, objects, sizes) >= pairs
     # the loss region keeps ~13 bytes a pair (and a piece of 8192 pairs' temporaries), stock ~120 at once

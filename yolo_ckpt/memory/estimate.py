@@ -164,6 +164,9 @@ class LossModel:
             assigner's ``B*A*M``; None for the stock loss.
         pair_bytes: the forward's bytes per candidate pair beyond one per anchor (:data:`PAIR_POINTS`), added to the
             formula's forward peak for :meth:`pairs` beyond ``B*A``; 0 for a task without boxes.
+        kept: bytes the loss leaves alive once it returns, in every phase after its first call: the criterion's own
+            tensors (Ultralytics builds it at the first step and keeps it: the DFL projection, ...) and what autograd
+            keeps of its outputs until the backward (the loss items' storage); a few hundred bytes, constant.
     """
 
     task: str
@@ -176,6 +179,7 @@ class LossModel:
     mask_topk: tuple[int, ...] = ()
     assign_chunk: int | None = None
     pair_bytes: float = 0.0
+    kept: int = 0
 
     def terms(self, batch: int, imgsz: int, objects: int, foreground: tuple[int, int] | None = None, sizes=None) -> np.ndarray:
         """The formula's terms for this step; ``foreground`` (the batch's foreground anchors over the loss's
@@ -322,7 +326,10 @@ def _calibrate(model, amp: bool) -> LossModel:
     if shape.task in OBJECTLESS_TASKS:  # objects do not change their batch: each (batch, imgsz) once
         points = tuple(sorted({(b, s, 0) for b, s, _ in points}))
     pair_points = () if shape.task in OBJECTLESS_TASKS else PAIR_POINTS  # measured with the others: one prediction pass
-    rows, forward, backward, pairs, assigned = _loss_samples(model, shape, points + pair_points, amp)
+    rows, forward, backward, pairs, assigned, kept = _loss_samples(model, shape, points + pair_points, amp)
+    with LiveTensorTracker() as tracker:
+        criterion = model.init_criterion()  # noqa: F841  (held while its tensors are counted)
+        own = tracker.live_bytes  # the criterion's tensors: a run builds its criterion once and keeps it
     n = len(points)
     rows, forward, backward, (few, many), pairs = rows[:n], forward[:n], backward[:n], assigned[n:] or (0, 0), pairs[n:] or (0, 0)
     fit = lambda y, lower=None: _fit(rows, np.array(y, float), upper=shape.task == "segment", lower=lower)  # noqa: E731
@@ -332,7 +339,7 @@ def _calibrate(model, amp: bool) -> LossModel:
     if shape.task == "segment":  # the mask-pixel terms (from the 5th on) carry the extrapolation margin
         forward, backward = (c[:4] + tuple(v * (1 + MASK_TERMS_MARGIN) for v in c[4:]) for c in (forward, backward))
     pair_bytes = max(0.0, (many - few) / max(pairs[1] - pairs[0], 1))  # the bytes of a pair beyond the fitted ones
-    return dataclasses.replace(shape, forward=forward, backward=backward, pair_bytes=pair_bytes)
+    return dataclasses.replace(shape, forward=forward, backward=backward, pair_bytes=pair_bytes, kept=own + max(kept))
 
 
 def _fit(rows: np.ndarray, y: np.ndarray, upper: bool, lower=None) -> tuple[float, ...]:
@@ -354,17 +361,17 @@ def _fit(rows: np.ndarray, y: np.ndarray, upper: bool, lower=None) -> tuple[floa
     return tuple(float(c) for c in fit.x)
 
 
-def _loss_samples(model, shape: LossModel, points, amp: bool) -> tuple[np.ndarray, list[int], list[int], list[int], list[int]]:
+def _loss_samples(model, shape: LossModel, points, amp: bool) -> tuple[np.ndarray, list[int], list[int], list[int], list[int], list[int]]:
     """CPU measurements of ``model``'s real loss at ``points`` (batch, imgsz, objects, and optionally the boxes' sides
     (lo, hi) as fractions of the image, else grid-laid: :func:`~yolo_ckpt.memory.measure.training_batch`): the formula's
     terms (with the measured foreground anchors), the loss's forward and backward peaks above what was alive before it,
-    the candidate pairs of its assigner, and the assigner's own peak above what was alive when it started (the most of
-    its assigners')."""
+    the candidate pairs of its assigner, the assigner's own peak above what was alive when it started (the most of
+    its assigners'), and the bytes of what the loss returns (its total and items)."""
     g = torch.Generator().manual_seed(0)
     stride = int(max(model.stride.tolist()))
     points = [(batch, max(imgsz // stride, 1) * stride, objects, *sides) for batch, imgsz, objects, *sides in points]
     specs = _prediction_specs(model, sorted({imgsz for _, imgsz, *_ in points}), amp)
-    rows, forward, backward, pairs, assigned = [], [], [], [], []
+    rows, forward, backward, pairs, assigned, kept = [], [], [], [], [], []
     for batch, imgsz, objects, *sides in points:
         # Random predictions of the model's shapes and dtypes: the loss's memory depends on shapes and targets, not
         # on the values, so no real forward pass is needed, whatever the model's size.
@@ -391,8 +398,11 @@ def _loss_samples(model, shape: LossModel, points, amp: bool) -> tuple[np.ndarra
                 tracker.track(preds, data)  # views of them are not new memory
                 before = tracker.start_phase()
                 with autocast():
-                    loss = model.loss(data, preds)[0].sum()
+                    out = model.loss(data, preds)
+                    loss = out[0].sum()
                 forward.append(tracker.phase_peak_bytes - before)
+                kept.append(tensor_bytes(out))  # the loss items' storage: autograd holds it into the backward
+                del out
                 tracker.start_phase()
                 loss.backward()
                 backward.append(tracker.phase_peak_bytes - before)
@@ -405,7 +415,7 @@ def _loss_samples(model, shape: LossModel, points, amp: bool) -> tuple[np.ndarra
         pairs.append(max((candidate_pairs(*call, imgsz, model.stride.tolist()) for call in calls), default=0))
         assigned.append(max(inside, default=0))
         del calls
-    return np.array(rows), forward, backward, pairs, assigned
+    return np.array(rows), forward, backward, pairs, assigned, kept
 
 
 def _targets(assigner, args: tuple, kwargs: dict) -> tuple:
@@ -562,8 +572,8 @@ def estimate_step(
         flops: count per-layer forward FLOPs (a second fake forward pass).
         optimizer_from: an earlier estimate of the same model and optimizer (any policy, batch and imgsz) whose
             optimizer phase and state this one takes instead of running the step (a quarter of a pass's time):
-            that phase holds the parameters, buffers, gradients, optimizer state and the batch, so it differs
-            between the two only by their batches' bytes (``input_bytes``).
+            that phase holds the parameters, buffers, gradients, optimizer state and the batch (and the loss's
+            ``kept_bytes``, taken out), so it differs between the two only by their batches' bytes (``input_bytes``).
         sizes: the training set's :class:`~yolo_ckpt.memory.foreground.ObjectSizes`, which bound a segmentation loss's
             foreground anchors by its boxes' sizes (:meth:`LossModel.foreground`); None: ``objects * topk`` per image.
 
@@ -602,11 +612,11 @@ def estimate_step(
                 peaks, _, state = run_step(fake, data, opt, stand_in_loss, tracker, autocast)
             accounting.remove()
         inputs = tensor_bytes(data)
-        if optimizer_from is not None:  # its state: its static bytes less its parameters, buffers and batch (as ours)
+        if optimizer_from is not None:  # its state: its static bytes less its parameters, buffers, batch and the loss's kept
             earlier = optimizer_from
-            state = earlier.static_bytes - earlier.input_bytes - (static - inputs)
+            state = earlier.static_bytes - earlier.kept_bytes - earlier.input_bytes - (static - inputs)
             peaks = {p: v + state for p, v in peaks.items()} | {
-                "optimizer": earlier.phase_peak_bytes["optimizer"] - earlier.input_bytes + inputs
+                "optimizer": earlier.phase_peak_bytes["optimizer"] - earlier.kept_bytes - earlier.input_bytes + inputs
             }
         static, fwd_end[0] = static + state, fwd_end[0] + state  # the optimizer state, counted in every phase
         for peaks_of in (accounting.forward_peaks, accounting.backward_peaks):
@@ -630,17 +640,25 @@ def estimate_step(
         modules=modules,
     )
     return with_loss_phases(
-        network, loss_model.forward_bytes(batch, imgsz, objects, sizes), loss_model.backward_bytes(batch, imgsz, objects, sizes)
+        network,
+        loss_model.forward_bytes(batch, imgsz, objects, sizes),
+        loss_model.backward_bytes(batch, imgsz, objects, sizes),
+        loss_model.kept,
     )
 
 
-def with_loss_phases(step: StepProfile, forward: int, backward: int) -> StepProfile:
+def with_loss_phases(step: StepProfile, forward: int, backward: int, kept: int = 0) -> StepProfile:
     """``step``, a fake pass whose loss holds nothing (its ``loss`` phase is the forward's end: a stand-in loss, or
     a formula of zeros), with the loss's peaks on top: ``forward`` bytes (the loss's forward peak above what was
     alive before it) in the loss phase, and in the backward phase the loss's own backward, ``backward`` bytes above
     the forward's end, which runs before the model's (whose peak the stand-in's backward gives; the loss's saved
-    tensors are freed by then). ``loss_bytes`` becomes ``forward``. Used by :func:`estimate_step` and by
+    tensors are freed by then). ``kept`` bytes (:attr:`LossModel.kept`) are alive in every phase, as static bytes.
+    ``loss_bytes`` becomes ``forward``. Used by :func:`estimate_step` and by
     :meth:`yolo_ckpt.memory.plan.MemoryModel.estimate`, which composes each policy's loss on one pass of its layers."""
     end = step.phase_peak_bytes["loss"]
     phases = step.phase_peak_bytes | {"loss": end + forward, "backward": max(step.phase_peak_bytes["backward"], end + backward)}
-    return dataclasses.replace(step, phase_peak_bytes=phases, loss_bytes=forward, peak_bytes=max(phases.values()))
+    phases = {phase: peak + kept for phase, peak in phases.items()}
+    return dataclasses.replace(
+        step, phase_peak_bytes=phases, loss_bytes=forward, peak_bytes=max(phases.values()), static_bytes=step.static_bytes + kept,
+        kept_bytes=step.kept_bytes + kept,
+    )

@@ -191,6 +191,8 @@ class StepProfile:
             batch x imgsz^2 as activations do.
         modules: one :class:`ModuleRow` per module recomputed on its own below the layers (inner blocks of nested
             layers, head branches), by qualified name.
+        kept_bytes: an estimate's share of ``static_bytes`` that the loss keeps alive from its first call on
+            (:attr:`yolo_ckpt.memory.estimate.LossModel.kept`); 0 for a measurement (its static bytes hold it).
     """
 
     source: str
@@ -206,6 +208,7 @@ class StepProfile:
     layers: list = field(default_factory=list)
     input_bytes: int = 0
     modules: dict = field(default_factory=dict)
+    kept_bytes: int = 0
 
     @classmethod
     def from_dict(cls, data: dict) -> StepProfile:

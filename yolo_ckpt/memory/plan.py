@@ -245,7 +245,7 @@ class MemoryModel:
         self.loss_models = loss_models(model, amp, loss_chunk, assign_chunk)
         # The fake pass without the loss's share (a formula of zeros): the loss's peaks are composed per unit below.
         zeros = (0.0,) * len(self.loss_models[False].forward)
-        self._no_loss = no_loss = dataclasses.replace(self.loss_models[False], forward=zeros, backward=zeros, pair_bytes=0.0)
+        self._no_loss = no_loss = dataclasses.replace(self.loss_models[False], forward=zeros, backward=zeros, pair_bytes=0.0, kept=0)
         self._key = (estimate_cache.model_key(model), objects, optimizer, amp)
         self._base_key = (*self._key, "base", batch, train_imgsz(imgsz, model.stride), repr(no_loss))
         self.base = _cached_step(
@@ -322,9 +322,12 @@ class MemoryModel:
         """Forward FLOPs recomputed per step by a ``recompute=`` value (at the base batch and imgsz)."""
         return self.cost(self.units(recompute), self.base.batch, self.base.imgsz)
 
-    def _loss_peaks(self, loss: bool, batch: int, imgsz: int) -> tuple[int, int]:
+    def _loss_peaks(self, loss: bool, batch: int, imgsz: int) -> tuple[int, int, int]:
         model = self.loss_models[loss]
-        return model.forward_bytes(batch, imgsz, self.objects, self.sizes), model.backward_bytes(batch, imgsz, self.objects, self.sizes)
+        return (
+            model.forward_bytes(batch, imgsz, self.objects, self.sizes), model.backward_bytes(batch, imgsz, self.objects, self.sizes),
+            model.kept,
+        )
 
     def peak(self, units, batch: int, imgsz) -> int:
         """Composed peak bytes of a step recomputing ``units`` (layer indices, ``"head"``, ``"loss"``) at this
@@ -336,10 +339,10 @@ class MemoryModel:
         recomputing ``units`` at this batch and imgsz, static bytes included."""
         imgsz = train_imgsz(imgsz, self.model.stride)
         base, k = self.base, self._scale(batch, imgsz)
-        static = self._static_bytes(k)
         layers = {self.layout.head if u == "head" else u: u for u in units if u != "loss"}  # layer index -> unit
         freed = sum(self.freed[u] for u in layers.values())
-        loss, loss_backward = self._loss_peaks("loss" in units, batch, imgsz)
+        loss, loss_backward, kept = self._loss_peaks("loss" in units, batch, imgsz)
+        static = self._static_bytes(k) + kept
         fwd_end = base.phase_peak_bytes["loss"] - base.loss_bytes - base.static_bytes
         # In the backward of layer i the none pass held what the layers before it saved: a recomputed one among them
         # holds only its inputs; a recomputed layer i itself rebuilds its freed bytes (a nested one block at a time).
@@ -365,6 +368,7 @@ class MemoryModel:
         imgsz = train_imgsz(imgsz, self.model.stride)
         base, k = self.base, self._scale(batch, imgsz)
         phases = self.phase_peaks(units, batch, imgsz)
+        forward, backward, kept = self._loss_peaks("loss" in units, batch, imgsz)
         scaled = [
             dataclasses.replace(
                 r, output_bytes=int(k * r.output_bytes), saved_bytes=int(k * r.saved_bytes), freeable_bytes=int(k * r.freeable_bytes),
@@ -374,8 +378,8 @@ class MemoryModel:
         ]
         return StepProfile(
             "composed_estimate", self.spec(units), base.mode, batch, imgsz, self.objects,
-            int(self._static_bytes(k)), phases, max(self._loss_peaks("loss" in units, batch, imgsz)),
-            max(phases.values()), scaled, int(k * base.input_bytes),
+            int(self._static_bytes(k) + kept), phases, max(forward, backward),
+            max(phases.values()), scaled, int(k * base.input_bytes), kept_bytes=kept,
         )
 
     def fits(self, estimated_bytes: int, budget: int) -> bool:
