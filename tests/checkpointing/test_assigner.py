@@ -23,7 +23,7 @@ from ultralytics.utils.tal import (
 from yolo_ckpt import CheckpointDetectionTrainer, count_recomputations
 from yolo_ckpt.checkpointing import assigner as assigner_module, engine, patching
 from yolo_ckpt.checkpointing.assigner import assigners, chunk_assigners
-from yolo_ckpt.config import check_assign_chunk
+from yolo_ckpt.checkpointing.chunks import check_assign_chunk
 
 IMGSZ, N, NC, K, NM = 128, 12, 3, 5, 8
 STRIDES = (8, 16, 32)

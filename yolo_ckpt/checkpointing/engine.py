@@ -300,9 +300,8 @@ def apply_checkpointing(
             model is then left unchanged.
         TypeError: if ``model`` is not an Ultralytics ``BaseModel``.
     """
-    from ..config import check_assign_chunk, check_loss_chunk
-    from .assigner import DEFAULT_ASSIGN_CHUNK
-    from .losses import DEFAULT_CHUNK, apply_loss_region
+    from .chunks import DEFAULT_ASSIGN_CHUNK, DEFAULT_CHUNK, check_assign_chunk, check_loss_chunk
+    from .losses import apply_loss_region
 
     inner = model_layers(model)
     policy = resolve(recompute, ModelLayout.from_model(inner), frozen, mode)
