@@ -287,5 +287,5 @@ def test_run_probe_uses_the_runs_chunks(synthetic, tmp_path, monkeypatch, one_th
     trainer, counter = train(
         "yolo11n.yaml", synthetic(), tmp_path, "probe", trainer=CheckpointDetectionTrainer, fraction=0.5, loss_chunk=7, assign_chunk=3
     )
-    assert trainer.train_probe is not None and seen == [("backbone,loss", 7, 3)]
+    assert trainer.ckpt_state.train_probe is not None and seen == [("backbone,loss", 7, 3)]
     assert type(trainer.model.criterion.assigner).assign_chunk == 3 and counter.assignments > 0
