@@ -199,7 +199,7 @@ def test_train_matrix_same_weights(tmp_path, synthetic, one_thread):
 
 @pytest.mark.slow
 def test_tiles_cell_trains_on_tiles_and_validates_on_full_images(tmp_path, one_thread):
-    from yolo_ckpt.data.synthetic import small_object_dataset
+    from yolo_ckpt.data.small_objects import small_object_dataset
 
     data = small_object_dataset(64, 1, 1, root=tmp_path / "cache")
     spec = {

@@ -31,7 +31,7 @@ from yolo_ckpt.checkpointing.losses import (
     remove_loss_region,
 )
 from yolo_ckpt.config import DEFAULTS
-from yolo_ckpt.data.synthetic import dense_segment_batch, dense_segment_dataset
+from yolo_ckpt.data.dense import dense_segment_batch, dense_segment_dataset
 from yolo_ckpt.memory.measure import probe_training_step
 
 IMGSZ, OBJECTS = 256, 150

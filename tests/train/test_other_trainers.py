@@ -75,7 +75,8 @@ def test_synthetic_dense_targets(synthetic):
     import cv2
     import numpy as np
 
-    from yolo_ckpt.data.synthetic import DEPTH_SCALE, IMAGE_SIZE, SEMANTIC_NAMES
+    from yolo_ckpt.data.aerial import IMAGE_SIZE
+    from yolo_ckpt.data.synthetic import DEPTH_SCALE, SEMANTIC_NAMES
 
     detect, semantic, depth = (Path(synthetic(task)).parent for task in ("detect", "semantic", "depth"))
     images = sorted((detect / "images" / "train").glob("*.jpg"))

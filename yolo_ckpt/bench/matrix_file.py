@@ -18,7 +18,7 @@ A matrix file (YAML) has:
   ``<name>/data.yaml``, unless the bench's ``datasets=DIR`` has it; where neither has it (an installed matrix's
   ``datasets_dir`` points into site-packages), Ultralytics' ``SETTINGS['datasets_dir']`` (:func:`dataset_roots`).
   ``dataset: synthetic`` is the built-in synthetic dataset of the task, ``dataset: small-objects`` /
-  ``small-objects-640`` the built-in small-object set at 320 / 640 px (:func:`yolo_ckpt.data.synthetic.small_object_dataset`).
+  ``small-objects-640`` the built-in small-object set at 320 / 640 px (:func:`yolo_ckpt.data.small_objects.small_object_dataset`).
 - ``tiles: {size, overlap}`` (train cells, detection data): train on tiles of the dataset (:mod:`yolo_ckpt.data.tiles`,
   cut from its images resized to the cell's ``imgsz``) at ``imgsz = size`` (``fit``: the largest that fits
   ``memory_budget`` with the cell's policy), then validate on the full val images at the cell's ``imgsz``.
