@@ -64,8 +64,8 @@ def run_matrix(
             added: a train cell's delta then has no baseline row (a step cell is always measured beside its baseline).
 
     Raises:
-        What :func:`load_matrix` and :func:`select_cells` raise, and ValueError for a fraction ``memory_budget``
-        without a CUDA device, all before anything is written.
+        ConfigError: what :func:`load_matrix` and :func:`select_cells` raise, and for a fraction ``memory_budget``
+            without a CUDA device; all before anything is written.
     """
     matrix = load_matrix(path, overrides, datasets)
     chosen = select_cells(matrix, cells)

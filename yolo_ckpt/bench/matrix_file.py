@@ -84,9 +84,10 @@ def load_matrix(path, overrides: dict | None = None, datasets=None) -> Matrix:
 
     Raises:
         FileNotFoundError: for a matrix that is neither a file nor a shipped name (listing the shipped names), a
-        missing model YAML or dataset. ValueError / SyntaxError: for an
-        unknown kind or key, a bad recompute, recompute_mode, imgsz, batch or memory_budget value, a step cell of a
-        non-detection model, or a cell without a baseline; each names the bad value and the valid choices.
+            missing model YAML or dataset.
+        ValueError / SyntaxError: for an unknown kind or key, a bad recompute, recompute_mode, imgsz, batch or
+            memory_budget value, a step cell of a non-detection model, or a cell without a baseline; each names the
+            bad value and the valid choices.
     """
     path = resolve_yaml(path, "bench", "matrix")
     spec = YAML.load(path) or {}

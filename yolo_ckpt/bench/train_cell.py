@@ -43,7 +43,7 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
         model and EMA state.
 
     Raises:
-        Whatever the training raises (the matrix records it as a failed cell).
+        Exception: whatever the training raises (the matrix records it as a failed cell).
     """
     from ultralytics import YOLO
 
