@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 import yaml
 
-from yolo_ckpt.checkpointing.assigner import DEFAULT_ASSIGN_CHUNK
+from yolo_ckpt.checkpointing.chunks import DEFAULT_ASSIGN_CHUNK
 from yolo_ckpt.config import (
     DEFAULTS_PATH,
     ESTIMATE_DEFAULTS_PATH,

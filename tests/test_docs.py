@@ -2,6 +2,7 @@
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -62,6 +63,45 @@ def test_api_page_documents_every_public_name():
     assert not missing, f"docs/reference/api.md lacks ::: entries for {missing}"
 
 
+def _wing_names() -> tuple[list[str], list[str]]:
+    """The package's wings: its folders with an ``__init__.py``, and its top-level modules."""
+    package = ROOT / "yolo_ckpt"
+    folders = sorted(p.name for p in package.iterdir() if (p / "__init__.py").is_file())
+    return folders, sorted(p.stem for p in package.glob("*.py") if p.stem != "__init__")
+
+
+def test_every_wing_has_a_reference_page():
+    """Issue 32: the API reference covers every wing, not only yolo_ckpt.__all__: a page per folder
+    (docs/reference/wings/<wing>.md, its modules rendered whole: show_submodules) and one for the top-level modules, each
+    in the site's nav."""
+    folders, modules = _wing_names()
+    pages = DOCS / "reference" / "wings"
+    for wing in folders:
+        page = (pages / f"{wing}.md").read_text()
+        assert f"::: yolo_ckpt.{wing}\n" in page and "show_submodules: true" in page, wing
+    top = (pages / "config.md").read_text()
+    assert [m for m in modules if f"::: yolo_ckpt.{m}\n" not in top] == []
+    nav = (ROOT / "mkdocs.yml").read_text()
+    assert [p.name for p in pages.glob("*.md") if f"reference/wings/{p.name}" not in nav] == []
+
+
+def _unrendered_public_names(site: Path) -> list[str]:
+    """``module.name`` for every public name a module of the wings defines (its functions, classes and assigned names,
+    docs/griffe_own_names.py) that no page of the built ``site`` has an entry for."""
+    sys.path.insert(0, str(DOCS))
+    try:
+        from griffe_own_names import defined_names
+    finally:
+        sys.path.remove(str(DOCS))
+    anchors = {a for page in site.rglob("*.html") for a in re.findall(r'id="(yolo_ckpt\.[^"]+)"', page.read_text())}
+    names = []
+    for path in sorted((ROOT / "yolo_ckpt").rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        if module != "yolo_ckpt" and not path.stem.startswith("__"):
+            names += [f"{module}.{n}" for n in sorted(defined_names(path)) if not n.startswith("_")]
+    return [n for n in names if n not in anchors]
+
+
 def test_docs_name_only_names_that_exist():
     """Issue 32: every dotted name the README and docs/ write in backticks (`yolo_ckpt.report.record.RunReport`)
     imports: its longest module prefix, then its attributes (the docs named yolo_ckpt.report.RunReport, which is not)."""
@@ -115,3 +155,5 @@ def test_site_builds_strict(tmp_path):
     assert 'href="../../stylesheets/extra.css"' in (tmp_path / "site" / "reference" / "keys" / "index.html").read_text()
     css = (tmp_path / "site" / "stylesheets" / "extra.css").read_text()
     assert "td:first-child code {\n  white-space: nowrap;" in css and "pre > code {\n  white-space: pre-wrap;" in css
+    # issue 32: every public name of every wing has its entry (an error sends users to MemoryModel.plan())
+    assert _unrendered_public_names(tmp_path / "site") == []

@@ -105,3 +105,23 @@ def test_no_import_cycle():
         if node not in state:
             visit(node, [node])
     assert cycles == []
+
+
+def test_import_contracts_hold():
+    """The rules of what may import what (docs/development.md) hold: import-linter's contracts in pyproject.toml
+    (``[tool.importlinter]``, run as ``lint-imports``; the ``test`` extra installs it), on this checkout."""
+    code = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(no_cache=True, no_logo=True))"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_wing_is_in_a_layer():
+    """The layers contract places every top-level module and folder of the package, so a new wing gets a place in it."""
+    from importlinter.api import read_configuration
+
+    contracts = read_configuration(str(ROOT / "pyproject.toml"))["contracts_options"]
+    (layers,) = [c["layers"] for c in contracts if c["id"] == "wings"]
+    placed = {name.strip() for layer in layers for name in layer.split("|")}
+    wings = {p.stem for p in PACKAGES["yolo_ckpt"].glob("*.py") if p.stem != "__init__"}
+    wings |= {p.name for p in PACKAGES["yolo_ckpt"].iterdir() if (p / "__init__.py").is_file()}
+    assert placed == wings

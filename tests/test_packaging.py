@@ -95,7 +95,7 @@ def test_wheel_ships_the_bench_and_its_yaml(tmp_path):
     script = textwrap.dedent(f"""
         import contextlib, io, json
         import yolo_ckpt
-        from yolo_ckpt.bench.matrix import load_matrix
+        from yolo_ckpt.bench.matrix_file import load_matrix
         from yolo_ckpt.cli import main
         from yolo_ckpt.cli.args import parse_train_args
         from yolo_ckpt.shipped import shipped

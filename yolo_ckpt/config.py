@@ -21,6 +21,7 @@ from pathlib import Path
 
 import yaml
 
+from .checkpointing.chunks import check_assign_chunk, check_loss_chunk
 from .checkpointing.policy import check_mode, check_spec, spec_string
 from .errors import ConfigError
 
@@ -171,27 +172,6 @@ def check_bool(key: str, value) -> bool:
     return value
 
 
-def check_chunk(key: str, chunk, unit: str) -> int:
-    """Return ``chunk`` if it is a valid value of the chunk key ``key`` (``unit`` per chunk).
-
-    Raises:
-        ConfigError: unless ``chunk`` is a positive int (a bool is not), naming the key, the value and its default.
-    """
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise ConfigError(f"{key}={chunk!r} is not valid; give a positive int ({unit} per chunk, default {DEFAULTS[key]})")
-    return chunk
-
-
-def check_loss_chunk(chunk) -> int:
-    """``loss_chunk=``: anchors per forward chunk of the segmentation mask loss region (:func:`check_chunk`)."""
-    return check_chunk("loss_chunk", chunk, "anchors")
-
-
-def check_assign_chunk(chunk) -> int:
-    """``assign_chunk=``: objects per chunk of the loss region's task-aligned assigner (:func:`check_chunk`)."""
-    return check_chunk("assign_chunk", chunk, "objects")
-
-
 _BUILT: dict[tuple, CkptConfig] = {}  # CkptConfig.from_args's configs, by their values
 
 
@@ -231,7 +211,8 @@ class CkptConfig:
                 (:func:`yolo_ckpt.checkpointing.policy.check_spec`), ``recompute_mode=``
                 (:func:`yolo_ckpt.checkpointing.policy.check_mode`),
                 ``memory_budget=`` (:meth:`Budget.parse`), ``memory_headroom=`` (:meth:`Headroom.parse`) or
-                ``loss_chunk=`` (:func:`check_loss_chunk`), ``assign_chunk=`` (:func:`check_assign_chunk`), or
+                ``loss_chunk=`` (:func:`yolo_ckpt.checkpointing.chunks.check_loss_chunk`), ``assign_chunk=``
+                (:func:`yolo_ckpt.checkpointing.chunks.check_assign_chunk`), or
                 ``estimate=`` or ``probe=`` (:func:`check_bool`).
         """
         values = {**DEFAULTS, **TASK_DEFAULTS.get(task, {}), **{k: args[k] for k in DEFAULTS if k in args}}

@@ -13,7 +13,7 @@ import torch
 import yaml
 from helpers import tiny_yaml
 
-from yolo_ckpt.bench import matrix as bench, step_cell, train_cell
+from yolo_ckpt.bench import matrix, matrix_file as bench, step_cell, train_cell
 from yolo_ckpt.bench.cells import BUILT_IN_DATASETS
 from yolo_ckpt.cli import main
 from yolo_ckpt.shipped import shipped
@@ -110,7 +110,7 @@ def test_committed_results_unchanged_by_a_rerun(folder, tmp_path, monkeypatch, r
     spec = yaml.safe_load((committed / "matrix.yaml").read_text())
     if any(d not in BUILT_IN_DATASETS for block in spec["grid"] for d in np.atleast_1d(block.get("dataset", "synthetic"))):
         settings.append(f"datasets={request.getfixturevalue('shared_datasets')}")
-    monkeypatch.setattr(bench, "_run_group", lambda *a: pytest.fail("a finished cell ran again"))
+    monkeypatch.setattr(matrix, "_run_group", lambda *a: pytest.fail("a finished cell ran again"))
     assert main(["bench", f"matrix={out / 'matrix.yaml'}", f"out={out}", *settings]) == 0
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in committed.iterdir())
     assert all((out / p.name).read_bytes() == p.read_bytes() for p in committed.iterdir())
@@ -154,7 +154,7 @@ def test_failed_cell_is_recorded_and_the_rest_run(tmp_path, one_thread):
     # a small model: the failing cell's planning calibrates its loss and makes a fake pass (per op: a nano model's cost seconds)
     cell = {**STEP["grid"][0], "model": tiny_yaml(tmp_path), "recompute": ["none", "auto", "backbone"], "memory_budget": "0.3x"}
     spec = {**STEP, "grid": [cell]}
-    results = bench.run_matrix(write_matrix(tmp_path, spec), tmp_path / "out")
+    results = matrix.run_matrix(write_matrix(tmp_path, spec), tmp_path / "out")
     status = dict(zip(results["recompute"], results["status"]))
     assert status == {"none": "ok", "auto": "failed", "backbone": "ok"}
     reason = results.loc[results["recompute"] == "auto", "reason"].item()
@@ -199,7 +199,7 @@ def test_train_matrix_same_weights(tmp_path, synthetic, one_thread):
 
 @pytest.mark.slow
 def test_tiles_cell_trains_on_tiles_and_validates_on_full_images(tmp_path, one_thread):
-    from yolo_ckpt.data.synthetic import small_object_dataset
+    from yolo_ckpt.data.small_objects import small_object_dataset
 
     data = small_object_dataset(64, 1, 1, root=tmp_path / "cache")
     spec = {

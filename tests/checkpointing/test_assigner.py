@@ -23,7 +23,7 @@ from ultralytics.utils.tal import (
 from yolo_ckpt import CheckpointDetectionTrainer, count_recomputations
 from yolo_ckpt.checkpointing import assigner as assigner_module, engine, patching
 from yolo_ckpt.checkpointing.assigner import assigners, chunk_assigners
-from yolo_ckpt.config import check_assign_chunk
+from yolo_ckpt.checkpointing.chunks import check_assign_chunk
 
 IMGSZ, N, NC, K, NM = 128, 12, 3, 5, 8
 STRIDES = (8, 16, 32)
@@ -246,7 +246,7 @@ def test_loss_and_gradients_equal_stock(name, layout, one_thread, monkeypatch):
     if layout == "large":
         monkeypatch.setattr(assigner_module, "PAIR_PIECE", PIECES[0])
     if task == "segment":
-        from yolo_ckpt.data.synthetic import dense_segment_batch
+        from yolo_ckpt.data.dense import dense_segment_batch
         from yolo_ckpt.memory.measure import training_batch
 
         large = training_batch(model, 2, IMGSZ, 30, sides=(0.4, 1.0))  # masks fill their boxes
@@ -287,5 +287,5 @@ def test_run_probe_uses_the_runs_chunks(synthetic, tmp_path, monkeypatch, one_th
     trainer, counter = train(
         "yolo11n.yaml", synthetic(), tmp_path, "probe", trainer=CheckpointDetectionTrainer, fraction=0.5, loss_chunk=7, assign_chunk=3
     )
-    assert trainer.train_probe is not None and seen == [("backbone,loss", 7, 3)]
+    assert trainer.ckpt_state.train_probe is not None and seen == [("backbone,loss", 7, 3)]
     assert type(trainer.model.criterion.assigner).assign_chunk == 3 and counter.assignments > 0

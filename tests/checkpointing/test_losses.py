@@ -20,10 +20,9 @@ from ultralytics.utils.tal import TaskAlignedAssigner
 
 from yolo_ckpt import CheckpointDetectionTrainer, count_recomputations, trainer_for
 from yolo_ckpt.checkpointing import losses
-from yolo_ckpt.checkpointing.assigner import DEFAULT_ASSIGN_CHUNK
+from yolo_ckpt.checkpointing.chunks import DEFAULT_ASSIGN_CHUNK, DEFAULT_CHUNK
 from yolo_ckpt.checkpointing.engine import checkpointed_modules
 from yolo_ckpt.checkpointing.losses import (
-    DEFAULT_CHUNK,
     LossRegionModel,
     RecomputedMaskLoss,
     _MaskLoss,
@@ -32,7 +31,7 @@ from yolo_ckpt.checkpointing.losses import (
     remove_loss_region,
 )
 from yolo_ckpt.config import DEFAULTS
-from yolo_ckpt.data.synthetic import dense_segment_batch, dense_segment_dataset
+from yolo_ckpt.data.dense import dense_segment_batch, dense_segment_dataset
 from yolo_ckpt.memory.measure import probe_training_step
 
 IMGSZ, OBJECTS = 256, 150

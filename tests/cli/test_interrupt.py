@@ -30,7 +30,7 @@ STALLED_RUN = textwrap.dedent(
             time.sleep(0.1)
 
     def step(trainer):
-        print(f"STEP {trainer.epoch} {len(trainer.ckpt_stats.step_s)}", flush=True)
+        print(f"STEP {trainer.epoch} {len(trainer.ckpt_state.step_s)}", flush=True)
         if trainer.epoch == 1 and not getattr(trainer, "stalled", False):
             trainer.stalled, freed = True, Freed()
             ref = weakref.ref(freed, stall)

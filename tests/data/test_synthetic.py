@@ -11,7 +11,7 @@ from ultralytics.data.dataset import ClassificationDataset, YOLODataset
 from ultralytics.data.utils import check_cls_dataset, check_det_dataset
 from ultralytics.utils import DEFAULT_CFG
 
-from yolo_ckpt.data import synthetic as syn
+from yolo_ckpt.data import aerial, cache, synthetic as syn
 
 LABELLED = {"detect": "bboxes", "segment": "segments", "obb": "segments", "pose": "keypoints"}
 # detect is generated for the fast subset anyway; every other task generates a dataset of its own (12-20 s here)
@@ -32,7 +32,7 @@ def test_every_task_reads_in_ultralytics(task, synthetic):
         return
     data = check_det_dataset(path)
     images = sorted(Path(data["train"]).glob("*.jpg"))
-    assert len(images) == syn.TRAIN_IMAGES and cv2.imread(str(images[0])).shape == (syn.IMAGE_SIZE, syn.IMAGE_SIZE, 3)
+    assert len(images) == syn.TRAIN_IMAGES and cv2.imread(str(images[0])).shape == (aerial.IMAGE_SIZE, aerial.IMAGE_SIZE, 3)
     if task in LABELLED:
         labels = YOLODataset(img_path=data["train"], data=data, task=task, imgsz=64, augment=False).labels
         assert len(labels) == syn.TRAIN_IMAGES  # none dropped as corrupt
@@ -45,7 +45,7 @@ def test_every_task_reads_in_ultralytics(task, synthetic):
         return
     folder, dtype = ("masks", np.uint8) if task == "semantic" else ("depth", np.uint16)
     target = cv2.imread(str(Path(data["path"]) / folder / "train" / f"{images[0].stem}.png"), cv2.IMREAD_UNCHANGED)
-    assert target.shape == (syn.IMAGE_SIZE, syn.IMAGE_SIZE) and target.dtype == dtype
+    assert target.shape == (aerial.IMAGE_SIZE, aerial.IMAGE_SIZE) and target.dtype == dtype
     if task == "semantic":
         assert set(np.unique(target)) <= set(range(len(syn.SEMANTIC_NAMES))) and data["masks_dir"] == "masks"
     else:
@@ -57,8 +57,8 @@ def test_cached_in_yolo_ckpt_cache_and_reused(synthetic, synthetic_cache):
     seed and task; a second call returns it without writing anything (Ultralytics' label caches aside: the other xdist
     worker may be training on it)."""
     path = Path(synthetic("detect"))
-    assert os.environ[syn.CACHE_ENV] == str(synthetic_cache)
-    assert path.parent == synthetic_cache.resolve() / f"synthetic-v{syn.GENERATOR_VERSION}-seed0-detect"
+    assert os.environ[cache.CACHE_ENV] == str(synthetic_cache)
+    assert path.parent == synthetic_cache.resolve() / f"synthetic-v{cache.GENERATOR_VERSION}-seed0-detect"
     state = lambda: {p: p.stat().st_mtime_ns for p in path.parent.rglob("*") if p.is_file() and ".cache" not in p.name}  # noqa: E731
     before = state()
     assert syn.synthetic_dataset("detect") == path

@@ -8,7 +8,7 @@ import cv2
 import numpy as np
 import pytest
 
-from yolo_ckpt.data.synthetic import SMALL_OBJECT_PX, small_object_dataset
+from yolo_ckpt.data.small_objects import SMALL_OBJECT_PX, small_object_dataset
 from yolo_ckpt.data.tiles import MIN_VISIBLE, tile_dataset, tile_starts
 
 

@@ -564,23 +564,24 @@ def test_batch_minus_one_capped_by_data_and_sized_for_multi_scale(synthetic, tmp
     from yolo_ckpt.train import planning
 
     trainer = _planning_trainer(synthetic(), tmp_path, batch=-1, memory_budget="100GB", recompute="auto")
+    state = trainer.ckpt_state
     assert len(trainer.policy.indices) == 4 and trainer.policy.head  # recompute=auto batch=-1: all layers, then the largest batch
-    assert trainer.auto_batch() == 8 == trainer.planned.counts.images
-    assert trainer.run_spec.objects == 4 * trainer.planned.counts.max_objects > 0 and not trainer.run_spec.amp
+    assert trainer.auto_batch() == 8 == state.planned.counts.images
+    assert state.run_spec.objects == 4 * state.planned.counts.max_objects > 0 and not state.run_spec.amp
     trainer.ckpt_config = dataclasses.replace(trainer.ckpt_config, memory_budget=Budget.parse("20MB"))
-    trainer.args.multi_scale, trainer.plan = 0.5, None
+    trainer.args.multi_scale, state.plan = 0.5, None
     batch = trainer.auto_batch()
-    assert (trainer.plan.imgsz, trainer.plan.batch, trainer.plan.headroom_bytes) == (160, batch, 0) and 1 <= batch < 8
-    assert trainer.plan.estimated_peak_bytes <= 20_000_000
+    assert (state.plan.imgsz, state.plan.batch, state.plan.headroom_bytes) == (160, batch, 0) and 1 <= batch < 8
+    assert state.plan.estimated_peak_bytes <= 20_000_000
     calls = []
     monkeypatch.setattr(
         BaseTrainer, "auto_batch", lambda self, objects, dataset_size: calls.append((self.batch_size, objects, dataset_size)) or 5
     )
     monkeypatch.setattr(planning, "cuda_available", lambda device: 10 * GiB)
     trainer.ckpt_config = dataclasses.replace(trainer.ckpt_config, memory_budget=Budget.parse("4GiB"))
-    trainer.device, trainer.plan = torch.device("cuda"), None
-    assert trainer.auto_batch() == 5 and calls == [(0.4, trainer.run_spec.objects, 8)] and trainer.batch_size == -1
-    assert trainer.run_spec.amp and trainer.plan.headroom_bytes > 500 * 2**20  # CUDA, a byte budget: the headroom
+    trainer.device, state.plan = torch.device("cuda"), None
+    assert trainer.auto_batch() == 5 and calls == [(0.4, state.run_spec.objects, 8)] and trainer.batch_size == -1
+    assert state.run_spec.amp and state.plan.headroom_bytes > 500 * 2**20  # CUDA, a byte budget: the headroom
 
 
 class _OutOfMemoryOnce(trainer_for("detect")):
@@ -615,7 +616,7 @@ def test_cpu_batch_minus_one_is_stock_and_report_says_what_trained(synthetic, tm
     )
     report = json.loads((tmp_path / "oom" / REPORT_NAME).read_text())
     assert (report["batch_at_start"], report["batch"], report["plan"]) == (16, 8, None)
-    probe = yolo.trainer.ckpt_stats.probe_batch
+    probe = yolo.trainer.ckpt_state.probe_batch
     assert (report["memory_probe_images"], report["memory_probe_imgsz"]) == (8, 96)
     assert report["memory_probe_objects"] == len(probe["bboxes"]) > 8
     # the probe is a whole step with the run's optimizer (AdamW for this short run): parameters, gradients and

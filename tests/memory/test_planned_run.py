@@ -57,7 +57,7 @@ def test_trainer_plan_and_bench_plan_the_same_run(task, synthetic, tmp_path):
     trainer = trainer_for(task)(overrides={**keys, "recompute": "auto", "project": str(tmp_path), "plots": False})
     trainer.setup_model()  # recompute=auto plans here
     runs = {
-        "train": trainer.planned,
+        "train": trainer.ckpt_state.planned,
         "plan": estimate_setup([task, *(f"{k}={v}" for k, v in keys.items())])[0],
         "bench": _bench_run(task, model, keys),
     }
@@ -67,7 +67,7 @@ def test_trainer_plan_and_bench_plan_the_same_run(task, synthetic, tmp_path):
     assert specs["plan"].objects == factor * runs["plan"].counts.max_objects and specs["plan"].device == "cpu"
     peaks = {name: run.memory_model().peak((), 2, 96) for name, run in runs.items()}
     assert peaks["train"] == peaks["plan"] == peaks["bench"] > 0
-    assert trainer.plan.estimated_peak_bytes == runs["plan"].memory_model().plan(2 * 10**9, 2, 96).estimated_peak_bytes
+    assert trainer.ckpt_state.plan.estimated_peak_bytes == runs["plan"].memory_model().plan(2 * 10**9, 2, 96).estimated_peak_bytes
 
 
 @pytest.mark.slow

@@ -146,7 +146,7 @@ def test_augment_factors_bound_what_the_training_augmentation_makes(synthetic_ca
     from ultralytics.data import build_yolo_dataset
     from ultralytics.data.utils import check_det_dataset
 
-    from yolo_ckpt.data.synthetic import small_object_dataset
+    from yolo_ckpt.data.small_objects import small_object_dataset
 
     cases = [({}, (("mosaic", 4),)), ({"mosaic": 0.0}, ()), ({"task": "detect", "copy_paste": 0.5}, (("mosaic", 4),)),
              ({"task": "segment", "copy_paste": 0.5, "mixup": 0.1, "cutmix": 0.1}, (("mosaic", 4), ("copy_paste", 2), ("mixup+cutmix", 3)))]

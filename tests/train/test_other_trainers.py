@@ -75,7 +75,8 @@ def test_synthetic_dense_targets(synthetic):
     import cv2
     import numpy as np
 
-    from yolo_ckpt.data.synthetic import DEPTH_SCALE, IMAGE_SIZE, SEMANTIC_NAMES
+    from yolo_ckpt.data.aerial import IMAGE_SIZE
+    from yolo_ckpt.data.synthetic import DEPTH_SCALE, SEMANTIC_NAMES
 
     detect, semantic, depth = (Path(synthetic(task)).parent for task in ("detect", "semantic", "depth"))
     images = sorted((detect / "images" / "train").glob("*.jpg"))
@@ -186,10 +187,10 @@ def test_semantic_planned_under_a_budget_fits_when_measured(synthetic, tmp_path)
     trainer = trainer_for("semantic")(overrides={**overrides, "recompute": "auto", "memory_budget": "45MB"})
     trainer.setup_model()
     all_layers = resolve("all", layout_of("yolo26n-sem.yaml")).indices
-    assert 0 < len(trainer.plan.indices) < len(all_layers) and trainer.plan.estimated_peak_bytes <= budget
+    assert 0 < len(trainer.ckpt_state.plan.indices) < len(all_layers) and trainer.ckpt_state.plan.estimated_peak_bytes <= budget
     trainer.model.args = trainer.args  # as BaseTrainer._setup_train's set_model_attributes does (the loss reads it)
     measured = profile_step(trainer.model, training_batch(trainer.model, 2, 160, 0), None, flops=False)
-    assert measured.recompute == ",".join(map(str, trainer.plan.indices)) and measured.peak_bytes <= budget
+    assert measured.recompute == ",".join(map(str, trainer.ckpt_state.plan.indices)) and measured.peak_bytes <= budget
 
 
 def test_planning_refused_for_losses_it_does_not_model(tmp_path):

@@ -1,6 +1,7 @@
 """The run's CUDA peaks: training's and validation's banked apart (``yolo_ckpt.train.run_stats.cuda_peak``); the run's
 picture (``yolo_ckpt.train.run_stats.run_picture``)."""
 
+import pickle
 from types import SimpleNamespace
 
 import pytest
@@ -11,7 +12,8 @@ from yolo_ckpt.checkpointing.policy import RecomputePolicy
 from yolo_ckpt.memory.measure import LayerRow, StepProfile
 from yolo_ckpt.report.layer_plot import write_layer_plot
 from yolo_ckpt.train import run_stats
-from yolo_ckpt.train.run_stats import LAYER_PLOT_NAME, RunStats, cuda_peak
+from yolo_ckpt.train.run_stats import LAYER_PLOT_NAME, cuda_peak
+from yolo_ckpt.train.state import RunState
 
 MiB = 2**20
 
@@ -21,7 +23,7 @@ def test_cuda_peaks_of_training_and_validation_banked_apart():
     """A 64 MiB tensor before the validation block counts as training's peak; the 16 MiB one inside it as
     validation's, which the training peak does not reach (the allocator's peak is reset between them)."""
     device = torch.device("cuda")
-    trainer = SimpleNamespace(device=device, ckpt_stats=RunStats())
+    trainer = SimpleNamespace(device=device, ckpt_state=RunState())
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     base = torch.cuda.memory_allocated(device)
@@ -30,7 +32,7 @@ def test_cuda_peaks_of_training_and_validation_banked_apart():
     with cuda_peak(trainer, "val"):
         val = torch.empty(16 * MiB, dtype=torch.uint8, device=device)
         del val
-    stats = trainer.ckpt_stats
+    stats = trainer.ckpt_state
     assert stats.train_peak["allocated"] >= base + 64 * MiB
     assert base + 16 * MiB <= stats.val_peak["allocated"] < base + 64 * MiB
     assert stats.val_peak["reserved"] >= stats.val_peak["allocated"]
@@ -53,8 +55,8 @@ def test_run_picture_draws_the_policy_beside_none(tmp_path, monkeypatch):
     policy = _step("0", {"forward": 30, "loss": 45, "backward": 35, "optimizer": 20}, (8, 16, 4))
     trainer = SimpleNamespace(
         args=SimpleNamespace(model="yolo11n.yaml", plots=True), save_dir=tmp_path, device=torch.device("cpu"),
-        policy=RecomputePolicy("0", (0,), ("Conv",)), estimated_steps={"none": none, "policy": policy},
-        estimated_step={"batch": 2, "imgsz": 64}, estimate_skipped=None, train_probe=None,
+        policy=RecomputePolicy("0", (0,), ("Conv",)),
+        ckpt_state=RunState(estimated_steps={"none": none, "policy": policy}, estimated_step={"batch": 2, "imgsz": 64}),
     )
     record = SimpleNamespace(recompute="0", write=lambda folder: folder / "ckpt_report.json", headline=lambda: "headline")
     trainer.run_report = lambda: record
@@ -66,11 +68,20 @@ def test_run_picture_draws_the_policy_beside_none(tmp_path, monkeypatch):
     assert (data.peak_bytes, data.peak_phase, data.phases_of) == (45 * MiB, "loss", "recompute=0")
     assert write_layer_plot(data, tmp_path / "both.png").stat().st_size > 10_000  # the side-by-side bars draw
 
-    trainer.estimated_steps, trainer.estimate_skipped, trainer.train_probe = {}, "estimate=False", policy
+    trainer.ckpt_state = RunState(estimate_skipped="estimate=False", train_probe=policy)
     run_stats._on_train_end(trainer)
     data = drawn[-1][0]
     assert data.none_phase_peak_bytes is None and "its estimate was skipped (estimate=False)" in data.title
-    trainer.train_probe = None
+    trainer.ckpt_state.train_probe = None
     with logged_messages() as messages:
         run_stats._on_train_end(trainer)
     assert len(drawn) == 2 and any(f"no {LAYER_PLOT_NAME}: no set-up estimate (estimate=False)" in m for m in messages)
+
+
+def test_run_state_is_plain_data():
+    """The run's state (``trainer.ckpt_state``) starts empty, each its own, says the planned run's spec, and pickles."""
+    state, other = RunState(), RunState()
+    assert state == other and state.step_s is not other.step_s and state.estimated_peaks is not other.estimated_peaks
+    assert state.run_spec is None and state.plan is None and state.estimate_skipped is None
+    state.planned, state.step_s = SimpleNamespace(spec="the run assumed"), [0.5]
+    assert state.run_spec == "the run assumed" and pickle.loads(pickle.dumps(state)) == state

@@ -21,6 +21,7 @@ from yolo_ckpt.checkpointing.engine import checkpointed_modules, head_branches
 from yolo_ckpt.report.layer_plot import layer_plot
 from yolo_ckpt.report.record import REPORT_NAME, RunReport, load_report
 from yolo_ckpt.train.run_stats import LAYER_PLOT_NAME, _on_train_end, run_picture
+from yolo_ckpt.train.state import RunState
 from yolo_ckpt.train.trainer import CheckpointTrainerMixin
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # two threads spin on the shared 2-core machine
@@ -86,7 +87,7 @@ def test_auto_plan_trains_as_stock(synthetic, tmp_path):
         "yolo11n.yaml", synthetic(), tmp_path, "auto", CheckpointDetectionTrainer, imgsz=160, recompute="auto", memory_budget="55MB",
         estimate=True,
     )
-    assert auto.plan is not None and auto.policy.indices
+    assert auto.ckpt_state.plan is not None and auto.policy.indices
     # each planned layer, and only those, recomputed in the backward of every training batch (and of the report's probe)
     assert set(counter.per_layer) == set(auto.policy.indices) and min(counter.per_layer.values()) > len(auto.train_loader)
     assert_state_equal(stock.model, auto.model)
@@ -240,6 +241,15 @@ def test_saved_files_are_stock(trained, synthetic, tmp_path):
 
 
 @pytest.mark.slow
+def test_run_state_is_one_attribute(trained, shared_run):
+    """What yolo-ckpt plans and measures for a run is one RunState on the trainer (``ckpt_state``), beside its typed
+    keys (``ckpt_config``) and the policy applied (``policy``): nothing else joins a stock trainer's attributes."""
+    stock, _ = shared_run("yolo11n.yaml", "detect")
+    assert set(vars(trained)) - set(vars(stock)) == {"ckpt_config", "ckpt_state", "policy"}
+    assert isinstance(trained.ckpt_state, RunState) and trained.ckpt_state.run_dir_before is None  # the first epoch started
+
+
+@pytest.mark.slow
 def test_run_report(trained):
     report = json.loads((trained.save_dir / REPORT_NAME).read_text())
     assert report["schema_version"] == 4
@@ -248,7 +258,7 @@ def test_run_report(trained):
     assert report["recomputed_layers"][2] == {"index": 2, "type": "C3k2"}
     assert report["recomputed_regions"] == ["head", "loss"]  # a detect model's loss region: the chunked assigner
     assert (report["device"], report["imgsz"], report["batch"], report["batch_at_start"], report["amp"]) == ("cpu", 64, 2, 2, False)
-    probe = trained.ckpt_stats.probe_batch  # the first full-size batch (at 64 px mosaic crops may hold no object)
+    probe = trained.ckpt_state.probe_batch  # the first full-size batch (at 64 px mosaic crops may hold no object)
     assert (report["memory_probe_images"], report["memory_probe_imgsz"], report["memory_probe_objects"]) == (2, 64, len(probe["bboxes"]))
     assert report["memory_source"] == "cpu_probe_live_tensors"
     assert report["train_peak_allocated_bytes"] > report["val_peak_allocated_bytes"] > 0
@@ -281,7 +291,7 @@ def test_probe_false_skips_the_end_of_run_probe(synthetic, tmp_path, monkeypatch
     trained, _ = train("yolo11n.yaml", synthetic(), tmp_path, "noprobe", trainer=CheckpointDetectionTrainer, probe=False,
                        fraction=0.5, val=False)
     report = json.loads((trained.save_dir / REPORT_NAME).read_text())
-    assert report["memory_source"] == "cpu_probe_skipped" and trained.ckpt_stats.probe_batch is None
+    assert report["memory_source"] == "cpu_probe_skipped" and trained.ckpt_state.probe_batch is None
     assert report["train_peak_allocated_bytes"] is None and report["memory_probe_images"] is None
     assert RunReport.from_dict(report).headline().startswith("recompute=backbone,loss: training peak not measured (probe=False);")
 
@@ -295,7 +305,7 @@ def test_layer_picture_of_the_run(trained, monkeypatch):
     monkeypatch.setattr(trained.args, "plots", True)
     _on_train_end(trained)
     assert (trained.save_dir / LAYER_PLOT_NAME).stat().st_size > 10_000
-    data = layer_plot(trained.train_probe, trained.policy, "run")
+    data = layer_plot(trained.ckpt_state.train_probe, trained.policy, "run")
     layers = unwrap_model(trained.model).model
     assert [(r["index"], r["type"]) for r in data.layers] == [(i, m.type.rsplit(".", 1)[-1]) for i, m in enumerate(layers)]
     assert [r["index"] for r in data.layers if r["recomputed"]] == [*trained.policy.indices, len(layers) - 1] and data.layers[-1]["head"]

@@ -54,8 +54,8 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
         ``failed`` row; the others go on.
 
     Raises:
-        Whatever the baseline cell raises (without it there is no ratio), or what a timed step raises: the whole
-        group fails.
+        Exception: whatever the baseline cell raises (without it there is no ratio), or what a timed step raises;
+            the whole group fails.
     """
     device = torch.device(settings["device"] or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.manual_seed(settings["seed"])

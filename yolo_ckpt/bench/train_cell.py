@@ -43,7 +43,7 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
         model and EMA state.
 
     Raises:
-        Whatever the training raises (the matrix records it as a failed cell).
+        Exception: whatever the training raises (the matrix records it as a failed cell).
     """
     from ultralytics import YOLO
 
@@ -56,7 +56,7 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
 
         data = str(synthetic_dataset(cell["task"]))
     elif data in SMALL_OBJECT_SETS:
-        from yolo_ckpt.data.synthetic import small_object_dataset
+        from yolo_ckpt.data.small_objects import small_object_dataset
 
         data = str(small_object_dataset(SMALL_OBJECT_SETS[data]))
     if settings["val_images"]:

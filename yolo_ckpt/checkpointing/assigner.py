@@ -58,11 +58,13 @@ from ultralytics.utils.ops import crop_mask
 from ultralytics.utils.tal import SegTaskAlignedAssigner, TaskAlignedAssigner
 from ultralytics.utils.torch_utils import autocast
 
-from ..config import check_assign_chunk
 from . import patching
+from .chunks import DEFAULT_ASSIGN_CHUNK, check_assign_chunk
 
-DEFAULT_ASSIGN_CHUNK = 64  # objects per chunk: 64 x 21504 anchors (imgsz 1024) x 4 B = 5.5 MB per float row block
 PAIR_PIECE = 1 << 13  # candidate pairs whose overlaps are computed at once: ~100 B each in stock's CIoU, under 1 MB
+# Mask pixels SegTaskAlignedAssigner.pair_overlaps decodes per chunk of images (ultralytics/utils/tal.py line 482,
+# mirrored here and by the memory model, yolo_ckpt.memory.estimate)
+DECODE_CHUNK_PIXELS = 1 << 27
 
 
 def _candidates(assigner, anc_points, gt_bboxes, mask_gt, chunk: int) -> list[tuple[int, slice, torch.Tensor]]:
@@ -231,7 +233,7 @@ class ChunkedSegAssignment(ChunkedAssignment):
             i = 0
             while i < self.bs and counts[i]:
                 m = counts[i]
-                s = slice(i, i + max(1, (1 << 27) // (m * mh * mw)))  # ~128M mask pixels per chunk
+                s = slice(i, i + max(1, DECODE_CHUNK_PIXELS // (m * mh * mw)))  # ~128M mask pixels per chunk
                 o = order[s]
                 pm = (coef[s, :m] @ proto[o].flatten(2)) > 0
                 pm = crop_mask(pm.view(-1, mh, mw), boxes[s, :m].reshape(-1, 4)).view(pm.shape)
@@ -274,7 +276,7 @@ def chunk_assigners(criterion, chunk: int | None = DEFAULT_ASSIGN_CHUNK):
     subclass with ``chunk`` objects per chunk, or back to stock with ``chunk=None``; returns ``criterion``.
 
     Raises:
-        ValueError: for a bad ``chunk`` (:func:`check_assign_chunk`).
+        ValueError: for a bad ``chunk`` (:func:`~yolo_ckpt.checkpointing.chunks.check_assign_chunk`).
     """
     if chunk is not None:
         check_assign_chunk(chunk)

@@ -34,7 +34,7 @@ import functools
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
 
 from .patching import (
     ACTIVE_COUNTERS,
@@ -56,7 +56,8 @@ NESTED_BLOCKS = {"A2C2f": "m"}
 HEAD_BRANCHES = ("proto", "conv")
 # What recompute_mode="selective" keeps: the outputs of convolutions, matrix products and attention, which are
 # expensive to recompute; BatchNorm, activations, elementwise ops and cat/split are recomputed (Chen et al. 2016,
-# section 4.2). Kept as data, as in torchtitan's activation_checkpoint.py op save-list. The attention ops are
+# section 4.2). Kept as data, as in torchtitan's activation_checkpoint.py op save-list, and given to PyTorch as a list
+# (create_selective_checkpoint_contexts: MUST_SAVE the ops listed, PREFER_RECOMPUTE the rest). The attention ops are
 # private and differ between torch builds: the list is built from the ones this build has (:func:`_save_ops`).
 SELECTIVE_SAVE_OP_NAMES = (
     "convolution",
@@ -99,11 +100,6 @@ def _recompute_context(layer: nn.Module):
                 b.copy_(v)
 
 
-def _selective_policy(ctx, op, *args, **kwargs) -> CheckpointPolicy:
-    """Keep the outputs of the expensive ops, recompute the rest (BatchNorm, activations, elementwise, cat/split)."""
-    return CheckpointPolicy.MUST_SAVE if op in SELECTIVE_SAVE_OPS else CheckpointPolicy.PREFER_RECOMPUTE
-
-
 @contextlib.contextmanager
 def _entered(*managers):
     with contextlib.ExitStack() as stack:
@@ -113,7 +109,7 @@ def _entered(*managers):
 
 
 def _selective_contexts(layer: nn.Module):
-    forward, recompute = create_selective_checkpoint_contexts(_selective_policy)
+    forward, recompute = create_selective_checkpoint_contexts(list(SELECTIVE_SAVE_OPS))
     return forward, _entered(_recompute_context(layer), recompute)  # BN snapshot outside the SAC mode
 
 
@@ -157,7 +153,7 @@ class RecomputedLayer(PickledAsStock, nn.Module):
             # guard is needed there: AOT autograd applies buffer mutations once, after the forward graph.
             options = {}
             if self.recompute_mode == "selective":
-                options["context_fn"] = functools.partial(create_selective_checkpoint_contexts, _selective_policy)
+                options["context_fn"] = functools.partial(create_selective_checkpoint_contexts, list(SELECTIVE_SAVE_OPS))
         else:
             # SAC's saved tensors go through the surrounding saved-tensor hooks, as every other saved tensor does
             # (save_on_cpu, the per-layer accounting of yolo_ckpt.memory.measure); torch 2.14 warns that this becomes the default
@@ -300,9 +296,8 @@ def apply_checkpointing(
             model is then left unchanged.
         TypeError: if ``model`` is not an Ultralytics ``BaseModel``.
     """
-    from ..config import check_assign_chunk, check_loss_chunk
-    from .assigner import DEFAULT_ASSIGN_CHUNK
-    from .losses import DEFAULT_CHUNK, apply_loss_region
+    from .chunks import DEFAULT_ASSIGN_CHUNK, DEFAULT_CHUNK, check_assign_chunk, check_loss_chunk
+    from .losses import apply_loss_region
 
     inner = model_layers(model)
     policy = resolve(recompute, ModelLayout.from_model(inner), frozen, mode)

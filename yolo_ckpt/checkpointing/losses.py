@@ -48,12 +48,10 @@ import torch.nn.functional as F
 from ultralytics.utils.loss import E2ELoss, v8SegmentationLoss
 from ultralytics.utils.ops import crop_mask, xyxy2xywh
 
-from ..config import check_assign_chunk, check_loss_chunk
 from . import patching
-from .assigner import DEFAULT_ASSIGN_CHUNK, chunk_assigners
+from .assigner import chunk_assigners
+from .chunks import DEFAULT_ASSIGN_CHUNK, DEFAULT_CHUNK, check_assign_chunk, check_loss_chunk
 from .policy import LOSS_HEADS, ModelLayout
-
-DEFAULT_CHUNK = 256  # anchors per forward chunk: 256 x 65536 mask pixels (imgsz 1024) x 4 B = 64 MiB per temporary
 
 
 def _anchor_losses(pred_mask, gt_mask, xyxy, area):

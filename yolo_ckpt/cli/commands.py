@@ -110,10 +110,10 @@ def prepare_train(args: list[str]):
         (:func:`yolo_ckpt.train.resume.finish_run`, its line printed).
 
     Raises:
-        SyntaxError: for unknown keys or a key without a value. ConfigError: for an invalid yolo-ckpt key, an
-        unknown task, a missing or unreadable ``cfg=`` file or model, a ``recompute=`` the model does not have,
-        ``resume`` of a finished run, or Ultralytics' own error for its saved arguments
-        (:func:`yolo_ckpt.train.resume.check_resumable`). All before any run directory is created.
+        SyntaxError: for unknown keys or a key without a value.
+        ConfigError: for an invalid yolo-ckpt key, an unknown task, a missing or unreadable ``cfg=`` file or model, a
+            ``recompute=`` the model does not have, ``resume`` of a finished run, or Ultralytics' own error for its
+            saved arguments (:func:`yolo_ckpt.train.resume.check_resumable`). All before any run directory is created.
     """
     from ultralytics import RTDETR, YOLO
 
@@ -226,11 +226,12 @@ def estimate_setup(args: list[str], command: str = "plan", early=None):
         ``format`` and ``plot``; ``imgsz`` is the largest size a step trains at, ``imgsz_given`` the value given).
 
     Raises:
-        SyntaxError: for unknown keys. ConfigError: for a bad yolo-ckpt key (:meth:`~yolo_ckpt.config.CkptConfig.from_args`),
-        ``objects=``, ``format=`` or ``plot=`` (:meth:`~yolo_ckpt.config.EstimateOptions.from_args`) or batch, a task
-        the estimate does not cover, a model or dataset that cannot be read, a training set train refuses
-        (:func:`yolo_ckpt.train.data_check.check_labels`: no labels, all images corrupt, ...); the keys' errors before
-        the model is built.
+        SyntaxError: for unknown keys.
+        ConfigError: for a bad yolo-ckpt key (:meth:`~yolo_ckpt.config.CkptConfig.from_args`), ``objects=``,
+            ``format=`` or ``plot=`` (:meth:`~yolo_ckpt.config.EstimateOptions.from_args`) or batch, a task the
+            estimate does not cover, a model or dataset that cannot be read, a training set train refuses
+            (:func:`yolo_ckpt.train.data_check.check_labels`: no labels, all images corrupt, ...); the keys' errors
+            before the model is built.
     """
     from ultralytics import YOLO
     from ultralytics.cfg import get_cfg

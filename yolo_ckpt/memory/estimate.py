@@ -76,6 +76,7 @@ from torch._subclasses.fake_tensor import FakeCopyMode, FakeTensorMode
 from torch.utils._pytree import tree_leaves, tree_map
 from ultralytics.utils.tal import SegTaskAlignedAssigner
 
+from ..checkpointing.assigner import DECODE_CHUNK_PIXELS
 from ..checkpointing.engine import apply_checkpointing, remove_checkpointing
 from ..checkpointing.losses import ANCHOR_TILE, PIXEL_TILE
 from . import estimate_cache
@@ -274,11 +275,6 @@ def _tile_pixels(anchors: int, pixels: int) -> int:
     by_anchors = min(anchors, 2 * ANCHOR_TILE - 1) * pixels
     by_rows = min(anchors * pixels, max(2 * PIXEL_TILE + anchors * width, 3 * anchors * width))
     return max(by_anchors, by_rows)
-
-
-# Mask pixels SegTaskAlignedAssigner.pair_overlaps decodes per chunk of images (ultralytics/utils/tal.py line 482,
-# mirrored; yolo_ckpt.checkpointing.assigner mirrors it too)
-DECODE_CHUNK_PIXELS = 1 << 27
 
 
 def _decoded(batch: int, anchors_per_image: int, pixels: int) -> int:

@@ -49,11 +49,11 @@ import copy
 import dataclasses
 from dataclasses import dataclass
 
-from ..checkpointing.assigner import DEFAULT_ASSIGN_CHUNK
+from ..checkpointing.chunks import DEFAULT_ASSIGN_CHUNK, DEFAULT_CHUNK, check_assign_chunk, check_loss_chunk
 from ..checkpointing.engine import sub_regions
-from ..checkpointing.losses import DEFAULT_CHUNK, apply_loss_region, remove_loss_region
+from ..checkpointing.losses import apply_loss_region, remove_loss_region
 from ..checkpointing.policy import REGIONS, ModelLayout, RecomputePolicy, resolve, spec_string
-from ..config import NO_HEADROOM, Headroom, check_assign_chunk, check_loss_chunk
+from ..config import NO_HEADROOM, Headroom
 from ..errors import ConfigError
 from . import estimate_cache
 from .estimate import LossModel, calibrate_loss, estimate_step, with_loss_phases
@@ -181,8 +181,8 @@ def loss_models(
     patched) under ``amp``.
 
     Raises:
-        ValueError: for a bad ``chunk`` or ``assign_chunk`` (:func:`yolo_ckpt.config.check_loss_chunk`,
-            :func:`yolo_ckpt.config.check_assign_chunk`).
+        ValueError: for a bad ``chunk`` or ``assign_chunk`` (:func:`yolo_ckpt.checkpointing.chunks.check_loss_chunk`,
+            :func:`yolo_ckpt.checkpointing.chunks.check_assign_chunk`).
     """
     chunk = check_loss_chunk(DEFAULT_CHUNK if chunk is None else chunk)
     objects = check_assign_chunk(DEFAULT_ASSIGN_CHUNK if assign_chunk is None else assign_chunk)

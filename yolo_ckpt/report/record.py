@@ -68,7 +68,8 @@ class RunReport:
         versions: ``yolo_ckpt``, ``ultralytics`` and ``torch`` versions. task, model, data: as the run was given.
         recompute, recompute_mode: the policy that trained (``recompute`` its spec, the planned layers for auto);
             recomputed_layers: ``{"index", "type"}`` per layer; recomputed_regions: ``head``, ``loss``.
-        device, imgsz (px), batch (images, after Ultralytics' out-of-memory halvings), batch_at_start, amp, epochs.
+        device, imgsz, batch, batch_at_start, amp, epochs: as the run trained (imgsz in px; batch in images, after
+            Ultralytics' out-of-memory halvings).
         memory_source: ``cuda_allocator``, ``cpu_probe_live_tensors`` (a live-tensor probe of one step at the end) or
             :data:`PROBE_SKIPPED` (a CPU run with ``probe=False``: no peak).
         memory_probe_images, memory_probe_objects, memory_probe_imgsz: the batch the CPU probe measured (None on CUDA).

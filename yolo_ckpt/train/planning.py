@@ -2,7 +2,8 @@
 recompute buys the run (:func:`estimate_step_peaks`), each from the one builder of a run's memory model
 (:func:`yolo_ckpt.memory.planned_run.planned_run`), and the checks planning needs before any write
 (:func:`check_planning`). Plain functions of a :class:`~yolo_ckpt.train.trainer.CheckpointTrainerMixin` trainer; they
-set ``trainer.plan``, ``trainer.run_spec``, ``trainer.planned`` and the ``estimated_*`` fields of its report."""
+set the ``plan``, ``planned`` and ``estimate*`` fields of its :class:`~yolo_ckpt.train.state.RunState`
+(``trainer.ckpt_state``)."""
 
 from __future__ import annotations
 
@@ -83,22 +84,22 @@ def budget_bytes(trainer) -> int:
 
 def plan_run(trainer, batch: int):
     """The run ``trainer`` plans (:func:`yolo_ckpt.memory.planned_run.planned_run`): its model, keys, data and device;
-    the data counted once per run (RNG untouched). Kept as ``trainer.planned``; logs what it assumed
-    (``trainer.run_spec``)."""
+    the data counted once per run (RNG untouched). Kept as ``trainer.ckpt_state.planned``; logs what it assumed
+    (its ``run_spec``)."""
     from ..memory.planned_run import planned_run
 
-    counts = trainer.planned.counts if trainer.planned else None
-    trainer.planned = planned_run(
+    state = trainer.ckpt_state
+    counts = state.planned.counts if state.planned else None
+    state.planned = planned_run(
         trainer.args, unwrap_model(trainer.model), trainer.ckpt_config, trainer.device.type, trainer.data, batch=batch, counts=counts
     )
-    trainer.run_spec = trainer.planned.spec
-    LOGGER.info(f"{PREFIX}memory model {trainer.run_spec.describe()}")
-    return trainer.planned
+    LOGGER.info(f"{PREFIX}memory model {state.run_spec.describe()}")
+    return state.planned
 
 
 def plan_recompute(trainer) -> str:
     """recompute=auto: the cheapest set of layers, head branches and loss region that fits the budget at this
-    run's batch and largest imgsz (:meth:`yolo_ckpt.memory.plan.MemoryModel.plan`), kept as ``trainer.plan``. With
+    run's batch and largest imgsz (:meth:`yolo_ckpt.memory.plan.MemoryModel.plan`), kept as ``trainer.ckpt_state.plan``. With
     batch=-1 the order is: recompute everything (``all``), then take the largest batch that fits
     (:func:`planned_batch`)."""
     if trainer.args.batch < 1:
@@ -106,7 +107,7 @@ def plan_recompute(trainer) -> str:
         return "all"
     run = plan_run(trainer, trainer.args.batch)
     memory, imgsz = run.memory_model(), run.imgsz
-    plan = trainer.plan = memory.plan(budget_bytes(trainer), trainer.args.batch, imgsz)
+    plan = trainer.ckpt_state.plan = memory.plan(budget_bytes(trainer), trainer.args.batch, imgsz)
     LOGGER.info(
         f"{PREFIX}plan for memory_budget={size_text(plan.budget_bytes)}: recompute={plan.recompute}, "
         f"estimated peak {size_text(plan.estimated_peak_bytes)} + headroom {size_text(plan.headroom_bytes)} "
@@ -143,7 +144,8 @@ def planned_batch(trainer) -> int:
     else:
         batch = estimated_batch(memory, policy, budget, imgsz, images)
     LOGGER.info(f"{PREFIX}batch={batch} for memory_budget={size_text(budget)} at imgsz={imgsz} ({policy.spec})")
-    trainer.plan = trainer.plan or memory.as_plan(units, memory.peak(units, batch, imgsz), budget, batch, imgsz)
+    state = trainer.ckpt_state
+    state.plan = state.plan or memory.as_plan(units, memory.peak(units, batch, imgsz), budget, batch, imgsz)
     return batch
 
 
@@ -170,7 +172,7 @@ def estimated_batch(memory, policy, budget: int, imgsz: int, images: int | None)
 def autobatch(trainer, budget: int) -> int:
     """Ultralytics' AutoBatch on the patched model at the fraction ``budget`` is of the memory it counts as
     available (``check_train_batch_size`` reads the fraction from the batch it is given)."""
-    counts = trainer.planned.counts
+    counts = trainer.ckpt_state.planned.counts
     requested, trainer.batch_size = trainer.batch_size, min(budget / cuda_available(trainer.device), 0.999)  # AutoBatch takes (0, 1)
     try:
         return BaseTrainer.auto_batch(trainer, counts.planned_objects, dataset_size=counts.images)
@@ -181,34 +183,35 @@ def autobatch(trainer, budget: int) -> int:
 def estimate_step_peaks(trainer, task: str) -> None:
     """What recompute buys this run: the memory model's peaks for ``none``, ``all`` and the policy that trains, at
     the batch (no more than the training set's images) and largest imgsz this run trains, for its spec (the planned
-    run's memory model reused), into ``trainer.estimated_peaks`` (bytes) and ``trainer.estimated_step``, and the
-    composed steps of ``none`` and the policy (for the run's picture) into ``trainer.estimated_steps``; from one fake pass
-    (:meth:`yolo_ckpt.memory.plan.MemoryModel.step`). Skipped, with the reason in ``trainer.estimate_skipped``, for
+    run's memory model reused), into ``trainer.ckpt_state``'s ``estimated_peaks`` (bytes) and ``estimated_step``, and the
+    composed steps of ``none`` and the policy (for the run's picture) into its ``estimated_steps``; from one fake pass
+    (:meth:`yolo_ckpt.memory.plan.MemoryModel.step`). Skipped, with the reason in its ``estimate_skipped``, for
     ``estimate=False`` and for models the memory model does not cover."""
     from ultralytics.nn.tasks import BaseModel
 
+    state = trainer.ckpt_state
     if not trainer.ckpt_config.estimate:
-        trainer.estimate_skipped = "estimate=False"
+        state.estimate_skipped = "estimate=False"
     elif task not in PLANNED_TASKS or isinstance(trainer, NOT_PLANNED) or not isinstance(unwrap_model(trainer.model), BaseModel):
-        trainer.estimate_skipped = (
+        state.estimate_skipped = (
             f"the memory model does not cover {type(trainer).__name__} with {type(unwrap_model(trainer.model)).__name__}"
         )
-    if trainer.estimate_skipped:
+    if state.estimate_skipped:
         return
     start = time.process_time()
-    run = trainer.planned or plan_run(trainer, trainer.batch_size)
+    run = state.planned or plan_run(trainer, trainer.batch_size)
     # the largest step this run makes: a training set smaller than batch= makes every step of its size (issue 31: a
     # 2-image set's measured step stood beside estimates at batch 16)
     loader = getattr(trainer, "train_loader", None)
     batch = min(trainer.batch_size, len(loader.dataset)) if loader is not None else trainer.batch_size
     memory, policy = run.memory_model(), trainer.policy
-    steps = trainer.estimated_steps = {
+    steps = state.estimated_steps = {
         name: memory.step(memory.units(units), batch, run.imgsz) for name, units in (("none", "none"), ("policy", policy))
     }
-    peaks = trainer.estimated_peaks = {
+    peaks = state.estimated_peaks = {
         "none": steps["none"].peak_bytes, "all": memory.peak(memory.units("all"), batch, run.imgsz), "policy": steps["policy"].peak_bytes
     }
-    trainer.estimated_step = {
+    state.estimated_step = {
         "batch": batch,
         "imgsz": run.imgsz,
         "objects": run.spec.objects,

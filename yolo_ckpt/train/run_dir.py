@@ -44,14 +44,14 @@ def restore_run_dir(run_dir: Path, existed: bool, files: dict[str, tuple[bytes, 
 
 @contextlib.contextmanager
 def restored_on_failure(trainer):
-    """Put the run directory back as it was before this run (``trainer.run_dir_before``, from :func:`run_dir_state`;
+    """Put the run directory back as it was before this run (``trainer.ckpt_state.run_dir_before``, from :func:`run_dir_state`;
     :func:`restore_run_dir`) when the block raises, anything, before the first epoch starts (``on_train_start``
     clears the saved state: from then on the folder holds this run's results). Not for a resumed run (its folder is
     the resumed one) nor a DDP launcher, whose workers train."""
     try:
         yield
     except BaseException:
-        before = getattr(trainer, "run_dir_before", None)
+        before = trainer.ckpt_state.run_dir_before
         if RANK in {-1, 0} and before and not getattr(trainer, "ddp", False) and before[0] == getattr(trainer, "save_dir", before[0]):
             restore_run_dir(*before)
         raise

@@ -1,13 +1,13 @@
 """What a run measures for its report as it trains, and the report at its end: the step times and CUDA peaks
-(:class:`RunStats`, the callbacks of :data:`CALLBACKS`, :func:`cuda_peak`), the CPU's memory probes
-(:func:`memory_probes`) and the run report (:func:`run_report`, :class:`yolo_ckpt.report.record.RunReport`) with its
-per-layer picture (:func:`run_picture`). Plain functions of a :class:`~yolo_ckpt.train.trainer.CheckpointTrainerMixin` trainer."""
+(the callbacks of :data:`CALLBACKS`, :func:`cuda_peak`), the CPU's memory probes (:func:`memory_probes`) and the run
+report (:func:`run_report`, :class:`yolo_ckpt.report.record.RunReport`) with its per-layer picture (:func:`run_picture`).
+Plain functions of a :class:`~yolo_ckpt.train.trainer.CheckpointTrainerMixin` trainer; what they measure goes to the
+trainer's :class:`~yolo_ckpt.train.state.RunState` (``trainer.ckpt_state``)."""
 
 from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -23,33 +23,15 @@ from .tasks import task_of
 LAYER_PLOT_NAME = "ckpt_layers.png"
 
 
-@dataclass
-class RunStats:
-    """What a run measures for its report as it trains.
-
-    Attributes:
-        step_s: seconds of each training step (callbacks around it; CUDA synchronised). t0: the current step's start.
-        probe_batch: the CPU's kept full-size training batch, for the end-of-run memory probe.
-        batch_at_start: the batch training started with (after batch=-1).
-        train_peak, val_peak: the CUDA allocator's peaks, ``{"allocated": bytes, "reserved": bytes}``.
-    """
-
-    step_s: list = field(default_factory=list)
-    t0: float = 0.0
-    probe_batch: dict | None = None
-    batch_at_start: int | None = None
-    train_peak: dict = field(default_factory=dict)
-    val_peak: dict = field(default_factory=dict)
-
-
 def _on_train_batch_start(trainer) -> None:
-    trainer.ckpt_stats.t0 = time.perf_counter()
+    trainer.ckpt_state.t0 = time.perf_counter()
 
 
 def _on_train_batch_end(trainer) -> None:
     if trainer.device.type == "cuda":
         torch.cuda.synchronize(trainer.device)
-    trainer.ckpt_stats.step_s.append(time.perf_counter() - trainer.ckpt_stats.t0)
+    state = trainer.ckpt_state
+    state.step_s.append(time.perf_counter() - state.t0)
 
 
 def _on_train_end(trainer) -> None:
@@ -62,7 +44,7 @@ def _on_train_end(trainer) -> None:
     if picture is not None:
         write_layer_plot(picture, trainer.save_dir / LAYER_PLOT_NAME)
     elif trainer.args.plots:
-        LOGGER.info(f"{PREFIX}no {LAYER_PLOT_NAME}: no set-up estimate ({trainer.estimate_skipped}) and no CPU probe of a step")
+        LOGGER.info(f"{PREFIX}no {LAYER_PLOT_NAME}: no set-up estimate ({trainer.ckpt_state.estimate_skipped}) and no CPU probe of a step")
 
 
 def run_picture(trainer, record: RunReport) -> LayerPlot | None:
@@ -71,31 +53,32 @@ def run_picture(trainer, record: RunReport) -> LayerPlot | None:
     recomputes them and both steps' phases side by side, in MiB, as ``yolo-ckpt profile plot=True`` draws them;
     without that estimate, the CPU probe's step alone, its title saying why ``none`` is missing; None with neither
     (a CUDA run that skipped the estimate)."""
-    stem, steps = Path(str(trainer.args.model)).stem, trainer.estimated_steps
+    state = trainer.ckpt_state
+    stem, steps = Path(str(trainer.args.model)).stem, state.estimated_steps
     if steps:
-        step = trainer.estimated_step
+        step = state.estimated_step
         title = (
             f"{stem} at batch {step['batch']} imgsz {step['imgsz']}, the set-up estimate: recompute=none's layers;\n"
             f"orange: what this run's recompute={record.recompute} recomputes"
         )
         return layer_plot(steps["none"], trainer.policy, title, phases=steps["policy"])
-    if trainer.train_probe is None:
+    if state.train_probe is None:
         return None
     title = (
         f"{stem}, recompute={record.recompute}: one training step on the CPU (the run report's probe);\n"
-        f"no recompute=none beside it: its estimate was skipped ({trainer.estimate_skipped})"
+        f"no recompute=none beside it: its estimate was skipped ({state.estimate_skipped})"
     )
-    return layer_plot(trainer.train_probe, trainer.policy, title)
+    return layer_plot(state.train_probe, trainer.policy, title)
 
 
 def _on_pretrain_routine_end(trainer) -> None:
-    trainer.ckpt_stats.batch_at_start = trainer.batch_size  # after batch=-1; an OOM halving may lower it later
+    trainer.ckpt_state.batch_at_start = trainer.batch_size  # after batch=-1; an OOM halving may lower it later
     if RANK in {-1, 0}:
         estimate_step_peaks(trainer, task_of(type(trainer)))
 
 
 def _on_train_start(trainer) -> None:
-    trainer.run_dir_before = None  # the first epoch starts: a failure from here on keeps the run folder as it is
+    trainer.ckpt_state.run_dir_before = None  # the first epoch starts: a failure from here on keeps the run folder as it is
 
 
 CALLBACKS = {
@@ -107,13 +90,8 @@ CALLBACKS = {
 }
 
 
-def start_stats(trainer) -> None:
-    """Give ``trainer`` its empty :class:`RunStats`, estimate fields and CPU probe, and add the :data:`CALLBACKS`
-    (the DDP worker gets them back in ``_callbacks`` already)."""
-    trainer.ckpt_stats = RunStats()
-    # estimate_step_peaks()'s
-    trainer.estimated_peaks, trainer.estimated_steps, trainer.estimated_step, trainer.estimate_skipped = {}, {}, None, None
-    trainer.train_probe = None  # the CPU probe's StepProfile of one training step, at the end of the run
+def add_callbacks(trainer) -> None:
+    """Add the :data:`CALLBACKS` to ``trainer`` (the DDP worker gets them back in ``_callbacks`` already)."""
     for event, callback in CALLBACKS.items():
         if callback not in trainer.callbacks[event]:
             trainer.add_callback(event, callback)
@@ -122,16 +100,16 @@ def start_stats(trainer) -> None:
 def keep_probe_batch(trainer, batch: dict) -> None:
     """On the CPU, unless ``probe=False``, keep the first full-size batch (the first of the most images, when the
     dataset is smaller than the batch) for the end-of-run memory probe."""
-    kept = trainer.ckpt_stats.probe_batch
+    kept = trainer.ckpt_state.probe_batch
     fuller = kept is None or len(kept["img"]) < min(len(batch["img"]), trainer.batch_size)
     if trainer.device.type == "cpu" and trainer.ckpt_config.probe and fuller:
-        trainer.ckpt_stats.probe_batch = dict(batch)
+        trainer.ckpt_state.probe_batch = dict(batch)
 
 
 @contextlib.contextmanager
 def cuda_peak(trainer, section: str):
     """Count the CUDA allocator's peak inside the block as ``section`` ("val") and the peak before it as
-    "train" (:class:`RunStats`); nothing off CUDA."""
+    "train" (:class:`~yolo_ckpt.train.state.RunState`); nothing off CUDA."""
     if trainer.device.type != "cuda":
         yield
         return
@@ -144,7 +122,7 @@ def cuda_peak(trainer, section: str):
 
 def bank_cuda_peak(trainer, section: str) -> None:
     """Add the CUDA allocator's peaks since the last reset to ``section``'s (max of both), then reset them."""
-    peaks = getattr(trainer.ckpt_stats, f"{section}_peak")
+    peaks = getattr(trainer.ckpt_state, f"{section}_peak")
     peaks["allocated"] = max(peaks.get("allocated", 0), torch.cuda.max_memory_allocated(trainer.device))
     peaks["reserved"] = max(peaks.get("reserved", 0), torch.cuda.max_memory_reserved(trainer.device))
     torch.cuda.reset_peak_memory_stats(trainer.device)
@@ -164,7 +142,7 @@ def memory_probes(trainer):
 
     from ..memory.measure import optimizer_for, probe_validation_step, profile_step
 
-    batch = trainer.ckpt_stats.probe_batch
+    batch = trainer.ckpt_state.probe_batch
     model = unwrap_model(trainer.model)
     if not isinstance(model, BaseModel):  # DistillationModel (student and teacher)
         return None, probe_validation_step(trainer.ema.ema, batch["img"])
@@ -181,7 +159,7 @@ def memory_probes(trainer):
 def run_report(trainer) -> RunReport:
     """The :class:`~yolo_ckpt.report.record.RunReport` of a finished run: its policy and settings, the CUDA
     allocator's peaks (CPU: :func:`memory_probes` on the kept batch, whose step profile is kept as
-    ``trainer.train_probe`` for the picture; none with ``probe=False``), the median step time after
+    ``trainer.ckpt_state.train_probe`` for the picture; none with ``probe=False``), the median step time after
     :data:`~yolo_ckpt.report.record.WARMUP_STEPS`, the plan and the final metrics."""
     import statistics
 
@@ -189,20 +167,20 @@ def run_report(trainer) -> RunReport:
 
     from .. import __version__
 
-    args, stats, policy, plan = trainer.args, trainer.ckpt_stats, trainer.policy, trainer.plan
-    steps = stats.step_s[WARMUP_STEPS:]
+    args, state, policy = trainer.args, trainer.ckpt_state, trainer.policy
+    steps = state.step_s[WARMUP_STEPS:]
     if trainer.device.type == "cuda":
         bank_cuda_peak(trainer, "train")
-        source, train, val = "cuda_allocator", stats.train_peak, stats.val_peak
+        source, train, val = "cuda_allocator", state.train_peak, state.val_peak
     elif not trainer.ckpt_config.probe:
         source, train, val = PROBE_SKIPPED, {}, {}
     else:
         start = time.perf_counter()
-        trainer.train_probe, v = memory_probes(trainer) if stats.probe_batch is not None else (None, None)
-        if stats.probe_batch is not None:  # its cost said, beside the way to skip it (issue 31: it dominated tiny runs)
+        state.train_probe, v = memory_probes(trainer) if state.probe_batch is not None else (None, None)
+        if state.probe_batch is not None:  # its cost said, beside the way to skip it (issue 31: it dominated tiny runs)
             LOGGER.info(f"{PREFIX}CPU memory probe of one training step and one validation batch: {time.perf_counter() - start:.1f} s "
                         "(probe=False skips it)")
-        t = trainer.train_probe.peak_bytes if trainer.train_probe else None
+        t = state.train_probe.peak_bytes if state.train_probe else None
         source, train, val = "cpu_probe_live_tensors", {"allocated": t}, {"allocated": v}
     return RunReport(
         versions={"yolo_ckpt": __version__, "ultralytics": ultralytics.__version__, "torch": torch.__version__},
@@ -216,23 +194,23 @@ def run_report(trainer) -> RunReport:
         device=str(trainer.device),
         imgsz=args.imgsz,
         batch=trainer.batch_size,  # after Ultralytics' halvings on an out-of-memory error in the first epoch
-        batch_at_start=stats.batch_at_start,
+        batch_at_start=state.batch_at_start,
         amp=bool(trainer.amp),
         epochs=trainer.epoch + 1,
         memory_source=source,
-        **probe_counts(stats.probe_batch),
+        **probe_counts(state.probe_batch),
         train_peak_allocated_bytes=train.get("allocated"),
         train_peak_reserved_bytes=train.get("reserved"),
         val_peak_allocated_bytes=val.get("allocated"),
         val_peak_reserved_bytes=val.get("reserved"),
         train_step_time_median_s=statistics.median(steps) if steps else None,
         train_steps_timed=len(steps),
-        estimated_none_peak_bytes=trainer.estimated_peaks.get("none"),
-        estimated_all_peak_bytes=trainer.estimated_peaks.get("all"),
-        estimated_policy_peak_bytes=trainer.estimated_peaks.get("policy"),
-        estimated_step=trainer.estimated_step,
-        estimate_skipped=trainer.estimate_skipped,
-        plan=None if plan is None else PlanRecord.of(plan, trainer.run_spec.to_dict() if trainer.run_spec else None),
+        estimated_none_peak_bytes=state.estimated_peaks.get("none"),
+        estimated_all_peak_bytes=state.estimated_peaks.get("all"),
+        estimated_policy_peak_bytes=state.estimated_peaks.get("policy"),
+        estimated_step=state.estimated_step,
+        estimate_skipped=state.estimate_skipped,
+        plan=None if state.plan is None else PlanRecord.of(state.plan, state.run_spec.to_dict() if state.run_spec else None),
         metrics=task_metrics(trainer.metrics),
         ultralytics_metrics={k: float(v) for k, v in (trainer.metrics or {}).items()},
     )

@@ -14,7 +14,8 @@ check sees them, validated (:meth:`yolo_ckpt.config.CkptConfig.from_args`) befor
 set on ``trainer.args`` afterwards, as given. So they are saved in ``args.yaml`` and in ``last.pt``'s
 ``train_args`` (which ``resume=True`` and the DDP launcher read back), while the saved model holds only stock
 Ultralytics classes. The trainer reads them typed from ``trainer.ckpt_config``, built once the run's values are
-final (given, else resumed, else the task's default, else the YAML's).
+final (given, else resumed, else the task's default, else the YAML's). What the run plans and measures is on
+``trainer.ckpt_state`` (:class:`yolo_ckpt.train.state.RunState`), the policy applied on ``trainer.policy``.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ from .log import PREFIX
 from .planning import check_planning, plan_recompute, planned_batch
 from .resume import stop_on_interrupt
 from .run_dir import restored_on_failure, run_dir_state
-from .run_stats import cuda_peak, keep_probe_batch, start_stats
+from .run_stats import add_callbacks, cuda_peak, keep_probe_batch
+from .state import RunState
 from .tasks import task_defaults, task_of
 
 # batch=-1 on the CPU without a budget: what stock does, said once
@@ -74,7 +76,7 @@ class CheckpointTrainerMixin:
         config, given, overrides = self.check_keys(overrides)
         if RANK in {-1, 0}:
             check_train_labels(type(self), task_of(type(self)), get_cfg(cfg, overrides))
-        self.run_dir_before = run_dir_state(cfg, overrides)
+        self.ckpt_state = RunState(run_dir_before=run_dir_state(cfg, overrides))
         with restored_on_failure(self):  # e.g. a data= that does not exist: Ultralytics wrote args.yaml, removed results.csv
             super().__init__(cfg, overrides, _callbacks)
         if distributed.torchrun_world_size() > 1:  # a torchrun worker: the whole job's ranks, on every node
@@ -87,8 +89,8 @@ class CheckpointTrainerMixin:
         if RANK in {-1, 0}:
             YAML.save(self.save_dir / "args.yaml", vars(self.args))  # again, now with yolo-ckpt's keys
             remove_stale_temporaries(self.wdir)  # of this run's saves a kill interrupted
-        self.policy = self.plan = self.run_spec = self.planned = None
-        start_stats(self)
+        self.policy = None
+        add_callbacks(self)
 
     @classmethod
     def check_keys(cls, overrides: dict | None) -> tuple[CkptConfig, dict, dict]:

@@ -1,0 +1,61 @@
+"""What yolo-ckpt plans and measures for one training run, on one object: the trainer's ``ckpt_state``
+(:class:`RunState`), beside its typed keys (``ckpt_config``) and the policy applied (``policy``).
+
+The mixin (:class:`~yolo_ckpt.train.trainer.CheckpointTrainerMixin`) makes it first thing in ``__init__``; the planning
+(:mod:`yolo_ckpt.train.planning`), the run folder's restore (:mod:`yolo_ckpt.train.run_dir`) and the run statistics
+(:mod:`yolo_ckpt.train.run_stats`) fill it; the run report reads it. It stays in the process: Ultralytics' checkpoints
+are built from chosen attributes (``BaseTrainer.save_model``: the EMA, the optimizer, ``vars(args)``, ...) and the DDP
+launcher pickles the trainer's class, args, model and callbacks, never the trainer, so each DDP worker makes its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..memory.measure import StepProfile
+    from ..memory.plan import Plan
+    from ..memory.planned_run import PlannedRun
+
+
+@dataclass
+class RunState:
+    """What one training run plans and measures, in the order it happens.
+
+    Attributes:
+        run_dir_before: the run folder as it was before the run (:func:`~yolo_ckpt.train.run_dir.run_dir_state`), put back
+            if set-up fails (:func:`~yolo_ckpt.train.run_dir.restored_on_failure`); None once the first epoch starts.
+        planned: the run the memory model assumes (:func:`~yolo_ckpt.train.planning.plan_run`); None if it never planned.
+        plan: recompute=auto's plan, or batch=-1's (:mod:`yolo_ckpt.train.planning`); None without one.
+        estimated_peaks: the set-up estimate's peaks in bytes, ``{"none", "all", "policy"}``
+            (:func:`~yolo_ckpt.train.planning.estimate_step_peaks`); empty when skipped.
+        estimated_steps: the estimate's composed steps of ``none`` and the ``policy``, for the run's picture.
+        estimated_step: what the estimate assumed: ``{"batch", "imgsz", "objects", "device", "amp"}``.
+        estimate_skipped: why there is no estimate (``"estimate=False"``, a model it does not cover), or None.
+        step_s: seconds of each training step (callbacks around it; CUDA synchronised). t0: the current step's start.
+        probe_batch: the CPU's kept full-size training batch, for the end-of-run memory probe.
+        batch_at_start: the batch training started with (after batch=-1).
+        train_peak, val_peak: the CUDA allocator's peaks, ``{"allocated": bytes, "reserved": bytes}``.
+        train_probe: the CPU probe's profile of one training step, at the end of the run (the report's peak).
+    """
+
+    run_dir_before: tuple | None = None
+    planned: PlannedRun | None = None
+    plan: Plan | None = None
+    estimated_peaks: dict = field(default_factory=dict)
+    estimated_steps: dict = field(default_factory=dict)
+    estimated_step: dict | None = None
+    estimate_skipped: str | None = None
+    step_s: list = field(default_factory=list)
+    t0: float = 0.0
+    probe_batch: dict | None = None
+    batch_at_start: int | None = None
+    train_peak: dict = field(default_factory=dict)
+    val_peak: dict = field(default_factory=dict)
+    train_probe: StepProfile | None = None
+
+    @property
+    def run_spec(self):
+        """The :class:`~yolo_ckpt.memory.runspec.RunSpec` the memory model assumed (``planned.spec``), or None."""
+        return self.planned.spec if self.planned is not None else None
