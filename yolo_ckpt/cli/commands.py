@@ -15,22 +15,21 @@ checks yolo-ckpt's keys once, through :mod:`yolo_ckpt.config`, before it builds 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT, LOGGER
+from ultralytics.utils import LOGGER
 
 from ..config import (
     BENCH_DEFAULTS,
     BENCH_DEFAULTS_PATH,
+    DEFAULT_MODELS,
     DEFAULTS_PATH,
     ESTIMATE_DEFAULTS,
     ESTIMATE_DEFAULTS_PATH,
     CkptConfig,
-    EstimateOptions,
     check_bool,
 )
 from ..errors import ConfigError, NoRoomError, one_line, user_input
@@ -53,16 +52,6 @@ COMMANDS = {
     "help": "show this help",
 }
 PROFILE_ONLY = ("plot",)  # keys of cfg/estimate.yaml that plan does not take
-# model= default per task, built from its YAML (nothing downloads): YOLO11n, or YOLO26n where only YOLO26 has the task
-DEFAULT_MODELS = {
-    "detect": "yolo11n.yaml",
-    "segment": "yolo11n-seg.yaml",
-    "obb": "yolo11n-obb.yaml",
-    "pose": "yolo11n-pose.yaml",
-    "classify": "yolo11n-cls.yaml",
-    "semantic": "yolo26n-sem.yaml",
-    "depth": "yolo26n-depth.yaml",
-}
 
 
 def help_text() -> str:
@@ -186,44 +175,18 @@ def _diagnostics_to_stderr():
             h.setStream(stream)
 
 
-def dataset_on_disk(data: str, task: str) -> dict:
-    """The dataset dict the task's trainer reads (Ultralytics' ``check_det_dataset``, ``check_cls_dataset`` for
-    classify), without downloading anything or running a data.yaml's ``download:`` code: profile and plan only estimate.
-
-    Raises:
-        ConfigError: naming ``data=`` when the dataset is not on disk (and how to fetch it), or cannot be read.
-    """
-    from ultralytics.data.utils import check_cls_dataset, check_det_dataset
-
-    fetch = (
-        f"data={data} is not on disk; profile and plan never download: fetch it first "
-        f"(yolo-ckpt train or yolo train data={data} downloads it)"
-    )
-    with user_input():
-        if task != "classify":
-            try:
-                return check_det_dataset(data, autodownload=False)
-            except FileNotFoundError as e:
-                raise ConfigError(f"{fetch}: {str(e).splitlines()[0]}") from e
-        if not Path(data).is_dir():
-            raise ConfigError(fetch)
-        return check_cls_dataset(data)
-
-
 def estimate_setup(args: list[str], command: str = "plan", early=None):
     """Parse the arguments of ``command`` (``profile`` or ``plan``, which does not take profile's ``plot=``) into the
-    run ``yolo-ckpt train`` would make of the same keys (:func:`yolo_ckpt.memory.planned_run.planned_run`).
-    ``early(config)``: the command's own checks of yolo-ckpt's keys, made before the model is built (plan's budget).
-
-    The model is built from ``model=`` (no download; a ``.pt`` is loaded once) as the trainer builds it: with the
-    data's classes and channels when ``data=`` is given (Ultralytics' ``check_det_dataset``, or ``check_cls_dataset``
-    for classify), its parameters trainable as training makes them. The device is ``device=``, else the one ``train``
-    would use (:func:`yolo_ckpt.memory.runspec.device_type`); AMP as that device runs it.
+    run ``yolo-ckpt train`` would make of the same keys (:meth:`yolo_ckpt.memory.planned_run.PlannedRun.from_keys`: the
+    model and data loaded as the trainer loads them, the device train would use), refusing what train refuses: a
+    ``data=`` of the wrong form for the task (:func:`yolo_ckpt.train.inputs.check_data_for_task`), a training set train's
+    checks refuse. ``early(config)``: the command's own checks of yolo-ckpt's keys, made before the model is built
+    (plan's budget).
 
     Returns:
         ``(run, opts)``: the :class:`~yolo_ckpt.memory.planned_run.PlannedRun` (model, spec, trained imgsz, config), and the
-        keys with defaults (Ultralytics' for ``yolo train``'s keys, ``cfg/estimate.yaml``'s for ``objects``,
-        ``format`` and ``plot``; ``imgsz`` is the largest size a step trains at, ``imgsz_given`` the value given).
+        keys with defaults (:attr:`~yolo_ckpt.memory.planned_run.PlannedRun.keys`; ``imgsz`` is the largest size a step
+        trains at, ``imgsz_given`` the value given).
 
     Raises:
         SyntaxError: for unknown keys. ConfigError: for a bad yolo-ckpt key (:meth:`~yolo_ckpt.config.CkptConfig.from_args`),
@@ -232,62 +195,19 @@ def estimate_setup(args: list[str], command: str = "plan", early=None):
         (:func:`yolo_ckpt.train.data_check.check_labels`: no labels, all images corrupt, ...); the keys' errors before
         the model is built.
     """
-    from ultralytics import YOLO
-    from ultralytics.cfg import get_cfg
-
-    from ..checkpointing.policy import ModelLayout, layout_of
-    from ..memory.plan import PLANNED_TASKS
-    from ..memory.planned_run import planned_run
-    from ..memory.runspec import device_type
+    from ..memory.planned_run import PlannedRun
     from ..train.data_check import CHECKED_TASKS, check_labels
     from ..train.inputs import check_data_for_task
-    from ..train.planning import ESTIMATE_BASE_BATCH
+
+    def labels(data: dict, task: str, cfg) -> None:  # train's checks of the training set, for the tasks it checks
+        if task in CHECKED_TASKS:
+            check_labels(data, task, cfg.fraction, cfg.single_cls)
 
     keys = {k: v for k, v in ESTIMATE_DEFAULTS.items() if command == "profile" or k not in PROFILE_ONLY}
     given = parse_train_args(args, keys)
-    config = CkptConfig.from_args(given)  # bad keys fail here, before the model is built
-    opts = {**DEFAULT_CFG_DICT, **given, **dataclasses.asdict(EstimateOptions.from_args(given))}
-    if early is not None:
-        early(config)
-    opts["autobatch"] = command == "plan" and opts["batch"] == -1  # the batch train picks, answered once the model is built
-    if not opts["autobatch"] and (not isinstance(opts["batch"], int) or opts["batch"] < 1):
-        raise ConfigError(
-            f"batch={opts['batch']!r}: profile estimates a given batch (an int >= 1); plan takes one, or batch=-1 for the batch "
-            "train would pick"
-        )
-    opts["model"] = opts["model"] or DEFAULT_MODELS.get(opts["task"] or "detect", "yolo11n.yaml")
-    tidy_beside(opts["model"])
-    check_data_for_task(opts["data"], given.get("task"))
-    if Path(str(opts["model"])).suffix.lower() in {".yaml", ".yml"}:
-        layout_of(opts["model"])  # a missing YAML named as given (Ultralytics names 'yolo11n.yaml' for yolo11nn.yaml)
-    with user_input(checkpoint=opts["model"]):
-        yolo = YOLO(opts["model"], task=given.get("task"))
-    check_data_for_task(opts["data"], yolo.task)
-    if yolo.task not in PLANNED_TASKS:
-        raise ConfigError(f"profile and plan estimate {', '.join(PLANNED_TASKS)} models; model={opts['model']} is a {yolo.task} model")
-    # the task's defaults, as train takes them: its loss region where the head has one (not RT-DETR's, ...)
-    config = config.for_task(yolo.task if ModelLayout.from_model(yolo.model).has_loss_region else None, given)
-    cfg = get_cfg(DEFAULT_CFG, {k: v for k, v in opts.items() if k in DEFAULT_CFG_DICT and k != "format"} | {"task": yolo.task})
-    model, data = yolo.model, None
-    if opts["data"]:
-        data = dataset_on_disk(opts["data"], yolo.task)
-        model = yolo.task_map[yolo.task]["model"](yolo.model.yaml, nc=data["nc"], ch=data["channels"], verbose=False)
-        if yolo.ckpt:  # a trained .pt: its weights, as the trainer's get_model loads them into the data's model
-            model.load(yolo.model)
-    batch = ESTIMATE_BASE_BATCH if opts["autobatch"] else opts["batch"]  # batch=-1: train's base pass (planned_batch)
-    checked = data is not None and yolo.task in CHECKED_TASKS
-    try:
-        run = planned_run(
-            cfg, model, config, device_type(opts["device"]), data, batch=batch, objects=given.get("objects"),
-            object_size=opts["object_size"],
-        )
-    except RuntimeError:  # Ultralytics' dataset build ("No valid images found"): train's check says why, in one line
-        if checked:
-            check_labels(data, yolo.task, cfg.fraction, cfg.single_cls)
-        raise
-    if checked:  # the training set's checks train makes, from the label cache the dataset build just wrote: no 2nd scan
-        check_labels(data, yolo.task, cfg.fraction, cfg.single_cls)
-    opts["imgsz_given"], opts["imgsz"] = opts["imgsz"], run.imgsz
+    tidy_beside(given.get("model"))
+    run = PlannedRun.from_keys(given, plans_batch=command == "plan", early=early, check_task=check_data_for_task, check_labels=labels)
+    opts = {**run.keys, "imgsz_given": run.keys["imgsz"], "imgsz": run.imgsz, "autobatch": command == "plan" and run.keys["batch"] == -1}
     return run, opts
 
 
@@ -425,7 +345,7 @@ def plan_setup(args: list[str]):
         the :class:`~yolo_ckpt.memory.runspec.RunSpec`.
 
     With ``batch=-1``, ``opts["batch"]`` becomes the batch train would pick for ``memory_budget=`` off CUDA, by the same
-    function (:func:`yolo_ckpt.train.planning.estimated_batch`: with the run's policy, ``all`` for ``recompute=auto``,
+    function (:func:`yolo_ckpt.memory.planned_run.decide`: with the run's policy, ``all`` for ``recompute=auto``,
     capped by the training set's images); on CUDA train measures with AutoBatch instead (and keeps the smaller of the two
     for segment models), which needs the GPU itself.
 
@@ -433,17 +353,16 @@ def plan_setup(args: list[str]):
         ConfigError: as :func:`estimate_setup` raises (without ``memory_budget=``, for a fraction); PlanError: with
             ``batch=-1`` where not even batch 1 fits.
     """
-    from ..checkpointing.policy import is_auto
-    from ..train.planning import estimated_batch
+    from ..memory.planned_run import decide
 
     run, opts = estimate_setup(args, "plan", early=_plan_budget)
     budget = _plan_budget(run.config)
     print("yolo-ckpt plan: estimating the model (calibrating its loss formula, one fake pass)", file=sys.stderr)
     memory = run.memory_model()
     if opts["autobatch"]:
-        recompute = "all" if is_auto(run.config.recompute) else run.config.recompute  # train's plan_recompute with batch=-1
         images = run.counts.images if run.counts else None
-        opts["batch"] = estimated_batch(memory, recompute, budget, opts["imgsz"], images)
+        decision = decide(run.config.recompute, -1, memory, budget, opts["imgsz"], images)  # train's, for batch=-1
+        opts["batch"], recompute = decision.batch, decision.recompute
         cap = f", at most the {images} training images" if images else ""
         how = (
             f"the estimate's largest batch that fits{cap}; train on CUDA measures its own with AutoBatch"
@@ -468,6 +387,7 @@ def plan(args: list[str]) -> list[dict]:
     from ultralytics.utils import TQDM
 
     from ..memory.plan import PlanError
+    from ..memory.planned_run import decide
     from ..memory.runspec import grid_size
 
     with _diagnostics_to_stderr():
@@ -476,7 +396,7 @@ def plan(args: list[str]) -> list[dict]:
         imgsz, batch, headroom = opts["imgsz"], opts["batch"], memory.headroom
         print("yolo-ckpt plan: planning auto", file=sys.stderr)
         try:
-            auto = memory.plan(budget, batch, imgsz)
+            auto = decide("auto", batch, memory, budget, imgsz).plan
         except PlanError:
             auto = None  # even 'all' does not fit at this imgsz and batch
         rows = []
