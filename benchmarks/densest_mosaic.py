@@ -26,7 +26,8 @@ from ultralytics.data import YOLODataset
 from ultralytics.data.utils import check_det_dataset
 
 from yolo_ckpt.bench.results_io import provenance, publish
-from yolo_ckpt.cli.args import key_value
+from yolo_ckpt.cli.args import parse_keys
+from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.errors import ConfigError
 from yolo_ckpt.memory.estimate import estimate_step
 from yolo_ckpt.memory.measure import model_task, profile_step
@@ -67,8 +68,11 @@ def densest_mosaic(data: str, imgsz: int, batch: int = 1, task: str = "segment")
     return ({**out, "masks": masks} if task == "segment" else out), counts
 
 
+KEYS = ("data", "model", "imgsz", "batch", "recompute", "out")  # the key=value words main takes
+
+
 def main(argv: list[str]) -> dict:
-    opts = dict(key_value(a) for a in argv)
+    opts = parse_keys(argv, KEYS, "benchmarks.densest_mosaic", required=("data",))
     imgsz, batch_size, recompute = int(opts.get("imgsz", 1024)), int(opts.get("batch", 1)), opts.get("recompute", "none")
     # the model, the objects bound and the data's box sizes as `yolo-ckpt plan` takes them for these keys
     keys = {"model": opts.get("model", "yolo11n-seg.yaml"), "data": opts["data"], "imgsz": imgsz, "batch": batch_size, "device": "cpu"}
@@ -107,4 +111,4 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.densest_mosaic"))

@@ -25,13 +25,16 @@ import time
 from ultralytics import YOLO
 
 from yolo_ckpt.bench.results_io import provenance, publish
-from yolo_ckpt.cli.args import key_value
+from yolo_ckpt.cli.args import parse_keys
+from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.memory.measure import model_task, profile_step
 from yolo_ckpt.memory.planned_run import PlannedRun
 
+KEYS = ("data", "model", "imgsz", "batch", "recompute", "fraction", "out")  # the key=value words main takes
+
 
 def main(argv: list[str]) -> dict:
-    opts = dict(key_value(a) for a in argv)
+    opts = parse_keys(argv, KEYS, "benchmarks.epoch_peaks", required=("data",))
     model_cfg, data = opts.get("model", "yolo11n.yaml"), opts["data"]
     imgsz, batch_size, recompute = int(opts.get("imgsz", 640)), int(opts.get("batch", 2)), opts.get("recompute", "none")
     fraction = float(opts.get("fraction", 1.0))
@@ -78,4 +81,4 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.epoch_peaks"))

@@ -16,7 +16,8 @@ from datetime import datetime, timezone
 import numpy as np
 
 from yolo_ckpt.bench.results_io import provenance, publish
-from yolo_ckpt.cli.args import key_value
+from yolo_ckpt.cli.args import parse_keys
+from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.memory.estimate import estimate_step
 from yolo_ckpt.memory.plan import loss_models
 from yolo_ckpt.memory.planned_run import PlannedRun
@@ -24,8 +25,11 @@ from yolo_ckpt.memory.planned_run import PlannedRun
 MiB = 2**20
 
 
+KEYS = ("data", "model", "imgsz", "batch", "recompute", "out")  # the key=value words main takes
+
+
 def main(argv: list[str]) -> dict:
-    opts = dict(key_value(a) for a in argv)
+    opts = parse_keys(argv, KEYS, "benchmarks.foreground_bound", required=("data",))
     imgsz, batch, recompute = int(opts.get("imgsz", 1024)), int(opts.get("batch", 1)), opts.get("recompute", "none")
     keys = {"model": opts.get("model", "yolo11n-seg.yaml"), "data": opts["data"], "imgsz": imgsz, "batch": batch, "device": "cpu"}
     run = PlannedRun.from_keys(keys)
@@ -62,4 +66,4 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.foreground_bound"))

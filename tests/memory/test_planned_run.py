@@ -15,7 +15,7 @@ from yolo_ckpt import trainer_for
 from yolo_ckpt.bench.cells import CELL_KEYS
 from yolo_ckpt.bench.planning import planned_cell
 from yolo_ckpt.cli import main
-from yolo_ckpt.cli.commands import estimate_setup
+from yolo_ckpt.cli.estimate import estimate_setup
 from yolo_ckpt.config import NO_HEADROOM
 from yolo_ckpt.errors import ConfigError
 from yolo_ckpt.memory.plan import PlanError
