@@ -35,7 +35,8 @@ from ultralytics.utils import DEFAULT_CFG
 
 from yolo_ckpt import count_recomputations
 from yolo_ckpt.bench.results_io import provenance, publish
-from yolo_ckpt.cli.args import key_value
+from yolo_ckpt.cli.args import parse_keys
+from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.memory.foreground import ObjectSizes
 from yolo_ckpt.memory.measure import model_task, profile_step, training_batch
 from yolo_ckpt.memory.plan import MemoryModel, PlanError
@@ -157,8 +158,11 @@ def summary(rows: list[dict]) -> dict:
             "worst_under": min(errors, default=math.nan), "worst_over": max(errors, default=math.nan)}
 
 
+KEYS = ("render", "out", "cases", "imgsz", "batch")  # the key=value words main takes
+
+
 def main(argv: list[str]) -> dict:
-    opts = dict(key_value(a) for a in argv)
+    opts = parse_keys(argv, KEYS, "benchmarks.breaker")
     if "render" in opts:  # the tables again from a run's result.json (no measurement)
         result = json.loads(Path(opts["render"]).read_text())
         result["summary"] = summary(result["rows"])
@@ -214,4 +218,4 @@ def report(result: dict) -> list[str]:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.breaker"))

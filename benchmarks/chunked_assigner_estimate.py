@@ -19,15 +19,19 @@ from ultralytics.cfg import get_cfg
 from ultralytics.nn.tasks import DetectionModel
 
 from yolo_ckpt.bench.results_io import provenance, publish
-from yolo_ckpt.cli.args import key_value
+from yolo_ckpt.cli.args import parse_keys
+from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.memory.estimate import estimate_step
 from yolo_ckpt.memory.measure import profile_step, training_batch
 
 MiB = 2**20
 
 
+KEYS = ("imgsz", "recompute", "out")  # the key=value words main takes
+
+
 def main(argv: list[str]) -> dict:
-    opts = dict(key_value(a) for a in argv)
+    opts = parse_keys(argv, KEYS, "benchmarks.chunked_assigner_estimate")
     imgsz, recompute = int(opts.get("imgsz", 1024)), opts.get("recompute", "all")
     torch.manual_seed(0)
     model = DetectionModel("yolo11n.yaml", nc=1, verbose=False)
@@ -65,4 +69,4 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.chunked_assigner_estimate"))

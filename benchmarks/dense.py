@@ -35,7 +35,8 @@ from ultralytics.utils import DEFAULT_CFG
 from yolo_ckpt import apply_checkpointing, count_recomputations
 from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.checkpointing.assigner import chunk_assigners
-from yolo_ckpt.cli.args import key_value
+from yolo_ckpt.cli.args import parse_keys
+from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.memory.measure import build_optimizer, profile_step, training_batch
 from yolo_ckpt.memory.plan import MemoryModel
 
@@ -118,8 +119,11 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:.0f}"
 
 
+KEYS = ("steps", "cases", "out")  # the key=value words main takes
+
+
 def main(argv: list[str]) -> dict:
-    opts = dict(key_value(a) for a in argv)
+    opts = parse_keys(argv, KEYS, "benchmarks.dense")
     steps = int(opts.get("steps", 5))
     names = opts["cases"].split(",") if "cases" in opts else list(CASES)
     unknown = [n for n in names if n not in CASES]
@@ -164,4 +168,4 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.dense"))

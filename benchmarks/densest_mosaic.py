@@ -26,11 +26,12 @@ from ultralytics.data import YOLODataset
 from ultralytics.data.utils import check_det_dataset
 
 from yolo_ckpt.bench.results_io import provenance, publish
-from yolo_ckpt.cli.args import key_value
-from yolo_ckpt.cli.commands import estimate_setup
+from yolo_ckpt.cli.args import parse_keys
+from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.errors import ConfigError
 from yolo_ckpt.memory.estimate import estimate_step
 from yolo_ckpt.memory.measure import model_task, profile_step
+from yolo_ckpt.memory.planned_run import PlannedRun
 
 
 def densest_mosaic(data: str, imgsz: int, batch: int = 1, task: str = "segment") -> tuple[dict, list[int]]:
@@ -67,12 +68,15 @@ def densest_mosaic(data: str, imgsz: int, batch: int = 1, task: str = "segment")
     return ({**out, "masks": masks} if task == "segment" else out), counts
 
 
+KEYS = ("data", "model", "imgsz", "batch", "recompute", "out")  # the key=value words main takes
+
+
 def main(argv: list[str]) -> dict:
-    opts = dict(key_value(a) for a in argv)
+    opts = parse_keys(argv, KEYS, "benchmarks.densest_mosaic", required=("data",))
     imgsz, batch_size, recompute = int(opts.get("imgsz", 1024)), int(opts.get("batch", 1)), opts.get("recompute", "none")
     # the model, the objects bound and the data's box sizes as `yolo-ckpt plan` takes them for these keys
-    keys = [f"model={opts.get('model', 'yolo11n-seg.yaml')}", f"data={opts['data']}", f"imgsz={imgsz}", f"batch={batch_size}", "device=cpu"]
-    run, keys_read = estimate_setup(keys)
+    keys = {"model": opts.get("model", "yolo11n-seg.yaml"), "data": opts["data"], "imgsz": imgsz, "batch": batch_size, "device": "cpu"}
+    run = PlannedRun.from_keys(keys)
     model, spec, task = run.model, run.spec, model_task(run.model)
     batch, counts = densest_mosaic(opts["data"], imgsz, batch_size, task)
     measured = profile_step(model, batch, recompute, flops=False)
@@ -81,7 +85,7 @@ def main(argv: list[str]) -> dict:
     memory = run.memory_model()  # the planned run's estimate (at the bound), as plan and train make it
     at_bound = memory.estimate(recompute, batch_size, imgsz).peak_bytes
     at_objects = estimate_step(model, imgsz, batch_size, objects, recompute, flops=False, sizes=run.sizes).peak_bytes
-    model_cfg = keys_read["model"]
+    model_cfg = run.keys["model"]
     result = {
         **provenance(" ".join(["python -m benchmarks.densest_mosaic", *argv])),
         "model": model_cfg, "task": task, "data": opts["data"], "imgsz": imgsz, "batch": batch_size, "recompute": recompute,
@@ -107,4 +111,4 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.densest_mosaic"))

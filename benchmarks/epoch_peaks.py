@@ -4,7 +4,7 @@ The batches are the epoch Ultralytics' own trainer of the task draws at ``seed=0
 rest of the run's augmentation, ``fraction=`` of the training set); each is measured as one CPU training step
 (:func:`yolo_ckpt.memory.measure.profile_step`: forward, loss, backward, AdamW step with its state, fp32) of the model
 at its initial weights, with ``recompute=``. Beside them the estimate ``yolo-ckpt plan`` makes for the same keys
-(:func:`yolo_ckpt.cli.commands.estimate_setup`: the data's objects bound and box sizes). The weights do not change
+(:meth:`yolo_ckpt.memory.planned_run.PlannedRun.from_keys`: the data's objects bound and box sizes). The weights do not change
 between steps: the memory of a step depends on its shapes and targets, and, for segmentation, on how many anchors the
 assigner makes foreground, which an untrained model's predictions make fewer than a trained one's (the estimate
 bounds those too)::
@@ -25,18 +25,21 @@ import time
 from ultralytics import YOLO
 
 from yolo_ckpt.bench.results_io import provenance, publish
-from yolo_ckpt.cli.args import key_value
-from yolo_ckpt.cli.commands import estimate_setup
+from yolo_ckpt.cli.args import parse_keys
+from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.memory.measure import model_task, profile_step
+from yolo_ckpt.memory.planned_run import PlannedRun
+
+KEYS = ("data", "model", "imgsz", "batch", "recompute", "fraction", "out")  # the key=value words main takes
 
 
 def main(argv: list[str]) -> dict:
-    opts = dict(key_value(a) for a in argv)
+    opts = parse_keys(argv, KEYS, "benchmarks.epoch_peaks", required=("data",))
     model_cfg, data = opts.get("model", "yolo11n.yaml"), opts["data"]
     imgsz, batch_size, recompute = int(opts.get("imgsz", 640)), int(opts.get("batch", 2)), opts.get("recompute", "none")
     fraction = float(opts.get("fraction", 1.0))
     start = time.perf_counter()
-    run, _ = estimate_setup([f"model={model_cfg}", f"data={data}", f"imgsz={imgsz}", f"batch={batch_size}", "device=cpu"])
+    run = PlannedRun.from_keys({"model": model_cfg, "data": data, "imgsz": imgsz, "batch": batch_size, "device": "cpu"})
     model, task = run.model, model_task(run.model)
     estimated = run.memory_model().estimate(recompute, batch_size, imgsz).peak_bytes
     overrides = dict(model=model_cfg, data=data, imgsz=imgsz, batch=batch_size, epochs=1, seed=0, fraction=fraction,
@@ -78,4 +81,4 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.epoch_peaks"))

@@ -19,7 +19,8 @@ from ultralytics.cfg import get_cfg
 from ultralytics.nn.tasks import SegmentationModel
 
 from yolo_ckpt.bench.results_io import provenance, publish
-from yolo_ckpt.cli.args import key_value
+from yolo_ckpt.cli.args import parse_keys
+from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.memory.estimate import estimate_step
 from yolo_ckpt.memory.measure import profile_step, training_batch
 
@@ -27,8 +28,11 @@ MODELS = ("yolo11n-seg.yaml", "yolo26n-seg.yaml")
 STEPS = tuple(itertools.product((1, 2), (256, 384, 512), (20, 100, 300, 600)))  # (batch, imgsz, objects per image)
 
 
+KEYS = ("recompute", "out")  # the key=value words main takes
+
+
 def main(argv: list[str]) -> dict:
-    opts = dict(key_value(a) for a in argv)
+    opts = parse_keys(argv, KEYS, "benchmarks.estimate_accuracy")
     recompute = opts.get("recompute", "none")
     rows = []
     for cfg in MODELS:
@@ -60,4 +64,4 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.estimate_accuracy"))

@@ -1,7 +1,7 @@
 """What a dataset's box sizes do to the segmentation estimate: the foreground anchors per image at the worst box size
 (``objects x topk``) and bounded by the labels' sizes at their largest augmented size (``data=``,
 :class:`yolo_ckpt.memory.foreground.ObjectSizes`), and the step's estimate with each, for the run ``plan`` would plan
-(``yolo_ckpt.cli.commands.estimate_setup``: the data's most objects per image x its augmentation's factors). Estimates
+(``yolo_ckpt.memory.planned_run.PlannedRun.from_keys``: the data's most objects per image x its augmentation's factors). Estimates
 only: no step is measured.
 
     python -m benchmarks.foreground_bound data=../shared/datasets/monuseg/data.yaml imgsz=1024 \
@@ -16,19 +16,24 @@ from datetime import datetime, timezone
 import numpy as np
 
 from yolo_ckpt.bench.results_io import provenance, publish
-from yolo_ckpt.cli.args import key_value
-from yolo_ckpt.cli.commands import estimate_setup
+from yolo_ckpt.cli.args import parse_keys
+from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.memory.estimate import estimate_step
 from yolo_ckpt.memory.plan import loss_models
+from yolo_ckpt.memory.planned_run import PlannedRun
 
 MiB = 2**20
 
 
+KEYS = ("data", "model", "imgsz", "batch", "recompute", "out")  # the key=value words main takes
+
+
 def main(argv: list[str]) -> dict:
-    opts = dict(key_value(a) for a in argv)
+    opts = parse_keys(argv, KEYS, "benchmarks.foreground_bound", required=("data",))
     imgsz, batch, recompute = int(opts.get("imgsz", 1024)), int(opts.get("batch", 1)), opts.get("recompute", "none")
-    keys = [f"model={opts.get('model', 'yolo11n-seg.yaml')}", f"data={opts['data']}", f"imgsz={imgsz}", f"batch={batch}", "device=cpu"]
-    run, _ = estimate_setup(keys)
+    keys = {"model": opts.get("model", "yolo11n-seg.yaml"), "data": opts["data"], "imgsz": imgsz, "batch": batch, "device": "cpu"}
+    run = PlannedRun.from_keys(keys)
+    words = [f"{k}={v}" for k, v in keys.items()]  # the keys as plan takes them, in the record
     model, spec, sizes = run.model, run.spec, run.sizes
     formula = loss_models(model, spec.amp)[recompute != "none"]
     worst, bounded = formula.foreground(batch, run.imgsz, spec.objects), formula.foreground(batch, run.imgsz, spec.objects, sizes)
@@ -40,13 +45,13 @@ def main(argv: list[str]) -> dict:
     result = {
         **provenance(" ".join(["python -m benchmarks.foreground_bound", *argv])),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "keys": keys, "recompute": recompute, "imgsz": run.imgsz, "objects": spec.objects, "assumed": spec.describe(),
+        "keys": words, "recompute": recompute, "imgsz": run.imgsz, "objects": spec.objects, "assumed": spec.describe(),
         "median_side_px": float(np.median(side)), "p90_side_px": float(np.percentile(side, 90)),
         "foreground_worst": worst, "foreground_bounded": bounded,
         "estimated_peak_bytes_worst": peaks["worst"], "estimated_peak_bytes_bounded": peaks["bounded"],
     }
     lines = [
-        f"{' '.join(keys)} recompute={recompute}: {spec.objects} objects per image; labels' boxes at imgsz {run.imgsz} before "
+        f"{' '.join(words)} recompute={recompute}: {spec.objects} objects per image; labels' boxes at imgsz {run.imgsz} before "
         f"augmentation: median side {result['median_side_px']:.1f} px, 90th percentile {result['p90_side_px']:.1f} px.",
         "",
         "| foreground anchors | batch (Fb) | most in one image (F1) | estimated peak MiB |",
@@ -61,4 +66,4 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.foreground_bound"))

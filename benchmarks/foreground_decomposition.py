@@ -27,7 +27,8 @@ from ultralytics.cfg import get_cfg
 from ultralytics.nn.tasks import SegmentationModel
 
 from yolo_ckpt.bench.results_io import provenance, publish
-from yolo_ckpt.cli.args import key_value
+from yolo_ckpt.cli.args import parse_keys
+from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.memory.estimate import LossModel, estimate_step
 from yolo_ckpt.memory.foreground import ObjectSizes, measured_foreground
 from yolo_ckpt.memory.measure import profile_step, training_batch
@@ -50,8 +51,11 @@ class MeasuredForeground(LossModel):
 VARIANTS = {"assumed": "worst size (objects x topk)", "bounded": "bound by the boxes' sizes", "measured": "the assigner's"}
 
 
+KEYS = ("model", "imgsz", "batch", "objects", "sides", "recompute", "out")  # the key=value words main takes
+
+
 def main(argv: list[str]) -> dict:
-    opts = dict(key_value(a) for a in argv)
+    opts = parse_keys(argv, KEYS, "benchmarks.foreground_decomposition")
     cfg, imgsz, batch, objects = opts.get("model", "yolo11n-seg.yaml"), int(opts.get("imgsz", 640)), int(opts.get("batch", 2)), int(
         opts.get("objects", 400)
     )
@@ -140,4 +144,4 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.foreground_decomposition"))

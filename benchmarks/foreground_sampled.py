@@ -37,12 +37,14 @@ from ultralytics.data.utils import check_det_dataset
 from ultralytics.utils.tal import make_anchors
 
 from yolo_ckpt.bench.results_io import provenance, publish
-from yolo_ckpt.cli.args import key_value
+from yolo_ckpt.cli.args import parse_keys
+from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.memory.measure import model_task
 from yolo_ckpt.memory.plan import loss_models
 from yolo_ckpt.memory.runspec import count_data
 
 MiB = 2**20
+KEYS = ("data", "model", "imgsz", "epochs", "seed", "out")  # the key=value words main takes
 
 
 def sample_counts(assigner, bboxes: torch.Tensor, imgsz: int, strides) -> tuple[int, int]:
@@ -59,7 +61,7 @@ def sample_counts(assigner, bboxes: torch.Tensor, imgsz: int, strides) -> tuple[
 
 
 def main(argv: list[str]) -> dict:
-    opts = dict(key_value(a) for a in argv)
+    opts = parse_keys(argv, KEYS, "benchmarks.foreground_sampled", required=("data",))
     model_cfg, data = opts.get("model", "yolo11n-seg.yaml"), opts["data"]
     imgsz, epochs, seed = int(opts.get("imgsz", 1024)), int(opts.get("epochs", 100)), int(opts.get("seed", 0))
     start = time.perf_counter()
@@ -130,4 +132,4 @@ def _mib(value: float | None) -> str:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.foreground_sampled"))

@@ -20,7 +20,8 @@ from ultralytics.nn.tasks import BaseModel
 from ultralytics.utils import DEFAULT_CFG
 
 from yolo_ckpt.bench.results_io import provenance, publish
-from yolo_ckpt.cli.args import key_value
+from yolo_ckpt.cli.args import parse_keys
+from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.config import Budget
 from yolo_ckpt.memory.estimate import calibrate_loss, estimate_step
 from yolo_ckpt.memory.plan import MemoryModel
@@ -90,8 +91,11 @@ def timed_plan(cfg: str, imgsz: int, batch: int, objects: int, budget: str, targ
     }
 
 
+KEYS = ("out",)  # the key=value words main takes
+
+
 def main(argv: list[str]) -> dict:
-    opts = dict(key_value(a) for a in argv)
+    opts = parse_keys(argv, KEYS, "benchmarks.memory_model_benchmark")
     cases = [case("yolo11n.yaml", 1536, 8), case("yolo11s.yaml", 1536, 8)]
     targets = [timed_plan(*t) for t in TIMING_TARGETS]
     result = {
@@ -128,4 +132,4 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.memory_model_benchmark"))

@@ -19,7 +19,8 @@ from pathlib import Path
 import yaml
 
 from yolo_ckpt.bench.results_io import provenance, publish
-from yolo_ckpt.cli.args import key_value
+from yolo_ckpt.cli.args import parse_keys
+from yolo_ckpt.cli.main import run_command
 
 TARGET = 0.5  # mAP50 on val that arm (d) must reach (issue 33)
 
@@ -32,8 +33,11 @@ def curve(run: Path) -> list[dict]:
              "mAP50-95": float(r["metrics/mAP50-95(B)"])} for r in rows]
 
 
+KEYS = ("run", "threads", "out")  # the key=value words main takes
+
+
 def main(argv: list[str]) -> dict:
-    opts = dict(key_value(a) for a in argv)
+    opts = parse_keys(argv, KEYS, "benchmarks.pilot_curve", required=("run",))
     run = Path(opts["run"])
     args = yaml.safe_load((run / "args.yaml").read_text())
     rows = curve(run)
@@ -62,4 +66,4 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.pilot_curve"))

@@ -20,7 +20,8 @@ import sys
 import numpy as np
 
 from yolo_ckpt.bench.results_io import provenance, publish
-from yolo_ckpt.cli.args import key_value
+from yolo_ckpt.cli.args import parse_keys
+from yolo_ckpt.cli.main import run_command
 
 ARMS = ("stock", "none", "all")
 WARMUP_EPOCHS = 5  # allocator pools, dataset caches and the optimizer state settle in the first epochs
@@ -69,8 +70,11 @@ def slope(rows: list[dict], key: str) -> float:
     return float(np.polyfit([r["epoch"] for r in tail], [r[key] for r in tail], 1)[0])
 
 
+KEYS = ("epochs", "out")  # the key=value words main takes
+
+
 def main(argv: list[str]) -> None:
-    options = dict(key_value(a) for a in argv)
+    options = parse_keys(argv, KEYS, "benchmarks.soak")
     epochs, out = int(options.get("epochs", 30)), options.get("out")
     import tempfile
 
@@ -110,4 +114,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.soak"))

@@ -43,6 +43,17 @@ _BUDGET = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*$")
 _HEADROOM = re.compile(r"^\s*(?:([0-9]*\.?[0-9]+)\s*x)?\s*(?:\+?\s*([0-9]*\.?[0-9]+\s*[A-Za-z]+))?\s*$")
 UNIT_FORMS = "12GB = 12e9 bytes, 16GiB = 16*2^30; B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"
 FORMATS = ("text", "json")  # profile's and plan's format=
+# model= default per task, built from its YAML (nothing downloads): YOLO11n, or YOLO26n where only YOLO26 has the task.
+# Its keys are Ultralytics' tasks in their order (ultralytics.cfg.TASKS; a test holds them equal), known without torch.
+DEFAULT_MODELS = {
+    "detect": "yolo11n.yaml",
+    "segment": "yolo11n-seg.yaml",
+    "semantic": "yolo26n-sem.yaml",
+    "depth": "yolo26n-depth.yaml",
+    "classify": "yolo11n-cls.yaml",
+    "pose": "yolo11n-pose.yaml",
+    "obb": "yolo11n-obb.yaml",
+}
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from helpers import SUBPROCESS_TIMEOUT_S
 
 from yolo_ckpt.cli import main
 from yolo_ckpt.cli.args import parse_train_args
-from yolo_ckpt.cli.commands import plan_setup
+from yolo_ckpt.cli.plan import plan_setup
 from yolo_ckpt.report.record import REPORT_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -323,7 +323,7 @@ def test_plan_takes_only_plan_error_as_nothing_fits(monkeypatch, nothing_fits):
     ValueError raised while planning is a bug and reaches the caller as it was raised, not as "nothing fits"."""
     import torch
 
-    from yolo_ckpt.cli import commands
+    from yolo_ckpt.cli import plan as commands
     from yolo_ckpt.memory.plan import PlanError
 
     error = PlanError("memory_budget=1 MiB is below the smallest plan's need") if nothing_fits else ValueError("a bug while planning")
@@ -489,7 +489,7 @@ def test_profile_and_plan_estimate_the_run_of_the_data(synthetic, tmp_path):
     """profile/plan read data= as train does: the data's classes (1, not the YAML's 80), its most objects per image
     x 4 for mosaic (300 -> 1200) and its images for optimizer=auto; device=cpu estimates fp32; without device= a
     CUDA device with AMP as amp= says; the text output states all of it."""
-    from yolo_ckpt.cli.commands import estimate_setup
+    from yolo_ckpt.cli.estimate import estimate_setup
 
     data = _one_class_data(synthetic, tmp_path)
     run, opts = estimate_setup([f"data={data}", "imgsz=128", "batch=1", "device=cpu", "epochs=20000", "memory_budget=8GB"])
@@ -573,7 +573,7 @@ def test_estimate_setup_takes_the_data_of_every_task_and_a_list_imgsz(task, imgs
     """profile/plan (and recompute=auto, which counts the data the same way) with data=: a classification folder,
     read as ClassificationTrainer reads it (no objects), and a list imgsz (the dataset counted at its largest side,
     the size that trains); both crashed."""
-    from yolo_ckpt.cli.commands import estimate_setup
+    from yolo_ckpt.cli.estimate import estimate_setup
 
     run, opts = estimate_setup([task, f"data={synthetic(task)}", f"imgsz={imgsz}", "batch=2", "device=cpu"])
     spec = run.spec

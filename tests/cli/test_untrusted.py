@@ -79,7 +79,7 @@ def test_only_the_console_handlers_move_to_stderr(tmp_path, capsys):
 
     from ultralytics.utils import LOGGER
 
-    from yolo_ckpt.cli.commands import _diagnostics_to_stderr
+    from yolo_ckpt.cli.console import diagnostics_to_stderr as _diagnostics_to_stderr
 
     log = logging.FileHandler(tmp_path / "log.txt")
     LOGGER.addHandler(log)

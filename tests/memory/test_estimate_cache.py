@@ -8,7 +8,7 @@ from helpers import build_model, tiny_yaml
 
 import yolo_ckpt.memory.estimate as estimate
 import yolo_ckpt.memory.plan as planner
-from yolo_ckpt.cli.commands import plan_setup
+from yolo_ckpt.cli.plan import plan_setup
 from yolo_ckpt.memory import estimate_cache
 
 

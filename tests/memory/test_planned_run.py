@@ -3,6 +3,8 @@ plan the same run for the same keys; plan and profile default to the device trai
 helpers (what is planned does not depend on the model; their fake passes and loss calibrations cost a fraction of a
 nano model's)."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from helpers import tiny_yaml
@@ -13,7 +15,11 @@ from yolo_ckpt import trainer_for
 from yolo_ckpt.bench.cells import CELL_KEYS
 from yolo_ckpt.bench.planning import planned_cell
 from yolo_ckpt.cli import main
-from yolo_ckpt.cli.commands import estimate_setup
+from yolo_ckpt.cli.estimate import estimate_setup
+from yolo_ckpt.config import NO_HEADROOM
+from yolo_ckpt.errors import ConfigError
+from yolo_ckpt.memory.plan import PlanError
+from yolo_ckpt.memory.planned_run import Decision, PlannedRun, decide
 
 AUGMENT = {"detect": {}, "segment": {"copy_paste": 0.5, "mixup": 0.5}}  # mosaic is on by default
 
@@ -126,3 +132,47 @@ def test_a_trained_pt_is_estimated_as_training_runs_it(tmp_path):
     trainable = [p.requires_grad for n, p in run.model.named_parameters() if ".dfl" not in n]
     assert trainable and all(trainable) and opts["imgsz"] == 64
     assert main(["profile", f"model={path}", "imgsz=64", "batch=1", "device=cpu", "format=json"]) == 0
+
+
+class _Memory:
+    """A memory model whose step needs 100 bytes an image at any imgsz, and whose plan for auto is layers 0-4."""
+
+    headroom = NO_HEADROOM
+
+    def units(self, recompute):
+        return (str(recompute),)
+
+    def largest_batch(self, units, budget, imgsz):
+        return min(budget // 100, 1024)
+
+    def peak(self, units, batch, imgsz):
+        return 100 * batch
+
+    def spec(self, units):
+        return ",".join(units)
+
+    def plan(self, budget, batch, imgsz):
+        return SimpleNamespace(recompute="0-4", batch=batch)
+
+
+def test_decide_is_the_one_rule_of_auto_and_batch_minus_1():
+    """recompute=auto and batch=-1 as train, plan and the bench decide them (yolo_ckpt.memory.planned_run.decide)."""
+    memory = _Memory()
+    assert decide("auto", -1) == Decision("all", -1)  # no estimate needed: auto with batch=-1 recomputes everything
+    assert decide("auto", 4) == Decision("auto", 4) and decide("backbone", -1) == Decision("backbone", -1)  # kept as given
+    assert decide("auto", -1, memory, 1000, 640, images=7) == Decision("all", 7)  # then the largest batch, capped by the images
+    assert decide("backbone", -1, memory, 1000, 640) == Decision("backbone", 10)
+    auto = decide("auto", 2, memory, 1000, 640)
+    assert auto.recompute == "0-4" and auto.batch == 2 and auto.plan.recompute == "0-4"
+    assert decide("backbone", 2, memory, 1000, 640) == Decision("backbone", 2)
+    with pytest.raises(PlanError, match=r"is below batch=1's estimated need of .* with recompute=all"):
+        decide("auto", -1, memory, 50, 640)
+
+
+def test_from_keys_loads_the_model_the_keys_name(tmp_path):
+    """A study's keys, no words: the model built from model=, the keys read with their defaults, plan's spec."""
+    run = PlannedRun.from_keys({"model": tiny_yaml(tmp_path), "imgsz": 64, "batch": 1, "device": "cpu", "objects": 3})
+    assert run.keys["model"] == tiny_yaml(tmp_path) and run.keys["epochs"] == 100 and run.keys["format"] == "text"
+    assert (run.imgsz, run.batch, run.spec.device, run.spec.objects, run.counts) == (64, 1, "cpu", 3, None)
+    with pytest.raises(ConfigError, match="profile estimates a given batch"):
+        PlannedRun.from_keys({"model": tiny_yaml(tmp_path), "batch": -1})  # plans_batch=False: batch=-1 is plan's

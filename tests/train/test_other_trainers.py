@@ -167,7 +167,7 @@ def test_rtdetr_trains_as_stock_with_the_same_denoising_queries(synthetic, tmp_p
 def test_cli_builds_each_task_as_yolo_train_does(args, model_cls, trainer_name, data):
     """yolo-ckpt train: the task's default YAML (YOLO26n for semantic and depth), RT-DETR YAMLs through the RTDETR
     class, the checkpointed trainer of the model's task table and the task's built-in synthetic dataset."""
-    from yolo_ckpt.cli.commands import prepare_train
+    from yolo_ckpt.cli.train import prepare_train
 
     model, trainer_cls, overrides = prepare_train(args)
     assert type(model.model).__name__ == model_cls and trainer_cls.__mro__[2].__name__ == trainer_name

@@ -1,6 +1,7 @@
 """What a matrix cell's planned values become: ``imgsz=fit``, ``batch=-1``, ``recompute=auto`` and relative
 ``memory_budget=0.6x``, from the run the cell trains planned by the one builder the trainers and ``yolo-ckpt plan``
-use (:func:`yolo_ckpt.memory.planned_run.planned_run`): the same keys give the same spec and estimate."""
+use (:func:`yolo_ckpt.memory.planned_run.planned_run`): the same keys give the same spec and estimate, and the same
+decision of ``recompute=auto`` and ``batch=-1`` (:func:`yolo_ckpt.memory.planned_run.decide`)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ from yolo_ckpt.checkpointing.policy import is_auto
 from yolo_ckpt.config import DEFAULTS, CkptConfig
 from yolo_ckpt.errors import ConfigError
 from yolo_ckpt.memory.plan import MemoryModel
-from yolo_ckpt.memory.planned_run import PlannedRun, planned_run
+from yolo_ckpt.memory.planned_run import ESTIMATE_BASE_BATCH, PlannedRun, decide, planned_run
 from yolo_ckpt.memory.runspec import device_type, grid_size
 
 from .cells import RelativeBudget, cell_budget
 
-BASE_IMGSZ, BASE_BATCH = 640, 2  # the base pass of a cell whose imgsz or batch is planned (fit, -1)
+BASE_IMGSZ = 640  # the base pass of a cell whose imgsz is planned (fit); batch=-1's: ESTIMATE_BASE_BATCH, as train's
 
 
 def needs_memory_model(cell: dict) -> bool:
@@ -40,7 +41,7 @@ def planned_cell(cell: dict, model, settings: dict, data: dict | None = None) ->
     """
     keys = {k: v for k, v in {**settings, **cell}.items() if k in DEFAULT_CFG_DICT and v is not None}
     keys["imgsz"] = cell["imgsz"] if cell["imgsz"] != "fit" else BASE_IMGSZ
-    keys["batch"] = cell["batch"] if cell["batch"] != -1 else BASE_BATCH
+    keys["batch"] = cell["batch"] if cell["batch"] != -1 else ESTIMATE_BASE_BATCH
     budget = cell["memory_budget"] if not isinstance(cell_budget(cell["memory_budget"]), RelativeBudget) else None
     given = {k: settings[k] for k in DEFAULTS if k in settings}  # the matrix's memory_headroom=, loss_chunk=, ... as train reads them
     config = CkptConfig.from_args({**given, "recompute_mode": cell["recompute_mode"], "memory_budget": budget})
@@ -51,12 +52,13 @@ def planned_cell(cell: dict, model, settings: dict, data: dict | None = None) ->
 def settle(cell: dict, memory: MemoryModel | None, cuda_available_bytes: int | None = None) -> dict:
     """A cell's concrete ``imgsz``, ``batch``, ``recompute`` (for auto the planned units: layers, head, loss) and ``budget_bytes``.
 
-    ``recompute=auto`` plans the units at the settled imgsz and batch; with ``batch=-1`` it recomputes everything (all)
-    and takes the largest batch, as the trainers do. ``imgsz=fit`` is the largest multiple of the model's largest
-    stride whose estimated peak fits.
+    ``recompute=auto`` and ``batch=-1`` are decided as the trainers decide them (:func:`~yolo_ckpt.memory.planned_run.decide`:
+    ``auto`` plans the units at the settled imgsz and batch; with ``batch=-1`` it recomputes everything, ``all``, and takes
+    the largest batch). ``imgsz=fit``, first, is the largest multiple of the model's largest stride whose estimated peak
+    fits (with ``auto`` at a given batch: ``none``'s).
 
     Raises:
-        ValueError: when nothing fits the budget (imgsz or batch 0, or the plan's own error).
+        ValueError: when nothing fits the budget (ConfigError for imgsz, PlanError for the batch or the plan).
     """
     out = {"imgsz": cell["imgsz"], "batch": cell["batch"], "recompute": cell["recompute"], "budget_bytes": None}
     if memory is None:
@@ -66,22 +68,16 @@ def settle(cell: dict, memory: MemoryModel | None, cuda_available_bytes: int | N
         out["budget_bytes"] = budget.bytes(memory.peak((), cell["batch"], cell["imgsz"]))
     elif budget is not None:
         out["budget_bytes"] = budget.bytes(cuda_available_bytes)
-    auto = is_auto(cell["recompute"])
-    spec = "all" if auto and cell["batch"] == -1 else cell["recompute"]
-    units = () if auto and spec != "all" else memory.units(spec)
     if out["imgsz"] == "fit":
+        spec = decide(cell["recompute"], cell["batch"]).recompute  # 'all' for auto with batch=-1; auto at a batch: planned next
+        units = () if is_auto(spec) else memory.units(spec)
         out["imgsz"] = memory.largest_imgsz(units, out["budget_bytes"], out["batch"], grid_size(memory.strides))
         if out["imgsz"] == 0:
             raise ConfigError(
                 f"imgsz=fit: no imgsz fits memory_budget={cell['memory_budget']} at batch={cell['batch']} with recompute={spec}"
             )
-    if out["batch"] == -1:
-        out["batch"] = memory.largest_batch(units, out["budget_bytes"], out["imgsz"])
-        if out["batch"] == 0:
-            raise ConfigError(
-                f"batch=-1: not even batch 1 fits memory_budget={cell['memory_budget']} at imgsz={out['imgsz']} with recompute={spec}"
-            )
-    out["recompute"] = memory.plan(out["budget_bytes"], out["batch"], out["imgsz"]).recompute if auto and spec != "all" else spec
+    decision = decide(cell["recompute"], out["batch"], memory, out["budget_bytes"], out["imgsz"])
+    out["batch"], out["recompute"] = decision.batch, decision.recompute
     return out
 
 

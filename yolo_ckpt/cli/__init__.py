@@ -1,6 +1,7 @@
-"""The ``yolo-ckpt`` command (:func:`main`; one function per command in :mod:`.commands`) and its one
-``key=value`` parser (:mod:`.args`), shared with the bench scripts."""
+"""The ``yolo-ckpt`` command (:func:`main`, in :mod:`.main`; a module per command: :mod:`.train`, :mod:`.profile`,
+:mod:`.plan`, :mod:`.compare`, :mod:`.bench`) and its one ``key=value`` parser (:mod:`.args`), shared with the studies
+in ``benchmarks/``. Importing it imports neither torch nor Ultralytics."""
 
-from .commands import main
+from .main import main
 
 __all__ = ["main"]

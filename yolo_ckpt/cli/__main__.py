@@ -2,7 +2,7 @@
 
 import sys
 
-from .commands import main
+from .main import main
 
 if __name__ == "__main__":  # imported (mkdocstrings, a test), it runs nothing: only 'python -m' runs the command
     sys.exit(main())

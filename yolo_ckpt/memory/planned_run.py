@@ -1,29 +1,40 @@
-"""The one builder of a run's memory model: from the run's keys, its model, its data and its device, the run the
-estimate assumes (:class:`~yolo_ckpt.memory.runspec.RunSpec`) and the :class:`~yolo_ckpt.memory.plan.MemoryModel` that plans it.
+"""The one builder of a run's memory model, and the one decision of ``recompute=auto`` and ``batch=-1`` made with it.
 
-``recompute=auto`` and ``batch=-1`` in the trainers, ``yolo-ckpt profile`` and ``plan``, and the benchmark's
-planned cells (``imgsz=fit``, ``tiles.size: fit``, budget studies) all call :func:`planned_run`, so the same keys
-plan the same run everywhere: the same device and AMP, the optimizer Ultralytics will build, the data's classes and
-objects per image (with its augmentation's factors), the imgsz that trains and the headroom.
+From the run's keys, its model, its data and its device, :func:`planned_run` makes the run the estimate assumes
+(:class:`~yolo_ckpt.memory.runspec.RunSpec`) and the :class:`~yolo_ckpt.memory.plan.MemoryModel` that plans it;
+:meth:`PlannedRun.from_keys` first loads the model and data the keys name (``yolo-ckpt profile`` and ``plan``, the
+studies in ``benchmarks/``). ``recompute=auto`` and ``batch=-1`` in the trainers, ``yolo-ckpt plan`` and the
+benchmark's planned cells (``imgsz=fit``, ``tiles.size: fit``, budget studies) all call :func:`planned_run`, so the same
+keys plan the same run everywhere: the same device and AMP, the optimizer Ultralytics will build, the data's classes and
+objects per image (with its augmentation's factors), the imgsz that trains and the headroom; and they all decide with
+:func:`decide`.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from ..config import ESTIMATE_DEFAULTS, CkptConfig
+from ..checkpointing.policy import is_auto
+from ..config import DEFAULT_MODELS, ESTIMATE_DEFAULTS, CkptConfig, EstimateOptions
+from ..errors import ConfigError, user_input
 from .runspec import (
     RunSpec,
     amp_enabled,
     autobatch_imgsz,
     count_data,
+    device_type,
     grid_size,
     layout_rule,
     objects_rule,
     optimizer_rule,
     trainable_as_trained,
 )
+
+ESTIMATE_BASE_BATCH = 2  # batch=-1: the batch of the memory model's base pass (the others are rescaled from it)
 
 
 @dataclass
@@ -41,6 +52,8 @@ class PlannedRun:
         sizes: the :class:`~yolo_ckpt.memory.foreground.ObjectSizes` the loss is estimated with: the data's where the
             objects per image are the data's, else ``objects`` boxes of ``object_size=`` (by default the whole image:
             :func:`~yolo_ckpt.memory.runspec.layout_rule`); None for a task without boxes.
+        keys: the keys :meth:`from_keys` read, with their defaults (Ultralytics', ``cfg/estimate.yaml``'s; ``model``
+            the one built); empty for a run planned from a trainer's ``args``.
     """
 
     model: object
@@ -50,6 +63,7 @@ class PlannedRun:
     config: CkptConfig
     counts: object = None
     sizes: object = None
+    keys: dict = field(default_factory=dict)
     _memory: object = field(default=None, repr=False)
 
     @property
@@ -69,6 +83,94 @@ class PlannedRun:
                 self.config.assign_chunk, self.sizes,
             )
         return self._memory
+
+    @classmethod
+    def from_keys(cls, keys: dict, *, plans_batch: bool = False, early: Callable | None = None, check_task: Callable | None = None,
+                  check_labels: Callable | None = None) -> PlannedRun:
+        """The run ``yolo-ckpt train`` would make of ``keys``, its model and data loaded as the trainer loads them.
+
+        The model is built from ``model=`` (default: the task's, :data:`~yolo_ckpt.config.DEFAULT_MODELS`; no download, a
+        ``.pt`` loaded once) with the data's classes and channels when ``data=`` is given (Ultralytics'
+        ``check_det_dataset``, ``check_cls_dataset`` for classify: :func:`dataset_on_disk`), its parameters trainable
+        as training makes them. The device is ``device=``, else the one ``train`` would use
+        (:func:`~yolo_ckpt.memory.runspec.device_type`); AMP as that device runs it; yolo-ckpt's keys with the task's
+        defaults (:meth:`~yolo_ckpt.config.CkptConfig.for_task`). Every key is checked before the model is built.
+
+        Args:
+            keys: the keys given (``{"model": "yolo11n.yaml", "imgsz": 640, "batch": 2}``): Ultralytics' ``yolo train``
+                keys, yolo-ckpt's and ``cfg/estimate.yaml``'s (``objects``, ``object_size``, ...), values as
+                :func:`yolo_ckpt.cli.args.parse_train_args` gives them; the missing ones take their defaults.
+            plans_batch: ``batch=-1`` asks for the batch train would pick (``yolo-ckpt plan``; :func:`decide` picks it):
+                the base pass is estimated at :data:`ESTIMATE_BASE_BATCH`; False: ``batch`` must be an int >= 1.
+            early: ``early(config)``, the caller's own checks of yolo-ckpt's keys before the model is built (plan's
+                budget).
+            check_task: ``check_task(data, task)``, the caller's check of ``data=`` for a task, called with the task
+                given before the model is built and with the model's once built (train's
+                :func:`~yolo_ckpt.train.inputs.check_data_for_task`).
+            check_labels: ``check_labels(data, task, args)``, the caller's check of the training set (train's
+                :func:`~yolo_ckpt.train.data_check.check_labels`), called once the data is counted (the label cache the
+                count wrote is read, not scanned again), or when Ultralytics' dataset build fails, to say why.
+
+        Returns:
+            The run, its :attr:`keys` the keys with their defaults.
+
+        Raises:
+            ConfigError: for a bad yolo-ckpt key (:meth:`~yolo_ckpt.config.CkptConfig.from_args`), ``objects=``,
+                ``format=``, ``plot=`` or ``object_size=`` (:meth:`~yolo_ckpt.config.EstimateOptions.from_args`) or
+                ``batch``, a task the estimate does not cover, a model or dataset that cannot be read; the keys' errors
+                before the model is built; and as ``early``, ``check_task`` and ``check_labels`` raise.
+        """
+        from ultralytics import YOLO
+        from ultralytics.cfg import get_cfg
+        from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT
+
+        from ..checkpointing.policy import ModelLayout, layout_of
+        from .plan import PLANNED_TASKS
+
+        config = CkptConfig.from_args(keys)  # bad keys fail here, before the model is built
+        opts = {**DEFAULT_CFG_DICT, **keys, **dataclasses.asdict(EstimateOptions.from_args(keys))}
+        if early is not None:
+            early(config)
+        autobatch = plans_batch and opts["batch"] == -1  # the batch train picks, answered once the model is built
+        if not autobatch and (not isinstance(opts["batch"], int) or opts["batch"] < 1):
+            raise ConfigError(
+                f"batch={opts['batch']!r}: profile estimates a given batch (an int >= 1); plan takes one, or batch=-1 for the batch "
+                "train would pick"
+            )
+        opts["model"] = opts["model"] or DEFAULT_MODELS.get(opts["task"] or "detect", "yolo11n.yaml")
+        if check_task is not None:
+            check_task(opts["data"], keys.get("task"))
+        if Path(str(opts["model"])).suffix.lower() in {".yaml", ".yml"}:
+            layout_of(opts["model"])  # a missing YAML named as given (Ultralytics names 'yolo11n.yaml' for yolo11nn.yaml)
+        with user_input(checkpoint=opts["model"]):
+            yolo = YOLO(opts["model"], task=keys.get("task"))
+        if check_task is not None:
+            check_task(opts["data"], yolo.task)
+        if yolo.task not in PLANNED_TASKS:
+            raise ConfigError(f"profile and plan estimate {', '.join(PLANNED_TASKS)} models; model={opts['model']} is a {yolo.task} model")
+        # the task's defaults, as train takes them: its loss region where the head has one (not RT-DETR's, ...)
+        config = config.for_task(yolo.task if ModelLayout.from_model(yolo.model).has_loss_region else None, keys)
+        args = get_cfg(DEFAULT_CFG, {k: v for k, v in opts.items() if k in DEFAULT_CFG_DICT and k != "format"} | {"task": yolo.task})
+        model, data = yolo.model, None
+        if opts["data"]:
+            data = dataset_on_disk(opts["data"], yolo.task)
+            model = yolo.task_map[yolo.task]["model"](yolo.model.yaml, nc=data["nc"], ch=data["channels"], verbose=False)
+            if yolo.ckpt:  # a trained .pt: its weights, as the trainer's get_model loads them into the data's model
+                model.load(yolo.model)
+        checked = check_labels is not None and data is not None
+        try:
+            run = planned_run(
+                args, model, config, device_type(opts["device"]), data, batch=ESTIMATE_BASE_BATCH if autobatch else opts["batch"],
+                objects=keys.get("objects"), object_size=opts["object_size"],
+            )
+        except RuntimeError:  # Ultralytics' dataset build ("No valid images found"): the caller's check says why, in one line
+            if checked:
+                check_labels(data, yolo.task, args)
+            raise
+        if checked:  # from the label cache the dataset build just wrote: no 2nd scan
+            check_labels(data, yolo.task, args)
+        run.keys = opts
+        return run
 
 
 def planned_run(args, model, config: CkptConfig, device: str, data: dict | None = None, *, batch: int | None = None,
@@ -106,4 +208,91 @@ def planned_run(args, model, config: CkptConfig, device: str, data: dict | None 
     sizes, sizes_text = layout_rule(counts, args.task, n, object_size, objects_given=objects is not None)
     spec = RunSpec(device, amp_enabled(args.amp, device), optimizer, optimizer_text, n, objects_text, int(model.yaml["nc"]), sizes_text)
     return PlannedRun(model, spec, autobatch_imgsz(args.imgsz, args.multi_scale, stride), batch, config, counts, sizes)
+
+
+def dataset_on_disk(data: str, task: str) -> dict:
+    """The dataset dict the task's trainer reads (Ultralytics' ``check_det_dataset``, ``check_cls_dataset`` for
+    classify), without downloading anything or running a data.yaml's ``download:`` code: profile and plan only estimate.
+
+    Raises:
+        ConfigError: naming ``data=`` when the dataset is not on disk (and how to fetch it), or cannot be read.
+    """
+    from ultralytics.data.utils import check_cls_dataset, check_det_dataset
+
+    fetch = (
+        f"data={data} is not on disk; profile and plan never download: fetch it first "
+        f"(yolo-ckpt train or yolo train data={data} downloads it)"
+    )
+    with user_input():
+        if task != "classify":
+            try:
+                return check_det_dataset(data, autodownload=False)
+            except FileNotFoundError as e:
+                raise ConfigError(f"{fetch}: {str(e).splitlines()[0]}") from e
+        if not Path(data).is_dir():
+            raise ConfigError(fetch)
+        return check_cls_dataset(data)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What :func:`decide` made of ``recompute=`` and ``batch=``.
+
+    Attributes:
+        recompute: the ``recompute=`` that trains: the plan's units for ``auto`` (``"0-4,head"``), ``"all"`` for ``auto``
+            with ``batch=-1``, else as given (a spec or a :class:`~yolo_ckpt.checkpointing.policy.RecomputePolicy`).
+        batch: the batch that trains: ``batch=-1``'s pick, else as given (-1 where no memory model was given).
+        plan: ``auto``'s :class:`~yolo_ckpt.memory.plan.Plan` at a given batch, else None.
+    """
+
+    recompute: object
+    batch: int
+    plan: object = None
+
+
+def decide(recompute, batch: int, memory=None, budget: int | None = None, imgsz: int | None = None,
+           images: int | None = None) -> Decision:
+    """The one decision of ``recompute=auto`` and ``batch=-1`` (or a fraction: any batch < 1), which the trainers,
+    ``yolo-ckpt plan`` and the bench's cells make alike:
+
+    - ``batch=-1`` with ``recompute=auto``: recompute everything (``all``), then take the largest batch that fits (the
+      policy cannot be planned before the batch, nor the batch picked before the policy);
+    - ``batch=-1``: the largest batch whose estimated peak with the policy, plus the headroom, fits ``budget`` at
+      ``imgsz``, capped by the training set's ``images`` and AutoBatch's 1024 (``MemoryModel.largest_batch``);
+    - ``recompute=auto`` at a given batch: the cheapest plan that fits (:meth:`~yolo_ckpt.memory.plan.MemoryModel.plan`).
+
+    Args:
+        recompute: the ``recompute=`` value, or a :class:`~yolo_ckpt.checkpointing.policy.RecomputePolicy` applied.
+        batch: ``batch=`` as given.
+        memory: the run's :class:`~yolo_ckpt.memory.plan.MemoryModel`; None to make only the decision that needs no
+            estimate (``auto`` with ``batch=-1`` is ``all``; the trainer on CUDA then measures its batch with AutoBatch),
+            the rest kept as given.
+        budget: ``memory_budget=`` in bytes.
+        imgsz: the largest size a step trains at (pixels).
+        images: the training set's images (None: no data, no cap).
+
+    Raises:
+        PlanError: when not even batch 1 fits (saying the need), or no plan fits at the batch.
+    """
+    auto = is_auto(recompute)
+    if batch < 1 and auto:
+        recompute = "all"
+    if memory is None:
+        return Decision(recompute, batch)
+    if batch < 1:
+        from .plan import PlanError, size_text
+
+        units = memory.units(recompute)
+        batch = memory.largest_batch(units, budget, imgsz)
+        if batch < 1:
+            need = memory.headroom.need(memory.peak(units, 1, imgsz))
+            raise PlanError(
+                f"memory_budget={size_text(budget)} is below batch=1's estimated need of {size_text(need)} at imgsz={imgsz} with "
+                f"recompute={memory.spec(units)}"
+            )
+        return Decision(recompute, batch if images is None else min(batch, images))
+    if not auto:
+        return Decision(recompute, batch)
+    plan = memory.plan(budget, batch, imgsz)
+    return Decision(plan.recompute, batch, plan)
 

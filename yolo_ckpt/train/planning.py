@@ -22,10 +22,10 @@ from ..checkpointing.policy import is_auto
 from ..config import CkptConfig
 from ..errors import ConfigError
 from ..memory.plan import PLANNED_TASKS, PlanError, size_text
+from ..memory.planned_run import ESTIMATE_BASE_BATCH, decide
 from ..memory.runspec import autobatch_fraction, device_type
 from .log import PREFIX
 
-ESTIMATE_BASE_BATCH = 2  # batch=-1: the batch of the memory model's base pass (the others are rescaled from it)
 # Trainers of a planned task (detect, segment) whose models and losses the estimate does not know: named policies only
 NOT_PLANNED = (RTDETRTrainer, WorldTrainer, YOLOETrainer, YOLOEPETrainer, YOLOEPESegTrainer)
 
@@ -101,13 +101,13 @@ def plan_recompute(trainer) -> str:
     """recompute=auto: the cheapest set of layers, head branches and loss region that fits the budget at this
     run's batch and largest imgsz (:meth:`yolo_ckpt.memory.plan.MemoryModel.plan`), kept as ``trainer.ckpt_state.plan``. With
     batch=-1 the order is: recompute everything (``all``), then take the largest batch that fits
-    (:func:`planned_batch`)."""
+    (:func:`planned_batch`); both by :func:`yolo_ckpt.memory.planned_run.decide`."""
     if trainer.args.batch < 1:
         LOGGER.info(f"{PREFIX}recompute=auto with batch=-1: recompute everything (all), then take the largest batch")
-        return "all"
+        return decide("auto", trainer.args.batch).recompute
     run = plan_run(trainer, trainer.args.batch)
     memory, imgsz = run.memory_model(), run.imgsz
-    plan = trainer.ckpt_state.plan = memory.plan(budget_bytes(trainer), trainer.args.batch, imgsz)
+    plan = trainer.ckpt_state.plan = decide("auto", trainer.args.batch, memory, budget_bytes(trainer), imgsz).plan
     LOGGER.info(
         f"{PREFIX}plan for memory_budget={size_text(plan.budget_bytes)}: recompute={plan.recompute}, "
         f"estimated peak {size_text(plan.estimated_peak_bytes)} + headroom {size_text(plan.headroom_bytes)} "
@@ -125,7 +125,7 @@ def planned_batch(trainer) -> int:
       as a cross-check; for segmentation, the only task with a loss region, the smaller of the two is taken
       (AutoBatch models the detection loss, never a mask loss).
     - CPU with ``memory_budget=``: the largest batch whose estimate fits, at the largest multi-scale imgsz,
-      capped by the dataset's images and AutoBatch's 1024.
+      capped by the dataset's images and AutoBatch's 1024 (:func:`yolo_ckpt.memory.planned_run.decide`).
 
     Raises:
         PlanError: on the CPU, when not even batch 1 fits the budget, saying the need.
@@ -142,31 +142,11 @@ def planned_batch(trainer) -> int:
             LOGGER.info(f"{PREFIX}batch={max(estimated, 1)}: the estimate counts the mask loss, AutoBatch does not")
             batch = max(estimated, 1)
     else:
-        batch = estimated_batch(memory, policy, budget, imgsz, images)
+        batch = decide(policy, -1, memory, budget, imgsz, images).batch
     LOGGER.info(f"{PREFIX}batch={batch} for memory_budget={size_text(budget)} at imgsz={imgsz} ({policy.spec})")
     state = trainer.ckpt_state
     state.plan = state.plan or memory.as_plan(units, memory.peak(units, batch, imgsz), budget, batch, imgsz)
     return batch
-
-
-def estimated_batch(memory, policy, budget: int, imgsz: int, images: int | None) -> int:
-    """batch=-1's pick off CUDA (train's :func:`planned_batch`, and ``yolo-ckpt plan batch=-1``): the largest batch
-    whose estimated peak with ``policy`` (a :class:`~yolo_ckpt.checkpointing.policy.RecomputePolicy` or a
-    ``recompute=`` value) and the headroom fits ``budget`` (bytes) at ``imgsz`` (the largest size trained), capped by
-    the training set's ``images`` (None: no data, no cap) and AutoBatch's 1024.
-
-    Raises:
-        PlanError: when not even batch 1 fits, saying the need.
-    """
-    units = memory.units(policy)
-    batch = memory.largest_batch(units, budget, imgsz)
-    if batch < 1:
-        need = memory.headroom.need(memory.peak(units, 1, imgsz))
-        raise PlanError(
-            f"memory_budget={size_text(budget)} is below batch=1's estimated need of {size_text(need)} at imgsz={imgsz} with "
-            f"recompute={memory.spec(units)}"
-        )
-    return batch if images is None else min(batch, images)
 
 
 def autobatch(trainer, budget: int) -> int:

@@ -1,0 +1,27 @@
+"""Where the commands write: their result to stdout, every diagnostic (Ultralytics' log, progress bars) to stderr."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+
+
+@contextlib.contextmanager
+def diagnostics_to_stderr():
+    """Inside the block, Ultralytics' log lines and every progress bar go to stderr, so that stdout holds only the
+    result (``format=json | json.load``). Only the console handlers move (Ultralytics' is a plain StreamHandler): a
+    FileHandler or a test runner's capture handler (pytest >= 9.2 adds one to Ultralytics' logger) keeps its stream.
+    Entering it imports Ultralytics (and torch): check the arguments first."""
+    from ultralytics.utils import LOGGER
+
+    handlers = [h for h in LOGGER.handlers if type(h) is logging.StreamHandler]
+    streams = [h.stream for h in handlers]
+    for h in handlers:
+        h.setStream(sys.stderr)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # TQDM writes to the sys.stdout of when it is made
+            yield
+    finally:
+        for h, stream in zip(handlers, streams):
+            h.setStream(stream)

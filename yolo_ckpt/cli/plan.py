@@ -1,0 +1,130 @@
+"""``yolo-ckpt plan``: for each policy, the estimated peak of the run the keys describe against ``memory_budget=``,
+and the largest imgsz and batch that fit; ``recompute=auto`` and ``batch=-1`` decided as train decides them."""
+
+from __future__ import annotations
+
+import sys
+
+from ..config import CkptConfig
+from ..errors import ConfigError
+from .args import TASKS, check_words, train_keys
+from .console import diagnostics_to_stderr
+from .estimate import estimate_keys, estimate_setup, trained_at
+
+
+def _plan_budget(config: CkptConfig) -> int:
+    """``memory_budget=`` in bytes, which plan needs; checked before the model is built.
+
+    Raises:
+        ConfigError: without one, or for a fraction (it needs the CUDA memory of the run's own process).
+    """
+    if config.memory_budget is None:
+        raise ConfigError("plan needs memory_budget= (bytes with a unit, e.g. memory_budget=16GB)")
+    return config.memory_budget.bytes(None)
+
+
+def plan_setup(args: list[str]):
+    """The :class:`~yolo_ckpt.memory.plan.MemoryModel` ``yolo-ckpt plan`` plans with, for its arguments: the run
+    :func:`~yolo_ckpt.cli.estimate.estimate_setup` makes of them (its headroom on the assumed device, ``loss_chunk=``).
+
+    Returns:
+        ``(memory, budget, opts, spec)``: the memory model, ``memory_budget=`` in bytes, the keys with defaults and
+        the :class:`~yolo_ckpt.memory.runspec.RunSpec`.
+
+    With ``batch=-1``, ``opts["batch"]`` becomes the batch train would pick for ``memory_budget=`` off CUDA, by the same
+    function (:func:`yolo_ckpt.memory.planned_run.decide`: with the run's policy, ``all`` for ``recompute=auto``,
+    capped by the training set's images); on CUDA train measures with AutoBatch instead (and keeps the smaller of the two
+    for segment models), which needs the GPU itself.
+
+    Raises:
+        ConfigError: as :func:`~yolo_ckpt.cli.estimate.estimate_setup` raises (without ``memory_budget=``, for a fraction); PlanError: with
+            ``batch=-1`` where not even batch 1 fits.
+    """
+    from ..memory.planned_run import decide
+
+    run, opts = estimate_setup(args, "plan", early=_plan_budget)
+    budget = _plan_budget(run.config)
+    print("yolo-ckpt plan: estimating the model (calibrating its loss formula, one fake pass)", file=sys.stderr)
+    memory = run.memory_model()
+    if opts["autobatch"]:
+        images = run.counts.images if run.counts else None
+        decision = decide(run.config.recompute, -1, memory, budget, opts["imgsz"], images)  # train's, for batch=-1
+        opts["batch"], recompute = decision.batch, decision.recompute
+        cap = f", at most the {images} training images" if images else ""
+        how = (
+            f"the estimate's largest batch that fits{cap}; train on CUDA measures its own with AutoBatch"
+            if run.spec.device == "cuda"
+            else f"train's pick for recompute={recompute}: the estimate's largest batch that fits{cap}"
+        )
+        print(f"yolo-ckpt plan: batch=-1 -> batch={opts['batch']}, {how}", file=sys.stderr)
+    return memory, budget, opts, run.spec
+
+
+def plan(args: list[str]) -> list[dict]:
+    """``yolo-ckpt plan``: for none, backbone, head, loss (segment models), all (layers, head branches and loss) and
+    auto, the estimated peak at ``imgsz=`` (the largest size it trains at) and ``batch=``, the headroom kept on top of
+    it (CUDA, against a budget in
+    bytes) and the margin left in ``memory_budget=``, the largest imgsz (at ``batch``) and batch (at ``imgsz``) that
+    fit, and each policy's recompute cost; for the run the keys describe (see :func:`~yolo_ckpt.cli.estimate.estimate_setup`). Every peak is
+    a fake pass's (the largest imgsz and batch: the composed answer, checked by one; ``MemoryModel.largest_imgsz``).
+    The result on stdout, progress and logs on stderr."""
+    check_words(args, train_keys(estimate_keys("plan")), TASKS)  # argument errors before torch is imported
+    import json
+
+    import pandas as pd
+    from ultralytics.utils import TQDM
+
+    from ..memory.plan import PlanError
+    from ..memory.planned_run import decide
+    from ..memory.runspec import grid_size
+
+    with diagnostics_to_stderr():
+        memory, budget, opts, spec = plan_setup(args)
+        stride = grid_size(memory.model.stride)  # the training size's grid (train_imgsz: Ultralytics' gs)
+        imgsz, batch, headroom = opts["imgsz"], opts["batch"], memory.headroom
+        print("yolo-ckpt plan: planning auto", file=sys.stderr)
+        try:
+            auto = decide("auto", batch, memory, budget, imgsz).plan
+        except PlanError:
+            auto = None  # even 'all' does not fit at this imgsz and batch
+        rows = []
+        names = ("none", "backbone", "head") + (("loss",) if "loss" in memory.candidates else ()) + ("all", "auto")
+        for name in TQDM(names, desc="yolo-ckpt plan: checking each policy's peak, largest imgsz and batch"):
+            units = memory.units(name if name != "auto" else (auto.recompute if auto else "all"))
+            # each row's peak from its fake pass, the check that decides (the composition is close, not exact)
+            cost = (
+                auto
+                if name == "auto" and auto
+                else memory.as_plan(units, memory.estimate(memory.spec(units), batch, imgsz).peak_bytes, budget, batch, imgsz)
+            )
+            rows.append({
+                "recompute": name if name != "auto" else f"auto ({cost.recompute})",
+                "estimated_peak_MiB": cost.estimated_peak_bytes / 2**20,
+                "headroom_MiB": cost.headroom_bytes / 2**20,
+                "margin_MiB": cost.margin_bytes / 2**20,
+                "fits": cost.fits,
+                f"max_imgsz_at_batch_{batch}": memory.largest_imgsz(units, budget, batch, stride),
+                f"max_batch_at_imgsz_{imgsz}": memory.largest_batch(units, budget, imgsz),
+                "recompute_GFLOPs": cost.recompute_flops / 1e9,
+                "recompute_pct_of_step": 100 * cost.recompute_cost,
+            })
+    result = {
+        "model": opts["model"],
+        "memory_budget_bytes": budget,
+        "memory_headroom": str(headroom),
+        "imgsz": imgsz,
+        "imgsz_given": opts["imgsz_given"],
+        "batch": batch,
+        "assumed": spec.to_dict(),
+        "policies": rows,
+    }
+    if opts["format"] == "json":
+        print(json.dumps(result, indent=2))
+    else:
+        print(
+            f"{opts['model']} at imgsz={imgsz}{trained_at(opts)} batch={batch}, memory_budget={budget / 2**20:.0f} MiB, "
+            f"memory_headroom={headroom}"
+        )
+        print(spec.describe())
+        print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+    return rows
