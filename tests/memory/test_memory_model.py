@@ -36,18 +36,10 @@ from yolo_ckpt.memory.estimate import (
     estimate_step,
 )
 from yolo_ckpt.memory.foreground import ObjectSizes
-from yolo_ckpt.memory.measure import (
-    OBJECTLESS_TASKS,
-    build_optimizer,
-    detect_batch,
-    model_task,
-    optimizer_for,
-    probe_training_step,
-    profile_step,
-    training_batch,
-)
 from yolo_ckpt.memory.plan import MemoryModel, loss_models
-from yolo_ckpt.memory.runspec import device_type, train_imgsz
+from yolo_ckpt.memory.step import probe_training_step, profile_step
+from yolo_ckpt.memory.training_batch import detect_batch, training_batch
+from yolo_ckpt.memory.ultralytics_rules import OBJECTLESS_TASKS, build_optimizer, device_type, model_task, optimizer_for, train_imgsz
 from yolo_ckpt.report.record import REPORT_NAME
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -504,7 +496,7 @@ def test_planning_errors_before_run_dir(kw, message, synthetic, tmp_path):
 
 
 def test_device_type_of_device_values(monkeypatch):
-    """The device a device= value plans for (AMP's rule is tested against Ultralytics in test_runspec.py): a CUDA
+    """The device a device= value plans for (AMP's rule is tested against Ultralytics in test_ultralytics_rules.py): a CUDA
     index from any machine; no value the one train would select, CUDA where torch sees one, else the CPU."""
     import torch
 

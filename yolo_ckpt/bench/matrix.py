@@ -50,8 +50,7 @@ from ultralytics.utils import DEFAULT_CFG_DICT, LOGGER, SETTINGS as ULTRALYTICS_
 from yolo_ckpt.checkpointing.policy import is_auto, layout_of, resolve
 from yolo_ckpt.config import DEFAULTS, Budget, CkptConfig
 from yolo_ckpt.errors import ConfigError, MissingFileError
-from yolo_ckpt.memory.measure import TASKS
-from yolo_ckpt.memory.plan import PLANNED_TASKS
+from yolo_ckpt.memory.ultralytics_rules import TASKS
 from yolo_ckpt.shipped import resolve_yaml
 
 from . import plots, step_cell, tables, train_cell
@@ -182,7 +181,7 @@ def _check_cell(matrix: Matrix, cell: dict, layouts: dict) -> None:
         resolve(config.recompute, layout)
     if matrix.kind == "step" and task not in TASKS:
         raise ConfigError(
-            f"{where}: step cells measure the tasks {', '.join(TASKS)} (yolo_ckpt.memory.measure.training_batch); task={task} "
+            f"{where}: step cells measure the tasks {', '.join(TASKS)} (yolo_ckpt.memory.training_batch.training_batch); task={task} "
             "needs kind: train"
         )
     try:
@@ -222,9 +221,9 @@ def _check_cell(matrix: Matrix, cell: dict, layouts: dict) -> None:
         )
     if planned and budget is None:
         raise ConfigError(f"{where}: {' and '.join(planned)} need memory_budget= (bytes with a unit, e.g. 4GB)")
-    if planned and task not in PLANNED_TASKS:
+    if planned and task not in TASKS:
         raise ConfigError(
-            f"{where}: {' and '.join(planned)} plan memory for the tasks {', '.join(PLANNED_TASKS)}; task={task} needs a named "
+            f"{where}: {' and '.join(planned)} plan memory for the tasks {', '.join(TASKS)}; task={task} needs a named "
             "policy, imgsz and batch"
         )
     if cell["tiles"] is not None:

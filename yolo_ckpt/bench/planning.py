@@ -12,7 +12,7 @@ from yolo_ckpt.config import DEFAULTS, CkptConfig
 from yolo_ckpt.errors import ConfigError
 from yolo_ckpt.memory.plan import MemoryModel
 from yolo_ckpt.memory.planned_run import PlannedRun, planned_run
-from yolo_ckpt.memory.runspec import device_type, grid_size
+from yolo_ckpt.memory.ultralytics_rules import device_type, grid_size
 
 from .cells import RelativeBudget, cell_budget
 

@@ -285,7 +285,8 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
         isinstance(i, int) and not isinstance(i, bool) for i in frozen
     ):
         raise ConfigError(
-            f"frozen={frozen!r} is not valid; give layer indices (ints), as yolo_ckpt.memory.runspec.frozen_layers(freeze=) reads freeze="
+            f"frozen={frozen!r} is not valid; give layer indices (ints), as "
+            "yolo_ckpt.memory.ultralytics_rules.frozen_layers(freeze=) reads freeze="
         )
     chosen -= layout.param_free | set(frozen)
     indices = tuple(sorted(chosen - {head}))

@@ -218,7 +218,7 @@ def estimate_setup(args: list[str], command: str = "plan", early=None):
     The model is built from ``model=`` (no download; a ``.pt`` is loaded once) as the trainer builds it: with the
     data's classes and channels when ``data=`` is given (Ultralytics' ``check_det_dataset``, or ``check_cls_dataset``
     for classify), its parameters trainable as training makes them. The device is ``device=``, else the one ``train``
-    would use (:func:`yolo_ckpt.memory.runspec.device_type`); AMP as that device runs it.
+    would use (:func:`yolo_ckpt.memory.ultralytics_rules.device_type`); AMP as that device runs it.
 
     Returns:
         ``(run, opts)``: the :class:`~yolo_ckpt.memory.planned_run.PlannedRun` (model, spec, trained imgsz, config), and the
@@ -236,9 +236,8 @@ def estimate_setup(args: list[str], command: str = "plan", early=None):
     from ultralytics.cfg import get_cfg
 
     from ..checkpointing.policy import ModelLayout, layout_of
-    from ..memory.plan import PLANNED_TASKS
     from ..memory.planned_run import planned_run
-    from ..memory.runspec import device_type
+    from ..memory.ultralytics_rules import TASKS, device_type
     from ..train.data_check import CHECKED_TASKS, check_labels
     from ..train.inputs import check_data_for_task
     from ..train.planning import ESTIMATE_BASE_BATCH
@@ -263,8 +262,8 @@ def estimate_setup(args: list[str], command: str = "plan", early=None):
     with user_input(checkpoint=opts["model"]):
         yolo = YOLO(opts["model"], task=given.get("task"))
     check_data_for_task(opts["data"], yolo.task)
-    if yolo.task not in PLANNED_TASKS:
-        raise ConfigError(f"profile and plan estimate {', '.join(PLANNED_TASKS)} models; model={opts['model']} is a {yolo.task} model")
+    if yolo.task not in TASKS:
+        raise ConfigError(f"profile and plan estimate {', '.join(TASKS)} models; model={opts['model']} is a {yolo.task} model")
     # the task's defaults, as train takes them: its loss region where the head has one (not RT-DETR's, ...)
     config = config.for_task(yolo.task if ModelLayout.from_model(yolo.model).has_loss_region else None, given)
     cfg = get_cfg(DEFAULT_CFG, {k: v for k, v in opts.items() if k in DEFAULT_CFG_DICT and k != "format"} | {"task": yolo.task})
@@ -300,7 +299,7 @@ def _trained_at(opts: dict) -> str:
 
 
 def profile_table(profile, policy) -> pandas.DataFrame:
-    """Per-layer rows of a ``recompute=none`` :class:`~yolo_ckpt.memory.measure.StepProfile` (MiB, GFLOPs), the layers of
+    """Per-layer rows of a ``recompute=none`` :class:`~yolo_ckpt.memory.step.StepProfile` (MiB, GFLOPs), the layers of
     ``policy`` marked (the final head's row when ``policy.head``: its branches), and a total row: the saved-for-backward
     column adds up to the total."""
     import pandas as pd
@@ -468,7 +467,7 @@ def plan(args: list[str]) -> list[dict]:
     from ultralytics.utils import TQDM
 
     from ..memory.plan import PlanError
-    from ..memory.runspec import grid_size
+    from ..memory.ultralytics_rules import grid_size
 
     with _diagnostics_to_stderr():
         memory, budget, opts, spec = plan_setup(args)

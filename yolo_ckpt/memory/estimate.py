@@ -1,10 +1,10 @@
 """Estimate the peak memory of a training step without computing it: fake tensors plus a calibrated loss formula.
 
 The model's forward, backward and optimizer step run on fake tensors (``torch._subclasses.FakeTensorMode``: shapes,
-dtypes and storages, no data), with the recompute policy applied, and :class:`~yolo_ckpt.memory.measure.LiveTensorTracker`
+dtypes and storages, no data), with the recompute policy applied, and :class:`~yolo_ckpt.memory.tracker.LiveTensorTracker`
 counts the live storages as on the CPU: parameters, buffers, gradients, the optimizer state Ultralytics' own
-builder gives (:func:`~yolo_ckpt.memory.measure.build_optimizer`), the task's training batch
-(:func:`~yolo_ckpt.memory.measure.training_batch`) and activations. Fake tensors cannot run the loss: its task-aligned
+builder gives (:func:`~yolo_ckpt.memory.ultralytics_rules.build_optimizer`), the task's training batch
+(:func:`~yolo_ckpt.memory.training_batch.training_batch`) and activations. Fake tensors cannot run the loss: its task-aligned
 assigner has data-dependent ops (``nonzero``, ``topk`` over the targets). Its memory is a formula per task
 (:class:`LossModel`), fitted to CPU measurements of the real loss at small sizes
 (:func:`calibrate_loss`); the fake pass backpropagates a stand-in loss with dense gradients of the same shapes.
@@ -81,20 +81,11 @@ from ..checkpointing.losses import ANCHOR_TILE, PIXEL_TILE
 from . import estimate_cache
 from .amp import cuda_amp_emulated
 from .foreground import candidate_pairs
-from .measure import (
-    OBJECTLESS_TASKS,
-    LayerAccounting,
-    LiveTensorTracker,
-    StepProfile,
-    anchors,
-    build_optimizer,
-    model_task,
-    module_flops,
-    run_step,
-    tensor_bytes,
-    training_batch,
-)
-from .runspec import train_imgsz
+from .layer_accounting import LayerAccounting, module_flops
+from .step import StepProfile, run_step
+from .tracker import LiveTensorTracker, tensor_bytes
+from .training_batch import training_batch
+from .ultralytics_rules import OBJECTLESS_TASKS, anchors, build_optimizer, model_task, train_imgsz
 
 # (batch, imgsz, objects per image) at which the real loss is measured to fit its formula: small (imgsz <= 160), so
 # fast, and spread in every term (1 to 3 images, 1 to 240 objects: below and above the anchors' count) so that the
@@ -356,7 +347,7 @@ def _fit(rows: np.ndarray, y: np.ndarray, upper: bool, lower=None) -> tuple[floa
 
 def _loss_samples(model, shape: LossModel, points, amp: bool) -> tuple[np.ndarray, list[int], list[int], list[int], list[int]]:
     """CPU measurements of ``model``'s real loss at ``points`` (batch, imgsz, objects, and optionally the boxes' sides
-    (lo, hi) as fractions of the image, else grid-laid: :func:`~yolo_ckpt.memory.measure.training_batch`): the formula's
+    (lo, hi) as fractions of the image, else grid-laid: :func:`~yolo_ckpt.memory.training_batch.training_batch`): the formula's
     terms (with the measured foreground anchors), the loss's forward and backward peaks above what was alive before it,
     the candidate pairs of its assigner, and the assigner's own peak above what was alive when it started (the most of
     its assigners')."""
@@ -456,7 +447,7 @@ def _is_spec(x) -> bool:
 
 
 def calibrate_loss(model, amp: bool = False) -> LossModel:
-    """Fit the loss formula of ``model`` (any task of :data:`~yolo_ckpt.memory.measure.TASKS`, any ``nc``) to CPU
+    """Fit the loss formula of ``model`` (any task of :data:`~yolo_ckpt.memory.ultralytics_rules.TASKS`, any ``nc``) to CPU
     measurements of its real loss, as ``model.loss`` computes it (with the loss region where one is applied:
     ``model.loss_chunk``, ``model.assign_chunk``), at :data:`CALIBRATION_POINTS` (a few seconds for a nano model); cached per model YAML,
     class count, mask settings, loss region and ``amp``, in this process and on disk (:mod:`yolo_ckpt.memory.estimate_cache`).
@@ -549,13 +540,13 @@ def estimate_step(
     """Estimate one training step's peak memory (bytes) for ``model`` without computing anything.
 
     Args:
-        model: an Ultralytics ``BaseModel`` of a task in :data:`~yolo_ckpt.memory.measure.TASKS` (real parameters; it is
+        model: an Ultralytics ``BaseModel`` of a task in :data:`~yolo_ckpt.memory.ultralytics_rules.TASKS` (real parameters; it is
             copied onto fake tensors), with ``.args`` set.
         imgsz: the ``imgsz=`` of the run: an int, a list or a string; estimated at the size it trains at
-            (:func:`~yolo_ckpt.memory.runspec.train_imgsz`: 2736 -> 2752). batch: images per step.
+            (:func:`~yolo_ckpt.memory.ultralytics_rules.train_imgsz`: 2736 -> 2752). batch: images per step.
         objects: targets per image (the loss grows with it: take the dataset's maximum, as AutoBatch does).
         recompute, mode: the policy and ``recompute_mode`` to estimate.
-        optimizer: an Ultralytics optimizer name (:func:`yolo_ckpt.memory.measure.build_optimizer`); its state as built.
+        optimizer: an Ultralytics optimizer name (:func:`yolo_ckpt.memory.ultralytics_rules.build_optimizer`); its state as built.
         amp: estimate a CUDA AMP step: CUDA fp16 autocast's dtypes (see the module docstring).
         loss_model: the loss formula; when None :func:`calibrate_loss` of ``model``, or where ``recompute`` applies
             the loss region (``yolo_ckpt.checkpointing.losses``), of a copy of ``model`` with it applied.
@@ -568,7 +559,7 @@ def estimate_step(
             foreground anchors by its boxes' sizes (:meth:`LossModel.foreground`); None: ``objects * topk`` per image.
 
     Returns:
-        A :class:`~yolo_ckpt.memory.measure.StepProfile` with ``source="fake_estimate"`` and ``imgsz`` the trained size.
+        A :class:`~yolo_ckpt.memory.step.StepProfile` with ``source="fake_estimate"`` and ``imgsz`` the trained size.
 
     Raises:
         ValueError, TypeError: for a task that is not modelled, an unknown optimizer or an invalid imgsz.

@@ -144,7 +144,7 @@ class ObjectSizes:
     Attributes:
         image: (n,) the index of each object's image; w, h: (n,) its sides (obb: its minimum-area rectangle's).
         rotated: obb (:func:`box_anchors`); images_per_sample: the images one augmented sample can hold
-            (:func:`yolo_ckpt.memory.runspec.augment_factors`' product: 4 for mosaic, ...).
+            (:func:`yolo_ckpt.memory.ultralytics_rules.augment_factors`' product: 4 for mosaic, ...).
         args: the augmentation keys read (scale, degrees, shear, perspective, multi_scale).
     """
 

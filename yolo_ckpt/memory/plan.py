@@ -12,7 +12,7 @@ composes the per-layer and per-module figures of one fake-tensor estimate of ``r
   which the checkpoint keeps, and the parameters (outputs kept anyway for skip connections are attributed to the
   layer that saves them, so they are never counted as freed twice);
 - the fake pass measures, per layer, the peak live bytes while its forward ran and while its backward ran
-  (:class:`yolo_ckpt.memory.measure.LayerRow`); in layer i's forward or backward the recomputed units before it hold only
+  (:class:`yolo_ckpt.memory.layer_accounting.LayerRow`); in layer i's forward or backward the recomputed units before it hold only
   their inputs, and a recomputed unit i itself holds its freed tensors again, a nested layer one inner block at a
   time and the head one branch at a time;
 - the loss's forward and backward peaks are a formula (:class:`yolo_ckpt.memory.estimate.LossModel`), the stock loss's
@@ -20,7 +20,7 @@ composes the per-layer and per-module figures of one fake-tensor estimate of ``r
   ``assign_chunk`` objects per chunk;
 - activations and the training batch scale with batch x imgsz^2, the loss by its own formula, parameters and
   optimizer state not at all;
-- an imgsz is planned at the size it trains at (:func:`yolo_ckpt.memory.runspec.train_imgsz`: 2736 -> 2752).
+- an imgsz is planned at the size it trains at (:func:`yolo_ckpt.memory.ultralytics_rules.train_imgsz`: 2736 -> 2752).
 
 In the tests (``tests/test_memory_model.py``) the composed peak equals the fake pass's of the same policy for layer
 sets and the loss region, and is up to 2.5% below it where the head's branches are recomputed (the head holds a
@@ -57,10 +57,8 @@ from ..config import NO_HEADROOM, Headroom, check_assign_chunk, check_loss_chunk
 from ..errors import ConfigError
 from . import estimate_cache
 from .estimate import LossModel, calibrate_loss, estimate_step, with_loss_phases
-from .measure import TASKS, StepProfile
-from .runspec import train_imgsz
-
-PLANNED_TASKS = TASKS  # the tasks yolo_ckpt.memory.estimate estimates (yolo_ckpt.memory.measure.training_batch builds their batches)
+from .step import StepProfile
+from .ultralytics_rules import train_imgsz
 
 
 def size_text(n: int) -> str:
@@ -206,7 +204,7 @@ class MemoryModel:
     A unit is what a plan recomputes or not: a layer index (a nested layer, :data:`yolo_ckpt.checkpointing.engine.NESTED_BLOCKS`,
     with its inner blocks), ``"head"`` (the final head's branches) or, where the head has a loss region
     (:data:`yolo_ckpt.checkpointing.policy.LOSS_HEADS`), ``"loss"``. Per unit, from the fake pass's per-layer and per-module
-    accounting (:class:`yolo_ckpt.memory.measure.LayerRow`, :class:`yolo_ckpt.memory.measure.ModuleRow`):
+    accounting (:class:`yolo_ckpt.memory.layer_accounting.LayerRow`, :class:`yolo_ckpt.memory.layer_accounting.ModuleRow`):
 
     - a layer frees its ``freeable_bytes`` and holds them again while it runs (its inputs and parameters stay
       alive); a nested layer holds them less what its inner blocks free, plus what its largest inner block frees
@@ -220,7 +218,7 @@ class MemoryModel:
     (``torch.utils.flop_counter``); the loss region's, :meth:`loss_flops`.
 
     Args:
-        model: an Ultralytics ``BaseModel`` of any task in :data:`yolo_ckpt.memory.measure.TASKS`, with ``.args`` set
+        model: an Ultralytics ``BaseModel`` of any task in :data:`yolo_ckpt.memory.ultralytics_rules.TASKS`, with ``.args`` set
             (a policy applied to it is ignored: its figures are of the stock model).
         imgsz, batch, objects: the step to base the figures on (activations are rescaled from it); ``imgsz`` as
             ``imgsz=`` takes it (int, list, string), here and in every method: the size that trains is planned.
@@ -358,7 +356,7 @@ class MemoryModel:
         return {phase: int(static + bytes_) for phase, bytes_ in above_static.items()}
 
     def step(self, units, batch: int, imgsz) -> StepProfile:
-        """The composed step of ``units`` at this batch and imgsz as a :class:`~yolo_ckpt.memory.measure.StepProfile`
+        """The composed step of ``units`` at this batch and imgsz as a :class:`~yolo_ckpt.memory.step.StepProfile`
         (source ``"composed_estimate"``, no fake pass): its :meth:`phase_peaks` and peak, the static and batch bytes,
         the loss formula's share, and the layer rows of the ``recompute=none`` base pass with their bytes and FLOPs
         scaled to this batch and imgsz (what each layer saves when it is kept; per-layer peaks 0: not composed)."""

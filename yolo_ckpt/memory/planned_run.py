@@ -13,17 +13,8 @@ import copy
 from dataclasses import dataclass, field
 
 from ..config import ESTIMATE_DEFAULTS, CkptConfig
-from .runspec import (
-    RunSpec,
-    amp_enabled,
-    autobatch_imgsz,
-    count_data,
-    grid_size,
-    layout_rule,
-    objects_rule,
-    optimizer_rule,
-    trainable_as_trained,
-)
+from .runspec import RunSpec, count_data, layout_rule, objects_rule, optimizer_rule
+from .ultralytics_rules import amp_enabled, autobatch_imgsz, grid_size, trainable_as_trained
 
 
 @dataclass
@@ -81,7 +72,7 @@ def planned_run(args, model, config: CkptConfig, device: str, data: dict | None 
         model: the run's Ultralytics model (any device; not changed: a CPU copy is estimated).
         config: yolo-ckpt's keys, validated (:meth:`yolo_ckpt.config.CkptConfig.from_args`).
         device: the device type the run trains on (``"cuda"``, ``"cpu"``, ``"mps"``:
-            :func:`yolo_ckpt.memory.runspec.device_type`).
+            :func:`yolo_ckpt.memory.ultralytics_rules.device_type`).
         data: the dataset dict the task's trainer reads (``check_det_dataset``/``check_cls_dataset``), or None.
         batch: the batch of the base pass and of the optimizer rule's iteration count (default ``args.batch``).
         objects: objects per image, given (``objects=``: it replaces the data's count); None: the data's most in one

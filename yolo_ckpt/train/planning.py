@@ -20,8 +20,8 @@ from ultralytics.utils.torch_utils import unwrap_model
 from ..checkpointing.policy import is_auto
 from ..config import CkptConfig
 from ..errors import ConfigError
-from ..memory.plan import PLANNED_TASKS, PlanError, size_text
-from ..memory.runspec import autobatch_fraction, device_type
+from ..memory.plan import PlanError, size_text
+from ..memory.ultralytics_rules import TASKS, autobatch_fraction, device_type
 from .log import PREFIX
 
 ESTIMATE_BASE_BATCH = 2  # batch=-1: the batch of the memory model's base pass (the others are rescaled from it)
@@ -49,10 +49,10 @@ def check_planning(trainer_cls: type, task: str, config: CkptConfig, overrides: 
             "memory to plan for"
         )
     what = "recompute=auto" if auto else "batch=-1" if autobatch and not (cpu and budget is None) else None
-    if what and (task not in PLANNED_TASKS or issubclass(trainer_cls, NOT_PLANNED)):
+    if what and (task not in TASKS or issubclass(trainer_cls, NOT_PLANNED)):
         raise ConfigError(
             f"{what} plans memory with the estimate, which exists for YOLO models of the tasks "
-            f"{', '.join(PLANNED_TASKS)}; for {trainer_cls.__name__} (task {task}) give a named policy and a batch"
+            f"{', '.join(TASKS)}; for {trainer_cls.__name__} (task {task}) give a named policy and a batch"
         )
 
 
@@ -63,7 +63,7 @@ def cuda_available(device: torch.device) -> int:
 
 def budget_bytes(trainer) -> int:
     """memory_budget= in bytes; on CUDA by default AutoBatch's fraction for batch=
-    (:func:`~yolo_ckpt.memory.runspec.autobatch_fraction`) of the memory available.
+    (:func:`~yolo_ckpt.memory.ultralytics_rules.autobatch_fraction`) of the memory available.
 
     Raises:
         PlanError: for a budget in bytes above the CUDA memory available, which no plan can honour.
@@ -189,7 +189,7 @@ def estimate_step_peaks(trainer, task: str) -> None:
 
     if not trainer.ckpt_config.estimate:
         trainer.estimate_skipped = "estimate=False"
-    elif task not in PLANNED_TASKS or isinstance(trainer, NOT_PLANNED) or not isinstance(unwrap_model(trainer.model), BaseModel):
+    elif task not in TASKS or isinstance(trainer, NOT_PLANNED) or not isinstance(unwrap_model(trainer.model), BaseModel):
         trainer.estimate_skipped = (
             f"the memory model does not cover {type(trainer).__name__} with {type(unwrap_model(trainer.model)).__name__}"
         )

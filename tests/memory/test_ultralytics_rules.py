@@ -1,5 +1,6 @@
-"""The Ultralytics rules yolo_ckpt.memory.runspec (and memory.optimizer_for) mirror, checked against Ultralytics itself:
-its trainer's set-up is run up to the point where it has applied the rule, and what it decided is compared."""
+"""The Ultralytics rules yolo_ckpt.memory.ultralytics_rules mirror (and yolo_ckpt.memory.runspec reads), checked against
+Ultralytics itself: its trainer's set-up is run up to the point where it has applied the rule, and what it decided is
+compared; or its function is called."""
 
 import pytest
 import torch
@@ -9,19 +10,15 @@ from ultralytics.engine import trainer as engine_trainer
 from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.utils import DEFAULT_CFG, autobatch as ultralytics_autobatch
 
-from yolo_ckpt.memory.measure import optimizer_for
-from yolo_ckpt.memory.runspec import (
-    DataCounts,
-    RunSpec,
+from yolo_ckpt.memory.runspec import DataCounts, RunSpec, count_data, objects_rule, optimizer_rule
+from yolo_ckpt.memory.ultralytics_rules import (
     amp_enabled,
     augment_factors,
     autobatch_fraction,
     autobatch_imgsz,
-    count_data,
     frozen_layers,
     grid_size,
-    objects_rule,
-    optimizer_rule,
+    optimizer_for,
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -173,4 +170,3 @@ def test_objects_per_image_by_task(task, counts, expected):
     assert objects_rule(counts, 20, task) == expected
     line = RunSpec("cpu", False, "AdamW", "optimizer=AdamW", *expected, 2).describe()
     assert ("no objects (" if expected[0] == 0 else f"{expected[0]} objects per image (") + expected[1] + ")" in line
-
