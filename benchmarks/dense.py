@@ -12,7 +12,7 @@ Per case:
 
 - peak bytes of one training step (:func:`yolo_ckpt.memory.step.profile_step`: forward, loss, backward, AdamW step,
   the optimizer's state included) for ``recompute=none`` (stock), ``all`` and ``auto`` at half of ``none``'s
-  estimate (``memory_budget=0.5x``, planned by :class:`yolo_ckpt.memory.plan.MemoryModel` from the case's objects,
+  estimate (``memory_budget=0.5x``, planned by :class:`yolo_ckpt.memory.planner.MemoryModel` from the case's objects,
   the worst box size assumed), with the estimates beside them;
 - the gradients and the weights after one AdamW step of ``all`` against stock: ``torch.equal`` on every tensor;
 - step time (forward, loss, backward) of ``recompute=loss`` against the same policy with the stock assigner
@@ -36,7 +36,7 @@ from yolo_ckpt import apply_checkpointing, count_recomputations
 from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.checkpointing.assigner import chunk_assigners
 from yolo_ckpt.cli.args import key_value
-from yolo_ckpt.memory.plan import MemoryModel
+from yolo_ckpt.memory.planner import MemoryModel
 from yolo_ckpt.memory.step import profile_step
 from yolo_ckpt.memory.training_batch import training_batch
 from yolo_ckpt.memory.ultralytics_rules import build_optimizer

@@ -23,7 +23,7 @@ from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.cli.args import key_value
 from yolo_ckpt.config import Budget
 from yolo_ckpt.memory.estimate import calibrate_loss, estimate_step
-from yolo_ckpt.memory.plan import MemoryModel
+from yolo_ckpt.memory.planner import MemoryModel
 
 
 def build(cfg: str) -> BaseModel:

@@ -6,8 +6,8 @@ import pytest
 import torch
 from helpers import build_model, tiny_yaml
 
+import yolo_ckpt.memory.composed as planner
 import yolo_ckpt.memory.estimate as estimate
-import yolo_ckpt.memory.plan as planner
 from yolo_ckpt.cli.commands import plan_setup
 from yolo_ckpt.memory import estimate_cache
 

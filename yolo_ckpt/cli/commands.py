@@ -335,8 +335,8 @@ def profile(args: list[str]) -> dict:
     from ultralytics.utils import TQDM
 
     from ..checkpointing.policy import ModelLayout, resolve
+    from ..memory.composed import loss_models
     from ..memory.estimate import estimate_step
-    from ..memory.plan import loss_models
 
     with _diagnostics_to_stderr():
         run, opts = estimate_setup(args, "profile")
@@ -416,7 +416,7 @@ def _plan_budget(config: CkptConfig) -> int:
 
 
 def plan_setup(args: list[str]):
-    """The :class:`~yolo_ckpt.memory.plan.MemoryModel` ``yolo-ckpt plan`` plans with, for its arguments: the run
+    """The :class:`~yolo_ckpt.memory.planner.MemoryModel` ``yolo-ckpt plan`` plans with, for its arguments: the run
     :func:`estimate_setup` makes of them (its headroom on the assumed device, ``loss_chunk=``).
 
     Returns:
@@ -466,7 +466,7 @@ def plan(args: list[str]) -> list[dict]:
     import pandas as pd
     from ultralytics.utils import TQDM
 
-    from ..memory.plan import PlanError
+    from ..memory.planner import PlanError
     from ..memory.ultralytics_rules import grid_size
 
     with _diagnostics_to_stderr():

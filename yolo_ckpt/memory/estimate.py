@@ -414,7 +414,7 @@ def _prediction_specs(model, sizes: list[int], amp: bool) -> dict:
     """Per imgsz in ``sizes``, the shapes (at one image: all are batch-first) and dtypes of ``model``'s training
     predictions. A fake pass costs the same at any size (its cost is per op), so the whole model runs once, at the
     first size, and the head alone at the others, on its inputs rescaled: each is a feature map at a fixed stride.
-    Kept per model, sizes and amp in this process: the loss region's calibration (:func:`yolo_ckpt.memory.plan.loss_models`
+    Kept per model, sizes and amp in this process: the loss region's calibration (:func:`yolo_ckpt.memory.composed.loss_models`
     calibrates a copy with and one without it) changes the loss, not the predictions, and need not pass again."""
     key = (estimate_cache.model_key(model), getattr(model.model[-1], "end2end", None), tuple(sizes), amp)
     if key not in _PREDICTION_SPECS:
@@ -631,7 +631,7 @@ def with_loss_phases(step: StepProfile, forward: int, backward: int) -> StepProf
     alive before it) in the loss phase, and in the backward phase the loss's own backward, ``backward`` bytes above
     the forward's end, which runs before the model's (whose peak the stand-in's backward gives; the loss's saved
     tensors are freed by then). ``loss_bytes`` becomes ``forward``. Used by :func:`estimate_step` and by
-    :meth:`yolo_ckpt.memory.plan.MemoryModel.estimate`, which composes each policy's loss on one pass of its layers."""
+    :meth:`yolo_ckpt.memory.composed.ComposedEstimate.estimate`, which composes each policy's loss on one pass of its layers."""
     end = step.phase_peak_bytes["loss"]
     phases = step.phase_peak_bytes | {"loss": end + forward, "backward": max(step.phase_peak_bytes["backward"], end + backward)}
     return dataclasses.replace(step, phase_peak_bytes=phases, loss_bytes=forward, peak_bytes=max(phases.values()))

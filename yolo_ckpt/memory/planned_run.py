@@ -1,5 +1,5 @@
 """The one builder of a run's memory model: from the run's keys, its model, its data and its device, the run the
-estimate assumes (:class:`~yolo_ckpt.memory.runspec.RunSpec`) and the :class:`~yolo_ckpt.memory.plan.MemoryModel` that plans it.
+estimate assumes (:class:`~yolo_ckpt.memory.runspec.RunSpec`) and the :class:`~yolo_ckpt.memory.planner.MemoryModel` that plans it.
 
 ``recompute=auto`` and ``batch=-1`` in the trainers, ``yolo-ckpt profile`` and ``plan``, and the benchmark's
 planned cells (``imgsz=fit``, ``tiles.size: fit``, budget studies) all call :func:`planned_run`, so the same keys
@@ -49,10 +49,10 @@ class PlannedRun:
         return self.config.headroom_on(self.spec.device)
 
     def memory_model(self):
-        """The :class:`~yolo_ckpt.memory.plan.MemoryModel` of this run (built on first use: it calibrates the loss and
+        """The :class:`~yolo_ckpt.memory.planner.MemoryModel` of this run (built on first use: it calibrates the loss and
         runs one fake pass, seconds for a nano model)."""
         if self._memory is None:
-            from .plan import MemoryModel
+            from .planner import MemoryModel
 
             spec = self.spec
             self._memory = MemoryModel(

@@ -20,7 +20,7 @@ from ultralytics.utils.torch_utils import unwrap_model
 from ..checkpointing.policy import is_auto
 from ..config import CkptConfig
 from ..errors import ConfigError
-from ..memory.plan import PlanError, size_text
+from ..memory.planner import PlanError, size_text
 from ..memory.ultralytics_rules import TASKS, autobatch_fraction, device_type
 from .log import PREFIX
 
@@ -98,7 +98,7 @@ def plan_run(trainer, batch: int):
 
 def plan_recompute(trainer) -> str:
     """recompute=auto: the cheapest set of layers, head branches and loss region that fits the budget at this
-    run's batch and largest imgsz (:meth:`yolo_ckpt.memory.plan.MemoryModel.plan`), kept as ``trainer.plan``. With
+    run's batch and largest imgsz (:meth:`yolo_ckpt.memory.planner.MemoryModel.plan`), kept as ``trainer.plan``. With
     batch=-1 the order is: recompute everything (``all``), then take the largest batch that fits
     (:func:`planned_batch`)."""
     if trainer.args.batch < 1:
@@ -183,7 +183,7 @@ def estimate_step_peaks(trainer, task: str) -> None:
     the batch (no more than the training set's images) and largest imgsz this run trains, for its spec (the planned
     run's memory model reused), into ``trainer.estimated_peaks`` (bytes) and ``trainer.estimated_step``, and the
     composed steps of ``none`` and the policy (for the run's picture) into ``trainer.estimated_steps``; from one fake pass
-    (:meth:`yolo_ckpt.memory.plan.MemoryModel.step`). Skipped, with the reason in ``trainer.estimate_skipped``, for
+    (:meth:`yolo_ckpt.memory.planner.MemoryModel.step`). Skipped, with the reason in ``trainer.estimate_skipped``, for
     ``estimate=False`` and for models the memory model does not cover."""
     from ultralytics.nn.tasks import BaseModel
 
