@@ -416,3 +416,35 @@ def test_provenance_names_the_cpu_as_ultralytics_does(monkeypatch):
     monkeypatch.setattr(torch_utils, "get_cpu_info", lambda: "Test CPU 9000")
     machine = provenance("c")["machine"]
     assert machine["cpu"] == "Test CPU 9000" and machine_text(machine).startswith("Test CPU 9000, ")
+
+
+@pytest.mark.slow
+def test_equal_memory_arms_matrix(tmp_path, one_thread):
+    """Issue 33's four arms under one budget, end to end at a tiny size on the built-in small-object data: (a) stock at
+    the largest imgsz that fits (imgsz=fit), (b) recompute=auto at full resolution, (c) stock on tiles of the size that
+    fits, validated on the full images, (d) stock at full resolution with no budget. (a)-(c) are measured within the
+    budget, (d) above it, and (b)'s weights are (d)'s: (b) stands for full-resolution training."""
+    from yolo_ckpt.data.synthetic import small_object_dataset
+
+    data, budget = str(small_object_dataset(320, 2, 1, root=tmp_path / "cache")), 120  # MiB: stock at 320 needs more
+    arm = {"model": "yolo26n.yaml", "dataset": data, "imgsz": 320, "batch": 2}
+    spec = {
+        "kind": "train",
+        "baseline_keys": ["dataset", "model", "batch"],  # every arm against (d)
+        "settings": {"epochs": 1, "nbs": 2, "seed": 0, "workers": 0, "device": "cpu", "plots": False, "estimate": False},
+        "grid": [
+            {**arm, "imgsz": "fit", "recompute": "none", "memory_budget": f"{budget}MiB"},
+            {**arm, "recompute": "auto", "memory_budget": f"{budget}MiB"},
+            {**arm, "recompute": "none", "memory_budget": f"{budget}MiB", "tiles": {"size": "fit", "overlap": 32}},
+            {**arm, "recompute": "none"},
+        ],
+    }
+    out = tmp_path / "out"
+    assert main(["bench", f"matrix={write_matrix(tmp_path, spec)}", f"out={out}"]) == 0
+    fit, auto, tiles, full = pd.read_csv(out / "results.csv").to_dict("records")
+    assert [r["status"] for r in (fit, auto, tiles, full)] == ["ok"] * 4
+    assert fit["imgsz_used"] < 320 and fit["recomputed"] == "none"  # downscaled to fit
+    assert auto["imgsz_used"] == 320 and auto["recomputed"] not in ("none", "") and auto["recomputations"] > 0
+    assert tiles["imgsz_used"] < 320 and tiles["val_imgsz"] == 320 and tiles["train_images"] > 2  # tiles, full-image val
+    assert auto["weights_sha256"] == full["weights_sha256"]  # recomputation is exact: (b) trained as (d) did
+    assert max(fit["peak_MiB"], auto["peak_MiB"], tiles["peak_MiB"]) <= budget < full["peak_MiB"], (fit, auto, tiles, full)
