@@ -38,9 +38,9 @@ from ultralytics.utils.tal import make_anchors
 
 from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.cli.args import key_value
-from yolo_ckpt.memory.measure import model_task
-from yolo_ckpt.memory.plan import loss_models
+from yolo_ckpt.memory.composed import loss_models
 from yolo_ckpt.memory.runspec import count_data
+from yolo_ckpt.memory.ultralytics_rules import model_task
 
 MiB = 2**20
 
