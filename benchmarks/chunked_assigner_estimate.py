@@ -2,7 +2,7 @@
 
 The chunked assigner (:mod:`yolo_ckpt.checkpointing.assigner`) holds one image's chunk of ``assign_chunk`` objects x
 anchors at a time, so its loss peak stops growing with the objects past one chunk; the formula's term for it is
-``A * min(M, assign_chunk)`` (:class:`yolo_ckpt.memory.estimate.LossModel`). yolo11n detect, 1024 px, batch 1, 20, 600
+``A * min(M, assign_chunk)`` (:class:`yolo_ckpt.memory.loss_model.LossModel`). yolo11n detect, 1024 px, batch 1, 20, 600
 and 1500 objects of 8-28 px, ``recompute=all`` (one class, fp32): the measured step
 (:func:`yolo_ckpt.memory.step.profile_step`) and the estimate, the loss's own peak and the step's.
 

@@ -18,8 +18,8 @@ import numpy as np
 from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.cli.args import key_value
 from yolo_ckpt.cli.commands import estimate_setup
-from yolo_ckpt.memory.composed import loss_models
 from yolo_ckpt.memory.estimate import estimate_step
+from yolo_ckpt.memory.loss_calibration import loss_models
 
 MiB = 2**20
 

@@ -22,7 +22,8 @@ from ultralytics.utils import DEFAULT_CFG
 from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.cli.args import key_value
 from yolo_ckpt.config import Budget
-from yolo_ckpt.memory.estimate import calibrate_loss, estimate_step
+from yolo_ckpt.memory.estimate import estimate_step
+from yolo_ckpt.memory.loss_calibration import calibrate_loss
 from yolo_ckpt.memory.planner import MemoryModel
 
 

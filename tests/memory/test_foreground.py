@@ -12,8 +12,9 @@ from ultralytics.nn.tasks import SegmentationModel
 from ultralytics.utils import DEFAULT_CFG
 from ultralytics.utils.tal import RotatedTaskAlignedAssigner, TaskAlignedAssigner, make_anchors
 
-from yolo_ckpt.memory.estimate import calibrate_loss, estimate_step
+from yolo_ckpt.memory.estimate import estimate_step
 from yolo_ckpt.memory.foreground import ObjectSizes, augmented_sides, box_anchors, stride_val
+from yolo_ckpt.memory.loss_calibration import calibrate_loss
 from yolo_ckpt.memory.step import profile_step
 from yolo_ckpt.memory.training_batch import training_batch
 
@@ -235,7 +236,7 @@ def test_pair_term_never_under_overlapping_boxes(variant, region):
     from ultralytics import YOLO
 
     from yolo_ckpt import apply_checkpointing
-    from yolo_ckpt.memory.estimate import _loss_samples
+    from yolo_ckpt.memory.loss_calibration import _loss_samples
     from yolo_ckpt.memory.ultralytics_rules import model_task
 
     yaml, nc = PAIR_VARIANTS[variant]

@@ -28,15 +28,9 @@ from yolo_ckpt import apply_checkpointing, count_recomputations, trainer_for
 from yolo_ckpt.checkpointing.engine import NESTED_BLOCKS, checkpointed_modules, sub_regions
 from yolo_ckpt.checkpointing.policy import resolve
 from yolo_ckpt.config import Budget, Headroom
-from yolo_ckpt.memory.composed import loss_models
-from yolo_ckpt.memory.estimate import (
-    CALIBRATION_POINTS,
-    DECODED_BYTES_PER_PIXEL,
-    MASK_TERMS_MARGIN,
-    _loss_samples,
-    estimate_step,
-)
+from yolo_ckpt.memory.estimate import estimate_step
 from yolo_ckpt.memory.foreground import ObjectSizes
+from yolo_ckpt.memory.loss_calibration import CALIBRATION_POINTS, DECODED_BYTES_PER_PIXEL, MASK_TERMS_MARGIN, _loss_samples, loss_models
 from yolo_ckpt.memory.planner import MemoryModel
 from yolo_ckpt.memory.step import probe_training_step, profile_step
 from yolo_ckpt.memory.training_batch import detect_batch, training_batch
@@ -185,7 +179,7 @@ TASK_CASES = {
 
 
 # The estimate's error window per case: segmentation 0% to +5% (its mask terms bound the foreground anchors and carry
-# yolo_ckpt.memory.estimate.MASK_TERMS_MARGIN), never under.
+# yolo_ckpt.memory.loss_calibration.MASK_TERMS_MARGIN), never under.
 ERROR_WINDOW = {"segment": (0.0, 0.05), "segment26": (0.0, 0.05)}
 
 
@@ -285,7 +279,7 @@ def test_loss_region_mask_terms_stop_at_a_tile():
     with the foreground (MoNuSeg's densest mosaic, recompute=all at batch 2: 10590 MiB estimated against 898
     measured while they did not)."""
     from yolo_ckpt.checkpointing.losses import ANCHOR_TILE
-    from yolo_ckpt.memory.estimate import LossModel
+    from yolo_ckpt.memory.loss_model import LossModel
 
     region = LossModel("segment", (8.0, 16.0, 32.0), 4, (10,), (0.0,) * 8, (0.0,) * 8, chunk=256)
     stock = dataclasses.replace(region, chunk=None)
@@ -309,7 +303,8 @@ def test_decoding_term_is_the_larger_assigners_at_the_codes_bytes():
     loss has one per assigner; and the fit keeps that term's coefficient at the bytes per pixel the code holds while it
     decodes, whatever the calibration's small steps would fit (at <= 160 px they fitted 3.3 and 1.9 B per pixel and a
     yolo26n-seg step at 512 px was 1.3% under: benchmarks/results/estimate-accuracy-all)."""
-    from yolo_ckpt.memory.estimate import LossModel, _decoded, _fit, _previous
+    from yolo_ckpt.memory.loss_calibration import _fit
+    from yolo_ckpt.memory.loss_model import LossModel, _decoded, _previous
 
     stock = LossModel("segment", (8.0, 16.0, 32.0), 4, (10, 7), (0.0,) * 11, (0.0,) * 11, mask_topk=(30, 21))
     region = dataclasses.replace(stock, chunk=256)

@@ -253,3 +253,4 @@ def test_autocast_for_cuda_is_ultralytics_autocast():
     from ultralytics.utils.torch_utils import autocast
 
     assert autocast_for(True, "cuda")().fast_dtype == autocast(True, device="cuda").fast_dtype == torch.float16
+

@@ -335,8 +335,8 @@ def profile(args: list[str]) -> dict:
     from ultralytics.utils import TQDM
 
     from ..checkpointing.policy import ModelLayout, resolve
-    from ..memory.composed import loss_models
     from ..memory.estimate import estimate_step
+    from ..memory.loss_calibration import loss_models
 
     with _diagnostics_to_stderr():
         run, opts = estimate_setup(args, "profile")

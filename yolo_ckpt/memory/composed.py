@@ -14,7 +14,7 @@ obb, pose and segment models (:data:`yolo_ckpt.checkpointing.policy.LOSS_HEADS`)
   (:class:`yolo_ckpt.memory.layer_accounting.LayerRow`); in layer i's forward or backward the recomputed units before
   it hold only their inputs, and a recomputed unit i itself holds its freed tensors again, a nested layer one inner
   block at a time and the head one branch at a time;
-- the loss's forward and backward peaks are a formula (:class:`yolo_ckpt.memory.estimate.LossModel`), the stock
+- the loss's forward and backward peaks are a formula (:class:`yolo_ckpt.memory.loss_model.LossModel`), the stock
   loss's or, with ``loss``, the loss region's, calibrated with the region applied in ``loss_chunk`` anchors and
   ``assign_chunk`` objects per chunk;
 - activations and the training batch scale with batch x imgsz^2, the loss by its own formula, parameters and
@@ -31,16 +31,13 @@ That fake pass of any policy is kept per units, batch and imgsz, in the process 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 
-from ..checkpointing.assigner import DEFAULT_ASSIGN_CHUNK
 from ..checkpointing.engine import sub_regions
-from ..checkpointing.losses import DEFAULT_CHUNK, apply_loss_region, remove_loss_region
 from ..checkpointing.policy import REGIONS, ModelLayout, RecomputePolicy, resolve, spec_string
-from ..config import check_assign_chunk, check_loss_chunk
 from . import estimate_cache
-from .estimate import LossModel, calibrate_loss, estimate_step, with_loss_phases
+from .estimate import estimate_step, with_loss_phases
+from .loss_calibration import loss_models
 from .step import StepProfile
 from .ultralytics_rules import train_imgsz
 
@@ -62,34 +59,6 @@ def _without_flops(step: StepProfile) -> StepProfile:
         layers=[dataclasses.replace(r, forward_flops=0) for r in step.layers],
         modules={name: dataclasses.replace(r, forward_flops=0) for name, r in step.modules.items()},
     )
-
-
-def loss_models(
-    model, amp: bool, chunk: int | None = None, assign_chunk: int | None = None
-) -> dict[bool, LossModel]:
-    """The loss formula without (``False``) and, where the head has a loss region, with (``True``) the loss region
-    in ``chunk`` anchors and ``assign_chunk`` objects per chunk (None: their defaults), each calibrated on a copy of
-    ``model`` with or without it (:func:`yolo_ckpt.memory.estimate.calibrate_loss`, which measures ``model.loss`` as
-    patched) under ``amp``.
-
-    Raises:
-        ValueError: for a bad ``chunk`` or ``assign_chunk`` (:func:`yolo_ckpt.config.check_loss_chunk`,
-            :func:`yolo_ckpt.config.check_assign_chunk`).
-    """
-    chunk = check_loss_chunk(DEFAULT_CHUNK if chunk is None else chunk)
-    objects = check_assign_chunk(DEFAULT_ASSIGN_CHUNK if assign_chunk is None else assign_chunk)
-    variants = {False: None, True: (chunk, objects)} if ModelLayout.from_model(model).has_loss_region else {False: None}
-    models = {}
-    for on, region in variants.items():
-        variant = model
-        applied = (getattr(model, "loss_chunk", None), getattr(model, "assign_chunk", None))
-        if applied != (region or (None, None)):  # the loss region is on, or off, where it must not be
-            variant = copy.deepcopy(model)
-            remove_loss_region(variant)
-            if on:
-                apply_loss_region(variant, *region)
-        models[on] = calibrate_loss(variant, amp)
-    return models
 
 
 class ComposedEstimate:

@@ -1,7 +1,7 @@
 """Foreground anchors: what the task-aligned assigner gives (measured), and the bound the loss formula takes.
 
 A segmentation loss's memory grows with its foreground anchors (the anchors the assigner makes positive:
-:class:`yolo_ckpt.memory.estimate.LossModel`'s ``Fb`` and ``F1`` terms). :func:`measured_foreground` counts them on a
+:class:`yolo_ckpt.memory.loss_model.LossModel`'s ``Fb`` and ``F1`` terms). :func:`measured_foreground` counts them on a
 real batch, per assigner and image (the ``fg_mask`` of Ultralytics' ``TaskAlignedAssigner.forward``,
 ``ultralytics/utils/tal.py``).
 

@@ -7,7 +7,8 @@ say) it cannot be called, so it is mirrored once, here; where it has a function 
 checks each against Ultralytics itself: its trainer's set-up run up to the point where it has applied the rule, or
 its function called.
 
-- the tasks: :data:`TASKS`, :func:`model_task`; the anchor grid: :func:`anchors`;
+- the tasks: :data:`TASKS`, :func:`model_task`; the anchor grid: :func:`anchors`; the mask-scoring assigner's
+  decoding chunk: :data:`DECODE_CHUNK_PIXELS`;
 - the device and AMP: :func:`device_type`, :func:`amp_enabled`, :func:`autocast_for`;
 - what trains: :func:`frozen_layers`, :func:`trainable_as_trained`;
 - the image size: :func:`grid_size`, :func:`train_imgsz`; AutoBatch's: :func:`autobatch_fraction`,
@@ -52,6 +53,11 @@ def anchors(imgsz: int, strides) -> int:
     ``make_anchors`` lays on the head's feature maps (``utils/tal.py`` line 539, mirrored: the loss calls it on
     the predictions)."""
     return int(sum((imgsz // int(s)) ** 2 for s in strides))
+
+
+# Mask pixels YOLO26's SegTaskAlignedAssigner.pair_overlaps decodes per chunk of images (mirrored: it computes the
+# chunk inline, utils/tal.py line 482, ``(1 << 27) // (m * mh * mw)`` images a chunk, at least one)
+DECODE_CHUNK_PIXELS = 1 << 27
 
 
 def device_type(device) -> str:
