@@ -12,6 +12,7 @@ from ultralytics.utils import DEFAULT_CFG, autobatch as ultralytics_autobatch
 
 from yolo_ckpt.memory.runspec import DataCounts, RunSpec, count_data, objects_rule, optimizer_rule
 from yolo_ckpt.memory.ultralytics_rules import (
+    DECODE_CHUNK_PIXELS,
     OPTIMIZERS,
     TASKS,
     amp_enabled,
@@ -254,3 +255,12 @@ def test_autocast_for_cuda_is_ultralytics_autocast():
 
     assert autocast_for(True, "cuda")().fast_dtype == autocast(True, device="cuda").fast_dtype == torch.float16
 
+
+def test_decode_chunk_is_the_mask_scoring_assigners():
+    """DECODE_CHUNK_PIXELS is the chunk SegTaskAlignedAssigner.pair_overlaps decodes at once (it computes it inline),
+    quoted from stock's source as it is mirrored."""
+    import inspect
+
+    from ultralytics.utils.tal import SegTaskAlignedAssigner
+
+    assert DECODE_CHUNK_PIXELS == 1 << 27 and "(1 << 27) // (m * mh * mw)" in inspect.getsource(SegTaskAlignedAssigner.pair_overlaps)
