@@ -2,9 +2,9 @@
 
 The chunked assigner (:mod:`yolo_ckpt.checkpointing.assigner`) holds one image's chunk of ``assign_chunk`` objects x
 anchors at a time, so its loss peak stops growing with the objects past one chunk; the formula's term for it is
-``A * min(M, assign_chunk)`` (:class:`yolo_ckpt.memory.estimate.LossModel`). yolo11n detect, 1024 px, batch 1, 20, 600
+``A * min(M, assign_chunk)`` (:class:`yolo_ckpt.memory.loss_model.LossModel`). yolo11n detect, 1024 px, batch 1, 20, 600
 and 1500 objects of 8-28 px, ``recompute=all`` (one class, fp32): the measured step
-(:func:`yolo_ckpt.memory.measure.profile_step`) and the estimate, the loss's own peak and the step's.
+(:func:`yolo_ckpt.memory.step.profile_step`) and the estimate, the loss's own peak and the step's.
 
     python -m benchmarks.chunked_assigner_estimate out=benchmarks/results/chunked-assigner-estimate
 """
@@ -22,7 +22,8 @@ from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.memory.estimate import estimate_step
-from yolo_ckpt.memory.measure import profile_step, training_batch
+from yolo_ckpt.memory.step import profile_step
+from yolo_ckpt.memory.training_batch import training_batch
 
 MiB = 2**20
 

@@ -6,7 +6,7 @@ in ``1 +- scale`` (``scale=0.5`` by default): at 0.5 the square shows the whole 
 all their objects. That is why Ultralytics' ``DetectionTrainer.auto_batch`` and the memory model plan for the data's
 most objects in one image x 4. This benchmark builds that batch from the dataset's ``4 x batch`` densest images (each
 letterboxed to imgsz / 2 by Ultralytics' dataset, without augmentation, four laid 2 x 2 per image: the mosaic at
-scale 0.5 less its random placement), measures one CPU training step of it (:func:`yolo_ckpt.memory.measure.profile_step`,
+scale 0.5 less its random placement), measures one CPU training step of it (:func:`yolo_ckpt.memory.step.profile_step`,
 fp32, with ``recompute=``) and puts the estimate beside it, at the batch's own object count and at the planner's
 bound (what ``yolo-ckpt plan`` and ``train`` estimate for these keys)::
 
@@ -30,8 +30,9 @@ from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.errors import ConfigError
 from yolo_ckpt.memory.estimate import estimate_step
-from yolo_ckpt.memory.measure import model_task, profile_step
 from yolo_ckpt.memory.planned_run import PlannedRun
+from yolo_ckpt.memory.step import profile_step
+from yolo_ckpt.memory.ultralytics_rules import model_task
 
 
 def densest_mosaic(data: str, imgsz: int, batch: int = 1, task: str = "segment") -> tuple[dict, list[int]]:
@@ -101,7 +102,7 @@ def main(argv: list[str]) -> dict:
         f"| {model_cfg} | {opts['data']} | {imgsz} | {batch_size} | {recompute} | {', '.join(map(str, per_image))} | {peak / mib:.0f} | "
         f"{at_objects / mib:.0f} ({at_objects / peak:.2f}x) | {at_bound / mib:.0f} ({bound}; {at_bound / peak:.2f}x) |",
         "",
-        "CPU fp32, one step with AdamW's state (yolo_ckpt.memory.measure.profile_step); the estimates as plan makes them "
+        "CPU fp32, one step with AdamW's state (yolo_ckpt.memory.step.profile_step); the estimates as plan makes them "
         "for these keys (segmentation: the foreground anchors bounded by the data's box sizes).",
         "",
         run.spec.describe(),

@@ -19,7 +19,7 @@ from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.memory.estimate import estimate_step
-from yolo_ckpt.memory.plan import loss_models
+from yolo_ckpt.memory.loss_calibration import loss_models
 from yolo_ckpt.memory.planned_run import PlannedRun
 
 MiB = 2**20

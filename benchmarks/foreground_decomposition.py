@@ -1,16 +1,16 @@
 """Where a segmentation estimate's over-estimate on small objects comes from: the loss formula term by term, with the
 foreground anchors it assumes against those the assigner really gives.
 
-The loss formula (:class:`yolo_ckpt.memory.estimate.LossModel`) takes the foreground anchors' bound, ``min(objects *
+The loss formula (:class:`yolo_ckpt.memory.loss_model.LossModel`) takes the foreground anchors' bound, ``min(objects *
 topk, anchors)`` per image and assigner; an object smaller than the anchor grid holds fewer anchors in its box than
 ``topk`` and the assigner can only pick among those (``select_candidates_in_gts``, ``ultralytics/utils/tal.py``). For one
 step (default: the issue's yolo11n-seg, 640 px, batch 2, 400 objects per image of 1-3% of the image side, one class,
-fp32, ``recompute=none``) this measures the step on the CPU (:func:`yolo_ckpt.memory.measure.profile_step`) and the
+fp32, ``recompute=none``) this measures the step on the CPU (:func:`yolo_ckpt.memory.step.profile_step`) and the
 assigner's foreground (:func:`yolo_ckpt.memory.foreground.measured_foreground`), and lists each term of the loss's
 forward and backward peaks at three foregrounds: the worst-size bound the formula assumed before, the bound by the
 boxes' sizes (:class:`yolo_ckpt.memory.foreground.ObjectSizes`, what ``data=`` gives the estimate now) and the one
 measured, and the step's estimate with each. With
-``recompute=all`` (or ``loss``) the loss formula is the loss region's (:func:`yolo_ckpt.memory.plan.loss_models`).
+``recompute=all`` (or ``loss``) the loss formula is the loss region's (:func:`yolo_ckpt.memory.loss_calibration.loss_models`).
 
     python -m benchmarks.foreground_decomposition out=benchmarks/results/foreground-decomposition
     python -m benchmarks.foreground_decomposition recompute=all out=benchmarks/results/foreground-decomposition-all
@@ -29,10 +29,12 @@ from ultralytics.nn.tasks import SegmentationModel
 from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
-from yolo_ckpt.memory.estimate import LossModel, estimate_step
+from yolo_ckpt.memory.estimate import estimate_step
 from yolo_ckpt.memory.foreground import ObjectSizes, measured_foreground
-from yolo_ckpt.memory.measure import profile_step, training_batch
-from yolo_ckpt.memory.plan import loss_models
+from yolo_ckpt.memory.loss_calibration import loss_models
+from yolo_ckpt.memory.loss_model import LossModel
+from yolo_ckpt.memory.step import profile_step
+from yolo_ckpt.memory.training_batch import training_batch
 
 MiB = 2**20
 

@@ -39,9 +39,9 @@ from ultralytics.utils.tal import make_anchors
 from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
-from yolo_ckpt.memory.measure import model_task
-from yolo_ckpt.memory.plan import loss_models
+from yolo_ckpt.memory.loss_calibration import loss_models
 from yolo_ckpt.memory.runspec import count_data
+from yolo_ckpt.memory.ultralytics_rules import model_task
 
 MiB = 2**20
 KEYS = ("data", "model", "imgsz", "epochs", "seed", "out")  # the key=value words main takes
@@ -121,7 +121,7 @@ def main(argv: list[str]) -> dict:
         f"Ultralytics' training pipeline at its default augmentation (mosaic on for every epoch), seed={seed}; per sample "
         "the candidate pairs (select_candidates_in_gts) and the foreground any predictions can give: at most min(topk, "
         "in-box anchors) per object and at most the anchors in some box. The loss forward peak: the stock loss formula "
-        "(yolo_ckpt.memory.estimate.LossModel) at that foreground, batch 1, objects at the plan's bound.",
+        "(yolo_ckpt.memory.loss_model.LossModel) at that foreground, batch 1, objects at the plan's bound.",
     ]
     publish(result, lines, opts.get("out"))
     return result

@@ -1,4 +1,4 @@
-"""Tests of yolo_ckpt.checkpointing.engine (and yolo_ckpt.memory.measure): patched models train exactly like stock ones, with less memory.
+"""Tests of yolo_ckpt.checkpointing.engine (and yolo_ckpt.memory.step): patched models train exactly like stock ones, with less memory.
 
 Models are built from YAML (no download); small images (64 px) except for the memory measurement.
 """
@@ -23,7 +23,9 @@ from ultralytics.nn.tasks import (
 import yolo_ckpt.checkpointing.engine as engine
 from yolo_ckpt import apply_checkpointing, checkpointed_layers, count_recomputations, remove_checkpointing
 from yolo_ckpt.checkpointing.engine import checkpointed_modules
-from yolo_ckpt.memory.measure import LiveTensorTracker, detect_batch, probe_training_step
+from yolo_ckpt.memory.step import probe_training_step
+from yolo_ckpt.memory.tracker import LiveTensorTracker
+from yolo_ckpt.memory.training_batch import detect_batch
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -620,7 +622,7 @@ def test_head_lowers_the_layers_only_peak_640():
     """The head's branches are worth recomputing: on YOLO11n at imgsz 640, batch 2, 20 objects per image, with the
     optimizer state (profile_step), recompute=all lowers the peak of backbone,neck (every layer, no head) by at
     least 15% of it (measured 23.6%: 237.1 -> 181.2 MiB)."""
-    from yolo_ckpt.memory.measure import profile_step
+    from yolo_ckpt.memory.step import profile_step
 
     model, batch = build_model(), detect_batch(2, 640, 20)
     layers_only = profile_step(model, batch, "backbone,neck", flops=False)

@@ -32,7 +32,7 @@ from yolo_ckpt.checkpointing.losses import (
 )
 from yolo_ckpt.config import DEFAULTS
 from yolo_ckpt.data.dense import dense_segment_batch, dense_segment_dataset
-from yolo_ckpt.memory.measure import probe_training_step
+from yolo_ckpt.memory.step import probe_training_step
 
 IMGSZ, OBJECTS = 256, 150
 

@@ -324,7 +324,7 @@ def test_plan_takes_only_plan_error_as_nothing_fits(monkeypatch, nothing_fits):
     import torch
 
     from yolo_ckpt.cli import plan as commands
-    from yolo_ckpt.memory.plan import PlanError
+    from yolo_ckpt.memory.planner import PlanError
 
     error = PlanError("memory_budget=1 MiB is below the smallest plan's need") if nothing_fits else ValueError("a bug while planning")
 

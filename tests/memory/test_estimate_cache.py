@@ -6,15 +6,17 @@ import pytest
 import torch
 from helpers import build_model, tiny_yaml
 
+import yolo_ckpt.memory.composed as planner
 import yolo_ckpt.memory.estimate as estimate
-import yolo_ckpt.memory.plan as planner
+import yolo_ckpt.memory.fake_copy as fake_copies
+import yolo_ckpt.memory.loss_calibration as calibration
 from yolo_ckpt.cli.plan import plan_setup
 from yolo_ckpt.memory import estimate_cache
 
 
 def test_a_second_plan_reads_the_first_ones_figures(tmp_path, monkeypatch):
     monkeypatch.setenv(estimate_cache.ENV, str(tmp_path / "cache"))
-    monkeypatch.setattr(estimate, "_LOSS_MODELS", {})  # another test of this worker may have calibrated it in memory
+    monkeypatch.setattr(calibration, "_LOSS_MODELS", {})  # another test of this worker may have calibrated it in memory
     keys = [f"model={tiny_yaml(tmp_path)}", "imgsz=96", "batch=2", "device=cpu", "memory_budget=1GB", "objects=30"]
 
     def planned():
@@ -22,17 +24,17 @@ def test_a_second_plan_reads_the_first_ones_figures(tmp_path, monkeypatch):
         auto = memory.plan(budget, 2, 96)
         return memory, (memory.base.peak_bytes, memory.estimate("all", 2, 96).peak_bytes, auto.recompute, auto.estimated_peak_bytes)
 
-    monkeypatch.setattr(estimate, "_PREDICTION_SPECS", {})
-    passes, specs = [], estimate._fake_prediction_specs
-    monkeypatch.setattr(estimate, "_fake_prediction_specs", lambda *a: passes.append(a[1:]) or specs(*a))
+    monkeypatch.setattr(calibration, "_PREDICTION_SPECS", {})
+    passes, specs = [], calibration._fake_prediction_specs
+    monkeypatch.setattr(calibration, "_fake_prediction_specs", lambda *a: passes.append(a[1:]) or specs(*a))
     first_memory, first = planned()
     stored = sorted(p.parent.name for p in (tmp_path / "cache").rglob("*.json"))
     assert stored.count("loss") == 2 and stored.count("step") >= 2  # stock loss and loss region; the base pass and checks
     assert len(passes) == 1  # the two calibrations read the predictions' shapes of one fake pass
-    estimate._LOSS_MODELS.clear()  # a new process: nothing in memory
+    calibration._LOSS_MODELS.clear()  # a new process: nothing in memory
     calls = []
     monkeypatch.setattr(planner, "estimate_step", lambda *a, **k: calls.append(a) or pytest.fail("a fake pass ran again"))
-    monkeypatch.setattr(estimate, "_calibrate", lambda *a, **k: pytest.fail("the loss was calibrated again"))
+    monkeypatch.setattr(calibration, "_calibrate", lambda *a, **k: pytest.fail("the loss was calibrated again"))
     second_memory, second = planned()
     assert second == first and calls == []
     assert second_memory.base == first_memory.base  # the whole profile, per-layer rows included
@@ -52,28 +54,28 @@ def test_the_cache_can_be_turned_off_and_a_bad_entry_is_recomputed(tmp_path, mon
 def test_one_fake_copy_serves_every_pass_of_a_model_as_a_fresh_copy_would(tmp_path, monkeypatch):
     model = build_model(tiny_yaml(tmp_path))  # a small model: what is tested is the copy
     loss = estimate.LossModel("detect", (8.0,), 4, (), (0.0,) * 4, (0.0,) * 4)  # the network's passes alone
-    monkeypatch.setattr(estimate, "_FAKE_COPIES", type(estimate._FAKE_COPIES)())
+    monkeypatch.setattr(fake_copies, "_FAKE_COPIES", type(fake_copies._FAKE_COPIES)())
     step = lambda policy: estimate.estimate_step(model, 96, 2, 5, policy, loss_model=loss, flops=False)  # noqa: E731
     kept, copies = [], []
     for policy in ("all", "none", "all"):
         kept.append(step(policy))
-        copies.append(id(estimate._FAKE_COPIES[model][2]))
+        copies.append(id(fake_copies._FAKE_COPIES[model][2]))
     assert len(set(copies)) == 1  # one copy for the three passes
     fresh = []
     for policy in ("none", "all"):
-        estimate._FAKE_COPIES.clear()
+        fake_copies._FAKE_COPIES.clear()
         fresh.append(step(policy))
     assert kept[1:] == fresh and kept[0] == kept[2]  # per-layer rows included
     assert kept[0].phase_peak_bytes["forward"] < kept[1].phase_peak_bytes["forward"]
-    (fake,) = {estimate._FAKE_COPIES[model][2]}
+    (fake,) = {fake_copies._FAKE_COPIES[model][2]}
     assert all(p.grad is None for p in fake.parameters()) and type(fake.model[2]) is type(model.model[2])  # no policy left
 
     model.model[0].conv.weight.requires_grad_(False)  # freeze=: another layout, another copy (no gradient for it)
     frozen = step("none")
-    assert estimate._FAKE_COPIES[model][2] is not fake and frozen.peak_bytes < kept[1].peak_bytes
+    assert fake_copies._FAKE_COPIES[model][2] is not fake and frozen.peak_bytes < kept[1].peak_bytes
 
     apply = estimate.apply_checkpointing  # a pass that leaves something behind (a cached tensor) discards its copy
     leaves = lambda fake, *a, **k: setattr(fake.model[-1], "grid", torch.empty(1)) or apply(fake, *a, **k)  # noqa: E731
     monkeypatch.setattr(estimate, "apply_checkpointing", leaves)
     step("none")
-    assert model not in estimate._FAKE_COPIES
+    assert model not in fake_copies._FAKE_COPIES

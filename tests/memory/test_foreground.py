@@ -12,9 +12,11 @@ from ultralytics.nn.tasks import SegmentationModel
 from ultralytics.utils import DEFAULT_CFG
 from ultralytics.utils.tal import RotatedTaskAlignedAssigner, TaskAlignedAssigner, make_anchors
 
-from yolo_ckpt.memory.estimate import calibrate_loss, estimate_step
+from yolo_ckpt.memory.estimate import estimate_step
 from yolo_ckpt.memory.foreground import ObjectSizes, augmented_sides, box_anchors, stride_val
-from yolo_ckpt.memory.measure import profile_step, training_batch
+from yolo_ckpt.memory.loss_calibration import calibrate_loss
+from yolo_ckpt.memory.step import profile_step
+from yolo_ckpt.memory.training_batch import training_batch
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 STRIDES = (8.0, 16.0, 32.0)
@@ -147,7 +149,8 @@ def test_data_bound_never_under_augmented_samples(task, tmp_path):
     from ultralytics.data.utils import check_det_dataset
 
     from yolo_ckpt.memory.foreground import object_sizes
-    from yolo_ckpt.memory.runspec import augment_factors, count_data, layout_rule
+    from yolo_ckpt.memory.runspec import count_data, layout_rule
+    from yolo_ckpt.memory.ultralytics_rules import augment_factors
 
     imgsz, shear = 128, (2.0 if task == "segment" else 0.0)  # obb with shear: no bound (its rule says so)
     args = get_cfg(DEFAULT_CFG, {"task": task, "imgsz": imgsz, "degrees": 10.0, "shear": shear, "mixup": 0.5})
@@ -233,8 +236,8 @@ def test_pair_term_never_under_overlapping_boxes(variant, region):
     from ultralytics import YOLO
 
     from yolo_ckpt import apply_checkpointing
-    from yolo_ckpt.memory.estimate import _loss_samples
-    from yolo_ckpt.memory.measure import model_task
+    from yolo_ckpt.memory.loss_calibration import _loss_samples
+    from yolo_ckpt.memory.ultralytics_rules import model_task
 
     yaml, nc = PAIR_VARIANTS[variant]
     torch.manual_seed(0)

@@ -28,26 +28,13 @@ from yolo_ckpt import apply_checkpointing, count_recomputations, trainer_for
 from yolo_ckpt.checkpointing.engine import NESTED_BLOCKS, checkpointed_modules, sub_regions
 from yolo_ckpt.checkpointing.policy import resolve
 from yolo_ckpt.config import Budget, Headroom
-from yolo_ckpt.memory.estimate import (
-    CALIBRATION_POINTS,
-    DECODED_BYTES_PER_PIXEL,
-    MASK_TERMS_MARGIN,
-    _loss_samples,
-    estimate_step,
-)
+from yolo_ckpt.memory.estimate import estimate_step
 from yolo_ckpt.memory.foreground import ObjectSizes
-from yolo_ckpt.memory.measure import (
-    OBJECTLESS_TASKS,
-    build_optimizer,
-    detect_batch,
-    model_task,
-    optimizer_for,
-    probe_training_step,
-    profile_step,
-    training_batch,
-)
-from yolo_ckpt.memory.plan import MemoryModel, loss_models
-from yolo_ckpt.memory.runspec import device_type, train_imgsz
+from yolo_ckpt.memory.loss_calibration import CALIBRATION_POINTS, DECODED_BYTES_PER_PIXEL, MASK_TERMS_MARGIN, _loss_samples, loss_models
+from yolo_ckpt.memory.planner import MemoryModel
+from yolo_ckpt.memory.step import probe_training_step, profile_step
+from yolo_ckpt.memory.training_batch import detect_batch, training_batch
+from yolo_ckpt.memory.ultralytics_rules import OBJECTLESS_TASKS, build_optimizer, device_type, model_task, optimizer_for, train_imgsz
 from yolo_ckpt.report.record import REPORT_NAME
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -192,7 +179,7 @@ TASK_CASES = {
 
 
 # The estimate's error window per case: segmentation 0% to +5% (its mask terms bound the foreground anchors and carry
-# yolo_ckpt.memory.estimate.MASK_TERMS_MARGIN), never under.
+# yolo_ckpt.memory.loss_calibration.MASK_TERMS_MARGIN), never under.
 ERROR_WINDOW = {"segment": (0.0, 0.05), "segment26": (0.0, 0.05)}
 
 
@@ -292,7 +279,7 @@ def test_loss_region_mask_terms_stop_at_a_tile():
     with the foreground (MoNuSeg's densest mosaic, recompute=all at batch 2: 10590 MiB estimated against 898
     measured while they did not)."""
     from yolo_ckpt.checkpointing.losses import ANCHOR_TILE
-    from yolo_ckpt.memory.estimate import LossModel
+    from yolo_ckpt.memory.loss_model import LossModel
 
     region = LossModel("segment", (8.0, 16.0, 32.0), 4, (10,), (0.0,) * 8, (0.0,) * 8, chunk=256)
     stock = dataclasses.replace(region, chunk=None)
@@ -316,7 +303,8 @@ def test_decoding_term_is_the_larger_assigners_at_the_codes_bytes():
     loss has one per assigner; and the fit keeps that term's coefficient at the bytes per pixel the code holds while it
     decodes, whatever the calibration's small steps would fit (at <= 160 px they fitted 3.3 and 1.9 B per pixel and a
     yolo26n-seg step at 512 px was 1.3% under: benchmarks/results/estimate-accuracy-all)."""
-    from yolo_ckpt.memory.estimate import LossModel, _decoded, _fit, _previous
+    from yolo_ckpt.memory.loss_calibration import _fit
+    from yolo_ckpt.memory.loss_model import LossModel, _decoded, _previous
 
     stock = LossModel("segment", (8.0, 16.0, 32.0), 4, (10, 7), (0.0,) * 11, (0.0,) * 11, mask_topk=(30, 21))
     region = dataclasses.replace(stock, chunk=256)
@@ -504,7 +492,7 @@ def test_planning_errors_before_run_dir(kw, message, synthetic, tmp_path):
 
 
 def test_device_type_of_device_values(monkeypatch):
-    """The device a device= value plans for (AMP's rule is tested against Ultralytics in test_runspec.py): a CUDA
+    """The device a device= value plans for (AMP's rule is tested against Ultralytics in test_ultralytics_rules.py): a CUDA
     index from any machine; no value the one train would select, CUDA where torch sees one, else the CPU."""
     import torch
 
@@ -705,7 +693,7 @@ def test_cli_profile_and_plan_json(tmp_path, capsys, monkeypatch):
 
 def test_size_text_in_messages():
     """A budget of 1MB reads as 1.0 MiB in a planning error, not 0.00 GiB."""
-    from yolo_ckpt.memory.plan import size_text
+    from yolo_ckpt.memory.planner import size_text
 
     assert (size_text(10**6), size_text(2**30 - 1), size_text(3 * 2**30)) == ("1.0 MiB", "1024.0 MiB", "3.00 GiB")
     assert (size_text(1000), size_text(2**10), size_text(50 * 2**10)) == ("1000 bytes", "1.0 KiB", "50.0 KiB")  # not "0.0 MiB"
@@ -714,7 +702,7 @@ def test_size_text_in_messages():
 def test_plan_keeps_its_policy_once():
     """A Plan stores its recompute= value only: the units, layers and regions are read from it, and a value not in
     the planner's form (a name, layers out of order) is refused."""
-    from yolo_ckpt.memory.plan import Plan
+    from yolo_ckpt.memory.planner import Plan
 
     plan = Plan("2,4,6,head,loss", 100, 200, 10, 30, 2, 640)
     assert (plan.units, plan.indices, plan.regions) == ((2, 4, 6, "head", "loss"), (2, 4, 6), ("head", "loss"))

@@ -9,7 +9,8 @@ import torch
 from helpers import logged_messages
 
 from yolo_ckpt.checkpointing.policy import RecomputePolicy
-from yolo_ckpt.memory.measure import LayerRow, StepProfile
+from yolo_ckpt.memory.layer_accounting import LayerRow
+from yolo_ckpt.memory.step import StepProfile
 from yolo_ckpt.report.layer_plot import write_layer_plot
 from yolo_ckpt.train import run_stats
 from yolo_ckpt.train.run_stats import LAYER_PLOT_NAME, cuda_peak

@@ -39,8 +39,7 @@ from ultralytics.utils import DEFAULT_CFG_DICT, SETTINGS as ULTRALYTICS_SETTINGS
 from yolo_ckpt.checkpointing.policy import is_auto, layout_of, resolve
 from yolo_ckpt.config import DEFAULTS, CkptConfig
 from yolo_ckpt.errors import ConfigError, MissingFileError
-from yolo_ckpt.memory.measure import TASKS
-from yolo_ckpt.memory.plan import PLANNED_TASKS
+from yolo_ckpt.memory.ultralytics_rules import TASKS
 from yolo_ckpt.shipped import resolve_yaml
 
 from .cells import BUILT_IN_DATASETS, CELL_KEYS, SETTINGS, RelativeBudget, cell_budget, cell_id, is_none
@@ -170,7 +169,7 @@ def _check_cell(matrix: Matrix, cell: dict, layouts: dict) -> None:
         resolve(config.recompute, layout)
     if matrix.kind == "step" and task not in TASKS:
         raise ConfigError(
-            f"{where}: step cells measure the tasks {', '.join(TASKS)} (yolo_ckpt.memory.measure.training_batch); task={task} "
+            f"{where}: step cells measure the tasks {', '.join(TASKS)} (yolo_ckpt.memory.training_batch.training_batch); task={task} "
             "needs kind: train"
         )
     try:
@@ -210,9 +209,9 @@ def _check_cell(matrix: Matrix, cell: dict, layouts: dict) -> None:
         )
     if planned and budget is None:
         raise ConfigError(f"{where}: {' and '.join(planned)} need memory_budget= (bytes with a unit, e.g. 4GB)")
-    if planned and task not in PLANNED_TASKS:
+    if planned and task not in TASKS:
         raise ConfigError(
-            f"{where}: {' and '.join(planned)} plan memory for the tasks {', '.join(PLANNED_TASKS)}; task={task} needs a named "
+            f"{where}: {' and '.join(planned)} plan memory for the tasks {', '.join(TASKS)}; task={task} needs a named "
             "policy, imgsz and batch"
         )
     if cell["tiles"] is not None:

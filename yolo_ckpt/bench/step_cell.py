@@ -2,13 +2,13 @@
 the same process.
 
 A step is forward, loss with targets (a fixed number of objects per image on a fixed synthetic batch of the model's
-classes, :func:`yolo_ckpt.memory.measure.training_batch`), backward and an AdamW step (the optimizer ``optimizer=auto``
+classes, :func:`yolo_ckpt.memory.training_batch.training_batch`), backward and an AdamW step (the optimizer ``optimizer=auto``
 picks for short runs, built by Ultralytics' builder; its state exists, as in every step after the first), under
 AMP as Ultralytics trains a cell's ``amp``: fp16 autocast on CUDA, fp32 on the CPU (where Ultralytics turns it off). Peak
-memory is measured by yolo-ckpt's one step harness, :func:`yolo_ckpt.memory.measure.profile_step`, on a copy of the model:
+memory is measured by yolo-ckpt's one step harness, :func:`yolo_ckpt.memory.step.profile_step`, on a copy of the model:
 parameters, gradients, optimizer state, the batch and activations; on CUDA the allocator's
 ``max_memory_allocated`` (less what was on the device before), elsewhere the live tensor storages
-(:class:`yolo_ckpt.memory.measure.LiveTensorTracker`). Step time is the median
+(:class:`yolo_ckpt.memory.tracker.LiveTensorTracker`). Step time is the median
 over interleaved pairs (cell, baseline): a noisy shared machine slows both alike, and the ratio is what is
 reported. Beside it the FLOP bound of the overhead: 1 + forward FLOPs of the recomputed layers (and of the whole
 final head layer when its branches are recomputed: its decode is a small part) / FLOPs of a whole step without
@@ -32,8 +32,10 @@ from ultralytics import YOLO
 from ultralytics.utils import DEFAULT_CFG
 
 from yolo_ckpt import apply_checkpointing, count_recomputations
-from yolo_ckpt.memory.measure import autocast_for, build_optimizer, layer_flops, profile_step, training_batch
-from yolo_ckpt.memory.runspec import amp_enabled
+from yolo_ckpt.memory.layer_accounting import layer_flops
+from yolo_ckpt.memory.step import profile_step
+from yolo_ckpt.memory.training_batch import training_batch
+from yolo_ckpt.memory.ultralytics_rules import amp_enabled, autocast_for, build_optimizer
 
 from .cells import failed
 from .planning import needs_memory_model, planned_cell, settle

@@ -62,8 +62,9 @@ from . import patching
 from .chunks import DEFAULT_ASSIGN_CHUNK, check_assign_chunk
 
 PAIR_PIECE = 1 << 13  # candidate pairs whose overlaps are computed at once: ~100 B each in stock's CIoU, under 1 MB
-# Mask pixels SegTaskAlignedAssigner.pair_overlaps decodes per chunk of images (ultralytics/utils/tal.py line 482,
-# mirrored here and by the memory model, yolo_ckpt.memory.estimate)
+# Mask pixels YOLO26's SegTaskAlignedAssigner.pair_overlaps decodes per chunk of images (it computes the chunk inline,
+# ultralytics/utils/tal.py line 482: ``(1 << 27) // (m * mh * mw)`` images a chunk, at least one), mirrored here; the
+# memory model reads it from here (yolo_ckpt.memory.ultralytics_rules), as the mechanism may not import the memory wing
 DECODE_CHUNK_PIXELS = 1 << 27
 
 

@@ -156,7 +156,7 @@ class RecomputedLayer(PickledAsStock, nn.Module):
                 options["context_fn"] = functools.partial(create_selective_checkpoint_contexts, list(SELECTIVE_SAVE_OPS))
         else:
             # SAC's saved tensors go through the surrounding saved-tensor hooks, as every other saved tensor does
-            # (save_on_cpu, the per-layer accounting of yolo_ckpt.memory.measure); torch 2.14 warns that this becomes the default
+            # (save_on_cpu, the per-layer accounting of yolo_ckpt.memory.layer_accounting); torch 2.14 warns that this becomes the default
             options = {"respect_saved_tensors_hooks": True}
             if self.recompute_mode == "selective":
                 options["context_fn"] = functools.partial(_selective_contexts, self)

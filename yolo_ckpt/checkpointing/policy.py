@@ -241,7 +241,7 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
     text = spec_string(spec)
     if is_auto(spec):
         raise ConfigError("recompute=auto is decided by the planner for a memory budget: give memory_budget= to a "
-                         "Checkpoint*Trainer, or use yolo_ckpt.memory.plan.MemoryModel.plan() on a bare model")
+                         "Checkpoint*Trainer, or use yolo_ckpt.memory.planner.MemoryModel.plan() on a bare model")
     head = layout.head
     chosen: set[int] = set()  # layer indices, the head's included (it stands for the head's branches)
     loss = False
@@ -285,7 +285,8 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
         isinstance(i, int) and not isinstance(i, bool) for i in frozen
     ):
         raise ConfigError(
-            f"frozen={frozen!r} is not valid; give layer indices (ints), as yolo_ckpt.memory.runspec.frozen_layers(freeze=) reads freeze="
+            f"frozen={frozen!r} is not valid; give layer indices (ints), as "
+            "yolo_ckpt.memory.ultralytics_rules.frozen_layers(freeze=) reads freeze="
         )
     chosen -= layout.param_free | set(frozen)
     indices = tuple(sorted(chosen - {head}))

@@ -24,7 +24,7 @@ def _plan_budget(config: CkptConfig) -> int:
 
 
 def plan_setup(args: list[str]):
-    """The :class:`~yolo_ckpt.memory.plan.MemoryModel` ``yolo-ckpt plan`` plans with, for its arguments: the run
+    """The :class:`~yolo_ckpt.memory.planner.MemoryModel` ``yolo-ckpt plan`` plans with, for its arguments: the run
     :func:`~yolo_ckpt.cli.estimate.estimate_setup` makes of them (its headroom on the assumed device, ``loss_chunk=``).
 
     Returns:
@@ -74,9 +74,9 @@ def plan(args: list[str]) -> list[dict]:
     import pandas as pd
     from ultralytics.utils import TQDM
 
-    from ..memory.plan import PlanError
     from ..memory.planned_run import decide
-    from ..memory.runspec import grid_size
+    from ..memory.planner import PlanError
+    from ..memory.ultralytics_rules import grid_size
 
     with diagnostics_to_stderr():
         memory, budget, opts, spec = plan_setup(args)

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
 
 
 def profile_table(profile, policy) -> pandas.DataFrame:
-    """Per-layer rows of a ``recompute=none`` :class:`~yolo_ckpt.memory.measure.StepProfile` (MiB, GFLOPs), the layers of
+    """Per-layer rows of a ``recompute=none`` :class:`~yolo_ckpt.memory.step.StepProfile` (MiB, GFLOPs), the layers of
     ``policy`` marked (the final head's row when ``policy.head``: its branches), and a total row: the saved-for-backward
     column adds up to the total."""
     import pandas as pd
@@ -54,7 +54,7 @@ def profile(args: list[str]) -> dict:
 
     from ..checkpointing.policy import ModelLayout, resolve
     from ..memory.estimate import estimate_step
-    from ..memory.plan import loss_models
+    from ..memory.loss_calibration import loss_models
 
     with diagnostics_to_stderr():
         run, opts = estimate_setup(args, "profile")

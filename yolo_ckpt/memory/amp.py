@@ -63,7 +63,7 @@ def cuda_amp_emulated(amp: bool):
     """Emulate a CUDA AMP training step on the CPU (real or fake tensors): yields the autocast for its forward and
     loss (CPU autocast in fp16; a no-op without ``amp``). :class:`CudaFp32Ops` stays active for the whole block, the
     backward included, since a checkpoint's recomputation in backward must give its tensors the forward's dtypes;
-    enter it inside any :class:`~yolo_ckpt.memory.measure.LiveTensorTracker`, so that the tracker counts its fp32 copies."""
+    enter it inside any :class:`~yolo_ckpt.memory.tracker.LiveTensorTracker`, so that the tracker counts its fp32 copies."""
     if not amp:
         yield contextlib.nullcontext
         return

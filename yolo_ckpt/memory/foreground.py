@@ -1,7 +1,7 @@
 """Foreground anchors: what the task-aligned assigner gives (measured), and the bound the loss formula takes.
 
 A segmentation loss's memory grows with its foreground anchors (the anchors the assigner makes positive:
-:class:`yolo_ckpt.memory.estimate.LossModel`'s ``Fb`` and ``F1`` terms). :func:`measured_foreground` counts them on a
+:class:`yolo_ckpt.memory.loss_model.LossModel`'s ``Fb`` and ``F1`` terms). :func:`measured_foreground` counts them on a
 real batch, per assigner and image (the ``fg_mask`` of Ultralytics' ``TaskAlignedAssigner.forward``,
 ``ultralytics/utils/tal.py``).
 
@@ -144,7 +144,7 @@ class ObjectSizes:
     Attributes:
         image: (n,) the index of each object's image; w, h: (n,) its sides (obb: its minimum-area rectangle's).
         rotated: obb (:func:`box_anchors`); images_per_sample: the images one augmented sample can hold
-            (:func:`yolo_ckpt.memory.runspec.augment_factors`' product: 4 for mosaic, ...).
+            (:func:`yolo_ckpt.memory.ultralytics_rules.augment_factors`' product: 4 for mosaic, ...).
         args: the augmentation keys read (scale, degrees, shear, perspective, multi_scale).
     """
 

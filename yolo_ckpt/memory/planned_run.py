@@ -1,7 +1,7 @@
 """The one builder of a run's memory model, and the one decision of ``recompute=auto`` and ``batch=-1`` made with it.
 
 From the run's keys, its model, its data and its device, :func:`planned_run` makes the run the estimate assumes
-(:class:`~yolo_ckpt.memory.runspec.RunSpec`) and the :class:`~yolo_ckpt.memory.plan.MemoryModel` that plans it;
+(:class:`~yolo_ckpt.memory.runspec.RunSpec`) and the :class:`~yolo_ckpt.memory.planner.MemoryModel` that plans it;
 :meth:`PlannedRun.from_keys` first loads the model and data the keys name (``yolo-ckpt profile`` and ``plan``, the
 studies in ``benchmarks/``). ``recompute=auto`` and ``batch=-1`` in the trainers, ``yolo-ckpt plan`` and the
 benchmark's planned cells (``imgsz=fit``, ``tiles.size: fit``, budget studies) all call :func:`planned_run`, so the same
@@ -21,18 +21,8 @@ from pathlib import Path
 from ..checkpointing.policy import is_auto
 from ..config import DEFAULT_MODELS, ESTIMATE_DEFAULTS, CkptConfig, EstimateOptions
 from ..errors import ConfigError, user_input
-from .runspec import (
-    RunSpec,
-    amp_enabled,
-    autobatch_imgsz,
-    count_data,
-    device_type,
-    grid_size,
-    layout_rule,
-    objects_rule,
-    optimizer_rule,
-    trainable_as_trained,
-)
+from .runspec import RunSpec, count_data, layout_rule, objects_rule, optimizer_rule
+from .ultralytics_rules import amp_enabled, autobatch_imgsz, device_type, grid_size, trainable_as_trained
 
 ESTIMATE_BASE_BATCH = 2  # batch=-1: the batch of the memory model's base pass (the others are rescaled from it)
 
@@ -72,10 +62,10 @@ class PlannedRun:
         return self.config.headroom_on(self.spec.device)
 
     def memory_model(self):
-        """The :class:`~yolo_ckpt.memory.plan.MemoryModel` of this run (built on first use: it calibrates the loss and
+        """The :class:`~yolo_ckpt.memory.planner.MemoryModel` of this run (built on first use: it calibrates the loss and
         runs one fake pass, seconds for a nano model)."""
         if self._memory is None:
-            from .plan import MemoryModel
+            from .planner import MemoryModel
 
             spec = self.spec
             self._memory = MemoryModel(
@@ -93,7 +83,7 @@ class PlannedRun:
         ``.pt`` loaded once) with the data's classes and channels when ``data=`` is given (Ultralytics'
         ``check_det_dataset``, ``check_cls_dataset`` for classify: :func:`dataset_on_disk`), its parameters trainable
         as training makes them. The device is ``device=``, else the one ``train`` would use
-        (:func:`~yolo_ckpt.memory.runspec.device_type`); AMP as that device runs it; yolo-ckpt's keys with the task's
+        (:func:`~yolo_ckpt.memory.ultralytics_rules.device_type`); AMP as that device runs it; yolo-ckpt's keys with the task's
         defaults (:meth:`~yolo_ckpt.config.CkptConfig.for_task`). Every key is checked before the model is built.
 
         Args:
@@ -125,7 +115,7 @@ class PlannedRun:
         from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT
 
         from ..checkpointing.policy import ModelLayout, layout_of
-        from .plan import PLANNED_TASKS
+        from .ultralytics_rules import TASKS
 
         config = CkptConfig.from_args(keys)  # bad keys fail here, before the model is built
         opts = {**DEFAULT_CFG_DICT, **keys, **dataclasses.asdict(EstimateOptions.from_args(keys))}
@@ -146,8 +136,8 @@ class PlannedRun:
             yolo = YOLO(opts["model"], task=keys.get("task"))
         if check_task is not None:
             check_task(opts["data"], yolo.task)
-        if yolo.task not in PLANNED_TASKS:
-            raise ConfigError(f"profile and plan estimate {', '.join(PLANNED_TASKS)} models; model={opts['model']} is a {yolo.task} model")
+        if yolo.task not in TASKS:
+            raise ConfigError(f"profile and plan estimate {', '.join(TASKS)} models; model={opts['model']} is a {yolo.task} model")
         # the task's defaults, as train takes them: its loss region where the head has one (not RT-DETR's, ...)
         config = config.for_task(yolo.task if ModelLayout.from_model(yolo.model).has_loss_region else None, keys)
         args = get_cfg(DEFAULT_CFG, {k: v for k, v in opts.items() if k in DEFAULT_CFG_DICT and k != "format"} | {"task": yolo.task})
@@ -183,7 +173,7 @@ def planned_run(args, model, config: CkptConfig, device: str, data: dict | None 
         model: the run's Ultralytics model (any device; not changed: a CPU copy is estimated).
         config: yolo-ckpt's keys, validated (:meth:`yolo_ckpt.config.CkptConfig.from_args`).
         device: the device type the run trains on (``"cuda"``, ``"cpu"``, ``"mps"``:
-            :func:`yolo_ckpt.memory.runspec.device_type`).
+            :func:`yolo_ckpt.memory.ultralytics_rules.device_type`).
         data: the dataset dict the task's trainer reads (``check_det_dataset``/``check_cls_dataset``), or None.
         batch: the batch of the base pass and of the optimizer rule's iteration count (default ``args.batch``).
         objects: objects per image, given (``objects=``: it replaces the data's count); None: the data's most in one
@@ -242,7 +232,7 @@ class Decision:
         recompute: the ``recompute=`` that trains: the plan's units for ``auto`` (``"0-4,head"``), ``"all"`` for ``auto``
             with ``batch=-1``, else as given (a spec or a :class:`~yolo_ckpt.checkpointing.policy.RecomputePolicy`).
         batch: the batch that trains: ``batch=-1``'s pick, else as given (-1 where no memory model was given).
-        plan: ``auto``'s :class:`~yolo_ckpt.memory.plan.Plan` at a given batch, else None.
+        plan: ``auto``'s :class:`~yolo_ckpt.memory.planner.Plan` at a given batch, else None.
     """
 
     recompute: object
@@ -259,12 +249,12 @@ def decide(recompute, batch: int, memory=None, budget: int | None = None, imgsz:
       policy cannot be planned before the batch, nor the batch picked before the policy);
     - ``batch=-1``: the largest batch whose estimated peak with the policy, plus the headroom, fits ``budget`` at
       ``imgsz``, capped by the training set's ``images`` and AutoBatch's 1024 (``MemoryModel.largest_batch``);
-    - ``recompute=auto`` at a given batch: the cheapest plan that fits (:meth:`~yolo_ckpt.memory.plan.MemoryModel.plan`).
+    - ``recompute=auto`` at a given batch: the cheapest plan that fits (:meth:`~yolo_ckpt.memory.planner.MemoryModel.plan`).
 
     Args:
         recompute: the ``recompute=`` value, or a :class:`~yolo_ckpt.checkpointing.policy.RecomputePolicy` applied.
         batch: ``batch=`` as given.
-        memory: the run's :class:`~yolo_ckpt.memory.plan.MemoryModel`; None to make only the decision that needs no
+        memory: the run's :class:`~yolo_ckpt.memory.planner.MemoryModel`; None to make only the decision that needs no
             estimate (``auto`` with ``batch=-1`` is ``all``; the trainer on CUDA then measures its batch with AutoBatch),
             the rest kept as given.
         budget: ``memory_budget=`` in bytes.
@@ -280,7 +270,7 @@ def decide(recompute, batch: int, memory=None, budget: int | None = None, imgsz:
     if memory is None:
         return Decision(recompute, batch)
     if batch < 1:
-        from .plan import PlanError, size_text
+        from .planner import PlanError, size_text
 
         units = memory.units(recompute)
         batch = memory.largest_batch(units, budget, imgsz)

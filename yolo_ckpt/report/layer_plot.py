@@ -2,7 +2,7 @@
 recomputed, and where the step's peak is: per phase (forward, loss, backward, optimizer step) above what is alive all
 step long (parameters, buffers, optimizer state, the batch), the loss's own share, the head's layer marked.
 
-Drawn from :class:`yolo_ckpt.memory.measure.StepProfile` s: by ``yolo-ckpt profile ... plot=True`` from the estimates of
+Drawn from :class:`yolo_ckpt.memory.step.StepProfile` s: by ``yolo-ckpt profile ... plot=True`` from the estimates of
 ``recompute=none`` and of the named policy, at the end of a run from its set-up estimate of the same two (both
 side by side, in MiB), and, where the run skipped its estimate, from its CPU memory probe alone (the figures of its
 ``ckpt_report.json``).

@@ -21,9 +21,9 @@ from ultralytics.utils.torch_utils import unwrap_model
 from ..checkpointing.policy import is_auto
 from ..config import CkptConfig
 from ..errors import ConfigError
-from ..memory.plan import PLANNED_TASKS, PlanError, size_text
 from ..memory.planned_run import ESTIMATE_BASE_BATCH, decide
-from ..memory.runspec import autobatch_fraction, device_type
+from ..memory.planner import PlanError, size_text
+from ..memory.ultralytics_rules import TASKS, autobatch_fraction, device_type
 from .log import PREFIX
 
 # Trainers of a planned task (detect, segment) whose models and losses the estimate does not know: named policies only
@@ -50,10 +50,10 @@ def check_planning(trainer_cls: type, task: str, config: CkptConfig, overrides: 
             "memory to plan for"
         )
     what = "recompute=auto" if auto else "batch=-1" if autobatch and not (cpu and budget is None) else None
-    if what and (task not in PLANNED_TASKS or issubclass(trainer_cls, NOT_PLANNED)):
+    if what and (task not in TASKS or issubclass(trainer_cls, NOT_PLANNED)):
         raise ConfigError(
             f"{what} plans memory with the estimate, which exists for YOLO models of the tasks "
-            f"{', '.join(PLANNED_TASKS)}; for {trainer_cls.__name__} (task {task}) give a named policy and a batch"
+            f"{', '.join(TASKS)}; for {trainer_cls.__name__} (task {task}) give a named policy and a batch"
         )
 
 
@@ -64,7 +64,7 @@ def cuda_available(device: torch.device) -> int:
 
 def budget_bytes(trainer) -> int:
     """memory_budget= in bytes; on CUDA by default AutoBatch's fraction for batch=
-    (:func:`~yolo_ckpt.memory.runspec.autobatch_fraction`) of the memory available.
+    (:func:`~yolo_ckpt.memory.ultralytics_rules.autobatch_fraction`) of the memory available.
 
     Raises:
         PlanError: for a budget in bytes above the CUDA memory available, which no plan can honour.
@@ -99,7 +99,7 @@ def plan_run(trainer, batch: int):
 
 def plan_recompute(trainer) -> str:
     """recompute=auto: the cheapest set of layers, head branches and loss region that fits the budget at this
-    run's batch and largest imgsz (:meth:`yolo_ckpt.memory.plan.MemoryModel.plan`), kept as ``trainer.ckpt_state.plan``. With
+    run's batch and largest imgsz (:meth:`yolo_ckpt.memory.planner.MemoryModel.plan`), kept as ``trainer.ckpt_state.plan``. With
     batch=-1 the order is: recompute everything (``all``), then take the largest batch that fits
     (:func:`planned_batch`); both by :func:`yolo_ckpt.memory.planned_run.decide`."""
     if trainer.args.batch < 1:
@@ -165,14 +165,14 @@ def estimate_step_peaks(trainer, task: str) -> None:
     the batch (no more than the training set's images) and largest imgsz this run trains, for its spec (the planned
     run's memory model reused), into ``trainer.ckpt_state``'s ``estimated_peaks`` (bytes) and ``estimated_step``, and the
     composed steps of ``none`` and the policy (for the run's picture) into its ``estimated_steps``; from one fake pass
-    (:meth:`yolo_ckpt.memory.plan.MemoryModel.step`). Skipped, with the reason in its ``estimate_skipped``, for
+    (:meth:`yolo_ckpt.memory.planner.MemoryModel.step`). Skipped, with the reason in its ``estimate_skipped``, for
     ``estimate=False`` and for models the memory model does not cover."""
     from ultralytics.nn.tasks import BaseModel
 
     state = trainer.ckpt_state
     if not trainer.ckpt_config.estimate:
         state.estimate_skipped = "estimate=False"
-    elif task not in PLANNED_TASKS or isinstance(trainer, NOT_PLANNED) or not isinstance(unwrap_model(trainer.model), BaseModel):
+    elif task not in TASKS or isinstance(trainer, NOT_PLANNED) or not isinstance(unwrap_model(trainer.model), BaseModel):
         state.estimate_skipped = (
             f"the memory model does not cover {type(trainer).__name__} with {type(unwrap_model(trainer.model)).__name__}"
         )

@@ -140,7 +140,8 @@ def memory_probes(trainer):
     """
     from ultralytics.nn.tasks import BaseModel
 
-    from ..memory.measure import optimizer_for, probe_validation_step, profile_step
+    from ..memory.step import probe_validation_step, profile_step
+    from ..memory.ultralytics_rules import optimizer_for
 
     batch = trainer.ckpt_state.probe_batch
     model = unwrap_model(trainer.model)

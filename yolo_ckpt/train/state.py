@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..memory.measure import StepProfile
-    from ..memory.plan import Plan
     from ..memory.planned_run import PlannedRun
+    from ..memory.planner import Plan
+    from ..memory.step import StepProfile
 
 
 @dataclass

@@ -1,5 +1,6 @@
-"""The Ultralytics rules yolo_ckpt.memory.runspec (and memory.optimizer_for) mirror, checked against Ultralytics itself:
-its trainer's set-up is run up to the point where it has applied the rule, and what it decided is compared."""
+"""The Ultralytics rules yolo_ckpt.memory.ultralytics_rules mirror (and yolo_ckpt.memory.runspec reads), checked against
+Ultralytics itself: its trainer's set-up is run up to the point where it has applied the rule, and what it decided is
+compared; or its function is called."""
 
 import pytest
 import torch
@@ -9,19 +10,22 @@ from ultralytics.engine import trainer as engine_trainer
 from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.utils import DEFAULT_CFG, autobatch as ultralytics_autobatch
 
-from yolo_ckpt.memory.measure import optimizer_for
-from yolo_ckpt.memory.runspec import (
-    DataCounts,
-    RunSpec,
+from yolo_ckpt.checkpointing.assigner import DECODE_CHUNK_PIXELS
+from yolo_ckpt.memory.runspec import DataCounts, RunSpec, count_data, objects_rule, optimizer_rule
+from yolo_ckpt.memory.ultralytics_rules import (
+    OPTIMIZERS,
+    TASKS,
     amp_enabled,
+    anchors,
     augment_factors,
     autobatch_fraction,
     autobatch_imgsz,
-    count_data,
+    autocast_for,
+    device_type,
     frozen_layers,
     grid_size,
-    objects_rule,
-    optimizer_rule,
+    optimizer_for,
+    trainable_as_trained,
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -174,3 +178,89 @@ def test_objects_per_image_by_task(task, counts, expected):
     line = RunSpec("cpu", False, "AdamW", "optimizer=AdamW", *expected, 2).describe()
     assert ("no objects (" if expected[0] == 0 else f"{expected[0]} objects per image (") + expected[1] + ")" in line
 
+
+
+def test_trainable_as_trained_as_setup_train_sets_requires_grad(synthetic, tmp_path):
+    """trainable_as_trained(freeze=) leaves a fresh model's parameters trainable, or not, exactly as Ultralytics'
+    _setup_train leaves its own model's (the first 3 layers and the DFL frozen)."""
+    from ultralytics.nn.tasks import DetectionModel
+
+    trainer = set_up_until_pipeline(stock_trainer(synthetic, tmp_path, freeze=3))
+    model = DetectionModel("yolo11n.yaml", nc=trainer.model.nc, verbose=False)
+    for p in model.parameters():
+        p.requires_grad = False  # as a trained best.pt stores them
+    trainable_as_trained(model, 3)
+    assert [(n, p.requires_grad) for n, p in model.named_parameters()] == [
+        (n, p.requires_grad) for n, p in trainer.model.named_parameters()
+    ]
+
+
+@pytest.mark.parametrize("imgsz", [32, 320, 640, 1024])
+def test_anchors_are_make_anchors_points(imgsz):
+    """anchors() counts the points Ultralytics' make_anchors lays on the head's feature maps at strides 8, 16, 32."""
+    from ultralytics.utils.tal import make_anchors
+
+    strides = torch.tensor([8.0, 16.0, 32.0])
+    points, _ = make_anchors([torch.empty(1, 1, imgsz // int(s), imgsz // int(s)) for s in strides], strides)
+    assert anchors(imgsz, strides.tolist()) == len(points)
+
+
+def test_optimizer_names_as_build_optimizer_reads_them():
+    """OPTIMIZERS are BaseTrainer.build_optimizer's names (its set, less auto); each name, in any case, is the
+    optimizer Ultralytics' own builder builds, and a name it refuses optimizer_for refuses."""
+    import ast
+    import inspect
+    import re
+    from types import SimpleNamespace
+
+    from ultralytics.engine.trainer import BaseTrainer
+
+    source = inspect.getsource(BaseTrainer.build_optimizer)
+    stock = set(ast.literal_eval(re.search(r"optimizers = (\{[^}]*\})", source).group(1)))
+    assert set(OPTIMIZERS) == stock - {"auto"}
+    model = torch.nn.Module()
+    model.model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))  # MuSGD reads model.model[-1]
+    trainer = SimpleNamespace(args=SimpleNamespace(**vars(DEFAULT_CFG)), data={})
+    for name in (*OPTIMIZERS, *(n.lower() for n in OPTIMIZERS), *(n.upper() for n in OPTIMIZERS)):
+        built = BaseTrainer.build_optimizer(trainer, model, name)
+        assert type(built).__name__ == optimizer_for(name)
+    with pytest.raises(NotImplementedError):
+        BaseTrainer.build_optimizer(trainer, model, "Adagrad")
+    with pytest.raises(ValueError, match="not an Ultralytics optimizer"):
+        optimizer_for("Adagrad")
+
+
+def test_tasks_are_ultralytics_tasks():
+    """The tasks the memory model knows are Ultralytics' (ultralytics.cfg.TASKS)."""
+    from ultralytics.cfg import TASKS as STOCK_TASKS
+
+    assert set(TASKS) <= set(STOCK_TASKS)
+
+
+def test_device_type_as_select_device_selects(monkeypatch):
+    """On this machine Ultralytics' select_device gives the device type device_type says, for the values it can
+    select here (a CUDA device only where torch sees one)."""
+    from ultralytics.utils.torch_utils import select_device
+
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # select_device sets the threads for the CPU
+    values = ["cpu", "CPU", "", None] + (["0"] if torch.cuda.is_available() else [])
+    for value in values:
+        assert select_device("" if value is None else value, verbose=False).type == device_type(value)
+
+
+@pytest.mark.filterwarnings("ignore:CUDA is not available")
+def test_autocast_for_cuda_is_ultralytics_autocast():
+    """On CUDA a step runs under the autocast type Ultralytics' own autocast(self.amp, device=...) gives (fp16)."""
+    from ultralytics.utils.torch_utils import autocast
+
+    assert autocast_for(True, "cuda")().fast_dtype == autocast(True, device="cuda").fast_dtype == torch.float16
+
+
+def test_decode_chunk_is_the_mask_scoring_assigners():
+    """DECODE_CHUNK_PIXELS is the chunk SegTaskAlignedAssigner.pair_overlaps decodes at once (it computes it inline),
+    quoted from stock's source as it is mirrored."""
+    import inspect
+
+    from ultralytics.utils.tal import SegTaskAlignedAssigner
+
+    assert DECODE_CHUNK_PIXELS == 1 << 27 and "(1 << 27) // (m * mh * mw)" in inspect.getsource(SegTaskAlignedAssigner.pair_overlaps)

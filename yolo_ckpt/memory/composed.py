@@ -1,0 +1,268 @@
+"""Compose a training step's peak for any set of recomputed units, batch and imgsz from one fake pass.
+
+A unit is what a plan recomputes or not: a layer of ``model.model`` (a nested layer with its inner blocks one at a
+time, :data:`yolo_ckpt.checkpointing.engine.NESTED_BLOCKS`), ``head`` (the final head's branches) and, for detect,
+obb, pose and segment models (:data:`yolo_ckpt.checkpointing.policy.LOSS_HEADS`), ``loss`` (the loss region,
+:mod:`yolo_ckpt.checkpointing.losses`: the chunked assigner and the segmentation mask loss).
+:class:`ComposedEstimate` composes the per-layer and per-module figures of one fake-tensor estimate of
+``recompute=none`` (:func:`yolo_ckpt.memory.estimate.estimate_step`) instead of running a fake pass per candidate:
+
+- recomputing a layer or the head's branches frees what their forward saved for backward, less their inputs,
+  which the checkpoint keeps, and the parameters (outputs kept anyway for skip connections are attributed to the
+  layer that saves them, so they are never counted as freed twice);
+- the fake pass measures, per layer, the peak live bytes while its forward ran and while its backward ran
+  (:class:`yolo_ckpt.memory.layer_accounting.LayerRow`); in layer i's forward or backward the recomputed units before
+  it hold only their inputs, and a recomputed unit i itself holds its freed tensors again, a nested layer one inner
+  block at a time and the head one branch at a time;
+- the loss's forward and backward peaks are a formula (:class:`yolo_ckpt.memory.loss_model.LossModel`), the stock
+  loss's or, with ``loss``, the loss region's, calibrated with the region applied in ``loss_chunk`` anchors and
+  ``assign_chunk`` objects per chunk;
+- activations and the training batch scale with batch x imgsz^2, the loss by its own formula, parameters and
+  optimizer state not at all;
+- an imgsz is planned at the size it trains at (:func:`yolo_ckpt.memory.ultralytics_rules.train_imgsz`: 2736 -> 2752).
+
+In the tests (``tests/memory/test_memory_model.py``) the composed peak equals the fake pass's of the same policy for
+layer sets and the loss region, and is up to 2.5% below it where the head's branches are recomputed (the head holds a
+little more than its largest branch); the planner's own fake pass (:meth:`ComposedEstimate.estimate`) catches that.
+That fake pass of any policy is kept per units, batch and imgsz, in the process and across processes
+(:mod:`yolo_ckpt.memory.estimate_cache`). The planner's search over these figures is
+:class:`yolo_ckpt.memory.planner.MemoryModel`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..checkpointing.engine import sub_regions
+from ..checkpointing.policy import REGIONS, ModelLayout, RecomputePolicy, resolve, spec_string
+from . import estimate_cache
+from .estimate import estimate_step, with_loss_phases
+from .loss_calibration import loss_models
+from .step import StepProfile
+from .ultralytics_rules import train_imgsz
+
+
+def _cached_step(key: tuple, compute) -> StepProfile:
+    """``compute()``'s fake pass, or an earlier process's of the same ``key`` (:mod:`yolo_ckpt.memory.estimate_cache`)."""
+    stored = estimate_cache.load("step", key)
+    if stored is not None:
+        return StepProfile.from_dict(stored)
+    step = compute()
+    estimate_cache.store("step", key, dataclasses.asdict(step))
+    return step
+
+
+def _without_flops(step: StepProfile) -> StepProfile:
+    """``step`` with its layers' and modules' forward FLOPs 0 (a pass with ``flops=False``)."""
+    return dataclasses.replace(
+        step,
+        layers=[dataclasses.replace(r, forward_flops=0) for r in step.layers],
+        modules={name: dataclasses.replace(r, forward_flops=0) for name, r in step.modules.items()},
+    )
+
+
+class ComposedEstimate:
+    """Per-unit figures of one ``recompute=none`` estimate, composed for any set of units, batch and imgsz; and the
+    fake pass of any policy, cached.
+
+    A unit is a layer index (a nested layer, :data:`yolo_ckpt.checkpointing.engine.NESTED_BLOCKS`, with its inner
+    blocks), ``"head"`` (the final head's branches) or, where the head has a loss region
+    (:data:`yolo_ckpt.checkpointing.policy.LOSS_HEADS`), ``"loss"``. Per unit, from the fake pass's per-layer and
+    per-module accounting (:class:`yolo_ckpt.memory.layer_accounting.LayerRow`,
+    :class:`yolo_ckpt.memory.layer_accounting.ModuleRow`):
+
+    - a layer frees its ``freeable_bytes`` and holds them again while it runs (its inputs and parameters stay
+      alive); a nested layer holds them less what its inner blocks free, plus what its largest inner block frees
+      (the blocks run one at a time inside the layer's recomputation);
+    - ``head`` frees what its branches free and holds again what the largest branch frees;
+    - these are composed with the per-layer forward and backward peaks of the ``none`` pass (module docstring);
+    - ``loss`` swaps the loss's forward and backward peaks for those of the loss-region formula (calibrated with the
+      region applied, in ``loss_chunk`` anchors per chunk).
+
+    Recompute cost (forward FLOPs recomputed per step): a layer's or the head branches' forward FLOPs
+    (``torch.utils.flop_counter``); the loss region's, :meth:`loss_flops`.
+
+    Args:
+        model: an Ultralytics ``BaseModel`` of any task in :data:`yolo_ckpt.memory.ultralytics_rules.TASKS`, with
+            ``.args`` set (a policy applied to it is ignored: its figures are of the stock model).
+        imgsz, batch, objects: the step to base the figures on (activations are rescaled from it); ``imgsz`` as
+            ``imgsz=`` takes it (int, list, string), here and in every method: the size that trains is planned.
+        optimizer, amp: as in :func:`yolo_ckpt.memory.estimate.estimate_step`.
+        loss_chunk: anchors per forward chunk of the loss region's mask loss (``loss_chunk=``); None: its default.
+        assign_chunk: objects per chunk of the loss region's assigner (``assign_chunk=``); None: its default.
+        sizes: the training set's :class:`~yolo_ckpt.memory.foreground.ObjectSizes` (the loss's foreground anchors
+            bounded by its boxes' sizes); None: the worst size, ``objects * topk`` anchors per image.
+
+    Raises:
+        ValueError: for a bad ``loss_chunk`` or ``assign_chunk``, and as
+            :func:`yolo_ckpt.memory.estimate.estimate_step` raises.
+    """
+
+    def __init__(
+        self, model, imgsz, batch: int, objects: int = 20, optimizer: str = "AdamW", amp: bool = False,
+        loss_chunk: int | None = None, assign_chunk: int | None = None, sizes=None,
+    ):
+        self.model, self.objects, self.optimizer, self.amp = model, objects, optimizer, amp
+        self.sizes = sizes
+        self.layout = ModelLayout.from_model(model)
+        self.loss_models = loss_models(model, amp, loss_chunk, assign_chunk)
+        # The fake pass without the loss's share (a formula of zeros): the loss's peaks are composed per unit below.
+        zeros = (0.0,) * len(self.loss_models[False].forward)
+        self._no_loss = no_loss = dataclasses.replace(self.loss_models[False], forward=zeros, backward=zeros, pair_bytes=0.0, kept=0)
+        self._key = (estimate_cache.model_key(model), objects, optimizer, amp)
+        self._base_key = (*self._key, "base", batch, train_imgsz(imgsz, model.stride), repr(no_loss))
+        self.base = _cached_step(
+            self._base_key, lambda: estimate_step(model, imgsz, batch, objects, "none", optimizer=optimizer, amp=amp, loss_model=no_loss)
+        )
+        self.candidates = self.units("all")  # the layers, then "head" and, where there is one, "loss"
+        self.strides = model.stride.tolist()
+        rows, modules, parts = self.base.layers, self.base.modules, sub_regions(model)
+        self.freed, self.rebuilt, self.flops = {}, {}, {}
+        for i in (u for u in self.candidates if not isinstance(u, str)):
+            blocks = [modules[name] for name, _ in parts[i]]
+            self.freed[i], self.flops[i] = rows[i].freeable_bytes, rows[i].forward_flops
+            # a nested layer's recomputation holds its own saved tensors and one inner block's at a time
+            self.rebuilt[i] = (
+                rows[i].freeable_bytes - sum(b.freeable_bytes for b in blocks) + max((b.freeable_bytes for b in blocks), default=0)
+            )
+        branches = [modules[name] for name, _ in parts[self.layout.head]]
+        self.freed["head"] = sum(b.freeable_bytes for b in branches)
+        self.rebuilt["head"] = max((b.freeable_bytes for b in branches), default=0)
+        self.flops["head"] = sum(b.forward_flops for b in branches)
+        self.step_flops = 3 * sum(r.forward_flops for r in rows)  # backward costs about twice the forward
+        # estimate()'s fake passes, by units but the loss region, batch and imgsz; the base pass is none's at its own
+        # batch and imgsz (its optimizer step run, as optimizer_from reproduces it; its FLOPs dropped, as estimate's have none)
+        self._passes: dict[tuple, StepProfile] = {((), self.base.batch, self.base.imgsz): _without_flops(self.base)}
+
+    def units(self, recompute) -> tuple:
+        """The units of a ``recompute=`` value or a :class:`~yolo_ckpt.checkpointing.policy.RecomputePolicy`: its layer indices,
+        then ``"head"`` and ``"loss"`` where it recomputes them (``"all"`` -> every candidate).
+
+        Raises:
+            ValueError: as :func:`yolo_ckpt.checkpointing.policy.resolve` raises for a bad value.
+        """
+        policy = recompute if isinstance(recompute, RecomputePolicy) else resolve(recompute, self.layout)
+        return (*policy.indices, *policy.regions())
+
+    @staticmethod
+    def regions(units) -> tuple[str, ...]:
+        """The regions among ``units``, in :data:`yolo_ckpt.checkpointing.policy.REGIONS` order."""
+        return tuple(r for r in REGIONS if r in units)
+
+    @staticmethod
+    def spec(units) -> str:
+        """``units`` as a ``recompute=`` value: ``(6, 2, "loss", "head")`` -> ``"2,6,head,loss"``; ``()`` -> ``"none"``."""
+        layers = sorted(u for u in units if not isinstance(u, str))
+        return ",".join([*map(str, layers), *ComposedEstimate.regions(units)]) or "none"
+
+    def _static_bytes(self, k: float) -> float:
+        """Bytes alive all step long at ``k`` times the base pass's batch x pixels: its static bytes, the batch scaled."""
+        return self.base.static_bytes + (k - 1) * self.base.input_bytes
+
+    def _scale(self, batch: int, imgsz: int) -> float:
+        return batch * imgsz**2 / (self.base.batch * self.base.imgsz**2)
+
+    def loss_flops(self, batch: int, imgsz) -> int:
+        """Forward FLOPs the loss region recomputes per step: each image's predicted masks (foreground anchors x
+        32 coefficients x prototype pixels, 2 FLOPs a product) twice, once per backward product's tiling
+        (``yolo_ckpt.checkpointing.losses._MaskLoss.backward``): ``4 * nm * Fb * (imgsz / 4)^2``, with ``Fb`` the loss formula's
+        bound on the batch's foreground anchors and ``nm`` the head's mask coefficients; 0 without a mask loss (the
+        chunked assigner recomputes nothing)."""
+        if True not in self.loss_models or not self.layout.has_mask_loss:
+            return 0
+        imgsz = train_imgsz(imgsz, self.model.stride)
+        batch_foreground, _ = self.loss_models[True].foreground(batch, imgsz, self.objects, self.sizes)
+        return 4 * int(self.model.model[-1].nm) * batch_foreground * (imgsz // 4) ** 2
+
+    def cost(self, units, batch: int, imgsz) -> int:
+        """Forward FLOPs recomputed per step by ``units`` at this batch and imgsz."""
+        imgsz = train_imgsz(imgsz, self.model.stride)
+        k = self._scale(batch, imgsz)
+        return int(k * sum(self.flops[u] for u in units if u != "loss")) + (self.loss_flops(batch, imgsz) if "loss" in units else 0)
+
+    def flops_of(self, recompute) -> int:
+        """Forward FLOPs recomputed per step by a ``recompute=`` value (at the base batch and imgsz)."""
+        return self.cost(self.units(recompute), self.base.batch, self.base.imgsz)
+
+    def _loss_peaks(self, loss: bool, batch: int, imgsz: int) -> tuple[int, int, int]:
+        model = self.loss_models[loss]
+        return (
+            model.forward_bytes(batch, imgsz, self.objects, self.sizes), model.backward_bytes(batch, imgsz, self.objects, self.sizes),
+            model.kept,
+        )
+
+    def peak(self, units, batch: int, imgsz) -> int:
+        """Composed peak bytes of a step recomputing ``units`` (layer indices, ``"head"``, ``"loss"``) at this
+        batch and imgsz: the largest of its :meth:`phase_peaks`."""
+        return max(self.phase_peaks(units, batch, imgsz).values())
+
+    def phase_peaks(self, units, batch: int, imgsz) -> dict[str, int]:
+        """Composed peak bytes inside each phase (``forward``, ``loss``, ``backward``, ``optimizer``) of a step
+        recomputing ``units`` at this batch and imgsz, static bytes included."""
+        imgsz = train_imgsz(imgsz, self.model.stride)
+        base, k = self.base, self._scale(batch, imgsz)
+        layers = {self.layout.head if u == "head" else u: u for u in units if u != "loss"}  # layer index -> unit
+        freed = sum(self.freed[u] for u in layers.values())
+        loss, loss_backward, kept = self._loss_peaks("loss" in units, batch, imgsz)
+        static = self._static_bytes(k) + kept
+        fwd_end = base.phase_peak_bytes["loss"] - base.loss_bytes - base.static_bytes
+        # In the backward of layer i the none pass held what the layers before it saved: a recomputed one among them
+        # holds only its inputs; a recomputed layer i itself rebuilds its freed bytes (a nested one block at a time).
+        # The same in its forward (a recomputed layer's runs whole, a nested one's or the head's a block at a time).
+        def held(r, peak: int) -> int:
+            before = sum(self.freed[u] for i, u in layers.items() if i < r.index)
+            own = self.freed[layers[r.index]] - self.rebuilt[layers[r.index]] if r.index in layers else 0
+            return peak - base.static_bytes - before - own
+
+        above_static = {
+            "forward": k * max(held(r, r.forward_peak_bytes) for r in base.layers),
+            "loss": k * (fwd_end - freed) + max(loss, loss_backward),
+            "backward": k * max(held(r, r.backward_peak_bytes) for r in base.layers),
+            "optimizer": base.phase_peak_bytes["optimizer"] - base.static_bytes,
+        }
+        return {phase: int(static + bytes_) for phase, bytes_ in above_static.items()}
+
+    def step(self, units, batch: int, imgsz) -> StepProfile:
+        """The composed step of ``units`` at this batch and imgsz as a :class:`~yolo_ckpt.memory.step.StepProfile`
+        (source ``"composed_estimate"``, no fake pass): its :meth:`phase_peaks` and peak, the static and batch bytes,
+        the loss formula's share, and the layer rows of the ``recompute=none`` base pass with their bytes and FLOPs
+        scaled to this batch and imgsz (what each layer saves when it is kept; per-layer peaks 0: not composed)."""
+        imgsz = train_imgsz(imgsz, self.model.stride)
+        base, k = self.base, self._scale(batch, imgsz)
+        phases = self.phase_peaks(units, batch, imgsz)
+        forward, backward, kept = self._loss_peaks("loss" in units, batch, imgsz)
+        scaled = [
+            dataclasses.replace(
+                r, output_bytes=int(k * r.output_bytes), saved_bytes=int(k * r.saved_bytes), freeable_bytes=int(k * r.freeable_bytes),
+                forward_flops=int(k * r.forward_flops), forward_peak_bytes=0, backward_peak_bytes=0,
+            )
+            for r in base.layers
+        ]
+        return StepProfile(
+            "composed_estimate", self.spec(units), base.mode, batch, imgsz, self.objects,
+            int(self._static_bytes(k) + kept), phases, max(forward, backward),
+            max(phases.values()), scaled, int(k * base.input_bytes), kept_bytes=kept,
+        )
+
+    def estimate(self, recompute, batch: int, imgsz) -> StepProfile:
+        """A fake-pass estimate (no per-layer FLOPs) of ``recompute`` at this batch and imgsz, with the loss formula
+        of its loss region where it recomputes the loss and the optimizer phase of the base pass (``optimizer_from``:
+        the step itself is not run).
+
+        The fake pass backpropagates a stand-in of the loss (:func:`yolo_ckpt.memory.estimate.estimate_step`), so
+        the loss region does not change it: one pass per units but ``"loss"``, batch and trained imgsz serves a
+        policy with and without the region (the plan, ``plan``'s rows and the checks of the largest imgsz and batch
+        ask for the same steps), kept across processes (:mod:`yolo_ckpt.memory.estimate_cache`); the loss's phases
+        are composed on it by :func:`yolo_ckpt.memory.estimate.with_loss_phases`, as ``estimate_step`` composes them."""
+        imgsz = train_imgsz(imgsz, self.model.stride)
+        units = self.units(recompute)
+        layers = tuple(u for u in units if u != "loss")
+        key = (layers, batch, imgsz)
+        if key not in self._passes:
+            self._passes[key] = _cached_step((*self._key, *key, repr(self._no_loss), self._base_key), lambda: estimate_step(
+                self.model, imgsz, batch, self.objects, self.spec(layers), optimizer=self.optimizer, amp=self.amp,
+                loss_model=self._no_loss, flops=False, optimizer_from=self.base,
+            ))
+        spec = recompute.spec if isinstance(recompute, RecomputePolicy) else spec_string(recompute)  # as estimate_step's policy.spec
+        step = dataclasses.replace(self._passes[key], recompute=spec)
+        return with_loss_phases(step, *self._loss_peaks("loss" in units, batch, imgsz))

@@ -1,0 +1,276 @@
+"""Plan recomputation for a memory budget: which units (``recompute=auto``), and the largest batch or imgsz.
+
+The planner searches the figures of :class:`yolo_ckpt.memory.composed.ComposedEstimate` (one fake pass of
+``recompute=none``, composed for any set of units, batch and imgsz; a unit is a layer, ``head`` or ``loss``). Among the
+unit sets that fit, it picks the one with the least recompute cost (forward FLOPs of the recomputed layers and head
+branches, and the loss region's mask products, :meth:`~yolo_ckpt.memory.composed.ComposedEstimate.loss_flops`):
+greedily by bytes freed per FLOP, then dropping units that are no longer needed, and never worse than the cheapest
+named policy (backbone, neck, all) that fits. ``loss`` is in every plan where the model has it: the assigner's part
+recomputes nothing, and it bounds the loss's memory where objects are many. The chosen plan is checked with one more
+fake pass of that policy. A plan is a ``recompute=`` value, ``"2,4,6,head,loss"``, that
+:func:`yolo_ckpt.checkpointing.policy.resolve` reads back to its units. The largest batch and imgsz are the composed
+peak's answers by bisection, checked and lowered with fake passes.
+
+:class:`MemoryModel` is the one planning entry: ``recompute=auto`` and ``batch=-1`` in the trainers,
+``yolo-ckpt plan`` and the benchmark's planned cells (:mod:`yolo_ckpt.bench.planning`) all plan through it.
+
+On CUDA a plan against a budget in bytes keeps a :class:`~yolo_ckpt.config.Headroom` (``memory_headroom=``) on top
+of the estimate: the estimate counts live tensors, a CUDA process holds more (its context, the allocator's reserve,
+workspaces). A budget's and a headroom's forms are read in :mod:`yolo_ckpt.config` (``Budget``, ``Headroom``); the
+planner takes bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import NO_HEADROOM, Headroom
+from ..errors import ConfigError
+from .composed import ComposedEstimate
+from .ultralytics_rules import train_imgsz
+
+
+def size_text(n: int) -> str:
+    """Bytes as a person reads them in a message: GiB (2 decimals) from 1 GiB, else MiB (1 decimal) where that is not
+    0.0, else KiB (1 decimal) from 1 KiB, else bytes (``memory_budget=1KB`` is "1000 bytes", not "0.0 MiB")."""
+    if abs(n) >= 2**30:
+        return f"{n / 2**30:.2f} GiB"
+    if abs(n) >= 0.05 * 2**20:
+        return f"{n / 2**20:.1f} MiB"
+    return f"{n / 2**10:.1f} KiB" if abs(n) >= 2**10 else f"{int(n)} bytes"
+
+
+class PlanError(ConfigError):
+    """No plan fits the budget (or the budget cannot be had): raised while a run sets up, which then removes or
+    restores the run directory it had started (:class:`yolo_ckpt.train.trainer.CheckpointTrainerMixin`)."""
+
+
+@dataclass
+class Plan:
+    """A recompute plan. Its policy is one field, :attr:`recompute`; the units, layers and regions are read from it.
+
+    Attributes:
+        recompute: the chosen units as a ``recompute=`` value in the planner's form (:meth:`MemoryModel.spec`: layer
+            indices ascending, then the regions in :data:`yolo_ckpt.checkpointing.policy.REGIONS` order,
+            ``"2,4,6,head,loss"``; ``"none"``), which :func:`yolo_ckpt.checkpointing.policy.resolve` reads back to
+            the same units.
+        estimated_peak_bytes: the fake-pass estimate of the plan's peak.
+        budget_bytes: the budget it is held against.
+        recompute_flops: forward FLOPs recomputed per step; step_flops: FLOPs of a step without recompute (the
+            layers' forward and backward, and a segmentation loss's mask products: :meth:`MemoryModel.as_plan`).
+        batch, imgsz: the step the plan is for.
+        headroom_bytes: what the :class:`Headroom` adds to the estimate (0 without one).
+
+    Raises:
+        ValueError: when ``recompute`` is not in the planner's form (a name such as ``"backbone"``, a range, an
+            unknown region).
+    """
+
+    recompute: str
+    estimated_peak_bytes: int
+    budget_bytes: int
+    recompute_flops: int
+    step_flops: int
+    batch: int
+    imgsz: int
+    headroom_bytes: int = 0
+
+    def __post_init__(self):
+        if self.recompute != MemoryModel.spec(self.units):  # the properties below read only this form
+            raise ValueError(f"Plan.recompute={self.recompute!r} is not a planner's recompute= value such as '2,4,6,head,loss' or 'none'")
+
+    @property
+    def units(self) -> tuple:
+        """The planned units: layer indices (int), then the regions (``"head"``, ``"loss"``); ``()`` for ``"none"``."""
+        parts = () if self.recompute == "none" else self.recompute.split(",")
+        return tuple(int(p) if p.isdigit() else p for p in parts)
+
+    @property
+    def indices(self) -> tuple[int, ...]:
+        """The layer indices among the units, ascending."""
+        return tuple(u for u in self.units if not isinstance(u, str))
+
+    @property
+    def regions(self) -> tuple[str, ...]:
+        """The regions among the units, in :data:`yolo_ckpt.checkpointing.policy.REGIONS` order (``("head", "loss")``, ``()``)."""
+        return MemoryModel.regions(self.units)
+
+    @property
+    def margin_bytes(self) -> int:
+        """Budget left after the estimate and the headroom (negative: it does not fit)."""
+        return self.budget_bytes - self.estimated_peak_bytes - self.headroom_bytes
+
+    @property
+    def fits(self) -> bool:
+        """Whether the estimate plus the headroom fits the budget."""
+        return self.margin_bytes >= 0
+
+    @property
+    def recompute_cost(self) -> float:
+        """Recomputed FLOPs as a fraction of a step's (forward and backward, about 3x forward) FLOPs."""
+        return self.recompute_flops / self.step_flops if self.step_flops else 0.0
+
+
+def _largest(fits, limit: int) -> int:
+    """The largest n in [0, limit] with ``fits(n)`` (0 if none), by bisection: ``fits`` holds up to some n, not above."""
+    lo, hi = 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+class MemoryModel(ComposedEstimate):
+    """The planner: the composed figures of :class:`~yolo_ckpt.memory.composed.ComposedEstimate` searched for the
+    cheapest units that fit a budget (:meth:`plan`), and the largest batch (:meth:`largest_batch`) or imgsz
+    (:meth:`largest_imgsz`) that fits with given units; every answer checked with a fake pass
+    (:meth:`~yolo_ckpt.memory.composed.ComposedEstimate.estimate`).
+
+    Args:
+        model, imgsz, batch, objects, optimizer, amp: as :class:`~yolo_ckpt.memory.composed.ComposedEstimate` takes
+            them.
+        headroom: kept on top of every estimate when it is held against a budget
+            (:meth:`yolo_ckpt.config.CkptConfig.headroom_on`).
+        loss_chunk, assign_chunk, sizes: as :class:`~yolo_ckpt.memory.composed.ComposedEstimate` takes them.
+
+    Raises:
+        ValueError: as :class:`~yolo_ckpt.memory.composed.ComposedEstimate` raises.
+    """
+
+    def __init__(
+        self, model, imgsz, batch: int, objects: int = 20, optimizer: str = "AdamW", amp: bool = False,
+        headroom: Headroom = NO_HEADROOM, loss_chunk: int | None = None, assign_chunk: int | None = None, sizes=None,
+    ):
+        super().__init__(model, imgsz, batch, objects, optimizer, amp, loss_chunk, assign_chunk, sizes)
+        self.headroom = headroom
+        self.always = tuple(u for u in self.candidates if u == "loss")  # in every plan (module docstring)
+
+    def fits(self, estimated_bytes: int, budget: int) -> bool:
+        """Whether an estimated peak plus the headroom fits ``budget`` (bytes)."""
+        return self.headroom.need(estimated_bytes) <= budget
+
+    def _order(self, batch: int, imgsz: int) -> list:
+        """The candidates by bytes freed per recomputed FLOP at this batch and imgsz, most first (the loss region's
+        bytes: how much lower its loss peaks are)."""
+        k = self._scale(batch, imgsz)
+
+        def freed(u) -> float:
+            if u != "loss":
+                return k * self.freed[u]
+            return max(self._loss_peaks(False, batch, imgsz)[:2]) - max(self._loss_peaks(True, batch, imgsz)[:2])
+
+        return sorted(self.candidates, key=lambda u: -freed(u) / max(self.cost((u,), batch, imgsz), 1))
+
+    def cheapest(self, budget: int, batch: int, imgsz) -> tuple | None:
+        """The least-FLOPs set of units, :attr:`always` among them, whose composed peak (with the headroom) fits
+        ``budget``; None if even ``all`` does not fit."""
+        imgsz = train_imgsz(imgsz, self.model.stride)
+        if self.fits(self.peak(self.always, batch, imgsz), budget):
+            return self.always
+        chosen: list = list(self.always)
+        for u in (u for u in self._order(batch, imgsz) if u not in self.always):
+            chosen.append(u)
+            if self.fits(self.peak(chosen, batch, imgsz), budget):
+                break
+        else:
+            return None
+        optional = [u for u in chosen if u not in self.always]
+        for u in sorted(optional, key=lambda u: -self.cost((u,), batch, imgsz)):  # drop what is no longer needed, dearest first
+            rest = [v for v in chosen if v != u]
+            if self.fits(self.peak(rest, batch, imgsz), budget):
+                chosen = rest
+        fitting = [self._sorted(chosen)] + [n for n in self._named() if self.fits(self.peak(n, batch, imgsz), budget)]
+        return min(fitting, key=lambda s: self.cost(s, batch, imgsz))
+
+    def _named(self) -> list[tuple]:
+        """The units of the named policies a plan is never worse than: backbone, neck (where there is one), all;
+        each with :attr:`always`."""
+        names = ("backbone", "all") + (("neck",) if len(self.layout.section("neck")) else ())
+        return [self._sorted((*self.units(n), *self.always)) for n in names]
+
+    def _sorted(self, units) -> tuple:
+        """``units`` in candidate order (layers ascending, then the regions)."""
+        return tuple(u for u in self.candidates if u in units)
+
+    def plan(self, budget: int, batch: int, imgsz) -> Plan:
+        """``recompute=auto``: the cheapest set of units that fits with the headroom, checked with a fake pass of
+        that policy, the loss region's formula with it (units are added, most bytes per FLOP first, while the check
+        exceeds the budget). A named policy cheaper than the composed choice is checked first, cheapest first: the
+        composition is close, not exact, the fake pass decides.
+
+        Raises:
+            PlanError: when even recomputing every unit (``all``) does not fit, saying the minimum and the headroom.
+        """
+        imgsz = train_imgsz(imgsz, self.model.stride)
+        units = self.cheapest(budget, batch, imgsz)
+        if units is None:  # the composition is close, not exact: let the fake pass decide from 'all' down
+            units = self.candidates
+        # ... and a cheaper named policy that the composition rejects may still fit: its fake pass decides
+        cost = self.cost(units, batch, imgsz)
+        for named in sorted((n for n in self._named() if self.cost(n, batch, imgsz) < cost), key=lambda n: self.cost(n, batch, imgsz)):
+            check = self.estimate(self.spec(named), batch, imgsz)
+            if self.fits(check.peak_bytes, budget):
+                return self.as_plan(named, check.peak_bytes, budget, batch, imgsz)
+        order = self._order(batch, imgsz)
+        while True:
+            if units is None:
+                need = self.estimate("all", batch, imgsz).peak_bytes
+                raise PlanError(
+                    f"memory_budget={size_text(budget)} is below the smallest plan's need at batch={batch} "
+                    f"imgsz={imgsz}: recompute=all needs {size_text(need)} ({need} bytes)"
+                    + (
+                        f" and {size_text(self.headroom.need(need))} with memory_headroom={self.headroom}"
+                        if self.headroom != NO_HEADROOM
+                        else ""
+                    )
+                    + ". Raise the budget, or lower batch or imgsz"
+                )
+            check = self.estimate(self.spec(units), batch, imgsz)
+            if self.fits(check.peak_bytes, budget):
+                return self.as_plan(units, check.peak_bytes, budget, batch, imgsz)
+            rest = [u for u in order if u not in units]
+            units = self._sorted((*units, rest[0])) if rest else None
+
+    def as_plan(self, units, peak_bytes: int, budget: int, batch: int, imgsz) -> Plan:
+        """A :class:`Plan` of these units, with their recompute FLOPs and the headroom at this batch and imgsz. The
+        step's FLOPs: the layers' forward and backward (3x the forward) and, for segmentation, the mask loss's
+        products: its forward and the backward's two, ``6 * nm * Fb * (imgsz / 4)^2`` (:meth:`loss_flops` x 1.5)."""
+        imgsz = train_imgsz(imgsz, self.model.stride)
+        headroom = self.headroom.need(peak_bytes) - peak_bytes
+        return Plan(
+            self.spec(units),
+            peak_bytes,
+            budget,
+            self.cost(units, batch, imgsz),
+            int(self._scale(batch, imgsz) * self.step_flops) + 3 * self.loss_flops(batch, imgsz) // 2,
+            batch,
+            imgsz,
+            headroom,
+        )
+
+    def largest_batch(self, units, budget: int, imgsz, limit: int = 1024) -> int:
+        """The largest batch (>= 0, at most ``limit``, AutoBatch's cap) whose estimate with ``units`` and the headroom
+        fits ``budget`` at ``imgsz``: the composed peak's answer, checked with a fake pass (:meth:`_checked`)."""
+        imgsz = train_imgsz(imgsz, self.model.stride)
+        batch = _largest(lambda b: self.fits(self.peak(units, b, imgsz), budget), limit)
+        return self._checked(units, budget, batch, lambda b: (b, imgsz), exponent=1, step=1)
+
+    def largest_imgsz(self, units, budget: int, batch: int, stride: int = 32, limit: int = 8192) -> int:
+        """The largest imgsz (a multiple of ``stride``, 0 if none) whose estimate with ``units`` and the headroom fits
+        at ``batch``: the composed peak's answer, checked with a fake pass (:meth:`_checked`)."""
+        steps = _largest(lambda n: self.fits(self.peak(units, batch, n * stride), budget), limit // stride)
+        return self._checked(units, budget, steps * stride, lambda s: (batch, s), exponent=2, step=stride)
+
+    def _checked(self, units, budget: int, value: int, step_at, exponent: int, step: int) -> int:
+        """``value`` (a batch or an imgsz from the composed peak) lowered until the fake pass of ``units`` at
+        ``step_at(value)`` (batch, imgsz) fits ``budget`` with the headroom: the composition scales activations
+        with batch x imgsz^2, which attention (its token count squared) and the loss's own terms outgrow. Each try
+        shrinks ``value`` by the overshoot, ``(budget / need)^(1/exponent)``, in multiples of ``step``, at least
+        one step."""
+        spec = self.spec(units)
+        while value > 0:
+            peak = self.estimate(spec, *step_at(value)).peak_bytes
+            if self.fits(peak, budget):
+                return value
+            value = min(value - step, int(value * (budget / self.headroom.need(peak)) ** (1 / exponent)) // step * step)
+        return 0
