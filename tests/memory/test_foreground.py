@@ -13,10 +13,11 @@ from ultralytics.utils import DEFAULT_CFG
 from ultralytics.utils.tal import RotatedTaskAlignedAssigner, TaskAlignedAssigner, make_anchors
 
 from yolo_ckpt.memory.estimate import estimate_step
-from yolo_ckpt.memory.foreground import ObjectSizes, augmented_sides, box_anchors, stride_val
+from yolo_ckpt.memory.foreground import ObjectSizes, augmented_sides, box_anchors
 from yolo_ckpt.memory.loss_calibration import calibrate_loss
 from yolo_ckpt.memory.step import profile_step
 from yolo_ckpt.memory.training_batch import training_batch
+from yolo_ckpt.memory.ultralytics_rules import stride_val
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 STRIDES = (8.0, 16.0, 32.0)

@@ -2,6 +2,7 @@
 Ultralytics itself: its trainer's set-up is run up to the point where it has applied the rule, and what it decided is
 compared; or its function is called."""
 
+import numpy as np
 import pytest
 import torch
 from helpers import TRAIN
@@ -24,6 +25,8 @@ from yolo_ckpt.memory.ultralytics_rules import (
     device_type,
     frozen_layers,
     grid_size,
+    largest_scale,
+    mask_ratio,
     optimizer_for,
     trainable_as_trained,
 )
@@ -264,3 +267,25 @@ def test_decode_chunk_is_the_mask_scoring_assigners():
     from ultralytics.utils.tal import SegTaskAlignedAssigner
 
     assert DECODE_CHUNK_PIXELS == 1 << 27 and "(1 << 27) // (m * mh * mw)" in inspect.getsource(SegTaskAlignedAssigner.pair_overlaps)
+
+
+@pytest.mark.parametrize("scale", [0.5, 0.9, (0.3, 1.7)])
+def test_largest_scale_is_random_perspectives_largest_draw(scale, monkeypatch):
+    """largest_scale is the scale RandomPerspective._compute_affine_matrix draws when every uniform draw is its upper
+    end (``1 + scale``, a range's upper end)."""
+    import random
+
+    from ultralytics.data.augment import RandomPerspective
+
+    monkeypatch.setattr(random, "uniform", lambda a, b: b)
+    _, drawn = RandomPerspective(scale=scale)._compute_affine_matrix(np.zeros((32, 32, 3), np.uint8), (32, 32))
+    assert drawn == largest_scale(scale)
+
+
+def test_mask_ratio_is_the_runs_or_ultralytics_default():
+    from types import SimpleNamespace
+
+    from ultralytics.utils import DEFAULT_CFG
+
+    assert mask_ratio(SimpleNamespace()) == DEFAULT_CFG.mask_ratio == 4
+    assert mask_ratio(SimpleNamespace(args=SimpleNamespace(mask_ratio=2))) == 2

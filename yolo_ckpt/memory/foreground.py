@@ -24,6 +24,8 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from .ultralytics_rules import largest_scale, stride_val
+
 
 def measured_foreground(model, batch: dict) -> torch.Tensor:
     """The foreground anchors (``fg_mask.sum``) each task-aligned assigner of ``model``'s loss gives each image of
@@ -66,14 +68,6 @@ AUGMENT_KEYS = ("scale", "degrees", "shear", "perspective", "multi_scale")  # th
 _ROUNDING = 1e-3
 
 
-def stride_val(strides) -> float:
-    """The least box side (pixels) the task-aligned assigner tests anchors against: sides below it are enlarged to it
-    (``TaskAlignedAssigner.__init__``: ``stride[1]`` where there are several strides, ``ultralytics/utils/tal.py``
-    line 59)."""
-    strides = list(strides)
-    return float(strides[1] if len(strides) > 1 else strides[0])
-
-
 def box_anchors(w: np.ndarray, h: np.ndarray, strides, rotated: bool = False) -> np.ndarray:
     """The most anchor points (all levels) whose centre can lie in an object's box of ``w`` x ``h`` pixels, at any
     position: each side first floored at :func:`stride_val` as ``select_candidates_in_gts`` floors it
@@ -106,12 +100,6 @@ def _lattice_points(w, h, strides, sv: float) -> np.ndarray:
     """Nosarzewska's bound, summed over strides, for rectangles of sides ``w``, ``h`` floored at ``sv``."""
     w, h = np.maximum(w, sv), np.maximum(h, sv)
     return sum(np.floor((w / s + 1 + _ROUNDING) * (h / s + 1 + _ROUNDING)) for s in map(float, strides))
-
-
-def largest_scale(scale) -> float:
-    """The largest scale ``RandomPerspective`` draws for ``scale=``: ``1 + scale``, or a range's upper end
-    (``ultralytics/data/augment.py`` lines 1156-1159)."""
-    return max(scale) if isinstance(scale, (list, tuple)) else 1 + scale
 
 
 def augmented_sides(w: np.ndarray, h: np.ndarray, args) -> tuple[np.ndarray, np.ndarray] | None:

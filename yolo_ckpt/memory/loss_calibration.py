@@ -43,7 +43,7 @@ from .foreground import candidate_pairs
 from .loss_model import LossModel
 from .tracker import LiveTensorTracker, tensor_bytes
 from .training_batch import training_batch
-from .ultralytics_rules import OBJECTLESS_TASKS, model_task
+from .ultralytics_rules import OBJECTLESS_TASKS, mask_ratio, model_task
 
 # (batch, imgsz, objects per image) at which the real loss is measured to fit its formula: small (imgsz <= 160), so
 # fast, and spread in every term (1 to 3 images, 1 to 240 objects: below and above the anchors' count) so that the
@@ -95,7 +95,7 @@ def _calibrate(model, amp: bool) -> LossModel:
     shape = LossModel(
         model_task(model),
         tuple(model.stride.tolist()),
-        int(getattr(getattr(model, "args", None), "mask_ratio", 4)),
+        mask_ratio(model),
         tuple(min(a.topk, a.topk2) for a in _assigners(model.criterion)),
         (),
         (),

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from .ultralytics_rules import model_task
+from .ultralytics_rules import mask_ratio, model_task
 
 
 def training_batch(
@@ -74,7 +74,7 @@ def training_batch(
         out["keypoints"] = torch.cat([xy, torch.full((len(xywh), k, 1), 2.0)], 2)
     elif task == "segment":
         overlap = getattr(getattr(model, "args", None), "overlap_mask", True)
-        ratio = int(getattr(getattr(model, "args", None), "mask_ratio", 4))
+        ratio = mask_ratio(model)
         out.update(_grid_masks(batch, imgsz // ratio, objects, xywh, overlap))
     return out
 

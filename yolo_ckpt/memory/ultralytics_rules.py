@@ -7,9 +7,11 @@ say) it cannot be called, so it is mirrored once, here; where it has a function 
 checks each against Ultralytics itself: its trainer's set-up run up to the point where it has applied the rule, or
 its function called.
 
-- the tasks: :data:`TASKS`, :func:`model_task`; the anchor grid: :func:`anchors` (the mask-scoring assigner's
-  decoding chunk is the mechanism's, :data:`yolo_ckpt.checkpointing.assigner.DECODE_CHUNK_PIXELS`, which the memory
-  wing reads and the mechanism, which may not import this wing, mirrors);
+- the tasks: :data:`TASKS`, :func:`model_task`; the anchor grid: :func:`anchors`; the least box side the
+  assigner tests: :func:`stride_val`; the masks' size: :func:`mask_ratio`; the affine's largest scale:
+  :func:`largest_scale` (the mask-scoring assigner's decoding chunk is the mechanism's,
+  :data:`yolo_ckpt.checkpointing.assigner.DECODE_CHUNK_PIXELS`, which the memory wing reads and the mechanism, which
+  may not import this wing, mirrors);
 - the device and AMP: :func:`device_type`, :func:`amp_enabled`, :func:`autocast_for`;
 - what trains: :func:`frozen_layers`, :func:`trainable_as_trained`;
 - the image size: :func:`grid_size`, :func:`train_imgsz`; AutoBatch's: :func:`autobatch_fraction`,
@@ -54,6 +56,28 @@ def anchors(imgsz: int, strides) -> int:
     ``make_anchors`` lays on the head's feature maps (``utils/tal.py`` line 539, mirrored: the loss calls it on
     the predictions)."""
     return int(sum((imgsz // int(s)) ** 2 for s in strides))
+
+
+def stride_val(strides) -> float:
+    """The least box side (pixels) the task-aligned assigner tests anchors against: sides below it are enlarged to it
+    (``TaskAlignedAssigner.__init__``: ``stride[1]`` where there are several strides, ``ultralytics/utils/tal.py``
+    line 59)."""
+    strides = list(strides)
+    return float(strides[1] if len(strides) > 1 else strides[0])
+
+
+def mask_ratio(model) -> int:
+    """Prototype pixels per mask pixel side of ``model``'s run: its ``args.mask_ratio``, else Ultralytics' default
+    (``cfg/default.yaml``'s ``mask_ratio``, 4)."""
+    from ultralytics.utils import DEFAULT_CFG
+
+    return int(getattr(getattr(model, "args", None), "mask_ratio", DEFAULT_CFG.mask_ratio))
+
+
+def largest_scale(scale) -> float:
+    """The largest scale ``RandomPerspective`` draws for ``scale=``: ``1 + scale``, or a range's upper end
+    (``ultralytics/data/augment.py`` lines 1156-1159)."""
+    return max(scale) if isinstance(scale, (list, tuple)) else 1 + scale
 
 
 def device_type(device) -> str:
