@@ -424,7 +424,7 @@ def test_equal_memory_arms_matrix(tmp_path, one_thread):
     the largest imgsz that fits (imgsz=fit), (b) recompute=auto at full resolution, (c) stock on tiles of the size that
     fits, validated on the full images, (d) stock at full resolution with no budget. (a)-(c) are measured within the
     budget, (d) above it, and (b)'s weights are (d)'s: (b) stands for full-resolution training."""
-    from yolo_ckpt.data.synthetic import small_object_dataset
+    from yolo_ckpt.data.small_objects import small_object_dataset
 
     data, budget = str(small_object_dataset(320, 2, 1, root=tmp_path / "cache")), 120  # MiB: stock at 320 needs more
     arm = {"model": "yolo26n.yaml", "dataset": data, "imgsz": 320, "batch": 2}

@@ -240,7 +240,7 @@ class ComposedEstimate:
         ]
         return StepProfile(
             "composed_estimate", self.spec(units), base.mode, batch, imgsz, self.objects,
-            int(self._static_bytes(k) + kept), phases, max(forward, backward),
+            int(self._static_bytes(k)), phases, max(forward, backward),
             max(phases.values()), scaled, int(k * base.input_bytes), kept_bytes=kept,
         )
 

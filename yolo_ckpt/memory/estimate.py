@@ -111,9 +111,9 @@ def estimate_step(
                 peaks, _, state = run_step(fake, data, opt, stand_in_loss, tracker, autocast)
             accounting.remove()
         inputs = tensor_bytes(data)
-        if optimizer_from is not None:  # its state: its static bytes less its parameters, buffers, batch and the loss's kept
+        if optimizer_from is not None:  # its state: its static bytes less its parameters, buffers and batch (as ours)
             earlier = optimizer_from
-            state = earlier.static_bytes - earlier.kept_bytes - earlier.input_bytes - (static - inputs)
+            state = earlier.static_bytes - earlier.input_bytes - (static - inputs)
             peaks = {p: v + state for p, v in peaks.items()} | {
                 "optimizer": earlier.phase_peak_bytes["optimizer"] - earlier.kept_bytes - earlier.input_bytes + inputs
             }
@@ -151,13 +151,13 @@ def with_loss_phases(step: StepProfile, forward: int, backward: int, kept: int =
     a formula of zeros), with the loss's peaks on top: ``forward`` bytes (the loss's forward peak above what was
     alive before it) in the loss phase, and in the backward phase the loss's own backward, ``backward`` bytes above
     the forward's end, which runs before the model's (whose peak the stand-in's backward gives; the loss's saved
-    tensors are freed by then). ``kept`` bytes (:attr:`~yolo_ckpt.memory.loss_model.LossModel.kept`) are alive in every
-    phase, as static bytes. ``loss_bytes`` becomes ``forward``. Used by :func:`estimate_step` and by
-    :meth:`yolo_ckpt.memory.composed.ComposedEstimate.estimate`, which composes each policy's loss on one pass of its layers."""
+    tensors are freed by then). ``kept`` bytes (:attr:`~yolo_ckpt.memory.loss_model.LossModel.kept`) are alive in
+    every phase (:attr:`~yolo_ckpt.memory.step.StepProfile.kept_bytes`). ``loss_bytes`` becomes ``forward``. Used by
+    :func:`estimate_step` and by :meth:`yolo_ckpt.memory.composed.ComposedEstimate.estimate`, which composes each
+    policy's loss on one pass of its layers."""
     end = step.phase_peak_bytes["loss"]
     phases = step.phase_peak_bytes | {"loss": end + forward, "backward": max(step.phase_peak_bytes["backward"], end + backward)}
     phases = {phase: peak + kept for phase, peak in phases.items()}
     return dataclasses.replace(
-        step, phase_peak_bytes=phases, loss_bytes=forward, peak_bytes=max(phases.values()), static_bytes=step.static_bytes + kept,
-        kept_bytes=step.kept_bytes + kept,
+        step, phase_peak_bytes=phases, loss_bytes=forward, peak_bytes=max(phases.values()), kept_bytes=step.kept_bytes + kept
     )

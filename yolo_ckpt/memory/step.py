@@ -41,8 +41,9 @@ class StepProfile:
             batch x imgsz^2 as activations do.
         modules: one :class:`~yolo_ckpt.memory.layer_accounting.ModuleRow` per module recomputed on its own below
             the layers (inner blocks of nested layers, head branches), by qualified name.
-        kept_bytes: an estimate's share of ``static_bytes`` that the loss keeps alive from its first call on
-            (:attr:`yolo_ckpt.memory.loss_model.LossModel.kept`); 0 for a measurement (its static bytes hold it).
+        kept_bytes: what every phase of an estimate holds beyond ``static_bytes``: the bytes the loss keeps alive from
+            its first call on (:attr:`yolo_ckpt.memory.loss_model.LossModel.kept`); 0 for a measurement, whose phases
+            hold them as they are.
     """
 
     source: str
