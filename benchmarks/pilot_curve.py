@@ -26,11 +26,31 @@ TARGET = 0.5  # mAP50 on val that arm (d) must reach (issue 33)
 
 
 def curve(run: Path) -> list[dict]:
-    """The run's rows: epoch, seconds since the start, mAP50 and mAP50-95 on val (Ultralytics' ``results.csv``)."""
+    """The run's rows: epoch, training seconds so far, mAP50 and mAP50-95 on val (Ultralytics' ``results.csv``). Its
+    ``time`` restarts from 0 when the run is resumed; the seconds here add up each resumed stretch."""
     with open(run / "results.csv") as f:
         rows = [{k.strip(): v.strip() for k, v in row.items()} for row in csv.DictReader(f)]
-    return [{"epoch": int(float(r["epoch"])), "seconds": float(r["time"]), "mAP50": float(r["metrics/mAP50(B)"]),
-             "mAP50-95": float(r["metrics/mAP50-95(B)"])} for r in rows]
+    out, before, last = [], 0.0, 0.0
+    for r in rows:
+        t = float(r["time"])
+        if t < last:  # resumed: the clock restarted
+            before += last
+        last = t
+        out.append({"epoch": int(float(r["epoch"])), "seconds": before + t, "mAP50": float(r["metrics/mAP50(B)"]),
+                    "mAP50-95": float(r["metrics/mAP50-95(B)"])})
+    return out
+
+
+def model_of(run: Path, model: str) -> str:
+    """The model the run was built from: ``args.yaml``'s, or after a resume (which writes the checkpoint there) the
+    YAML its checkpoint's model was built from."""
+    if not str(model).endswith(".pt"):
+        return model
+    import torch
+
+    ckpt = torch.load(run / "weights" / "last.pt", map_location="cpu", weights_only=False)
+    net = ckpt.get("model") or ckpt.get("ema")  # Ultralytics saves the EMA and leaves "model" empty
+    return Path(net.yaml.get("yaml_file", model)).name
 
 
 KEYS = ("run", "threads", "out")  # the key=value words main takes
@@ -40,6 +60,7 @@ def main(argv: list[str]) -> dict:
     opts = parse_keys(argv, KEYS, "benchmarks.pilot_curve", required=("run",))
     run = Path(opts["run"])
     args = yaml.safe_load((run / "args.yaml").read_text())
+    args["model"] = model_of(run, args.get("model"))
     rows = curve(run)
     reached = next((r["epoch"] for r in rows if r["mAP50"] >= TARGET), None)
     keys = ("model", "data", "imgsz", "epochs", "batch", "optimizer", "seed", "workers", "deterministic")
@@ -51,7 +72,8 @@ def main(argv: list[str]) -> dict:
         f"Pilot of issue 33's arm (d): stock Ultralytics at full resolution, trained from scratch (no weights can be had),"
         f" {', '.join(f'{k}={args.get(k)}' for k in keys if k not in ('data', 'workers', 'deterministic'))}, dataset"
         f" {Path(str(args.get('data'))).parent.name}; {len(rows)} of {args.get('epochs')} epochs finished when read"
-        f" ({rows[-1]['seconds'] / 3600:.1f} h on a shared 2-core machine, the run at nice 19 beside other work)."
+        f" ({rows[-1]['seconds'] / 3600:.1f} h of training on a shared 2-core machine, the run at nice 19 beside other work,"
+        " resumed across sessions)."
         if rows else "No epoch finished yet.",
         "",
         (f"**mAP50 first reached {TARGET} at epoch {reached}.**" if reached else
