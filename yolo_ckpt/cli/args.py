@@ -37,7 +37,7 @@ ULTRALYTICS_OLD_KEYS = frozenset({
     "boxes", "hide_labels", "hide_conf", "line_thickness", "end2end", "int8", "half",
     "label_smoothing", "save_hybrid", "crop_fraction", "keras", "augmentations", "save_dir",
 })
-ALL_KEYS_SEE = "valid keys: 'yolo cfg' lists yolo train's, 'yolo-ckpt help' yolo-ckpt's"
+ALL_KEYS_SEE = "Valid keys: 'yolo cfg' lists yolo train's, 'yolo-ckpt help' yolo-ckpt's."
 
 
 @functools.cache
@@ -108,7 +108,7 @@ def refuse_unknown(keys: list[str], valid: dict, command: str | None = None, val
     for key in keys:
         close = [f"{k}={valid[k]}" if valid.get(k) is not None else k for k in difflib.get_close_matches(key, frozenset(valid))]
         lines.append(f"'{key}' is not a valid YOLO argument." + (f" Similar arguments are i.e. {close}." if close else ""))
-    raise SyntaxError("; ".join([*lines, ALL_KEYS_SEE]))
+    raise SyntaxError(" ".join([*lines, ALL_KEYS_SEE]))  # Ultralytics' sentences, then where the valid keys are
 
 
 def check_words(args: list[str], valid: dict, tasks: tuple[str, ...] = (), command: str | None = None,
