@@ -34,11 +34,11 @@ from ultralytics import YOLO
 from ultralytics.cfg import get_cfg
 from ultralytics.data import build_yolo_dataset
 from ultralytics.data.utils import check_det_dataset
-from ultralytics.utils.tal import make_anchors
 
 from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
+from yolo_ckpt.memory.foreground import candidates
 from yolo_ckpt.memory.loss_calibration import loss_models
 from yolo_ckpt.memory.runspec import count_data
 from yolo_ckpt.memory.ultralytics_rules import model_task
@@ -51,11 +51,9 @@ def sample_counts(assigner, bboxes: torch.Tensor, imgsz: int, strides) -> tuple[
     """(candidate pairs, the most foreground any predictions can give) of one sample's ``bboxes`` (n, 4 normalised
     xywh, as the training dataset gives them) for the task-aligned ``assigner`` on the anchor grid of a square
     ``imgsz`` at ``strides``."""
-    stride = torch.tensor([float(s) for s in strides])
-    points, per_anchor = make_anchors([torch.empty(1, 1, imgsz // int(s), imgsz // int(s)) for s in stride.tolist()], stride)
     xywh = bboxes.double() * imgsz
     xyxy = torch.cat([xywh[:, :2] - xywh[:, 2:] / 2, xywh[:, :2] + xywh[:, 2:] / 2], 1).float()[None]
-    in_box = assigner.select_candidates_in_gts(points * per_anchor, xyxy, torch.ones(1, len(xywh), 1))[0].bool()
+    in_box = candidates(assigner, xyxy, torch.ones(1, len(xywh), 1), imgsz, strides)[0]
     per_object = in_box.sum(1)
     return int(per_object.sum()), int(min(per_object.clamp(max=assigner.topk).sum(), in_box.any(0).sum()))
 

@@ -45,19 +45,24 @@ def measured_foreground(model, batch: dict) -> torch.Tensor:
     return torch.stack(counts) if counts else torch.zeros(0, len(batch["img"]), dtype=torch.int64)
 
 
-def candidate_pairs(assigner, gt_bboxes: torch.Tensor, mask_gt: torch.Tensor, imgsz: int, strides) -> int:
-    """The candidate pairs (object, anchor whose centre is in its box: ``select_candidates_in_gts`` of the valid
-    objects, ``ultralytics/utils/tal.py``) of a task-aligned ``assigner`` given ``gt_bboxes`` (b, n, 4 or 5) and
-    ``mask_gt`` (b, n, 1) as the loss passes them, on the anchor grid of a square ``imgsz`` at ``strides`` (pixels,
-    as the loss gives them: ``make_anchors`` x stride); pose's pyramid-level gate included."""
+def candidates(assigner, gt_bboxes: torch.Tensor, mask_gt: torch.Tensor, imgsz: int, strides) -> torch.Tensor:
+    """Which anchors are candidates of which objects (anchor centre in the box: ``select_candidates_in_gts`` of the
+    valid objects, ``ultralytics/utils/tal.py``) for a task-aligned ``assigner`` given ``gt_bboxes`` (b, n, 4 or 5,
+    pixels) and ``mask_gt`` (b, n, 1) as the loss passes them, on the anchor grid of a square ``imgsz`` at ``strides``
+    (``make_anchors`` x stride); pose's pyramid-level gate included. Returns a bool tensor (b, n, anchors)."""
     from ultralytics.utils.tal import make_anchors
 
     stride = torch.tensor([float(s) for s in strides])
     points, per_anchor = make_anchors([torch.empty(1, 1, imgsz // int(s), imgsz // int(s)) for s in stride.tolist()], stride)
     if hasattr(assigner, "anc_strides"):  # PoseTaskAlignedAssigner.forward sets it for its gate
         assigner.anc_strides = per_anchor.view(-1)
-    in_box = assigner.select_candidates_in_gts(points * per_anchor, gt_bboxes, mask_gt)
-    return int((in_box & mask_gt.bool()).sum())
+    return assigner.select_candidates_in_gts(points * per_anchor, gt_bboxes, mask_gt).bool() & mask_gt.bool()
+
+
+def candidate_pairs(assigner, gt_bboxes: torch.Tensor, mask_gt: torch.Tensor, imgsz: int, strides) -> int:
+    """The candidate pairs (object, anchor whose centre is in its box) of :func:`candidates`: the pairs the
+    task-aligned assigner computes its overlaps for."""
+    return int(candidates(assigner, gt_bboxes, mask_gt, imgsz, strides).sum())
 
 
 AUGMENT_KEYS = ("scale", "degrees", "shear", "perspective", "multi_scale")  # the run's keys that change a box's size
