@@ -8,9 +8,13 @@ most objects in one image x 4. This benchmark builds that batch from the dataset
 letterboxed to imgsz / 2 by Ultralytics' dataset, without augmentation, four laid 2 x 2 per image: the mosaic at
 scale 0.5 less its random placement), measures one CPU training step of it (:func:`yolo_ckpt.memory.step.profile_step`,
 fp32, with ``recompute=``) and puts the estimate beside it, at the batch's own object count and at the planner's
-bound (what ``yolo-ckpt plan`` and ``train`` estimate for these keys)::
+bound (what ``yolo-ckpt plan`` and ``train`` estimate for these keys). ``repeat=True`` lays the densest image in all
+four places (a mosaic draws its other three images at random, so it may draw that one four times);
+``predictions=overlapping`` measures the step as a trained model's predictions make it
+(:func:`benchmarks.epoch_peaks.overlapping_predictions`)::
 
     python -m benchmarks.densest_mosaic data=../shared/datasets/monuseg/data.yaml [imgsz=1024] [batch=1] [recompute=none]
+        [repeat=True] [predictions=overlapping]
         [model=yolo11n-seg.yaml] out=benchmarks/results/densest-mosaic
 
 The task is the model's (``model=yolo11n.yaml`` for a detection set).
@@ -18,6 +22,7 @@ The task is the model's (``model=yolo11n.yaml`` for a detection set).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import torch
@@ -25,20 +30,23 @@ from ultralytics.cfg import get_cfg
 from ultralytics.data import YOLODataset
 from ultralytics.data.utils import check_det_dataset
 
+from benchmarks.epoch_peaks import PREDICTIONS, overlapping_predictions
 from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.errors import ConfigError
 from yolo_ckpt.memory.estimate import estimate_step
+from yolo_ckpt.memory.foreground import measured_foreground
 from yolo_ckpt.memory.planned_run import PlannedRun
 from yolo_ckpt.memory.step import profile_step
 from yolo_ckpt.memory.ultralytics_rules import model_task
 
 
-def densest_mosaic(data: str, imgsz: int, batch: int = 1, task: str = "segment") -> tuple[dict, list[int]]:
+def densest_mosaic(data: str, imgsz: int, batch: int = 1, task: str = "segment", repeat: bool = False) -> tuple[dict, list[int]]:
     """The batch of ``batch`` images (``imgsz`` squares), each made of four of ``data``'s ``4 x batch`` densest training
-    images at ``imgsz / 2``, as Ultralytics' collate gives a ``task`` (detect, segment) batch (segment: overlapping
-    masks at a quarter of imgsz, one index per object), and the object counts of the images used, densest first.
+    images at ``imgsz / 2`` (``repeat``: the densest one four times, as a mosaic may draw it), as Ultralytics' collate
+    gives a ``task`` (detect, segment) batch (segment: overlapping masks at a quarter of imgsz, one index per object),
+    and the object counts of the images used, densest first.
 
     Raises:
         ValueError: for an imgsz that is not a multiple of 64 (each half must be a multiple of the stride 32).
@@ -50,6 +58,7 @@ def densest_mosaic(data: str, imgsz: int, batch: int = 1, task: str = "segment")
     info = check_det_dataset(data)
     dataset = YOLODataset(img_path=info["train"], imgsz=half, augment=False, hyp=cfg, data=info, task=task, batch_size=1)
     densest = sorted(range(len(dataset.labels)), key=lambda i: -len(dataset.labels[i]["cls"]))[: 4 * batch]
+    densest = densest[:1] * (4 * batch) if repeat else densest
     img, masks = torch.zeros(batch, 3, imgsz, imgsz), torch.zeros(batch, 2 * quarter, 2 * quarter, dtype=torch.int32)
     cls, boxes, index, counts = [], [], [], []
     for k, i in enumerate(densest):
@@ -69,7 +78,7 @@ def densest_mosaic(data: str, imgsz: int, batch: int = 1, task: str = "segment")
     return ({**out, "masks": masks} if task == "segment" else out), counts
 
 
-KEYS = ("data", "model", "imgsz", "batch", "recompute", "out")  # the key=value words main takes
+KEYS = ("data", "model", "imgsz", "batch", "recompute", "repeat", "predictions", "out")  # the key=value words main takes
 
 
 def main(argv: list[str]) -> dict:
@@ -79,8 +88,13 @@ def main(argv: list[str]) -> dict:
     keys = {"model": opts.get("model", "yolo11n-seg.yaml"), "data": opts["data"], "imgsz": imgsz, "batch": batch_size, "device": "cpu"}
     run = PlannedRun.from_keys(keys)
     model, spec, task = run.model, run.spec, model_task(run.model)
-    batch, counts = densest_mosaic(opts["data"], imgsz, batch_size, task)
-    measured = profile_step(model, batch, recompute, flops=False)
+    repeat, predictions = str(opts.get("repeat", False)).lower() == "true", opts.get("predictions", "initial")
+    if predictions not in PREDICTIONS:
+        raise ConfigError(f"predictions={predictions}: valid values are {', '.join(PREDICTIONS)}")
+    batch, counts = densest_mosaic(opts["data"], imgsz, batch_size, task, repeat)
+    with overlapping_predictions() if predictions == "overlapping" else contextlib.nullcontext():
+        foreground = measured_foreground(model, batch).sum(0).tolist() if task == "segment" else []
+        measured = profile_step(model, batch, recompute, flops=False)
     per_image = [sum(counts[4 * b : 4 * b + 4]) for b in range(batch_size)]
     objects, bound = max(per_image), spec.objects
     memory = run.memory_model()  # the planned run's estimate (at the bound), as plan and train make it
@@ -90,7 +104,8 @@ def main(argv: list[str]) -> dict:
     result = {
         **provenance(" ".join(["python -m benchmarks.densest_mosaic", *argv])),
         "model": model_cfg, "task": task, "data": opts["data"], "imgsz": imgsz, "batch": batch_size, "recompute": recompute,
-        "amp": False, "device": "cpu", "objects_of_the_images": counts, "objects_per_image": per_image, "objects_bound": bound,
+        "amp": False, "device": "cpu", "repeat": repeat, "predictions": predictions, "foreground": foreground,
+        "objects_of_the_images": counts, "objects_per_image": per_image, "objects_bound": bound,
         "measured_peak_bytes": measured.peak_bytes, "measured_loss_bytes": measured.loss_bytes,
         "estimated_peak_bytes_at_objects": at_objects, "estimated_peak_bytes_at_bound": at_bound,
     }
@@ -103,7 +118,10 @@ def main(argv: list[str]) -> dict:
         f"{at_objects / mib:.0f} ({at_objects / peak:.2f}x) | {at_bound / mib:.0f} ({bound}; {at_bound / peak:.2f}x) |",
         "",
         "CPU fp32, one step with AdamW's state (yolo_ckpt.memory.step.profile_step); the estimates as plan makes them "
-        "for these keys (segmentation: the foreground anchors bounded by the data's box sizes).",
+        "for these keys (segmentation: the foreground anchors bounded by the data's box sizes)."
+        + (" The densest image four times in each mosaic." if repeat else "")
+        + (" Predictions that overlap every object (the most foreground: a trained model's)." if predictions == "overlapping" else "")
+        + (f" Foreground anchors the assigner gave per image: {', '.join(map(str, foreground))}." if foreground else ""),
         "",
         run.spec.describe(),
     ]

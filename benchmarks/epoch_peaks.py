@@ -7,38 +7,73 @@ at its initial weights, with ``recompute=``. Beside them the estimate ``yolo-ckp
 (:meth:`yolo_ckpt.memory.planned_run.PlannedRun.from_keys`: the data's objects bound and box sizes). The weights do not change
 between steps: the memory of a step depends on its shapes and targets, and, for segmentation, on how many anchors the
 assigner makes foreground, which an untrained model's predictions make fewer than a trained one's (the estimate
-bounds those too)::
+bounds those too). ``predictions=overlapping`` measures the steps as a trained model's predictions make them: every
+prediction overlaps every object whose box holds its anchor (:func:`overlapping_predictions`), so each object claims
+``min(topk, its in-box anchors)`` anchors, the most foreground of a long run::
 
     python -m benchmarks.epoch_peaks data=../shared/datasets/deeppcb/data.yaml model=yolo11n.yaml imgsz=640 batch=4
-        [recompute=none] [fraction=1.0] out=benchmarks/results/epoch-peaks-deeppcb
+        [recompute=none] [fraction=1.0] [predictions=initial|overlapping] out=benchmarks/results/epoch-peaks-deeppcb
 
 Run it on a copy of a shared dataset: Ultralytics writes a label cache beside the labels.
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
 import tempfile
 import time
 
+import torch
 from ultralytics import YOLO
 
 from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
+from yolo_ckpt.errors import ConfigError
 from yolo_ckpt.memory.planned_run import PlannedRun
 from yolo_ckpt.memory.step import profile_step
 from yolo_ckpt.memory.ultralytics_rules import model_task
 
-KEYS = ("data", "model", "imgsz", "batch", "recompute", "fraction", "out")  # the key=value words main takes
+KEYS = ("data", "model", "imgsz", "batch", "recompute", "fraction", "predictions", "out")  # the key=value words main takes
+PREDICTIONS = ("initial", "overlapping")
+
+
+@contextlib.contextmanager
+def overlapping_predictions():
+    """Within it, every task-aligned assigner (``ultralytics/utils/tal.py``: each class that defines ``pair_overlaps``,
+    and the loss region's chunked assigners, which call it) computes its candidate pairs' overlaps as before and then
+    takes them as 1: each object's ``topk`` best candidates are in its box whenever it holds that many, as with a
+    trained model whose predictions overlap the objects, and the step's shapes are those such predictions give. Not
+    for YOLO26 segmentation's loss region, whose assigner computes its mask overlaps itself."""
+    from ultralytics.utils import tal
+
+    classes = [c for c in vars(tal).values() if isinstance(c, type) and issubclass(c, tal.TaskAlignedAssigner)]
+    saved = {c: c.__dict__["pair_overlaps"] for c in classes if "pair_overlaps" in c.__dict__}
+
+    def overlapping(stock):
+        def pair_overlaps(self, *args, **kwargs):
+            return torch.ones_like(stock(self, *args, **kwargs))
+
+        return pair_overlaps
+
+    for c, stock in saved.items():
+        c.pair_overlaps = overlapping(stock)
+    try:
+        yield
+    finally:
+        for c, stock in saved.items():
+            c.pair_overlaps = stock
 
 
 def main(argv: list[str]) -> dict:
     opts = parse_keys(argv, KEYS, "benchmarks.epoch_peaks", required=("data",))
     model_cfg, data = opts.get("model", "yolo11n.yaml"), opts["data"]
     imgsz, batch_size, recompute = int(opts.get("imgsz", 640)), int(opts.get("batch", 2)), opts.get("recompute", "none")
-    fraction = float(opts.get("fraction", 1.0))
+    fraction, predictions = float(opts.get("fraction", 1.0)), opts.get("predictions", "initial")
+    if predictions not in PREDICTIONS:
+        raise ConfigError(f"predictions={predictions}: valid values are {', '.join(PREDICTIONS)}")
     start = time.perf_counter()
     run = PlannedRun.from_keys({"model": model_cfg, "data": data, "imgsz": imgsz, "batch": batch_size, "device": "cpu"})
     model, task = run.model, model_task(run.model)
@@ -51,7 +86,8 @@ def main(argv: list[str]) -> dict:
     peaks, objects = [], []
     for batch in loader:
         batch = trainer.preprocess_batch(batch)
-        peaks.append(profile_step(model, batch, recompute, flops=False).peak_bytes)
+        with overlapping_predictions() if predictions == "overlapping" else contextlib.nullcontext():
+            peaks.append(profile_step(model, batch, recompute, flops=False).peak_bytes)
         objects.append(int(batch["batch_idx"].long().bincount().max()) if len(batch["batch_idx"]) else 0)
         print(f"step {len(peaks)}/{len(loader)}: {peaks[-1] / 2**20:.0f} MiB, {objects[-1]} objects in the densest image", flush=True)
     seconds = time.perf_counter() - start
@@ -59,7 +95,8 @@ def main(argv: list[str]) -> dict:
     result = {
         **provenance(" ".join(["python -m benchmarks.epoch_peaks", *argv])),
         "model": model_cfg, "task": task, "data": data, "imgsz": imgsz, "batch": batch_size, "recompute": recompute,
-        "fraction": fraction, "seed": 0, "steps": len(peaks), "step_peak_bytes": peaks, "objects_in_densest_image": objects,
+        "fraction": fraction, "predictions": predictions, "seed": 0, "steps": len(peaks), "step_peak_bytes": peaks,
+        "objects_in_densest_image": objects,
         "largest_step_peak_bytes": largest, "median_step_peak_bytes": median, "estimated_peak_bytes": estimated,
         "estimate_over_largest": estimated / largest, "objects_bound": run.spec.objects, "run_seconds": seconds,
     }
@@ -72,7 +109,9 @@ def main(argv: list[str]) -> dict:
         f"{median / mib:.0f} | {estimated / mib:.0f} | {estimated / largest:.2f}x | {seconds / 60:.1f} min |",
         "",
         "One epoch at seed=0 as Ultralytics' trainer draws it (mosaic and the run's augmentation), each step measured on "
-        "the CPU (fp32, AdamW's state) at the initial weights; the estimate as plan makes it for the same keys. Most "
+        "the CPU (fp32, AdamW's state) at the initial weights"
+        + (", with predictions that overlap every object (the most foreground: a trained model's)" if predictions == "overlapping" else "")
+        + "; the estimate as plan makes it for the same keys. Most "
         f"objects in one image of a batch: {max(objects)} (the estimate's bound: {run.spec.objects}).",
         "",
         run.spec.describe(),

@@ -64,7 +64,11 @@ def test_python_m_cli_help_imports_no_torch():
     ("study", "words", "message"),
     [
         ("soak", ["epoch=3"], "unknown key 'epoch' (did you mean 'epochs'?); benchmarks.soak takes epochs, out"),
-        ("densest_mosaic", ["imgsz=512"], "data= is required; benchmarks.densest_mosaic takes data, model, imgsz, batch, recompute, out"),
+        (
+            "densest_mosaic",
+            ["imgsz=512"],
+            "data= is required; benchmarks.densest_mosaic takes data, model, imgsz, batch, recompute, repeat, predictions, out",
+        ),
         ("pilot_curve", ["run=x", "threads"], "'threads' is not a key=value word; benchmarks.pilot_curve takes run, threads, out"),
         ("breaker", ["case=detect-large"], "unknown key 'case' (did you mean 'cases'?); benchmarks.breaker takes render, out, cases"),
     ],

@@ -24,7 +24,8 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from .ultralytics_rules import largest_scale, stride_val
+from .box_layout import most_per_sample
+from .ultralytics_rules import largest_scale, scale_range, stride_val
 
 
 def measured_foreground(model, batch: dict) -> torch.Tensor:
@@ -138,7 +139,9 @@ class ObjectSizes:
         image: (n,) the index of each object's image; w, h: (n,) its sides (obb: its minimum-area rectangle's).
         rotated: obb (:func:`box_anchors`); images_per_sample: the images one augmented sample can hold
             (:func:`yolo_ckpt.memory.ultralytics_rules.augment_factors`' product: 4 for mosaic, ...).
-        args: the augmentation keys read (scale, degrees, shear, perspective, multi_scale).
+        args: the augmentation keys read (scale, degrees, shear, perspective, multi_scale, mosaic).
+        x, y: (n,) each box's centre, and extent: (images, 2) each image's sides (w, h), all fractions of its image's
+            long side; None where where the boxes lie is not known (a plan's assumed layout, a preprocessed batch).
     """
 
     image: np.ndarray
@@ -147,15 +150,19 @@ class ObjectSizes:
     rotated: bool
     images_per_sample: int
     args: tuple
-    _most: dict = field(default_factory=dict, repr=False, compare=False)  # per_image's, by (imgsz, strides, topk)
+    x: np.ndarray | None = None
+    y: np.ndarray | None = None
+    extent: np.ndarray | None = None
+    _most: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # per_image's, by (imgsz, strides, topk)
 
     @classmethod
     def of_batch(cls, batch: dict, task: str) -> ObjectSizes:
-        """The sizes of a preprocessed training batch's objects as they are (square images, normalised ``bboxes``:
-        xywh, or xywhr for obb), with no augmentation to come: what a step on that batch assigns."""
-        keys = tuple((k, 0.0) for k in AUGMENT_KEYS)
-        boxes = batch["bboxes"].double().numpy()
-        return cls(batch["batch_idx"].long().numpy(), boxes[:, 2], boxes[:, 3], task == "obb", 1, keys)
+        """The sizes and places of a preprocessed training batch's objects as they are (square images, normalised
+        ``bboxes``: xywh, or xywhr for obb), with no augmentation to come: what a step on that batch assigns."""
+        keys = tuple((k, 0.0) for k in (*AUGMENT_KEYS, "mosaic"))
+        boxes, image = batch["bboxes"].double().numpy(), batch["batch_idx"].long().numpy()
+        extent = np.ones((int(image.max(initial=-1)) + 1, 2))
+        return cls(image, boxes[:, 2], boxes[:, 3], task == "obb", 1, keys, boxes[:, 0], boxes[:, 1], extent)
 
     @classmethod
     def assumed(cls, objects: int, side: float, task: str) -> ObjectSizes:
@@ -169,8 +176,8 @@ class ObjectSizes:
     def key(self) -> str:
         """A digest of the sizes and keys (the estimate cache's key of a bound estimate)."""
         digest = hashlib.sha256(repr((self.rotated, self.images_per_sample, self.args)).encode())
-        for a in (self.image, self.w, self.h):
-            digest.update(np.ascontiguousarray(a).tobytes())
+        for a in (self.image, self.w, self.h, self.x, self.y, self.extent):
+            digest.update(b"-" if a is None else np.ascontiguousarray(a).tobytes())
         return digest.hexdigest()[:16]
 
     def per_image(self, imgsz: int, strides, topk: int) -> int:
@@ -180,7 +187,10 @@ class ObjectSizes:
         ``select_highest_overlaps`` leaves each anchor to one object), summed per image, times the images one
         sample holds. In pixels a side is its fraction x imgsz, plus (2 + ``multi_scale``) px: ``load_image`` rounds
         the resized side up (1 px) and ``multi_scale`` resizes the batch by up to (1 + ``multi_scale``), to the
-        stride above."""
+        stride above. Where the boxes' places are known and the augmentation keeps boxes axis-aligned (no rotation,
+        shear or ``multi_scale``), also at most :func:`yolo_ckpt.memory.box_layout.most_per_sample`: the objects of
+        one image move on the anchor grid together, and a mosaic shows all of four images only at its smallest
+        scales."""
         at = (imgsz, tuple(map(float, strides)), topk)
         if at not in self._most:  # a plan asks for the same sizes many times (its bisections)
             self._most[at] = self._per_image(imgsz, strides, topk)
@@ -202,7 +212,12 @@ class ObjectSizes:
         else:
             w, h = augmented_sides(w, h, SimpleNamespace(**keys))
         anchors = np.minimum(box_anchors(w, h, strides, self.rotated), topk)
-        return int(self.images_per_sample * np.bincount(self.image, weights=anchors).max(initial=0))
+        anywhere = int(self.images_per_sample * np.bincount(self.image, weights=anchors).max(initial=0))
+        if self.x is None or self.rotated or keys["degrees"] or keys["shear"] or keys["multi_scale"]:
+            return anywhere
+        mosaic = keys.get("mosaic", 0) > 0
+        others = self.images_per_sample // 4 if mosaic else self.images_per_sample  # mixup, copy-paste: whole samples
+        return min(anywhere, others * most_per_sample(self, imgsz, strides, topk, scale_range(keys["scale"]), mosaic))
 
 
 def object_sizes(labels: list[dict], args, task: str, images_per_sample: int) -> tuple[ObjectSizes | None, str]:
@@ -213,25 +228,32 @@ def object_sizes(labels: list[dict], args, task: str, images_per_sample: int) ->
     if args.perspective or (task == "obb" and args.shear):
         why = "perspective" if args.perspective else "shear"
         return None, f"{why}= leaves the labels' box sizes unbounded"
-    image, sides = [], []
+    image, sides, centres, extent = [], [], [], []
     for i, label in enumerate(labels):
         h0, w0 = label["shape"]
         aspect = np.array([w0, h0], dtype=np.float64) / max(h0, w0)  # the letterboxed image's sides / its long side
+        extent.append(aspect)
         if task == "obb" and len(label["segments"]):
             from ultralytics.utils.ops import xyxyxyxy2xywhr
 
             corners = np.stack([np.asarray(s, np.float64).reshape(-1, 2) * aspect for s in label["segments"]])
-            wh = xyxyxyxy2xywhr(corners)[:, 2:4]  # the minimum-area rectangle the loss is given
+            xywh = xyxyxyxy2xywhr(corners)[:, :4]  # the minimum-area rectangle the loss is given
         else:
-            wh = np.asarray(label["bboxes"], np.float64).reshape(-1, 4)[:, 2:] * aspect
+            xywh = np.asarray(label["bboxes"], np.float64).reshape(-1, 4) * np.tile(aspect, 2)
+        centres.append(xywh[:, :2])
+        wh = xywh[:, 2:]
         image.append(np.full(len(wh), i))
         sides.append(wh)
     wh = np.concatenate(sides) if sides else np.zeros((0, 2))
-    keys = tuple((k, getattr(args, k)) for k in AUGMENT_KEYS)
+    xy = np.concatenate(centres) if centres else np.zeros((0, 2))
+    keys = tuple((k, getattr(args, k)) for k in (*AUGMENT_KEYS, "mosaic"))
     sizes = ObjectSizes(
-        np.concatenate(image) if image else np.zeros(0, int), wh[:, 0], wh[:, 1], task == "obb", images_per_sample, keys
+        np.concatenate(image) if image else np.zeros(0, int), wh[:, 0], wh[:, 1], task == "obb", images_per_sample, keys,
+        xy[:, 0], xy[:, 1], np.array(extent).reshape(-1, 2),
     )
+    placed = task != "obb" and not (args.degrees or args.shear or args.multi_scale)  # ObjectSizes._per_image's test
     return sizes, (
         f"box layout: each label's box at its largest (x {largest_scale(args.scale):g} for scale=, degrees={args.degrees}, "
         f"shear={args.shear}, multi_scale={args.multi_scale})"
+        + (", where it lies: one image's boxes move on the anchor grid together, a mosaic shows part of its images" if placed else "")
     )

@@ -74,10 +74,15 @@ def mask_ratio(model) -> int:
     return int(getattr(getattr(model, "args", None), "mask_ratio", DEFAULT_CFG.mask_ratio))
 
 
-def largest_scale(scale) -> float:
-    """The largest scale ``RandomPerspective`` draws for ``scale=``: ``1 + scale``, or a range's upper end
+def scale_range(scale) -> tuple[float, float]:
+    """The scales ``RandomPerspective`` draws for ``scale=`` (low, high): ``1 -+ scale``, or a range's ends
     (``ultralytics/data/augment.py`` lines 1156-1159)."""
-    return max(scale) if isinstance(scale, (list, tuple)) else 1 + scale
+    return (min(scale), max(scale)) if isinstance(scale, (list, tuple)) else (1 - scale, 1 + scale)
+
+
+def largest_scale(scale) -> float:
+    """The largest scale ``RandomPerspective`` draws for ``scale=`` (:func:`scale_range`'s high end)."""
+    return scale_range(scale)[1]
 
 
 def device_type(device) -> str:
