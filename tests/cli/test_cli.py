@@ -499,7 +499,8 @@ def test_profile_and_plan_estimate_the_run_of_the_data(synthetic, tmp_path):
     assert spec.describe() == (
         "assumed: device cpu, AMP off (fp32) as Ultralytics trains on the CPU, optimizer=auto: MuSGD for 20000 iterations "
         "(3 images, 20000 epochs; MuSGD above 10000), 1200 objects per image (the data's most in one image, 300, x 4 for mosaic), "
-        "box layout: each label's box at its largest (x 1.5 for scale=, degrees=0.0, shear=0.0, multi_scale=0.0), 1 classes"
+        "box layout: each label's box at its largest (x 1.5 for scale=, degrees=0.0, shear=0.0, multi_scale=0.0), where it "
+        "lies: one image's boxes move on the anchor grid together, a mosaic shows part of its images, 1 classes"
     )
     run, _ = estimate_setup(["objects=7", "optimizer=SGD", "memory_budget=8GB", "device=0"])  # no data=; a GPU from any machine
     config, spec = run.config, run.spec
