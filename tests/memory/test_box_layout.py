@@ -93,7 +93,7 @@ def test_alignment_bound_never_under_any_shift(layout):
     grid's period (and 60 random ones), clipped at the border: the real assigner's sum of min(topk, candidates) never
     exceeds the alignment bound, and comes near it."""
     from yolo_ckpt.memory.box_layout import most_per_sample
-    from yolo_ckpt.memory.foreground import ObjectSizes, candidates
+    from yolo_ckpt.memory.foreground import AUGMENT_KEYS, ObjectSizes, candidates
 
     imgsz, g = 128, np.random.default_rng(3)
     n = 40
@@ -103,7 +103,7 @@ def test_alignment_bound_never_under_any_shift(layout):
     y = np.full(n, 64.0) if layout == "identical" else g.uniform(0, 128, n)
     if layout == "edge":
         x = np.where(g.random(n) < 0.5, g.uniform(-5, 5, n), g.uniform(123, 133, n))
-    keys = tuple((k, 0.0) for k in ("scale", "degrees", "shear", "perspective", "multi_scale", "mosaic"))
+    keys = tuple((k, 0.0) for k in (*AUGMENT_KEYS, "mosaic"))
     sizes = ObjectSizes(np.zeros(n, int), w / imgsz, h / imgsz, False, 1, keys, x / imgsz, y / imgsz, np.ones((1, 2)))
     bound = most_per_sample(sizes, imgsz, STRIDES, 10, (1.0, 1.0), mosaic=False)
     assigner = TaskAlignedAssigner(topk=10, num_classes=1, stride=list(STRIDES))

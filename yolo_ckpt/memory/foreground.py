@@ -141,7 +141,7 @@ class ObjectSizes:
             (:func:`yolo_ckpt.memory.ultralytics_rules.augment_factors`' product: 4 for mosaic, ...).
         args: the augmentation keys read (scale, degrees, shear, perspective, multi_scale, mosaic).
         x, y: (n,) each box's centre, and extent: (images, 2) each image's sides (w, h), all fractions of its image's
-            long side; None where where the boxes lie is not known (a plan's assumed layout, a preprocessed batch).
+            long side; None where the boxes lie is not known (a plan's assumed layout, a preprocessed batch).
     """
 
     image: np.ndarray
@@ -181,6 +181,13 @@ class ObjectSizes:
             digest.update(b"-" if a is None else np.ascontiguousarray(a).tobytes())
         return digest.hexdigest()[:16]
 
+    @property
+    def placed(self) -> bool:
+        """Whether the bound also follows where the boxes lie (:func:`yolo_ckpt.memory.box_layout.most_per_sample`):
+        their places are known and the augmentation keeps boxes axis-aligned (no rotation, shear or ``multi_scale``)."""
+        keys = dict(self.args)
+        return self.x is not None and not (self.rotated or keys["degrees"] or keys["shear"] or keys["multi_scale"])
+
     def per_image(self, imgsz: int, strides, topk: int) -> int:
         """The most foreground anchors one assigner of ``topk`` (its ``min(topk, topk2)``) can give one training image
         at ``imgsz`` (the size the step trains at): each object holds at most ``min(topk, box_anchors)`` of its box
@@ -214,7 +221,7 @@ class ObjectSizes:
             w, h = augmented_sides(w, h, SimpleNamespace(**keys))
         anchors = np.minimum(box_anchors(w, h, strides, self.rotated), topk)
         anywhere = int(self.images_per_sample * np.bincount(self.image, weights=anchors).max(initial=0))
-        if self.x is None or self.rotated or keys["degrees"] or keys["shear"] or keys["multi_scale"]:
+        if not self.placed:
             return anywhere
         mosaic = keys.get("mosaic", 0) > 0
         others = self.images_per_sample // 4 if mosaic else self.images_per_sample  # mixup, copy-paste: whole samples
@@ -252,9 +259,8 @@ def object_sizes(labels: list[dict], args, task: str, images_per_sample: int) ->
         np.concatenate(image) if image else np.zeros(0, int), wh[:, 0], wh[:, 1], task == "obb", images_per_sample, keys,
         xy[:, 0], xy[:, 1], np.array(extent).reshape(-1, 2),
     )
-    placed = task != "obb" and not (args.degrees or args.shear or args.multi_scale)  # ObjectSizes._per_image's test
     return sizes, (
         f"box layout: each label's box at its largest (x {largest_scale(args.scale):g} for scale=, degrees={args.degrees}, "
         f"shear={args.shear}, multi_scale={args.multi_scale})"
-        + (", where it lies: one image's boxes move on the anchor grid together, a mosaic shows part of its images" if placed else "")
+        + (", where it lies: one image's boxes move on the anchor grid together, a mosaic shows part of its images" if sizes.placed else "")
     )
