@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from helpers import tiny_yaml
+from helpers import large_box_dataset, logged_messages, tiny_yaml
 
 from yolo_ckpt.bench import matrix, matrix_file as bench, step_cell, train_cell
 from yolo_ckpt.bench.cells import BUILT_IN_DATASETS
@@ -195,6 +195,42 @@ def test_train_matrix_same_weights(tmp_path, synthetic, one_thread):
     assert main(["compare", none["run_dir"], full["run_dir"], f"out={tmp_path / 'cmp'}"]) == 0
     compared = pd.read_csv(tmp_path / "cmp" / "compare.csv")
     assert compared["memory_change_pct"].iloc[1] == pytest.approx(100 * (full["peak_MiB"] / none["peak_MiB"] - 1))
+
+
+@pytest.mark.slow
+def test_killed_train_cell_resumes_to_the_uninterrupted_weights(tmp_path, one_thread, monkeypatch):
+    """A train cell killed after its first epoch's checkpoint is recorded as failed; the matrix's rerun resumes it
+    (exactly) and records the weights of the same cell trained without a stop, with the killed run's epoch time in
+    its wall time. A run of other settings in the cell's folder is not resumed."""
+    from yolo_ckpt.train.trainer import CheckpointTrainerMixin
+
+    data = large_box_dataset(tmp_path / "data", "detect", images=8)
+    spec = {
+        "kind": "train",
+        "settings": {"epochs": 2, "nbs": 6, "seed": 0, "workers": 0, "device": "cpu", "plots": False, "estimate": False, "val": False},
+        "grid": [{"model": tiny_yaml(tmp_path), "dataset": data, "imgsz": 64, "batch": 2, "recompute": "none"}],
+    }
+    whole = matrix.run_matrix(write_matrix(tmp_path, spec), tmp_path / "whole").iloc[0]
+    save = CheckpointTrainerMixin.save_model
+
+    def killed(trainer):
+        save(trainer)
+        if trainer.epoch == 0:
+            raise RuntimeError("killed after epoch 1")
+
+    monkeypatch.setattr(CheckpointTrainerMixin, "save_model", killed)
+    out = tmp_path / "killed"
+    assert matrix.run_matrix(write_matrix(tmp_path, spec), out).iloc[0]["status"] == "failed"
+    monkeypatch.setattr(CheckpointTrainerMixin, "save_model", save)
+    run_dir = out / "runs" / Path(whole["run_dir"]).name
+    first = train_cell.trained_seconds(run_dir)
+    assert first > 0 and train_cell.interrupted_run(run_dir, {"epochs": 3}) is None  # other settings: trained anew
+    with logged_messages() as log:
+        resumed = matrix.run_matrix(write_matrix(tmp_path, spec), out).iloc[0]
+    assert any("resume: exact from resume_state.pt" in m for m in log)
+    assert resumed["status"] == "ok" and resumed["epochs_run"] == 2 and resumed["run_dir"] == str(run_dir)
+    assert resumed["weights_sha256"] == whole["weights_sha256"]
+    assert resumed["wall_s"] > first
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import train
+from helpers import large_box_dataset, train
 from torch.utils._pytree import tree_leaves, tree_map
 from ultralytics.cfg import get_cfg
 from ultralytics.nn.tasks import DetectionModel, OBBModel, PoseModel, SegmentationModel
@@ -289,51 +289,6 @@ def test_run_probe_uses_the_runs_chunks(synthetic, tmp_path, monkeypatch, one_th
     )
     assert trainer.ckpt_state.train_probe is not None and seen == [("backbone,loss", 7, 3)]
     assert type(trainer.model.criterion.assigner).assign_chunk == 3 and counter.assignments > 0
-
-
-COCO_FLIP = [0, 2, 1, 4, 3, 6, 5, 8, 7, 10, 9, 12, 11, 14, 13, 16, 15]  # the 17 keypoints' left-right pairs
-
-
-def large_box_dataset(folder, task: str, images: int = 4, objects: int = 8) -> str:
-    """A ``task`` dataset of ``images`` 64 px training images (and 2 validation images) of noise, each with ``objects``
-    boxes of 40-95% of the side anywhere (they overlap: every anchor is a candidate of several objects): detect boxes,
-    segment rectangles' polygons, obb rotated rectangles' corners (partly outside the image), pose boxes with 17
-    keypoints anywhere in the image, in or out of their box. Returns its data.yaml."""
-    import math
-
-    import cv2
-    import numpy as np
-    import yaml
-
-    g = np.random.default_rng(0)
-    for split, count in (("train", images), ("val", 2)):
-        (folder / "images" / split).mkdir(parents=True)
-        (folder / "labels" / split).mkdir(parents=True)
-        for i in range(count):
-            cv2.imwrite(str(folder / "images" / split / f"{i}.png"), g.integers(0, 255, (64, 64, 3), dtype=np.uint8))
-            rows = []
-            for _ in range(objects):
-                w, h = g.uniform(0.4, 0.95, 2)
-                x, y = g.uniform(w / 2, 1 - w / 2), g.uniform(h / 2, 1 - h / 2)
-                if task == "segment":
-                    rows.append(f"0 {x - w / 2} {y - h / 2} {x + w / 2} {y - h / 2} {x + w / 2} {y + h / 2} {x - w / 2} {y + h / 2}")
-                elif task == "obb":
-                    a = g.uniform(0, math.pi)
-                    c, s = math.cos(a), math.sin(a)
-                    signs = ((-1, -1), (1, -1), (1, 1), (-1, 1))
-                    corners = [(x + c * dx * w / 2 - s * dy * h / 2, y + s * dx * w / 2 + c * dy * h / 2) for dx, dy in signs]
-                    rows.append("0 " + " ".join(f"{min(max(v, 0), 1)}" for p in corners for v in p))
-                elif task == "pose":
-                    kpts = " ".join(f"{u} {v} 2" for u, v in g.uniform(0.01, 0.99, (17, 2)))
-                    rows.append(f"0 {x} {y} {w} {h} {kpts}")
-                else:
-                    rows.append(f"0 {x} {y} {w} {h}")
-            (folder / "labels" / split / f"{i}.txt").write_text("\n".join(rows) + "\n")
-    data = {"path": str(folder), "train": "images/train", "val": "images/val", "names": {0: "object"}}
-    if task == "pose":
-        data |= {"kpt_shape": [17, 3], "flip_idx": COCO_FLIP}
-    (folder / "data.yaml").write_text(yaml.safe_dump(data))
-    return str(folder / "data.yaml")
 
 
 @pytest.mark.slow

@@ -260,12 +260,12 @@ def dense_data(synthetic_cache):
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["yolo11n-seg.yaml", "yolo26n-seg.yaml"])
 def test_trainer_all_equals_stock_fresh_and_resumed(model, dense_data, tmp_path, one_thread):
-    """recompute=all (layers, head branches, loss) trains exactly as stock, through a resume (YOLO26's end-to-end
-    head builds its criterion in resume_training), with the chunk sizes changed at the resume (loss_chunk 64, then
-    100; assign_chunk 1, then the default 64: all give stock's bits), every layer, block and head branch recomputed
-    once per step and every image's mask loss in each training backward (and the report's probe), none in
-    validation. The segmentation models' trainer-level equality test (test_trainer.py has the other tasks')."""
-    stock = interrupted_and_resumed(model, dense_data, tmp_path, "stock")[0]
+    """recompute=all (layers, head branches, loss) trains exactly as stock does without a stop, through an exact
+    resume (YOLO26's end-to-end head builds its criterion in resume_training), with the chunk sizes changed at the
+    resume (loss_chunk 64, then 100; assign_chunk 1, then the default 64: all give stock's bits), every layer, block
+    and head branch recomputed once per step and every image's mask loss in each training backward (and the report's
+    probe), none in validation. The segmentation models' trainer-level equality test (test_trainer.py has the other tasks')."""
+    stock = train(model, dense_data, tmp_path, "stock", **DENSE)[0]
     segment = trainer_for("segment")
     ckpt, first, second = interrupted_and_resumed(
         model, dense_data, tmp_path, "all", segment, {"loss_chunk": 100, "assign_chunk": 64}, recompute="all", loss_chunk=64,

@@ -17,6 +17,7 @@ from yolo_ckpt import CheckpointDetectionTrainer
 from yolo_ckpt.cli import main
 from yolo_ckpt.errors import FinishedRunError, NoRoomError
 from yolo_ckpt.train.atomic import atomic_saves, atomic_write_bytes, remove_stale_temporaries
+from yolo_ckpt.train.exact_resume import STATE_NAME
 
 # A training run that pauses inside its second save of last.pt (epoch 1), where the test kills it with SIGKILL.
 # The pause is in os.fsync, after the bytes reached the temporary file and before os.replace; "half" truncates the
@@ -208,7 +209,8 @@ def test_saved_files_get_the_mode_stock_gives_them(umask, tmp_path):
 def test_a_disk_without_room_for_two_checkpoints_finishes_the_run(synthetic, tmp_path, monkeypatch):
     """A disk that holds one checkpoint but not two (simulated: ENOSPC while the temporary copy of a file that
     exists is synced): every save after the first falls back to stock's in-place write with one warning line each,
-    the run finishes as stock does (both epochs, stripped last.pt and best.pt), and no temporary file is left."""
+    but the exact resume state's, removed with its own line; the run finishes as stock does (both epochs, stripped
+    last.pt and best.pt), and no temporary file is left."""
     fsync, refused = os.fsync, []
 
     def full_disk_fsync(fd):
@@ -231,7 +233,9 @@ def test_a_disk_without_room_for_two_checkpoints_finishes_the_run(synthetic, tmp
         and torch.load(weights / "best.pt", weights_only=False)["epoch"] == -1
     )
     warnings = [m for m in messages if "no room for an atomic save's temporary copy" in m]
-    assert refused and len(warnings) == len(refused) and {"last.pt", "best.pt"} <= set(refused)
+    removed = [m for m in messages if f"no room for {STATE_NAME}" in m]  # no in-place write: removed, its resume stock's
+    assert refused and len(warnings) + len(removed) == len(refused) == refused.count(STATE_NAME) + len(warnings)
+    assert {"last.pt", "best.pt", STATE_NAME} <= set(refused) and len(removed) == 1
 
 
 def test_no_room_without_an_earlier_file_leaves_no_torn_file(tmp_path, monkeypatch):

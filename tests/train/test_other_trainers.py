@@ -28,7 +28,8 @@ class Interrupted(Exception):
 @pytest.mark.slow
 def test_distillation_interrupted_and_resumed_as_stock(synthetic, tmp_path):
     """distill_model= (a teacher .pt made here): the student's layers are recomputed, the teacher's never; the run,
-    interrupted after its first epoch's checkpoint and resumed (its policy restored from last.pt), trains as stock."""
+    interrupted after its first epoch's checkpoint and resumed (its policy restored from last.pt, its state exactly),
+    trains as stock does without a stop."""
     torch.manual_seed(1)
     teacher = tmp_path / "teacher.pt"
     torch.save({"model": DetectionModel("yolo11n.yaml", nc=3, verbose=False)}, teacher)
@@ -42,17 +43,16 @@ def test_distillation_interrupted_and_resumed_as_stock(synthetic, tmp_path):
         seen["student"] = checkpointed_layers(trainer.model)
         seen["teacher"] = [m for m in trainer.model.teacher_model.modules() if isinstance(m, RecomputedLayer)]
 
-    final = {}
-    for name, trainer_cls, extra in (("stock", None, {}), ("ckpt", trainer_for("detect"), {"recompute": "all"})):
-        with pytest.raises(Interrupted):
-            train("yolo11n.yaml", synthetic(), tmp_path, name, trainer=trainer_cls, epochs=2, val=False, fraction=0.5,
-                  distill_model=str(teacher), callbacks=[("on_model_save", interrupt)], **extra)
-        # resumable still: the resume below finishes last.pt
-        interrupted = shutil.copyfile(tmp_path / name / "weights" / "last.pt", tmp_path / f"{name}-interrupted.pt")
-        m = YOLO(tmp_path / name / "weights" / "last.pt")
-        m.add_callback("on_pretrain_routine_end", patched_models)
-        final[name], counter = train(m, None, tmp_path, name, trainer=trainer_cls, resume=True)
-    stock, ckpt = final["stock"], final["ckpt"]
+    run = dict(epochs=2, val=False, fraction=0.5, distill_model=str(teacher))
+    stock = train("yolo11n.yaml", synthetic(), tmp_path, "stock", **run)[0]
+    with pytest.raises(Interrupted):
+        train("yolo11n.yaml", synthetic(), tmp_path, "ckpt", trainer=trainer_for("detect"), recompute="all",
+              callbacks=[("on_model_save", interrupt)], **run)
+    # resumable still: the resume below finishes last.pt
+    interrupted = shutil.copyfile(tmp_path / "ckpt" / "weights" / "last.pt", tmp_path / "ckpt-interrupted.pt")
+    m = YOLO(tmp_path / "ckpt" / "weights" / "last.pt")
+    m.add_callback("on_pretrain_routine_end", patched_models)
+    ckpt, counter = train(m, None, tmp_path, "ckpt", trainer=trainer_for("detect"), resume=True)
     assert type(ckpt.model).__name__ == "DistillationModel" and ckpt.start_epoch == 1
     assert ckpt.args.recompute == "all" and seen["student"] == list(ckpt.policy.indices) and seen["teacher"] == []
     steps = ckpt.ema.updates - ckpt.start_epoch * len(ckpt.train_loader)  # the resumed epoch's optimizer steps

@@ -363,40 +363,30 @@ def test_ddp_file_round_trip(synthetic, tmp_path):
 
 @pytest.mark.slow
 def test_resume_restores_and_may_change_policy(synthetic, tmp_path):
-    """An interrupted run resumed with yolo-ckpt equals the same stock resume, with its policy restored (24). Two
-    optimizer steps an epoch (fraction=0.5), no validation but the final epoch's."""
+    """An interrupted run resumed with yolo-ckpt equals the same stock run trained without a stop (the resume is
+    exact: tests/train/test_exact_resume.py), with its policy restored (24). Two optimizer steps an epoch
+    (fraction=0.5), no validation but the final epoch's."""
 
     def interrupt(trainer):
         if trainer.epoch == 0:
             raise Interrupted("simulated interruption after the first epoch's checkpoint")
 
-    final = {}
-    for name, trainer_cls, extra in (("stock", None, {}), ("ckpt", CheckpointDetectionTrainer, {"recompute": "0-2"})):
-        with pytest.raises(Interrupted):
-            train(
-                "yolo11n.yaml",
-                synthetic(),
-                tmp_path,
-                name,
-                trainer=trainer_cls,
-                epochs=2,
-                fraction=0.5,
-                val=False,
-                callbacks=[("on_model_save", interrupt)],
-                **extra,
-            )
-        last = tmp_path / name / "weights" / "last.pt"
-        interrupted = shutil.copyfile(last, tmp_path / f"{name}-interrupted.pt")  # resumable still (the resume finishes last.pt)
-        m = YOLO(last)
-        with count_recomputations() as counter:
-            m.train(resume=True, trainer=trainer_cls)
-        final[name] = m.trainer
-        assert m.trainer.start_epoch == 1 and m.trainer.epoch == 1
-    resumed = final["ckpt"]
+    run = dict(epochs=2, fraction=0.5, val=False)
+    stock = train("yolo11n.yaml", synthetic(), tmp_path, "stock", **run)[0]
+    with pytest.raises(Interrupted):
+        train("yolo11n.yaml", synthetic(), tmp_path, "ckpt", trainer=CheckpointDetectionTrainer, recompute="0-2",
+              callbacks=[("on_model_save", interrupt)], **run)
+    last = tmp_path / "ckpt" / "weights" / "last.pt"
+    interrupted = shutil.copyfile(last, tmp_path / "ckpt-interrupted.pt")  # resumable still (the resume finishes last.pt)
+    m = YOLO(last)
+    with count_recomputations() as counter:
+        m.train(resume=True, trainer=CheckpointDetectionTrainer)
+    resumed = m.trainer
+    assert resumed.start_epoch == 1 and resumed.epoch == 1
     assert resumed.args.recompute == "0-2" and resumed.policy.indices == (0, 1, 2)
     assert counter.per_layer[0] > 0
-    assert_state_equal(final["stock"].model, resumed.model)
-    assert_state_equal(final["stock"].ema.ema, resumed.ema.ema)
+    assert_state_equal(stock.model, resumed.model)
+    assert_state_equal(stock.ema.ema, resumed.ema.ema)
 
     changed = CheckpointDetectionTrainer(overrides={"resume": str(interrupted), "recompute": "all"})
     assert changed.args.recompute == "all"

@@ -11,6 +11,10 @@ A ``tiles`` cell trains on a tile dataset (:func:`yolo_ckpt.data.tiles.tile_data
 validated afterwards on the full val images at the cell's ``imgsz`` (``val_imgsz``). Every epoch of it passes each
 source pixel at least once (pixels in tile overlaps more often), in more, smaller steps; to match the pixels
 processed by full-image cells, give it fewer epochs (``yolo_ckpt/cfg/bench/small-objects-tiles.yaml`` says how).
+
+A cell whose run a kill stopped (a matrix rerun finds its ``last.pt`` unfinished, saved with the same imgsz, batch
+and settings) is resumed, exactly (:mod:`yolo_ckpt.train.exact_resume`): long cells span sessions. Its wall time adds
+the earlier runs' epochs (Ultralytics' ``time`` column of ``results.csv``); its recomputations count the last run's.
 """
 
 from __future__ import annotations
@@ -75,20 +79,26 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
     if settings["device"] is not None:
         overrides["device"] = settings["device"]
     start = time.perf_counter()
+    last = interrupted_run(project / run_name(cell), {**overrides, "imgsz": imgsz, "batch": cell["batch"]})
+    earlier = trained_seconds(last.parent.parent) if last else 0.0
     with count_recomputations() as counter:
-        yolo.train(
-            trainer=trainer_for(yolo.task),
-            data=train_data,
-            imgsz=imgsz,
-            batch=cell["batch"],
-            amp=cell["amp"],
-            recompute=cell["recompute"],
-            recompute_mode=cell["recompute_mode"],
-            memory_budget=cell["memory_budget"],
-            project=str(project.resolve()),  # Ultralytics puts a relative project under its runs_dir
-            name=run_name(cell),
-            **overrides,
-        )
+        if last:
+            yolo = YOLO(last, task=cell["task"])
+            yolo.train(resume=True, trainer=trainer_for(yolo.task))
+        else:
+            yolo.train(
+                trainer=trainer_for(yolo.task),
+                data=train_data,
+                imgsz=imgsz,
+                batch=cell["batch"],
+                amp=cell["amp"],
+                recompute=cell["recompute"],
+                recompute_mode=cell["recompute_mode"],
+                memory_budget=cell["memory_budget"],
+                project=str(project.resolve()),  # Ultralytics puts a relative project under its runs_dir
+                name=run_name(cell),
+                **overrides,
+            )
     trainer = yolo.trainer
     report = load_report(trainer.save_dir)
     peak, val_peak = report.train_peak_allocated_bytes, report.val_peak_allocated_bytes
@@ -105,7 +115,7 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
             **({"device": settings["device"]} if settings["device"] is not None else {}),
         )
         metrics.update({"mAP50": float(full.box.map50), "mAP50-95": float(full.box.map)})
-    wall = time.perf_counter() - start
+    wall = earlier + time.perf_counter() - start
     return {
         "status": "ok",
         "run_dir": str(trainer.save_dir),
@@ -126,6 +136,34 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
         "weights_sha256": weights,
         "device": report.device,
     }
+
+
+def interrupted_run(run_dir: Path, args: dict) -> Path | None:
+    """``run_dir``'s ``last.pt`` if a kill stopped the run before its end and it was started with ``args`` (the
+    cell's imgsz, batch and settings, as saved in its ``train_args``); else None (no run, a finished one, or one of
+    other settings: the cell trains anew, in a folder of its own)."""
+    from yolo_ckpt.train.resume import is_finished, read_checkpoint
+
+    last = run_dir / "weights" / "last.pt"
+    if not last.is_file():
+        return None
+    ckpt = read_checkpoint(last)
+    saved = ckpt.get("train_args") or {}
+    return None if is_finished(ckpt) or any(saved.get(k) != v for k, v in args.items()) else last
+
+
+def trained_seconds(run_dir: Path) -> float:
+    """Seconds of training and validation of the epochs in ``run_dir/results.csv``, over every run that wrote them:
+    Ultralytics' ``time`` column counts from each run's start (a resumed run's restarts), so the sum of each run's
+    last value. 0.0 without the file."""
+    import pandas as pd
+
+    path = run_dir / "results.csv"
+    if not path.is_file():
+        return 0.0
+    times = pd.read_csv(path)["time"]
+    ends = times[times.shift(-1, fill_value=-1.0) < times]  # the last epoch of each run: the next one's time is smaller
+    return float(ends.sum())
 
 
 def weights_sha256(trainer) -> str:

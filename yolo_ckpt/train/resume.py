@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..errors import FinishedRunError, user_input
 from .atomic import atomic_saves, remove_stale_temporaries
+from .exact_resume import STATE_NAME
 
 # where a Ctrl-C that Python swallowed (raised inside a weakref callback or a __del__, "Exception ignored in ...")
 # still stops the run: every training step and validation batch, and the ends of set-up and of each epoch
@@ -100,9 +101,10 @@ def check_resumable(path, ckpt: dict | None = None, finishes: bool = False) -> b
 
 
 def finish_run(path) -> str:
-    """Do what a killed run's end did not (:func:`ended_unstripped`), as ``BaseTrainer.final_eval`` does it: strip
-    ``last.pt`` and ``best.pt`` (atomically, :func:`~yolo_ckpt.train.atomic.atomic_saves`), then validate ``best.pt``
-    on the run's data, its plots into the run folder. Returns the one line that says so.
+    """Do what a killed run's end did not (:func:`ended_unstripped`), as ``BaseTrainer.final_eval`` does it: remove
+    the exact resume state (:mod:`~yolo_ckpt.train.exact_resume`), strip ``last.pt`` and ``best.pt`` (atomically,
+    :func:`~yolo_ckpt.train.atomic.atomic_saves`), then validate ``best.pt`` on the run's data, its plots into the run
+    folder. Returns the one line that says so.
 
     Raises:
         ConfigError: as validation raises for the run's data (a dataset no longer on disk), after the strip.
@@ -113,6 +115,7 @@ def finish_run(path) -> str:
     last = Path(path)
     best, run = last.with_name("best.pt"), last.parent.parent
     remove_stale_temporaries(last.parent)
+    last.with_name(STATE_NAME).unlink(missing_ok=True)  # nothing is left to resume
     with atomic_saves(last.parent):
         ckpt = strip_optimizer(last)
         if best.is_file():

@@ -90,9 +90,10 @@ CALLBACKS = {
 }
 
 
-def add_callbacks(trainer) -> None:
-    """Add the :data:`CALLBACKS` to ``trainer`` (the DDP worker gets them back in ``_callbacks`` already)."""
-    for event, callback in CALLBACKS.items():
+def add_callbacks(trainer, callbacks: dict | None = None) -> None:
+    """Add ``callbacks`` (``{event: function}``; default :data:`CALLBACKS`) to ``trainer``, each once (the DDP worker
+    gets them back in ``_callbacks`` already)."""
+    for event, callback in (CALLBACKS if callbacks is None else callbacks).items():
         if callback not in trainer.callbacks[event]:
             trainer.add_callback(event, callback)
 

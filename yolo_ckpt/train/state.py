@@ -11,7 +11,7 @@ launcher pickles the trainer's class, args, model and callbacks, never the train
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..memory.planned_run import PlannedRun
@@ -38,6 +38,12 @@ class RunState:
         batch_at_start: the batch training started with (after batch=-1).
         train_peak, val_peak: the CUDA allocator's peaks, ``{"allocated": bytes, "reserved": bytes}``.
         train_probe: the CPU probe's profile of one training step, at the end of the run (the report's peak).
+        batch_index: the current batch's index in its epoch; last_step: the run's batch index (``_do_train``'s ``ni``)
+            of its last optimizer step, -1 before the first; pending_step: a resumed run's ``last_step`` until its first
+            optimizer step; resumed: the exact resume state kept for the first resumed epoch; chain_start,
+            chain_batches: the train loader's generator state its current index chain started from and the batches
+            drawn from it since; replay: a resumed run's saved chain, until its loader makes its first iterator
+            (:mod:`yolo_ckpt.train.exact_resume`).
     """
 
     run_dir_before: tuple | None = None
@@ -54,6 +60,13 @@ class RunState:
     train_peak: dict = field(default_factory=dict)
     val_peak: dict = field(default_factory=dict)
     train_probe: StepProfile | None = None
+    batch_index: int = -1
+    last_step: int = -1
+    pending_step: int | None = None
+    resumed: dict | None = None
+    chain_start: Any = None
+    chain_batches: int = 0
+    replay: tuple | None = None
 
     @property
     def run_spec(self):

@@ -38,7 +38,7 @@ from ..config import DEFAULTS, CkptConfig
 from ..errors import ConfigError
 from ..memory.ultralytics_rules import frozen_layers
 from ..report.record import RunReport
-from . import distributed, run_stats
+from . import distributed, exact_resume, run_stats
 from .atomic import atomic_saves, remove_stale_temporaries
 from .data_check import check_train_labels
 from .inputs import check_model_keys, check_train_inputs
@@ -57,12 +57,10 @@ STOCK_BATCH = (
 )
 
 
-class CheckpointTrainerMixin:
-    """Adds activation checkpointing and the run report to an Ultralytics task trainer (place it first).
-
-    Only the hooks into Ultralytics: what they do is in :mod:`yolo_ckpt.train`'s other modules (planning, run_dir,
-    run_stats, atomic, distributed), as functions of the trainer.
-    """
+class CheckpointTrainerMixin(exact_resume.ExactResume):
+    """Adds activation checkpointing and the run report to an Ultralytics task trainer (place it first). Only the hooks
+    into Ultralytics: what they do is in :mod:`yolo_ckpt.train`'s other modules (planning, run_dir, run_stats, atomic,
+    distributed, exact_resume), as functions of the trainer."""
 
     def __init__(self, cfg=DEFAULT_CFG, overrides=None, _callbacks=None):
         """Take yolo-ckpt's keys out of ``overrides``/``cfg``, validate them, then build the Ultralytics trainer.
@@ -91,6 +89,7 @@ class CheckpointTrainerMixin:
             remove_stale_temporaries(self.wdir)  # of this run's saves a kill interrupted
         self.policy = None
         add_callbacks(self)
+        add_callbacks(self, exact_resume.CALLBACKS)
 
     @classmethod
     def check_keys(cls, overrides: dict | None) -> tuple[CkptConfig, dict, dict]:

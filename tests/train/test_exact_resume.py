@@ -1,0 +1,91 @@
+"""Exact resume (yolo_ckpt/train/exact_resume.py): a run interrupted after every epoch and resumed each time ends
+with the weights, EMA and per-epoch losses of the same run trained without a stop; stock's resume does not."""
+
+import csv
+
+import pytest
+from helpers import assert_state_equal, large_box_dataset, logged_messages, tiny_yaml, train
+from ultralytics import YOLO
+
+from yolo_ckpt import CheckpointDetectionTrainer
+from yolo_ckpt.train.exact_resume import STATE_NAME
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+# 8 images of 8 large overlapping boxes, batch 2: 4 batches an epoch; nbs 6: an optimizer step every 3 batches after
+# warmup (to batch 6, inside epoch 2); mosaic closes for the last 2 of 4 epochs (at epoch 3: resumed before, at and
+# after its closing); validation only at the end
+RUN = dict(epochs=4, nbs=6, warmup_epochs=1.5, close_mosaic=2, val=False)
+# (the run's batch index of its last optimizer step, optimizer steps): steps at batches 0, 1, 3 (warmup's cadence),
+# then every 3: 6, 9, 12, 15; so epochs 2 and 3 end with gradients pending (of batches 7, and 10 and 11)
+STEPS = (15, 7)
+
+
+class Interrupted(Exception):
+    pass
+
+
+def stop_after(epoch):
+    """An ``on_model_save`` callback that stops the run once ``epoch`` (0-based) is saved."""
+
+    def stop(trainer):
+        if trainer.epoch == epoch:
+            raise Interrupted(f"stopped after epoch {epoch + 1}")
+
+    return stop
+
+
+def losses(run_dir):
+    """The per-epoch training losses and learning rates of ``run_dir/results.csv`` (not its times)."""
+    with open(run_dir / "results.csv") as f:
+        return [{k: v for k, v in row.items() if "loss" in k or k.startswith("lr/")} for row in csv.DictReader(f)]
+
+
+def resume(last, stop=None):
+    """Resume the run of ``last``, stopped after epoch ``stop`` (0-based) if given; the trainer and the log."""
+    model = YOLO(last)
+    if stop is not None:
+        model.add_callback("on_model_save", stop_after(stop))
+    with logged_messages() as log:
+        if stop is None:
+            model.train(resume=True, trainer=CheckpointDetectionTrainer)
+        else:
+            with pytest.raises(Interrupted):
+                model.train(resume=True, trainer=CheckpointDetectionTrainer)
+    return model.trainer, log
+
+
+@pytest.mark.slow
+def test_interrupted_every_epoch_trains_as_uninterrupted(tmp_path):
+    """Stopped after epochs 1, 2 and 3 of 4 and resumed each time (in warmup, before, at and after mosaic's closing,
+    with gradients pending each time): the final model, EMA, optimizer step count and every epoch's losses and
+    learning rates equal the uninterrupted run's. The same run resumed as stock resumes (its state removed) does not."""
+    model, data = tiny_yaml(tmp_path), large_box_dataset(tmp_path / "data", "detect", images=8)
+
+    def interrupted(name):
+        with pytest.raises(Interrupted):
+            train(model, data, tmp_path, name, CheckpointDetectionTrainer, callbacks=[("on_model_save", stop_after(0))], **RUN)
+        return tmp_path / name / "weights" / "last.pt"
+
+    whole = train(model, data, tmp_path, "whole", CheckpointDetectionTrainer, **RUN)[0]
+    assert (whole.ckpt_state.last_step, whole.ema.updates) == STEPS
+    assert not (whole.wdir / STATE_NAME).exists()  # removed at the run's end
+
+    last = interrupted("exact")
+    assert (last.parent / STATE_NAME).is_file()
+    for epoch, pending in ((1, False), (2, True), (None, True)):
+        trainer, log = resume(last, epoch)
+        exact = [m for m in log if "resume: exact from resume_state.pt (" in m]
+        assert len(exact) == 1 and ("the gradients accumulated since the last step" in exact[0]) == pending, log
+    assert trainer.start_epoch == 3 and trainer.epoch == 3
+    assert_state_equal(whole.model, trainer.model)
+    assert_state_equal(whole.ema.ema, trainer.ema.ema)
+    assert (trainer.ckpt_state.last_step, trainer.ema.updates) == STEPS
+    assert losses(whole.save_dir) == losses(trainer.save_dir) and all(float(r["train/box_loss"]) > 0 for r in losses(whole.save_dir))
+    assert not (last.parent / STATE_NAME).exists()
+
+    stock = interrupted("stock")
+    (stock.parent / STATE_NAME).unlink()
+    trainer, log = resume(stock)
+    assert any(f"resume as Ultralytics resumes (no {STATE_NAME} of epoch 1)" in m for m in log), log
+    assert losses(whole.save_dir)[0] == losses(trainer.save_dir)[0] and losses(whole.save_dir)[1] != losses(trainer.save_dir)[1]

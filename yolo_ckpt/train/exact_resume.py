@@ -1,0 +1,278 @@
+"""Exact resume: a resumed run trains on as if it had never stopped, bit for bit on the CPU.
+
+Ultralytics' ``last.pt`` resumes a run only approximately (``BaseTrainer.save_model``, ``resume_training`` and
+``_do_train``, engine/trainer.py, 8.4.190):
+
+- the training model restarts from the EMA, stored in half precision (``"model": None  # resume and final
+  checkpoints derive from EMA``), and the optimizer's state is stored in half precision
+  (``convert_optimizer_state_dict_to_fp16``);
+- the random states restart from the seed: Python's and NumPy's (the augmentation), torch's, and the train loader's
+  shuffling generator (``build_dataloader``), and the mosaic's buffer of recent images (``BaseDataset.buffer``)
+  starts empty;
+- the gradients accumulated since the last optimizer step (``batch`` < ``nbs``) are dropped and the step cadence
+  restarts (``_do_train``'s local ``last_opt_step``).
+
+So beside each ``last.pt`` a Checkpoint*Trainer writes ``resume_state.pt`` (:data:`STATE_NAME`, atomically) with
+what it lacks, and a resumed trainer puts it back where Ultralytics' resume leaves off: the model, EMA and optimizer
+in full precision once ``resume_training`` has loaded ``last.pt``, the mosaic buffer then too (its images read again),
+and at the first resumed epoch's start the gradients, the random states, the loader's shuffling (its index chain
+replayed, :func:`_restore_loader`) and the cadence (:func:`accumulate`). Everything is exact in one
+process with ``workers=0`` (Ultralytics' setting on the CPU); with ``workers > 0`` the workers' random states live in
+their processes and are not kept (the augmentation then differs from an uninterrupted run's, the rest is exact);
+DDP runs resume as stock does. A ``resume_state.pt`` that is not ``last.pt``'s epoch (a kill between the two saves) is
+not used: the run resumes as stock does, and says so. The file is removed when the run ends (its final validation).
+Its size is about four times the model's fp32 weights (model, EMA, optimizer moments, pending gradients).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+from ultralytics.utils import LOGGER, RANK
+from ultralytics.utils.torch_utils import unwrap_model
+
+from ..errors import NoRoomError
+from .atomic import atomic_write
+from .log import PREFIX
+
+STATE_NAME = "resume_state.pt"
+
+
+def state_path(trainer) -> Path:
+    """``weights/resume_state.pt`` of ``trainer``'s run."""
+    return Path(trainer.wdir) / STATE_NAME
+
+
+def saves_state(trainer) -> bool:
+    """Whether ``trainer`` keeps an exact resume state: one process (not DDP)."""
+    return RANK == -1
+
+
+def random_states() -> dict:
+    """Python's, NumPy's, torch's and (where there is CUDA) every CUDA device's random state, as tensors and tuples
+    that ``torch.load(weights_only=True)`` reads."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        "numpy": (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_random_states(states: dict) -> None:
+    """Put back :func:`random_states`' states (CUDA's where the saving process and this one both have CUDA)."""
+    random.setstate(states["python"])
+    name, keys, pos, has_gauss, gauss = states["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    torch.set_rng_state(states["torch"])
+    if states["cuda"] and torch.cuda.is_available() and len(states["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def save_state(trainer) -> None:
+    """Write ``trainer``'s exact resume state beside its ``last.pt`` (just saved for ``trainer.epoch``), atomically
+    (:func:`~yolo_ckpt.train.atomic.atomic_write`). Where the disk has no room for it, the old one is removed with a
+    one-line warning and training goes on (its resume is then stock's). Nothing for DDP (:func:`saves_state`)."""
+    if not saves_state(trainer):
+        return
+    loader = trainer.train_loader
+    buffer = getattr(loader.dataset, "buffer", None)
+    params = list(trainer.model.parameters())
+    state = {
+        "epoch": trainer.epoch,
+        "updates": trainer.ema.updates,
+        "model": unwrap_model(trainer.model).state_dict(),
+        "ema": trainer.ema.ema.state_dict(),
+        "optimizer": trainer.optimizer.state_dict(),
+        "grads": [p.grad for p in params] if any(p.grad is not None for p in params) else None,
+        "last_step": trainer.ckpt_state.last_step,
+        "random": random_states(),
+        "loader": {"state": loader.generator.get_state(), "chain_start": trainer.ckpt_state.chain_start,
+                   "chain_batches": trainer.ckpt_state.chain_batches} if trainer.ckpt_state.chain_start is not None else None,
+        "buffer": list(buffer) if isinstance(buffer, list) else None,
+    }
+    path = state_path(trainer)
+    try:
+        atomic_write(path, lambda f: torch.save(state, f))
+    except NoRoomError as e:
+        path.unlink(missing_ok=True)
+        LOGGER.warning(f"{PREFIX}no room for {path.name} ({e}): a resume of this run is Ultralytics' (from last.pt's half-precision EMA)")
+
+
+def remove_state(trainer) -> None:
+    """Remove the run's ``resume_state.pt``: at its end nothing is left to resume."""
+    state_path(trainer).unlink(missing_ok=True)
+
+
+def restore(trainer, ckpt: dict) -> None:
+    """After Ultralytics' ``resume_training`` loaded ``ckpt`` (``last.pt``): load ``resume_state.pt``'s model, EMA and
+    optimizer in full precision and refill the mosaic buffer; keep the rest for the first epoch
+    (:func:`on_train_epoch_start`). Where there is no state of ``last.pt``'s epoch (DDP, a run saved before this
+    feature, a kill between the two saves, no room), the resume stays stock's, said in one line."""
+    path = state_path(trainer)
+    state = torch.load(path, map_location="cpu", weights_only=True) if path.is_file() and saves_state(trainer) else None
+    if state is None or (state["epoch"], state["updates"]) != (ckpt.get("epoch"), ckpt.get("updates")):
+        why = "DDP" if not saves_state(trainer) else f"no {STATE_NAME} of epoch {ckpt.get('epoch', -1) + 1}"
+        LOGGER.warning(
+            f"{PREFIX}resume as Ultralytics resumes ({why}): the model from last.pt's half-precision EMA, the random states from the seed"
+        )
+        return
+    unwrap_model(trainer.model).load_state_dict(state["model"])
+    trainer.ema.ema.load_state_dict(state["ema"])
+    for saved, group in zip(state["optimizer"]["param_groups"], trainer.optimizer.param_groups):
+        saved["fused"] = group.get("fused")  # as _load_checkpoint_state: the runtime device picks the kernel
+    trainer.optimizer.load_state_dict(state["optimizer"])
+    dataset = trainer.train_loader.dataset
+    if state["buffer"] is not None and isinstance(getattr(dataset, "buffer", None), list):
+        dataset.buffer.clear()
+        for i in state["buffer"]:  # load_image appends each to the buffer, in the saved order
+            dataset.load_image(i)
+    trainer.ckpt_state.resumed = state
+    workers = trainer.train_loader.num_workers
+    LOGGER.info(
+        f"{PREFIX}resume: exact from {path.name} (model, EMA and optimizer in full precision, random states, mosaic buffer, "
+        f"{'the gradients accumulated since the last step' if state['grads'] is not None else 'no pending gradients'})"
+        + (f"; workers={workers}: the workers' random states are not kept, the augmentation differs" if workers else "")
+    )
+
+
+def on_train_epoch_start(trainer) -> None:
+    """Count the epoch's batches from here (:func:`on_train_batch_start`) and follow the train loader's shuffling
+    (:func:`_track_loader`); at the first resumed epoch put back the gradients, random states, shuffling and step
+    cadence that :func:`restore` kept."""
+    state = trainer.ckpt_state
+    state.batch_index = -1
+    _track_loader(trainer)
+    resumed, state.resumed = state.resumed, None
+    if resumed is None:
+        return
+    if resumed["grads"] is not None:  # after _do_train's zero_grad
+        for p, g in zip(trainer.model.parameters(), resumed["grads"]):
+            p.grad = None if g is None else g.to(p.device)
+    set_random_states(resumed["random"])
+    if resumed["loader"] is not None and _tracks(trainer.train_loader):
+        _restore_loader(trainer, resumed["loader"])
+    state.last_step = state.pending_step = resumed["last_step"]
+
+
+def _tracks(loader) -> bool:
+    """Whether the shuffling of ``loader`` can be followed and replayed: drawn in this process (``workers=0``) from
+    the loader's own generator (Ultralytics' ``build_dataloader`` gives it one)."""
+    return loader.num_workers == 0 and loader.generator is not None
+
+
+def _track_loader(trainer) -> None:
+    """Wrap the train loader's ``_get_iterator`` (once per loader) to note, whenever it makes an iterator, the
+    generator's state the iterator's index chain (sampler inside batch sampler inside Ultralytics' ``_RepeatSampler``)
+    starts from; :func:`on_train_batch_start` counts the batches drawn from it since. A resumed run's first iterator
+    instead replays the uninterrupted run's chain (:func:`_restore_loader`): from that state, its batches' indices
+    drawn without loading them (the chain's own draws, such as the empty permutation ``RandomSampler`` draws when an
+    epoch ends, happen as they did)."""
+    loader, state = trainer.train_loader, trainer.ckpt_state
+    if not _tracks(loader) or "_get_iterator" in vars(loader):
+        return
+    make = loader._get_iterator
+
+    def tracked():
+        iterator = make()
+        replay, state.replay = state.replay, None
+        if replay is None:
+            state.chain_start, state.chain_batches = loader.generator.get_state(), 0
+            return iterator
+        state.chain_start, state.chain_batches = replay
+        loader.generator.set_state(state.chain_start)
+        for _ in range(state.chain_batches):
+            iterator._next_index()  # torch's single-process iterator: the next batch's indices, nothing loaded
+        return iterator
+
+    loader._get_iterator = tracked
+
+
+def _restore_loader(trainer, saved: dict) -> None:
+    """Make the resumed loader shuffle as the uninterrupted run's did. Where mosaic closed at this epoch, that run
+    reset its loader (``train_loader.reset()``: a new iterator and index chain from the generator's state): so does
+    the resumed run, from the saved state. Otherwise that run drew on from its chain, and the resumed loader's first
+    iterator (stock makes it at the first batch, or at the reset it does when the run resumes past the closing)
+    replays it (:func:`_track_loader`)."""
+    loader, close = trainer.train_loader, trainer.args.close_mosaic
+    if close and trainer.epoch == trainer.epochs - close:
+        loader.generator.set_state(saved["state"])
+        return
+    trainer.ckpt_state.replay = (saved["chain_start"], saved["chain_batches"])
+    if loader.iterator is not None:  # made already: make it again, replaying
+        loader.reset()
+
+
+def on_train_batch_start(trainer) -> None:
+    """Count the batch: its index in the run is ``batch_index + len(train_loader) * epoch`` (``_do_train``'s ``ni``)."""
+    state = trainer.ckpt_state
+    state.batch_index += 1
+    state.chain_batches += 1
+
+
+def step_index(trainer) -> int:
+    """``_do_train``'s ``ni`` of the current batch."""
+    return trainer.ckpt_state.batch_index + len(trainer.train_loader) * trainer.epoch
+
+
+def on_optimizer_step(trainer) -> None:
+    """Remember the batch of the optimizer step just taken (the saved cadence), and end the resumed cadence's hold."""
+    state = trainer.ckpt_state
+    state.last_step, state.pending_step = step_index(trainer), None
+
+
+def accumulate(trainer, nominal: int) -> float:
+    """What ``_do_train``'s ``if ni - last_opt_step >= self.accumulate`` should read: ``nominal`` (the value
+    Ultralytics set), except in a resumed run before its first optimizer step, where stock's ``last_opt_step`` is -1
+    and the uninterrupted run's was the saved step: there 0 where that run stepped at this batch, else infinity."""
+    pending = trainer.ckpt_state.pending_step
+    if pending is None:
+        return nominal
+    return 0 if step_index(trainer) - pending >= nominal else math.inf
+
+
+class ExactResume:
+    """The trainer's hooks of exact resume (a base of :class:`~yolo_ckpt.train.trainer.CheckpointTrainerMixin`)."""
+
+    def save_model(self):
+        """Ultralytics' ``save_model``, then the exact resume state beside ``last.pt`` (:func:`save_state`)."""
+        saved = super().save_model()
+        save_state(self)
+        return saved
+
+    def final_eval(self):
+        """The run is over, nothing is left to resume: its state removed (:func:`remove_state`), then Ultralytics'
+        final validation."""
+        remove_state(self)
+        super().final_eval()
+
+    def resume_training(self, ckpt):
+        """Ultralytics' resume from ``last.pt``, then made exact from ``resume_state.pt`` (:func:`restore`)."""
+        super().resume_training(ckpt)
+        if ckpt is not None and self.resume:
+            restore(self, ckpt)
+
+    @property
+    def accumulate(self):
+        """Batches per optimizer step, as Ultralytics sets it, held in a resumed run until the step the uninterrupted
+        run took (:func:`accumulate`). Kept where stock keeps it, in the trainer's ``__dict__``."""
+        return accumulate(self, self.__dict__["accumulate"])
+
+    @accumulate.setter
+    def accumulate(self, value):
+        self.__dict__["accumulate"] = value
+
+    def optimizer_step(self):
+        """Ultralytics' optimizer step, its batch remembered (:func:`on_optimizer_step`)."""
+        super().optimizer_step()
+        on_optimizer_step(self)
+
+
+# added by the trainer (run_stats.add_callbacks)
+CALLBACKS = {"on_train_epoch_start": on_train_epoch_start, "on_train_batch_start": on_train_batch_start}
+
