@@ -485,3 +485,6 @@ def test_equal_memory_arms_matrix(tmp_path, one_thread):
     assert tiles["imgsz_used"] < 320 and tiles["val_imgsz"] == 320 and tiles["train_images"] > 2  # tiles, full-image val
     assert auto["weights_sha256"] == full["weights_sha256"]  # recomputation is exact: (b) trained as (d) did
     assert max(fit["peak_MiB"], auto["peak_MiB"], tiles["peak_MiB"]) <= budget < full["peak_MiB"], (fit, auto, tiles, full)
+    # optimizer steps: one an image pair (nbs=2), 2 images at full size and 4 images' tiles or more for (c)
+    assert fit["optimizer_steps"] == auto["optimizer_steps"] == full["optimizer_steps"] == 1 < tiles["optimizer_steps"]
+    assert (out / "map_vs_memory.png").is_file() and "| steps |" in (out / "results.md").read_text()

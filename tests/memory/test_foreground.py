@@ -3,6 +3,7 @@ measured step; the augmentation envelope never under Ultralytics' own affine tra
 
 import math
 from types import SimpleNamespace
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from ultralytics.utils.tal import RotatedTaskAlignedAssigner, TaskAlignedAssigne
 from yolo_ckpt.memory.estimate import estimate_step
 from yolo_ckpt.memory.foreground import ObjectSizes, augmented_sides, box_anchors
 from yolo_ckpt.memory.loss_calibration import calibrate_loss
+from yolo_ckpt.memory.loss_model import LossModel
 from yolo_ckpt.memory.step import profile_step
 from yolo_ckpt.memory.training_batch import training_batch
 from yolo_ckpt.memory.ultralytics_rules import stride_val
@@ -229,8 +231,8 @@ PAIR_VARIANTS = {"detect": ("yolo11n.yaml", 3), "obb": ("yolo11n-obb.yaml", 1), 
 def test_pair_term_never_under_overlapping_boxes(variant, region):
     """Large boxes that overlap (sides 40-100% of the image, 50 per image at 256 px: ~10x the pairs of the grid-laid
     calibration boxes, over several of the loss region's pair pieces): the loss formula's forward peak with the batch's
-    box sizes is never under the real loss's (stock's assigner and the chunked one), counts the pairs beyond one per
-    anchor at the assigner's measured bytes per pair."""
+    box sizes is never under the real loss's (stock's assigner and the chunked one), nor with the batch's exact pair
+    count, and counts the pairs beyond one per anchor at the assigner's measured bytes per pair."""
     import copy
     import dataclasses
 
@@ -255,10 +257,16 @@ def test_pair_term_never_under_overlapping_boxes(variant, region):
     _, (measured,), _, (pairs,), (assigner,), _ = _loss_samples(model, formula, [(batch, imgsz, objects, sides)], amp=False)
     anchors = sum((imgsz // int(s)) ** 2 for s in model.stride.tolist())
     assert pairs > 8 * batch * anchors and formula.pairs(batch, imgsz, objects, sizes) >= pairs
-    # the loss region keeps ~13 bytes a pair (and a piece of 8192 pairs' temporaries), stock ~120 at once
+    # the loss region keeps ~13 bytes a pair and a piece of 8192 pairs' temporaries (~60 bytes each), stock ~120 a
+    # pair at once and no piece
     assert (5 < formula.pair_bytes < 40) if region else formula.pair_bytes > 60, formula.pair_bytes
+    assert (20 < formula.piece_bytes < 200) if region else formula.piece_bytes < 0.1 * formula.pair_bytes, formula.piece_bytes
     assert assigner > (0.05 if region else 0.5) * formula.pair_bytes * pairs  # the pairs are the assigner's memory
     estimated = formula.forward_bytes(batch, imgsz, objects, sizes)
     assert estimated >= measured, (estimated, measured)
-    without = dataclasses.replace(formula, pair_bytes=0.0).forward_bytes(batch, imgsz, objects, sizes)
+    without = dataclasses.replace(formula, pair_bytes=0.0, piece_bytes=0.0).forward_bytes(batch, imgsz, objects, sizes)
     assert estimated - without >= formula.pair_bytes * (pairs - batch * anchors)  # the pairs beyond one an anchor
+    # nor with the batch's own pairs exactly (the tightest bound where the boxes lie): the piece's temporaries count
+    with mock.patch.object(LossModel, "pairs", return_value=pairs):
+        exact = formula.forward_bytes(batch, imgsz, objects, sizes)
+    assert measured <= exact <= estimated, (measured, exact)

@@ -1,5 +1,5 @@
-"""A matrix's PNG plots (matplotlib): peak memory against step-time ratio per policy; mAP50-95 against imgsz; the
-training curves of train cells (with their ``curves.csv``)."""
+"""A matrix's PNG plots (matplotlib): peak memory against step-time ratio per policy; mAP50-95 against imgsz; mAP50
+and mAP50-95 against peak memory per cell; the training curves of train cells (with their ``curves.csv``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pandas as pd
 
 
 def write_plots(matrix, table: pd.DataFrame, out: Path) -> list[Path]:
-    """Write ``memory_vs_time.png`` (every kind) and, for train matrices, ``map_vs_imgsz.png`` and ``curves.png``
+    """Write ``memory_vs_time.png`` (every kind) and, for train matrices, ``map_vs_imgsz.png``,
+    ``map_vs_memory.png`` (:func:`map_memory_plot`) and ``curves.png``
     (validation mAP50 per epoch of each cell, from its run's Ultralytics ``results.csv``, also written with
     mAP50-95 and the elapsed seconds as ``curves.csv``; a tiles cell's curve is its validation on tiles, its
     full-image result a star: :func:`curves_plot`) into ``out``.
@@ -50,9 +51,33 @@ def write_plots(matrix, table: pd.DataFrame, out: Path) -> list[Path]:
         written.append(
             _save(fig, ax, out / "map_vs_imgsz.png", xlabel="imgsz", ylabel="mAP50-95", title=f"{matrix.name}: accuracy against imgsz")
         )
+        written.append(map_memory_plot(ok, out / "map_vs_memory.png", f"{matrix.name}: accuracy against peak memory"))
     if matrix.kind == "train":
         written += _curves(matrix, ok, out)
     return written
+
+
+def map_memory_plot(ok: pd.DataFrame, path: Path, title: str) -> Path:
+    """mAP50 (filled) and mAP50-95 (hollow) of each finished train cell against its training peak memory (MiB), one
+    colour per dataset, each point named by its recompute policy, imgsz and tiles; a dotted line at each memory budget
+    given in bytes."""
+    import matplotlib.pyplot as plt
+
+    from yolo_ckpt.config import Budget
+
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for i, (dataset, group) in enumerate(ok.groupby("dataset")):
+        colour = f"C{i}"
+        ax.scatter(group["peak_MiB"], group["mAP50"], color=colour, label=f"{dataset}: mAP50")
+        ax.scatter(group["peak_MiB"], group["mAP50-95"], facecolors="none", edgecolors=colour, label=f"{dataset}: mAP50-95")
+        for _, row in group.iterrows():
+            label = f"{row['policy']}@{row['imgsz_used']:.0f}" + (" tiles" if _tiled(row) else "")
+            ax.annotate(label, (row["peak_MiB"], row["mAP50"]), fontsize=6, alpha=0.7)
+    for budget in ok["memory_budget"].dropna().unique() if "memory_budget" in ok else ():
+        parsed = Budget.parse(budget)
+        if not parsed.is_fraction:
+            ax.axvline(parsed.bytes(None) / 2**20, linestyle=":", color="grey")
+    return _save(fig, ax, path, xlabel="training peak memory (MiB)", ylabel="mAP", title=title)
 
 
 def _curves(matrix, ok: pd.DataFrame, out: Path) -> list[Path]:
@@ -62,7 +87,7 @@ def _curves(matrix, ok: pd.DataFrame, out: Path) -> list[Path]:
     frames = []
     for _, row in ok.iterrows():
         csv = Path(str(row.get("run_dir", ""))) / "results.csv"
-        tiled = isinstance(row.get("tiles"), str) and row["tiles"].strip() not in {"", "nan", "None"}
+        tiled = _tiled(row)
         label = f"{row['dataset']} {row['policy']} @{row['imgsz_used']:.0f}" + (
             f" tiles ({row['train_images']:.0f}, val on tiles)" if tiled else ""
         )
@@ -102,6 +127,11 @@ def curves_plot(curves: pd.DataFrame, path: Path, title: str) -> Path:
                 label=f"{label}: best, full images",
             )
     return _save(fig, ax, path, xlabel="epoch", ylabel="validation mAP50", title=title)
+
+
+def _tiled(row) -> bool:
+    """Whether a results row is a tiles cell's (its ``tiles`` column a setting, not empty)."""
+    return isinstance(row.get("tiles"), str) and row["tiles"].strip() not in {"", "nan", "None"}
 
 
 def _save(fig, ax, path: Path, **labels) -> Path:

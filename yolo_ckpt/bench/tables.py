@@ -20,7 +20,7 @@ COLUMNS = {  # Markdown columns per kind: results column -> header
     "train": {
         "study": "study", "dataset": "dataset", "model": "model", "imgsz_used": "imgsz", "tiles": "tiles",
         "train_images": "train images", "val_imgsz": "val imgsz", "batch_used": "batch",
-        "policy": "recompute", "epochs_run": "epochs", "peak_MiB": "peak MiB", "memory_change_pct": "memory",
+        "policy": "recompute", "epochs_run": "epochs", "optimizer_steps": "steps", "peak_MiB": "peak MiB", "memory_change_pct": "memory",
         "fits_budget": "fits budget", "step_time_s": "step s", "time_ratio": "time vs base",
         "wall_s": "wall s", "mAP50": "mAP50", "mAP50-95": "mAP50-95", "mAP50-95_change_pts": "mAP50-95 pts",
         "top1": "top-1", "same_weights": "same weights", "status": "status",

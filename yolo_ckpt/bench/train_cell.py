@@ -39,6 +39,7 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
     Returns:
         status, the run directory, imgsz and batch used, recompute (the layers planned, for auto), layers,
         recomputations (layer forwards recomputed in backward over the whole run: 0 proves a baseline), epochs,
+        optimizer steps (a tiles cell's epoch has more, smaller batches; ``nbs`` accumulates batches into one),
         training and validation peak memory (MiB) and their source, median step time (s), wall time of the training
         and its validations (s; a tiles cell's full-image validation included), mAP50 and mAP50-95 of the
         task's output or top-1/top-5 (fractions; a tiles cell's on the full val images), ``val_imgsz`` (the imgsz
@@ -125,6 +126,7 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
         "layers": len(report.recomputed_layers),
         "recomputations": counter.total,
         "epochs_run": report.epochs,
+        "optimizer_steps": trainer.ema.updates,  # one EMA update per optimizer step (a resumed run's restored)
         "peak_MiB": peak / 2**20 if peak is not None else float("nan"),
         "val_peak_MiB": val_peak / 2**20 if val_peak is not None else float("nan"),
         "memory_source": report.memory_source,

@@ -11,7 +11,8 @@ calibration measurements (a linear program, ``scipy.optimize.linprog``: non-nega
 under-estimated, the least total relative over-estimate), since its peak is a maximum over moments of the loss (two
 assigners' decoding, each image's mask loss) that a sum of terms only approximates; its mask-pixel coefficients then
 carry :data:`MASK_TERMS_MARGIN`, since a bound of the calibration's small sizes is not one of sizes far above them.
-The bytes of a candidate pair beyond one per anchor are measured (:data:`PAIR_POINTS`), not fitted, and the decoding
+The bytes of a candidate pair beyond one per anchor, and of the loss region's piece of pairs, are measured
+(:data:`PAIR_POINTS`), not fitted, and the decoding
 term's bytes per pixel have a floor (:data:`DECODED_BYTES_PER_PIXEL`). :func:`loss_models` calibrates a model's stock
 loss and, where its head has one, its loss region.
 
@@ -33,6 +34,7 @@ import torch
 from torch.utils._pytree import tree_map
 from ultralytics.utils.tal import SegTaskAlignedAssigner
 
+from ..checkpointing.assigner import PAIR_PIECE
 from ..checkpointing.chunks import DEFAULT_ASSIGN_CHUNK, DEFAULT_CHUNK, check_assign_chunk, check_loss_chunk
 from ..checkpointing.losses import apply_loss_region, remove_loss_region
 from ..checkpointing.policy import ModelLayout
@@ -58,13 +60,16 @@ CALIBRATION_POINTS = tuple(
 ) + DENSE_POINTS
 
 # The candidate pairs (object, anchor whose centre is in its box), over which the task-aligned assigner computes its
-# overlaps pair by pair (stock holds ~120 bytes a pair at once; the loss region ~14, yolo_ckpt.checkpointing.assigner),
-# grow with the boxes' areas: the grid-laid points above hold about one per anchor, so the fitted terms carry that
-# many, and large boxes that overlap carry objects x anchors. The same objects at boxes of 60% of the side and then of
-# the whole image differ in their pairs only (about twice as many, both more than the loss region's PAIR_PIECE): the
-# assigner's own peak's difference over the pairs' difference is the bytes of each pair beyond one per anchor
-# (LossModel.pair_bytes; the assigner's, not the loss's: a segmentation loss's peak can be its mask loss).
-PAIR_POINTS = ((1, 160, 100, (0.6, 0.6)), (1, 160, 100, (1.0, 1.0)))
+# overlaps pair by pair (stock holds ~120 bytes a pair at once; the loss region ~13 a pair kept, and the CIoU
+# temporaries of a piece of PAIR_PIECE pairs at once, yolo_ckpt.checkpointing.assigner), grow with the boxes' areas:
+# the grid-laid points above hold about one per anchor, so the fitted terms carry that many, and large boxes that
+# overlap carry objects x anchors. The same objects grid-laid (fewer pairs than a piece), at boxes of 60% of the side
+# and of the whole image (both more than a piece) differ in their pairs only: the assigner's own peak's difference over
+# the pairs' difference between the last two is the bytes of each pair beyond one per anchor (LossModel.pair_bytes;
+# the assigner's, not the loss's: a segmentation loss's peak can be its mask loss), and what the first two differ by
+# beyond that, over the piece's pairs it adds, the bytes of each pair of the piece (LossModel.piece_bytes: without it
+# the formula fell 18% under yolo26n's loss region at 160 px with 100 whole-image boxes, pairs counted exactly).
+PAIR_POINTS = ((1, 160, 100), (1, 160, 100, (0.6, 0.6)), (1, 160, 100, (1.0, 1.0)))
 
 # A segmentation fit is an upper bound of its calibration measurements, not of sizes beyond them: there its terms that
 # do not grow with the mask pixels (1, B*A, ...) hold slack that the fit trades for lower mask-pixel coefficients, so
@@ -112,15 +117,19 @@ def _calibrate(model, amp: bool) -> LossModel:
         criterion = model.init_criterion()  # noqa: F841  (held while its tensors are counted)
         own = tracker.live_bytes  # the criterion's tensors: a run builds its criterion once and keeps it
     n = len(points)
-    rows, forward, backward, (few, many), pairs = rows[:n], forward[:n], backward[:n], assigned[n:] or (0, 0), pairs[n:] or (0, 0)
+    rows, forward, backward = rows[:n], forward[:n], backward[:n]
+    (grid, few, many), pairs = assigned[n:] or (0, 0, 0), pairs[n:] or (0, 0, 0)
     fit = lambda y, lower=None: _fit(rows, np.array(y, float), upper=shape.task == "segment", lower=lower)  # noqa: E731
     # the decoding's bytes per mask pixel are the code's, not the fit's: its points decode too few pixels to tell them
     decoding = [0.0] * (rows.shape[1] - 1) + [DECODED_BYTES_PER_PIXEL] if shape.mask_topk else None  # the last term
     forward, backward = fit(forward, decoding), fit(backward)
     if shape.task == "segment":  # the mask-pixel terms (from the 5th on) carry the extrapolation margin
         forward, backward = (c[:4] + tuple(v * (1 + MASK_TERMS_MARGIN) for v in c[4:]) for c in (forward, backward))
-    pair_bytes = max(0.0, (many - few) / max(pairs[1] - pairs[0], 1))  # the bytes of a pair beyond the fitted ones
-    return dataclasses.replace(shape, forward=forward, backward=backward, pair_bytes=pair_bytes, kept=own + max(kept))
+    pair_bytes = max(0.0, (many - few) / max(pairs[2] - pairs[1], 1))  # the bytes of a pair beyond the fitted ones
+    piece = min(pairs[1], PAIR_PIECE) - min(pairs[0], PAIR_PIECE)  # the piece's pairs the 60% boxes add
+    piece_bytes = max(0.0, (few - grid - pair_bytes * (pairs[1] - pairs[0])) / max(piece, 1))
+    pair = {"pair_bytes": pair_bytes, "piece_bytes": piece_bytes}
+    return dataclasses.replace(shape, forward=forward, backward=backward, **pair, kept=own + max(kept))
 
 
 def _fit(rows: np.ndarray, y: np.ndarray, upper: bool, lower=None) -> tuple[float, ...]:

@@ -9,7 +9,9 @@ anchors A (:func:`~yolo_ckpt.memory.ultralytics_rules.anchors`), objects per ima
   assigner (:mod:`yolo_ckpt.checkpointing.assigner`), whose dense (objects, anchors) rows are one image's chunk of
   ``assign_chunk`` objects at a time, ``A*min(M, assign_chunk)`` in place of ``B*A*M``. The forward adds the
   assigner's candidate pairs (object, anchor whose centre is in its box) beyond one per anchor, at
-  :attr:`LossModel.pair_bytes` each (:meth:`LossModel.pairs`).
+  :attr:`LossModel.pair_bytes` each (:meth:`LossModel.pairs`), and the loss region's piece of
+  :data:`~yolo_ckpt.checkpointing.assigner.PAIR_PIECE` pairs whose overlaps it computes at once, at
+  :attr:`LossModel.piece_bytes` per pair of it (for as many of those pairs as there are beyond one per anchor).
 - segment: also the mask loss, whose per-image tensors grow with foreground anchors x mask pixels
   P = (imgsz / mask_ratio)^2: ``Fb*P, B*M*P, F1*P, B*P``, with Fb the batch's foreground anchors (over the loss's
   assigners: an end-to-end loss has two) and F1 the most that one assigner gives one image (the temporaries of one
@@ -49,7 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checkpointing.assigner import DECODE_CHUNK_PIXELS
+from ..checkpointing.assigner import DECODE_CHUNK_PIXELS, PAIR_PIECE
 from ..checkpointing.losses import ANCHOR_TILE, PIXEL_TILE
 from .ultralytics_rules import OBJECTLESS_TASKS, anchors
 
@@ -74,6 +76,10 @@ class LossModel:
         pair_bytes: the forward's bytes per candidate pair beyond one per anchor
             (:data:`~yolo_ckpt.memory.loss_calibration.PAIR_POINTS`), added to the formula's forward peak for
             :meth:`pairs` beyond ``B*A``; 0 for a task without boxes.
+        piece_bytes: the forward's bytes per pair of the loss region's piece of pairs whose overlaps are computed at
+            once (the CIoU temporaries of :data:`~yolo_ckpt.checkpointing.assigner.PAIR_PIECE` pairs: index tensors
+            and overlaps, not kept beyond the piece), for ``min(pairs beyond B*A, PAIR_PIECE)`` pairs; about 0 for the
+            stock assigner, whose temporaries of every pair at once ``pair_bytes`` counts.
         kept: bytes the loss leaves alive once it returns, in every phase after its first call: the criterion's own
             tensors (Ultralytics builds it at the first step and keeps it: the DFL projection, ...) and what autograd
             keeps of its outputs until the backward (the loss items' storage); a few hundred bytes, constant.
@@ -89,6 +95,7 @@ class LossModel:
     mask_topk: tuple[int, ...] = ()
     assign_chunk: int | None = None
     pair_bytes: float = 0.0
+    piece_bytes: float = 0.0
     kept: int = 0
 
     def terms(self, batch: int, imgsz: int, objects: int, foreground: tuple[int, int] | None = None, sizes=None) -> np.ndarray:
@@ -164,9 +171,11 @@ class LossModel:
 
     def forward_bytes(self, batch: int, imgsz: int, objects: int, sizes=None) -> int:
         """The loss's forward peak (bytes) above what was alive before it: its saved tensors and temporaries, with the
-        assigner's candidate pairs beyond one per anchor at :attr:`pair_bytes` each (:meth:`pairs`)."""
+        assigner's candidate pairs beyond one per anchor at :attr:`pair_bytes` each (:meth:`pairs`) and up to a piece
+        of them at :attr:`piece_bytes` more."""
         beyond = max(0, self.pairs(batch, imgsz, objects, sizes) - batch * anchors(imgsz, self.strides)) if self.pair_bytes else 0
-        return max(0, int(self.terms(batch, imgsz, objects, sizes=sizes) @ np.array(self.forward) + self.pair_bytes * beyond))
+        pairs = self.pair_bytes * beyond + self.piece_bytes * min(beyond, PAIR_PIECE)
+        return max(0, int(self.terms(batch, imgsz, objects, sizes=sizes) @ np.array(self.forward) + pairs))
 
     def backward_bytes(self, batch: int, imgsz: int, objects: int, sizes=None) -> int:
         """The loss's backward peak (bytes) above what was alive before the loss (the predictions' gradients
