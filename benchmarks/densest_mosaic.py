@@ -22,7 +22,6 @@ The task is the model's (``model=yolo11n.yaml`` for a detection set).
 
 from __future__ import annotations
 
-import contextlib
 import sys
 
 import torch
@@ -30,7 +29,7 @@ from ultralytics.cfg import get_cfg
 from ultralytics.data import YOLODataset
 from ultralytics.data.utils import check_det_dataset
 
-from benchmarks.epoch_peaks import PREDICTIONS, overlapping_predictions
+from benchmarks.epoch_peaks import predictions_context
 from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
@@ -83,16 +82,15 @@ KEYS = ("data", "model", "imgsz", "batch", "recompute", "repeat", "predictions",
 
 def main(argv: list[str]) -> dict:
     opts = parse_keys(argv, KEYS, "benchmarks.densest_mosaic", required=("data",))
-    imgsz, batch_size, recompute = int(opts.get("imgsz", 1024)), int(opts.get("batch", 1)), opts.get("recompute", "none")
+    measured_in = predictions_context(opts.get("predictions", "initial"))
+    imgsz, batch_size, recompute = int(opts.get("imgsz", 1024)), int(opts.get("batch", 1)), opts.get("recompute") or "none"
     # the model, the objects bound and the data's box sizes as `yolo-ckpt plan` takes them for these keys
     keys = {"model": opts.get("model", "yolo11n-seg.yaml"), "data": opts["data"], "imgsz": imgsz, "batch": batch_size, "device": "cpu"}
     run = PlannedRun.from_keys(keys)
     model, spec, task = run.model, run.spec, model_task(run.model)
     repeat, predictions = str(opts.get("repeat", False)).lower() == "true", opts.get("predictions", "initial")
-    if predictions not in PREDICTIONS:
-        raise ConfigError(f"predictions={predictions}: valid values are {', '.join(PREDICTIONS)}")
     batch, counts = densest_mosaic(opts["data"], imgsz, batch_size, task, repeat)
-    with overlapping_predictions() if predictions == "overlapping" else contextlib.nullcontext():
+    with measured_in():
         foreground = measured_foreground(model, batch).sum(0).tolist() if task == "segment" else []
         measured = profile_step(model, batch, recompute, flops=False)
     per_image = [sum(counts[4 * b : 4 * b + 4]) for b in range(batch_size)]

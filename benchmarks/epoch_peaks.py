@@ -67,13 +67,23 @@ def overlapping_predictions():
             c.pair_overlaps = stock
 
 
+def predictions_context(name: str):
+    """The context a step is measured in for ``predictions=name``: :func:`overlapping_predictions` or none.
+
+    Raises:
+        ConfigError: for a name not in :data:`PREDICTIONS`, naming the valid ones (before any work).
+    """
+    if name not in PREDICTIONS:
+        raise ConfigError(f"predictions={name}: valid values are {', '.join(PREDICTIONS)}")
+    return overlapping_predictions if name == "overlapping" else contextlib.nullcontext
+
+
 def main(argv: list[str]) -> dict:
     opts = parse_keys(argv, KEYS, "benchmarks.epoch_peaks", required=("data",))
     model_cfg, data = opts.get("model", "yolo11n.yaml"), opts["data"]
-    imgsz, batch_size, recompute = int(opts.get("imgsz", 640)), int(opts.get("batch", 2)), opts.get("recompute", "none")
+    imgsz, batch_size, recompute = int(opts.get("imgsz", 640)), int(opts.get("batch", 2)), opts.get("recompute") or "none"
     fraction, predictions = float(opts.get("fraction", 1.0)), opts.get("predictions", "initial")
-    if predictions not in PREDICTIONS:
-        raise ConfigError(f"predictions={predictions}: valid values are {', '.join(PREDICTIONS)}")
+    measured_in = predictions_context(predictions)
     start = time.perf_counter()
     run = PlannedRun.from_keys({"model": model_cfg, "data": data, "imgsz": imgsz, "batch": batch_size, "device": "cpu"})
     model, task = run.model, model_task(run.model)
@@ -86,7 +96,7 @@ def main(argv: list[str]) -> dict:
     peaks, objects = [], []
     for batch in loader:
         batch = trainer.preprocess_batch(batch)
-        with overlapping_predictions() if predictions == "overlapping" else contextlib.nullcontext():
+        with measured_in():
             peaks.append(profile_step(model, batch, recompute, flops=False).peak_bytes)
         objects.append(int(batch["batch_idx"].long().bincount().max()) if len(batch["batch_idx"]) else 0)
         print(f"step {len(peaks)}/{len(loader)}: {peaks[-1] / 2**20:.0f} MiB, {objects[-1]} objects in the densest image", flush=True)

@@ -70,6 +70,8 @@ def test_python_m_cli_help_imports_no_torch():
             "data= is required; benchmarks.densest_mosaic takes data, model, imgsz, batch, recompute, repeat, predictions, out",
         ),
         ("pilot_curve", ["run=x", "threads"], "'threads' is not a key=value word; benchmarks.pilot_curve takes run, threads, out"),
+        ("densest_mosaic", ["data=x", "predictions=trained"], "predictions=trained: valid values are initial, overlapping"),
+        ("epoch_peaks", ["data=x", "predictions=trained"], "predictions=trained: valid values are initial, overlapping"),
         ("breaker", ["case=detect-large"], "unknown key 'case' (did you mean 'cases'?); benchmarks.breaker takes render, out, cases"),
     ],
 )
