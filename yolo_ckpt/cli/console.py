@@ -18,10 +18,19 @@ def diagnostics_to_stderr():
     handlers = [h for h in LOGGER.handlers if type(h) is logging.StreamHandler]
     streams = [h.stream for h in handlers]
     for h in handlers:
-        h.setStream(sys.stderr)
+        _set_stream(h, sys.stderr)
     try:
         with contextlib.redirect_stdout(sys.stderr):  # TQDM writes to the sys.stdout of when it is made
             yield
     finally:
         for h, stream in zip(handlers, streams):
-            h.setStream(stream)
+            _set_stream(h, stream)
+
+
+def _set_stream(handler: logging.StreamHandler, stream) -> None:
+    """``handler.setStream(stream)``, which flushes the old stream first, but not a closed one (a test runner's capture
+    of an earlier test, where Ultralytics was imported): that one is replaced as it is."""
+    if getattr(handler.stream, "closed", False):
+        handler.stream = stream
+    else:
+        handler.setStream(stream)
