@@ -89,3 +89,26 @@ def test_interrupted_every_epoch_trains_as_uninterrupted(tmp_path):
     trainer, log = resume(stock)
     assert any(f"resume as Ultralytics resumes (no {STATE_NAME} of epoch 1)" in m for m in log), log
     assert losses(whole.save_dir)[0] == losses(trainer.save_dir)[0] and losses(whole.save_dir)[1] != losses(trainer.save_dir)[1]
+
+
+@pytest.mark.slow
+def test_a_state_of_another_run_or_batch_is_not_used(tmp_path):
+    """A resume_state.pt of another run with the same schedule (same epoch and step count, another seed), or a resume
+    that changes batch= (Ultralytics' resume allows it), resumes as stock does and says why in one line."""
+    model, data = tiny_yaml(tmp_path), large_box_dataset(tmp_path / "data", "detect", images=8)
+    run = dict(RUN, epochs=2)
+    weights = {}
+    for name, seed in (("a", 0), ("b", 7)):
+        with pytest.raises(Interrupted):
+            train(model, data, tmp_path, name, CheckpointDetectionTrainer, callbacks=[("on_model_save", stop_after(0))], seed=seed, **run)
+        weights[name] = tmp_path / name / "weights"
+    kept = {f: (weights["a"] / f).read_bytes() for f in ("last.pt", STATE_NAME)}
+    (weights["a"] / STATE_NAME).write_bytes((weights["b"] / STATE_NAME).read_bytes())
+    log = resume(weights["a"] / "last.pt")[1]
+    assert any(f"resume as Ultralytics resumes ({STATE_NAME} is not this checkpoint's: its EMA differs at" in m for m in log), log
+    for f, content in kept.items():
+        (weights["a"] / f).write_bytes(content)
+    with logged_messages() as log:
+        YOLO(weights["a"] / "last.pt").train(resume=True, trainer=CheckpointDetectionTrainer, batch=4)
+    assert any("resume as Ultralytics resumes (batch=4 (was 2) at the resume)" in m for m in log), log
+    assert not any("resume: exact" in m for m in log)

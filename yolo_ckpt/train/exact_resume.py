@@ -19,9 +19,11 @@ and at the first resumed epoch's start the gradients, the random states, the loa
 replayed, :func:`_restore_loader`) and the cadence (:func:`accumulate`). Everything is exact in one
 process with ``workers=0`` (Ultralytics' setting on the CPU); with ``workers > 0`` the workers' random states live in
 their processes and are not kept (the augmentation then differs from an uninterrupted run's, the rest is exact);
-DDP runs resume as stock does. A ``resume_state.pt`` that is not ``last.pt``'s epoch (a kill between the two saves) is
-not used: the run resumes as stock does, and says so. The file is removed when the run ends (its final validation).
-Its size is about four times the model's fp32 weights (model, EMA, optimizer moments, pending gradients).
+DDP runs resume as stock does. A ``resume_state.pt`` that is not ``last.pt``'s epoch (a kill between the two saves)
+is not used, nor one of another run, nor one saved under other batches than the resume trains (a changed
+``batch=``, ``imgsz=``, ...: :func:`mismatch`): the run resumes as stock does, and says so. The file is removed when
+the run ends (its final validation). Its size is four times the model's fp32 weights (model, EMA, the optimizer's
+two moments), five with pending gradients.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ from .atomic import atomic_write
 from .log import PREFIX
 
 STATE_NAME = "resume_state.pt"
+# the arguments a resume may change (BaseTrainer.check_resume's `allowed`, engine/trainer.py) that change what trains
+# next: the batches, their shuffling and augmentation, the step cadence, the epochs (time=), what trains (freeze=)
+TRAJECTORY_KEYS = ("imgsz", "batch", "close_mosaic", "augmentations", "workers", "cache", "time", "freeze", "distill_model")
 
 
 def state_path(trainer) -> Path:
@@ -95,6 +100,7 @@ def save_state(trainer) -> None:
         "loader": {"state": loader.generator.get_state(), "chain_start": trainer.ckpt_state.chain_start,
                    "chain_batches": trainer.ckpt_state.chain_batches} if trainer.ckpt_state.chain_start is not None else None,
         "buffer": list(buffer) if isinstance(buffer, list) else None,
+        "args": {k: getattr(trainer.args, k, None) for k in TRAJECTORY_KEYS},
     }
     path = state_path(trainer)
     try:
@@ -112,14 +118,15 @@ def remove_state(trainer) -> None:
 def restore(trainer, ckpt: dict) -> None:
     """After Ultralytics' ``resume_training`` loaded ``ckpt`` (``last.pt``): load ``resume_state.pt``'s model, EMA and
     optimizer in full precision and refill the mosaic buffer; keep the rest for the first epoch
-    (:func:`on_train_epoch_start`). Where there is no state of ``last.pt``'s epoch (DDP, a run saved before this
-    feature, a kill between the two saves, no room), the resume stays stock's, said in one line."""
+    (:func:`on_train_epoch_start`). Where the state is not this checkpoint's (:func:`mismatch`), the resume stays
+    stock's, said in one line."""
     path = state_path(trainer)
     state = torch.load(path, map_location="cpu", weights_only=True) if path.is_file() and saves_state(trainer) else None
-    if state is None or (state["epoch"], state["updates"]) != (ckpt.get("epoch"), ckpt.get("updates")):
-        why = "DDP" if not saves_state(trainer) else f"no {STATE_NAME} of epoch {ckpt.get('epoch', -1) + 1}"
+    why = mismatch(trainer, ckpt, state)
+    if why:
         LOGGER.warning(
-            f"{PREFIX}resume as Ultralytics resumes ({why}): the model from last.pt's half-precision EMA, the random states from the seed"
+            f"{PREFIX}resume as Ultralytics resumes ({why}): the model from the checkpoint's half-precision EMA, the random "
+            f"states from the seed"
         )
         return
     unwrap_model(trainer.model).load_state_dict(state["model"])
@@ -139,6 +146,25 @@ def restore(trainer, ckpt: dict) -> None:
         f"{'the gradients accumulated since the last step' if state['grads'] is not None else 'no pending gradients'})"
         + (f"; workers={workers}: the workers' random states are not kept, the augmentation differs" if workers else "")
     )
+
+
+def mismatch(trainer, ckpt: dict, state: dict | None) -> str:
+    """Why ``state`` (``resume_state.pt``, None where there is none) cannot make the resume of ``ckpt`` exact, or ""
+    where it can: DDP; no state; a state of another epoch or optimizer step count (a kill between the two saves); of
+    another run (its EMA, cast to half precision, is not the checkpoint's); or one saved under other values of the
+    :data:`TRAJECTORY_KEYS` than the resumed run's (Ultralytics' resume lets them change: the saved shuffling and step
+    cadence are of the old ones)."""
+    if not saves_state(trainer):
+        return "DDP"
+    epoch = ckpt.get("epoch", -1) + 1
+    if state is None or (state["epoch"], state["updates"]) != (ckpt.get("epoch"), ckpt.get("updates")):
+        return f"no {STATE_NAME} of epoch {epoch}"
+    ema = ckpt["ema"].state_dict() if ckpt.get("ema") is not None else {}
+    for k, v in state["ema"].items():
+        if k not in ema or not torch.equal(v.half() if v.is_floating_point() else v, ema[k].cpu()):
+            return f"{STATE_NAME} is not this checkpoint's: its EMA differs at {k}"
+    changed = [f"{k}={getattr(trainer.args, k, None)} (was {v})" for k, v in state["args"].items() if getattr(trainer.args, k, None) != v]
+    return f"{', '.join(changed)} at the resume" if changed else ""
 
 
 def on_train_epoch_start(trainer) -> None:
