@@ -163,7 +163,8 @@ def mismatch(trainer, ckpt: dict, state: dict | None) -> str:
     for k, v in state["ema"].items():
         if k not in ema or not torch.equal(v.half() if v.is_floating_point() else v, ema[k].cpu()):
             return f"{STATE_NAME} is not this checkpoint's: its EMA differs at {k}"
-    changed = [f"{k}={getattr(trainer.args, k, None)} (was {v})" for k, v in state["args"].items() if getattr(trainer.args, k, None) != v]
+    saved = state.get("args", {})  # none in a state saved before these keys were (the arms of issue 33)
+    changed = [f"{k}={getattr(trainer.args, k, None)} (was {v})" for k, v in saved.items() if getattr(trainer.args, k, None) != v]
     return f"{', '.join(changed)} at the resume" if changed else ""
 
 
