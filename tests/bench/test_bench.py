@@ -488,3 +488,5 @@ def test_equal_memory_arms_matrix(tmp_path, one_thread):
     # optimizer steps: one an image pair (nbs=2), 2 images at full size and 4 images' tiles or more for (c)
     assert fit["optimizer_steps"] == auto["optimizer_steps"] == full["optimizer_steps"] == 1 < tiles["optimizer_steps"]
     assert (out / "map_vs_memory.png").is_file() and "| steps |" in (out / "results.md").read_text()
+    matrix_ = bench.load_matrix(write_matrix(tmp_path, spec))
+    assert all(matrix_.baseline_of(c) is matrix_.cells[3] for c in matrix_.cells)  # every arm against (d)

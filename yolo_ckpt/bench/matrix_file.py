@@ -63,11 +63,12 @@ class Matrix:
     data: dict = field(default_factory=dict)  # dataset value -> data.yaml path
 
     def baseline_of(self, cell: dict) -> dict | None:
-        """The cell's baseline: the ``recompute=none``, ``recompute_mode=full`` cell sharing its baseline keys."""
-        for other in self.cells:
-            if is_none(other) and all(other[k] == cell[k] for k in self.baseline_keys):
-                return other
-        return None
+        """The cell's baseline: the ``recompute=none``, ``recompute_mode=full`` cell sharing its baseline keys; of
+        several, the plainest (no tiles, no memory budget, an imgsz given: the unconstrained run the others are
+        measured against, as an equal-memory matrix's full-resolution arm), the first of equals."""
+        candidates = [o for o in self.cells if is_none(o) and all(o[k] == cell[k] for k in self.baseline_keys)]
+        plain = lambda o: (o.get("tiles") is not None, o.get("memory_budget") is not None, o.get("imgsz") == "fit")  # noqa: E731
+        return min(candidates, key=plain, default=None)
 
 
 def _positive_int(value) -> bool:
