@@ -18,7 +18,8 @@ in full precision once ``resume_training`` has loaded ``last.pt``, the mosaic bu
 and at the first resumed epoch's start the gradients, the random states, the loader's shuffling (its index chain
 replayed, :func:`_restore_loader`) and the cadence (:func:`accumulate`). Everything is exact in one
 process with ``workers=0`` (Ultralytics' setting on the CPU); with ``workers > 0`` the workers' random states live in
-their processes and are not kept (the augmentation then differs from an uninterrupted run's, the rest is exact);
+their processes and are not kept, nor is the shuffling replayed (the batches then differ from an uninterrupted run's;
+the model, EMA, optimizer and step cadence are exact);
 DDP runs resume as stock does. A ``resume_state.pt`` that is not ``last.pt``'s epoch (a kill between the two saves)
 is not used, nor one of another run, nor one saved under other batches than the resume trains (a changed
 ``batch=``, ``imgsz=``, ...: :func:`mismatch`): the run resumes as stock does, and says so. The file is removed when
@@ -144,7 +145,7 @@ def restore(trainer, ckpt: dict) -> None:
     LOGGER.info(
         f"{PREFIX}resume: exact from {path.name} (model, EMA and optimizer in full precision, random states, mosaic buffer, "
         f"{'the gradients accumulated since the last step' if state['grads'] is not None else 'no pending gradients'})"
-        + (f"; workers={workers}: the workers' random states are not kept, the augmentation differs" if workers else "")
+        + (f"; workers={workers}: the workers' random states are not kept, the shuffling and augmentation differ" if workers else "")
     )
 
 
