@@ -63,6 +63,21 @@ def assert_grads_equal(a: torch.nn.Module, b: torch.nn.Module) -> None:
     assert any(g is not None for g in ga.values())
 
 
+class Interrupted(Exception):
+    """Raised by a test's callback to stop a run as a crash would."""
+
+
+def stop_after(epoch: int):
+    """An ``on_model_save`` callback that stops the run (:class:`Interrupted`) once ``epoch`` (0-based) is saved: its
+    ``last.pt`` holds that epoch and resumes."""
+
+    def stop(trainer):
+        if trainer.epoch == epoch:
+            raise Interrupted(f"stopped after epoch {epoch + 1}")
+
+    return stop
+
+
 # Trainer-level equality runs: one optimizer step per batch of 2 (batch == nbs), small images, no plots.
 TRAIN = dict(epochs=1, batch=2, nbs=2, imgsz=64, workers=0, device="cpu", plots=False, exist_ok=True, seed=0)
 

@@ -33,6 +33,7 @@ _EXPORTS = {
     "CheckpointPoseTrainer": "train.trainer",
     "CheckpointSegmentationTrainer": "train.trainer",
     "checkpointed": "train.trainer",
+    "check_resumable": "train.resume",
     "trainer_for": "train.trainer",
 }
 __all__ = sorted(_EXPORTS)

@@ -10,7 +10,7 @@ import pickle
 
 import pytest
 import torch
-from helpers import assert_state_equal, train
+from helpers import Interrupted, assert_state_equal, stop_after, train
 from torch.utils._pytree import tree_leaves, tree_map
 from ultralytics import YOLO
 from ultralytics.cfg import get_cfg
@@ -232,20 +232,11 @@ def test_memory_floor(heads):
 DENSE = dict(imgsz=IMGSZ, epochs=2, fraction=0.5, mosaic=0.0, scale=0.0, translate=0.0, val=False)
 
 
-class Interrupted(Exception):
-    pass
-
-
-def _interrupt(trainer):
-    if trainer.epoch == 0:
-        raise Interrupted("simulated interruption after the first epoch's checkpoint")
-
-
 def interrupted_and_resumed(model, data, project, name, trainer=None, resume_with=None, **kw):
     """Train 2 epochs, interrupted after the first; resume (with the yolo-ckpt keys ``resume_with``, if given).
     Returns the resumed trainer and the two halves' recompute counters."""
     with count_recomputations() as first, pytest.raises(Interrupted):
-        train(model, data, project, name, trainer=trainer, callbacks=[("on_model_save", _interrupt)], **DENSE, **kw)
+        train(model, data, project, name, trainer=trainer, callbacks=[("on_model_save", stop_after(0))], **DENSE, **kw)
     resumed = YOLO(project / name / "weights" / "last.pt")
     with count_recomputations() as second:
         resumed.train(resume=True, trainer=trainer, **(resume_with or {}))

@@ -4,7 +4,7 @@ with the weights, EMA and per-epoch losses of the same run trained without a sto
 import csv
 
 import pytest
-from helpers import assert_state_equal, large_box_dataset, logged_messages, tiny_yaml, train
+from helpers import Interrupted, assert_state_equal, large_box_dataset, logged_messages, stop_after, tiny_yaml, train
 from ultralytics import YOLO
 
 from yolo_ckpt import CheckpointDetectionTrainer
@@ -19,20 +19,6 @@ RUN = dict(epochs=4, nbs=6, warmup_epochs=1.5, close_mosaic=2, val=False)
 # (the run's batch index of its last optimizer step, optimizer steps): steps at batches 0, 1, 3 (warmup's cadence),
 # then every 3: 6, 9, 12, 15; so epochs 2 and 3 end with gradients pending (of batches 7, and 10 and 11)
 STEPS = (15, 7)
-
-
-class Interrupted(Exception):
-    pass
-
-
-def stop_after(epoch):
-    """An ``on_model_save`` callback that stops the run once ``epoch`` (0-based) is saved."""
-
-    def stop(trainer):
-        if trainer.epoch == epoch:
-            raise Interrupted(f"stopped after epoch {epoch + 1}")
-
-    return stop
 
 
 def losses(run_dir):

@@ -11,7 +11,7 @@ import shutil
 import pytest
 import torch
 import yaml
-from helpers import assert_state_equal, train
+from helpers import Interrupted, assert_state_equal, stop_after, train
 from ultralytics import YOLO
 from ultralytics.nn.tasks import DetectionModel
 
@@ -19,10 +19,6 @@ from yolo_ckpt import checkpointed_layers, trainer_for
 from yolo_ckpt.checkpointing.engine import RecomputedLayer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-class Interrupted(Exception):
-    """Raised by a callback to stop a run as a crash would."""
 
 
 @pytest.mark.slow
@@ -35,10 +31,6 @@ def test_distillation_interrupted_and_resumed_as_stock(synthetic, tmp_path):
     torch.save({"model": DetectionModel("yolo11n.yaml", nc=3, verbose=False)}, teacher)
     seen = {}
 
-    def interrupt(trainer):
-        if trainer.epoch == 0:
-            raise Interrupted
-
     def patched_models(trainer):
         seen["student"] = checkpointed_layers(trainer.model)
         seen["teacher"] = [m for m in trainer.model.teacher_model.modules() if isinstance(m, RecomputedLayer)]
@@ -47,7 +39,7 @@ def test_distillation_interrupted_and_resumed_as_stock(synthetic, tmp_path):
     stock = train("yolo11n.yaml", synthetic(), tmp_path, "stock", **run)[0]
     with pytest.raises(Interrupted):
         train("yolo11n.yaml", synthetic(), tmp_path, "ckpt", trainer=trainer_for("detect"), recompute="all",
-              callbacks=[("on_model_save", interrupt)], **run)
+              callbacks=[("on_model_save", stop_after(0))], **run)
     # resumable still: the resume below finishes last.pt
     interrupted = shutil.copyfile(tmp_path / "ckpt" / "weights" / "last.pt", tmp_path / "ckpt-interrupted.pt")
     m = YOLO(tmp_path / "ckpt" / "weights" / "last.pt")
@@ -100,7 +92,7 @@ def test_dense_task_trains_as_stock(task, model, synthetic, tmp_path):
     scenes: recompute=all trains as the task's stock trainer (both subclass DetectionTrainer)."""
     stock, _ = train(model, synthetic(task), tmp_path, "stock", fraction=0.5)
     ckpt, counter = train(model, synthetic(task), tmp_path, "ckpt", trainer=trainer_for(task), recompute="all", fraction=0.5)
-    assert type(ckpt).__mro__[2] is type(stock) and ckpt.args.task == task
+    assert type(ckpt).__bases__[1] is type(stock) and ckpt.args.task == task
     steps = ckpt.ema.updates
     assert steps >= 2 and stock.ema.updates == steps and len(ckpt.policy.indices) >= 10
     assert dict(counter.per_layer) == dict.fromkeys(ckpt.policy.indices, steps + 1)  # + the report's memory probe
@@ -145,7 +137,7 @@ def test_rtdetr_trains_as_stock_with_the_same_denoising_queries(synthetic, tmp_p
         trainer, counter = train(model, synthetic(), tmp_path, name, trainer=trainer_cls, imgsz=128, fraction=0.75, **extra)
         runs[name] = trainer, counter, list(drawn), states
     (stock, _, stock_drawn, stock_states), (ckpt, counter, ckpt_drawn, ckpt_states) = runs["stock"], runs["ckpt"]
-    assert type(ckpt).__mro__[2] is type(stock) and type(stock).__name__ == "RTDETRTrainer"
+    assert type(ckpt).__bases__[1] is type(stock) and type(stock).__name__ == "RTDETRTrainer"
     steps = ckpt.ema.updates
     assert steps >= 3 and stock.ema.updates == steps and len(stock_drawn) == steps == len(ckpt_states)
     assert all(torch.equal(a, b) for s, c in zip(stock_drawn, ckpt_drawn) for a, b in zip(s, c))
@@ -170,7 +162,7 @@ def test_cli_builds_each_task_as_yolo_train_does(args, model_cls, trainer_name, 
     from yolo_ckpt.cli.train import prepare_train
 
     model, trainer_cls, overrides = prepare_train(args)
-    assert type(model.model).__name__ == model_cls and trainer_cls.__mro__[2].__name__ == trainer_name
+    assert type(model.model).__name__ == model_cls and trainer_cls.__bases__[1].__name__ == trainer_name
     assert f"synthetic-v1-seed0-{data}" in overrides["data"]
 
 

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 import torch
-from helpers import SUBPROCESS_TIMEOUT_S, TRAIN, assert_state_equal, logged_messages, train
+from helpers import SUBPROCESS_TIMEOUT_S, TRAIN, Interrupted, assert_state_equal, logged_messages, stop_after, train
 from ultralytics import YOLO
 
 from yolo_ckpt import CheckpointDetectionTrainer, checkpointed_layers, count_recomputations, trainer_for
@@ -117,10 +117,6 @@ def test_auto_plan_trains_as_stock(synthetic, tmp_path):
         f"none ~{report['estimated_none_peak_bytes'] / 2**20:.0f} MiB, all ~" in headline
         and "(planned for memory_budget=52 MiB)" in headline
     )
-
-
-class Interrupted(Exception):
-    """Raised by a callback to stop a run there, as a crash would."""
 
 
 @pytest.mark.slow
@@ -367,15 +363,11 @@ def test_resume_restores_and_may_change_policy(synthetic, tmp_path):
     exact: tests/train/test_exact_resume.py), with its policy restored (24). Two optimizer steps an epoch
     (fraction=0.5), no validation but the final epoch's."""
 
-    def interrupt(trainer):
-        if trainer.epoch == 0:
-            raise Interrupted("simulated interruption after the first epoch's checkpoint")
-
     run = dict(epochs=2, fraction=0.5, val=False)
     stock = train("yolo11n.yaml", synthetic(), tmp_path, "stock", **run)[0]
     with pytest.raises(Interrupted):
         train("yolo11n.yaml", synthetic(), tmp_path, "ckpt", trainer=CheckpointDetectionTrainer, recompute="0-2",
-              callbacks=[("on_model_save", interrupt)], **run)
+              callbacks=[("on_model_save", stop_after(0))], **run)
     last = tmp_path / "ckpt" / "weights" / "last.pt"
     interrupted = shutil.copyfile(last, tmp_path / "ckpt-interrupted.pt")  # resumable still (the resume finishes last.pt)
     m = YOLO(last)
@@ -436,7 +428,7 @@ def test_trainer_for_every_ultralytics_task(task):
 
     cls = trainer_for(task)
     stock = YOLO.task_map.fget(None)[task]["trainer"]
-    assert cls.__mro__[1:3] == (CheckpointTrainerMixin, stock) and pickle.loads(pickle.dumps(cls)) is cls
+    assert cls.__bases__ == (CheckpointTrainerMixin, stock) and pickle.loads(pickle.dumps(cls)) is cls
 
 
 def test_trainer_for_rtdetr_model_and_bad_task():

@@ -144,14 +144,21 @@ def interrupted_run(run_dir: Path, args: dict) -> Path | None:
     """``run_dir``'s ``last.pt`` if a kill stopped the run before its end and it was started with ``args`` (the
     cell's imgsz, batch and settings, as saved in its ``train_args``); else None (no run, a finished one, or one of
     other settings: the cell trains anew, in a folder of its own)."""
-    from yolo_ckpt.train.resume import is_finished, read_checkpoint
+    from ultralytics.nn.tasks import torch_safe_load
+
+    from yolo_ckpt import check_resumable
+    from yolo_ckpt.errors import FinishedRunError
 
     last = run_dir / "weights" / "last.pt"
     if not last.is_file():
         return None
-    ckpt = read_checkpoint(last)
+    ckpt = torch_safe_load(str(last))[0]
+    try:
+        check_resumable(last, ckpt)
+    except FinishedRunError:
+        return None
     saved = ckpt.get("train_args") or {}
-    return None if is_finished(ckpt) or any(saved.get(k) != v for k, v in args.items()) else last
+    return None if any(saved.get(k) != v for k, v in args.items()) else last
 
 
 def trained_seconds(run_dir: Path) -> float:
