@@ -10,11 +10,13 @@ scale 0.5 less its random placement), measures one CPU training step of it (:fun
 fp32, with ``recompute=``) and puts the estimate beside it, at the batch's own object count and at the planner's
 bound (what ``yolo-ckpt plan`` and ``train`` estimate for these keys). ``repeat=True`` lays the densest image in all
 four places (a mosaic draws its other three images at random, so it may draw that one four times);
+``rank=foreground`` takes the densest images by the foreground their boxes can give at imgsz / 2 (any predictions:
+:func:`benchmarks.foreground_sampled.sample_counts`) rather than by their objects (larger objects claim more anchors);
 ``predictions=overlapping`` measures the step as a trained model's predictions make it
 (:func:`benchmarks.epoch_peaks.overlapping_predictions`)::
 
     python -m benchmarks.densest_mosaic data=../shared/datasets/monuseg/data.yaml [imgsz=1024] [batch=1] [recompute=none]
-        [repeat=True] [predictions=overlapping]
+        [repeat=True] [rank=foreground] [predictions=overlapping]
         [model=yolo11n-seg.yaml] out=benchmarks/results/densest-mosaic
 
 The task is the model's (``model=yolo11n.yaml`` for a detection set).
@@ -23,6 +25,7 @@ The task is the model's (``model=yolo11n.yaml`` for a detection set).
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import torch
 from ultralytics.cfg import get_cfg
@@ -30,6 +33,7 @@ from ultralytics.data import YOLODataset
 from ultralytics.data.utils import check_det_dataset
 
 from benchmarks.epoch_peaks import predictions_context
+from benchmarks.foreground_sampled import sample_counts
 from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
@@ -41,11 +45,13 @@ from yolo_ckpt.memory.step import profile_step
 from yolo_ckpt.memory.ultralytics_rules import model_task
 
 
-def densest_mosaic(data: str, imgsz: int, batch: int = 1, task: str = "segment", repeat: bool = False) -> tuple[dict, list[int]]:
+def densest_mosaic(data: str, imgsz: int, batch: int = 1, task: str = "segment", repeat: bool = False,
+                   rank: Callable[[dict], float] | None = None) -> tuple[dict, list[int]]:
     """The batch of ``batch`` images (``imgsz`` squares), each made of four of ``data``'s ``4 x batch`` densest training
     images at ``imgsz / 2`` (``repeat``: the densest one four times, as a mosaic may draw it), as Ultralytics' collate
     gives a ``task`` (detect, segment) batch (segment: overlapping masks at a quarter of imgsz, one index per object),
-    and the object counts of the images used, densest first.
+    and the object counts of the images used, densest first. Densest: by ``rank`` of the dataset's item at
+    ``imgsz / 2`` where given, else by objects.
 
     Raises:
         ValueError: for an imgsz that is not a multiple of 64 (each half must be a multiple of the stride 32).
@@ -56,7 +62,8 @@ def densest_mosaic(data: str, imgsz: int, batch: int = 1, task: str = "segment",
     cfg = get_cfg(overrides={"task": task, "imgsz": half})
     info = check_det_dataset(data)
     dataset = YOLODataset(img_path=info["train"], imgsz=half, augment=False, hyp=cfg, data=info, task=task, batch_size=1)
-    densest = sorted(range(len(dataset.labels)), key=lambda i: -len(dataset.labels[i]["cls"]))[: 4 * batch]
+    score = (lambda i: len(dataset.labels[i]["cls"])) if rank is None else (lambda i: rank(dataset[i]))
+    densest = sorted(range(len(dataset.labels)), key=lambda i: -score(i))[: 4 * batch]
     densest = densest[:1] * (4 * batch) if repeat else densest
     img, masks = torch.zeros(batch, 3, imgsz, imgsz), torch.zeros(batch, 2 * quarter, 2 * quarter, dtype=torch.int32)
     cls, boxes, index, counts = [], [], [], []
@@ -77,19 +84,25 @@ def densest_mosaic(data: str, imgsz: int, batch: int = 1, task: str = "segment",
     return ({**out, "masks": masks} if task == "segment" else out), counts
 
 
-KEYS = ("data", "model", "imgsz", "batch", "recompute", "repeat", "predictions", "out")  # the key=value words main takes
+KEYS = ("data", "model", "imgsz", "batch", "recompute", "repeat", "rank", "predictions", "out")
+RANKS = ("objects", "foreground")  # rank=: what makes an image dense  # the key=value words main takes
 
 
 def main(argv: list[str]) -> dict:
     opts = parse_keys(argv, KEYS, "benchmarks.densest_mosaic", required=("data",))
     measured_in = predictions_context(opts.get("predictions", "initial"))
+    by = opts.get("rank", "objects")
+    if by not in RANKS:
+        raise ConfigError(f"rank={by} is not one of {', '.join(RANKS)}")
     imgsz, batch_size, recompute = int(opts.get("imgsz", 1024)), int(opts.get("batch", 1)), opts.get("recompute") or "none"
     # the model, the objects bound and the data's box sizes as `yolo-ckpt plan` takes them for these keys
     keys = {"model": opts.get("model", "yolo11n-seg.yaml"), "data": opts["data"], "imgsz": imgsz, "batch": batch_size, "device": "cpu"}
     run = PlannedRun.from_keys(keys)
     model, spec, task = run.model, run.spec, model_task(run.model)
     repeat, predictions = str(opts.get("repeat", False)).lower() == "true", opts.get("predictions", "initial")
-    batch, counts = densest_mosaic(opts["data"], imgsz, batch_size, task, repeat)
+    assigner, strides = model.init_criterion().assigner, [float(s) for s in model.stride]
+    rank = (lambda item: sample_counts(assigner, item["bboxes"], imgsz // 2, strides)[1]) if by == "foreground" else None
+    batch, counts = densest_mosaic(opts["data"], imgsz, batch_size, task, repeat, rank)
     with measured_in():
         foreground = measured_foreground(model, batch).sum(0).tolist() if task == "segment" else []
         measured = profile_step(model, batch, recompute, flops=False)
@@ -102,7 +115,7 @@ def main(argv: list[str]) -> dict:
     result = {
         **provenance(" ".join(["python -m benchmarks.densest_mosaic", *argv])),
         "model": model_cfg, "task": task, "data": opts["data"], "imgsz": imgsz, "batch": batch_size, "recompute": recompute,
-        "amp": False, "device": "cpu", "repeat": repeat, "predictions": predictions, "foreground": foreground,
+        "amp": False, "device": "cpu", "repeat": repeat, "rank": by, "predictions": predictions, "foreground": foreground,
         "objects_of_the_images": counts, "objects_per_image": per_image, "objects_bound": bound,
         "measured_peak_bytes": measured.peak_bytes, "measured_loss_bytes": measured.loss_bytes,
         "estimated_peak_bytes_at_objects": at_objects, "estimated_peak_bytes_at_bound": at_bound,
@@ -118,6 +131,7 @@ def main(argv: list[str]) -> dict:
         "CPU fp32, one step with AdamW's state (yolo_ckpt.memory.step.profile_step); the estimates as plan makes them "
         "for these keys (segmentation: the foreground anchors bounded by the data's box sizes)."
         + (" The densest image four times in each mosaic." if repeat else "")
+        + (" Densest: by the foreground the images' boxes can give at imgsz / 2." if by == "foreground" else "")
         + (" Predictions that overlap every object (the most foreground: a trained model's)." if predictions == "overlapping" else "")
         + (f" Foreground anchors the assigner gave per image: {', '.join(map(str, foreground))}." if foreground else ""),
         "",

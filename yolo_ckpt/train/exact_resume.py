@@ -48,9 +48,9 @@ STATE_NAME = "resume_state.pt"
 TRAJECTORY_KEYS = ("imgsz", "batch", "close_mosaic", "augmentations", "workers", "cache", "time", "freeze", "distill_model")
 
 
-def state_path(trainer) -> Path:
-    """``weights/resume_state.pt`` of ``trainer``'s run."""
-    return Path(trainer.wdir) / STATE_NAME
+def state_path(weights) -> Path:
+    """``resume_state.pt`` in a run's ``weights`` folder (a trainer's ``wdir``)."""
+    return Path(weights) / STATE_NAME
 
 
 def saves_state(trainer) -> bool:
@@ -103,17 +103,20 @@ def save_state(trainer) -> None:
         "buffer": list(buffer) if isinstance(buffer, list) else None,
         "args": {k: getattr(trainer.args, k, None) for k in TRAJECTORY_KEYS},
     }
-    path = state_path(trainer)
+    path = state_path(trainer.wdir)
     try:
         atomic_write(path, lambda f: torch.save(state, f))
     except NoRoomError as e:
         path.unlink(missing_ok=True)
-        LOGGER.warning(f"{PREFIX}no room for {path.name} ({e}): a resume of this run is Ultralytics' (from last.pt's half-precision EMA)")
+        LOGGER.warning(
+            f"{PREFIX}no room for {path.name} ({e}): a resume of this run is Ultralytics' (the model from the checkpoint's "
+            "half-precision EMA)"
+        )
 
 
-def remove_state(trainer) -> None:
-    """Remove the run's ``resume_state.pt``: at its end nothing is left to resume."""
-    state_path(trainer).unlink(missing_ok=True)
+def remove_state(weights) -> None:
+    """Remove ``resume_state.pt`` from a run's ``weights`` folder: at the run's end nothing is left to resume."""
+    state_path(weights).unlink(missing_ok=True)
 
 
 def restore(trainer, ckpt: dict) -> None:
@@ -121,7 +124,7 @@ def restore(trainer, ckpt: dict) -> None:
     optimizer in full precision and refill the mosaic buffer; keep the rest for the first epoch
     (:func:`on_train_epoch_start`). Where the state is not this checkpoint's (:func:`mismatch`), the resume stays
     stock's, said in one line."""
-    path = state_path(trainer)
+    path = state_path(trainer.wdir)
     state = torch.load(path, map_location="cpu", weights_only=True) if path.is_file() and saves_state(trainer) else None
     why = mismatch(trainer, ckpt, state)
     if why:
@@ -276,7 +279,7 @@ class ExactResume:
     def final_eval(self):
         """The run is over, nothing is left to resume: its state removed (:func:`remove_state`), then Ultralytics'
         final validation."""
-        remove_state(self)
+        remove_state(self.wdir)
         super().final_eval()
 
     def resume_training(self, ckpt):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..errors import FinishedRunError, user_input
 from .atomic import atomic_saves, remove_stale_temporaries
-from .exact_resume import STATE_NAME
+from .exact_resume import remove_state
 
 # where a Ctrl-C that Python swallowed (raised inside a weakref callback or a __del__, "Exception ignored in ...")
 # still stops the run: every training step and validation batch, and the ends of set-up and of each epoch
@@ -115,7 +115,7 @@ def finish_run(path) -> str:
     last = Path(path)
     best, run = last.with_name("best.pt"), last.parent.parent
     remove_stale_temporaries(last.parent)
-    last.with_name(STATE_NAME).unlink(missing_ok=True)  # nothing is left to resume
+    remove_state(last.parent)  # nothing is left to resume
     with atomic_saves(last.parent):
         ckpt = strip_optimizer(last)
         if best.is_file():
