@@ -12,11 +12,13 @@ bound (what ``yolo-ckpt plan`` and ``train`` estimate for these keys). ``repeat=
 four places (a mosaic draws its other three images at random, so it may draw that one four times);
 ``rank=foreground`` takes the densest images by the foreground their boxes can give at imgsz / 2 (any predictions:
 :func:`benchmarks.foreground_sampled.sample_counts`) rather than by their objects (larger objects claim more anchors);
+``objects=K`` keeps each image's first K objects (a sparser batch of the same layout: one whose foreground fills one
+backward tile of the loss region, the largest, for ``recompute=all``);
 ``predictions=overlapping`` measures the step as a trained model's predictions make it
 (:func:`benchmarks.epoch_peaks.overlapping_predictions`)::
 
     python -m benchmarks.densest_mosaic data=../shared/datasets/monuseg/data.yaml [imgsz=1024] [batch=1] [recompute=none]
-        [repeat=True] [rank=foreground] [predictions=overlapping]
+        [repeat=True] [rank=foreground] [objects=K] [predictions=overlapping]
         [model=yolo11n-seg.yaml] out=benchmarks/results/densest-mosaic
 
 The task is the model's (``model=yolo11n.yaml`` for a detection set).
@@ -46,12 +48,12 @@ from yolo_ckpt.memory.ultralytics_rules import model_task
 
 
 def densest_mosaic(data: str, imgsz: int, batch: int = 1, task: str = "segment", repeat: bool = False,
-                   rank: Callable[[dict], float] | None = None) -> tuple[dict, list[int]]:
+                   rank: Callable[[dict], float] | None = None, objects: int | None = None) -> tuple[dict, list[int]]:
     """The batch of ``batch`` images (``imgsz`` squares), each made of four of ``data``'s ``4 x batch`` densest training
     images at ``imgsz / 2`` (``repeat``: the densest one four times, as a mosaic may draw it), as Ultralytics' collate
     gives a ``task`` (detect, segment) batch (segment: overlapping masks at a quarter of imgsz, one index per object),
     and the object counts of the images used, densest first. Densest: by ``rank`` of the dataset's item at
-    ``imgsz / 2`` where given, else by objects.
+    ``imgsz / 2`` where given, else by objects. ``objects``: keep each image's first this many objects (None: all).
 
     Raises:
         ValueError: for an imgsz that is not a multiple of 64 (each half must be a multiple of the stride 32).
@@ -69,22 +71,24 @@ def densest_mosaic(data: str, imgsz: int, batch: int = 1, task: str = "segment",
     cls, boxes, index, counts = [], [], [], []
     for k, i in enumerate(densest):
         item, (b, (row, col)) = dataset[i], (k // 4, divmod(k % 4, 2))
+        kept = slice(0, objects)  # the overlap mask's index j + 1 is object j's (Format sorts both alike)
         img[b, :, row * half : (row + 1) * half, col * half : (col + 1) * half] = item["img"].float() / 255
         if task == "segment":
             before = sum(counts[4 * b : k])  # objects of this image's earlier quarters
             own = item["masks"][0].to(torch.int32)  # 0 background, j + 1 for the quarter's object j
-            masks[b, row * quarter : (row + 1) * quarter, col * quarter : (col + 1) * quarter] = torch.where(own > 0, own + before, 0)
-        xywh = item["bboxes"].clone()  # normalised to the quarter: to the 2 x 2 canvas
+            shown = (own > 0) & (own <= len(item["cls"][kept]))
+            masks[b, row * quarter : (row + 1) * quarter, col * quarter : (col + 1) * quarter] = torch.where(shown, own + before, 0)
+        xywh = item["bboxes"][kept].clone()  # normalised to the quarter: to the 2 x 2 canvas
         xywh[:, 0], xywh[:, 1], xywh[:, 2:] = (xywh[:, 0] + col) / 2, (xywh[:, 1] + row) / 2, xywh[:, 2:] / 2
         boxes.append(xywh)
-        cls.append(item["cls"].float())
+        cls.append(item["cls"][kept].float())
         index.append(torch.full((len(xywh),), float(b)))
-        counts.append(len(item["cls"]))
+        counts.append(len(xywh))
     out = {"img": img, "cls": torch.cat(cls), "bboxes": torch.cat(boxes), "batch_idx": torch.cat(index)}
     return ({**out, "masks": masks} if task == "segment" else out), counts
 
 
-KEYS = ("data", "model", "imgsz", "batch", "recompute", "repeat", "rank", "predictions", "out")
+KEYS = ("data", "model", "imgsz", "batch", "recompute", "repeat", "rank", "objects", "predictions", "out")
 RANKS = ("objects", "foreground")  # rank=: what makes an image dense  # the key=value words main takes
 
 
@@ -94,6 +98,10 @@ def main(argv: list[str]) -> dict:
     by = opts.get("rank", "objects")
     if by not in RANKS:
         raise ConfigError(f"rank={by} is not one of {', '.join(RANKS)}")
+    kept = opts.get("objects")
+    if kept is not None and not (str(kept).isdigit() and int(kept) > 0):
+        raise ConfigError(f"objects={kept}: give a whole number of objects per image, at least 1")
+    kept = int(kept) if kept is not None else None
     imgsz, batch_size, recompute = int(opts.get("imgsz", 1024)), int(opts.get("batch", 1)), opts.get("recompute") or "none"
     # the model, the objects bound and the data's box sizes as `yolo-ckpt plan` takes them for these keys
     keys = {"model": opts.get("model", "yolo11n-seg.yaml"), "data": opts["data"], "imgsz": imgsz, "batch": batch_size, "device": "cpu"}
@@ -102,7 +110,7 @@ def main(argv: list[str]) -> dict:
     repeat, predictions = str(opts.get("repeat", False)).lower() == "true", opts.get("predictions", "initial")
     assigner, strides = model.init_criterion().assigner, [float(s) for s in model.stride]
     rank = (lambda item: sample_counts(assigner, item["bboxes"], imgsz // 2, strides)[1]) if by == "foreground" else None
-    batch, counts = densest_mosaic(opts["data"], imgsz, batch_size, task, repeat, rank)
+    batch, counts = densest_mosaic(opts["data"], imgsz, batch_size, task, repeat, rank, kept)
     with measured_in():
         foreground = measured_foreground(model, batch).sum(0).tolist() if task == "segment" else []
         measured = profile_step(model, batch, recompute, flops=False)
@@ -115,7 +123,8 @@ def main(argv: list[str]) -> dict:
     result = {
         **provenance(" ".join(["python -m benchmarks.densest_mosaic", *argv])),
         "model": model_cfg, "task": task, "data": opts["data"], "imgsz": imgsz, "batch": batch_size, "recompute": recompute,
-        "amp": False, "device": "cpu", "repeat": repeat, "rank": by, "predictions": predictions, "foreground": foreground,
+        "amp": False, "device": "cpu", "repeat": repeat, "rank": by, "objects_kept": kept, "predictions": predictions,
+        "foreground": foreground,
         "objects_of_the_images": counts, "objects_per_image": per_image, "objects_bound": bound,
         "measured_peak_bytes": measured.peak_bytes, "measured_loss_bytes": measured.loss_bytes,
         "estimated_peak_bytes_at_objects": at_objects, "estimated_peak_bytes_at_bound": at_bound,
@@ -132,6 +141,7 @@ def main(argv: list[str]) -> dict:
         "for these keys (segmentation: the foreground anchors bounded by the data's box sizes)."
         + (" The densest image four times in each mosaic." if repeat else "")
         + (" Densest: by the foreground the images' boxes can give at imgsz / 2." if by == "foreground" else "")
+        + (f" Each image's first {kept} objects kept." if kept is not None else "")
         + (" Predictions that overlap every object (the most foreground: a trained model's)." if predictions == "overlapping" else "")
         + (f" Foreground anchors the assigner gave per image: {', '.join(map(str, foreground))}." if foreground else ""),
         "",

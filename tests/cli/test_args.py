@@ -67,10 +67,13 @@ def test_python_m_cli_help_imports_no_torch():
         (
             "densest_mosaic",
             ["imgsz=512"],
-            "data= is required; benchmarks.densest_mosaic takes data, model, imgsz, batch, recompute, repeat, rank, predictions, out",
+            "data= is required; benchmarks.densest_mosaic takes data, model, imgsz, batch, recompute, repeat, rank, objects, "
+            "predictions, out",
         ),
         ("pilot_curve", ["run=x", "threads"], "'threads' is not a key=value word; benchmarks.pilot_curve takes run, threads, out"),
         ("densest_mosaic", ["data=x", "predictions=trained"], "predictions=trained: valid values are initial, overlapping"),
+        ("densest_mosaic", ["data=x", "rank=area"], "rank=area is not one of objects, foreground"),
+        ("densest_mosaic", ["data=x", "objects=0"], "objects=0: give a whole number of objects per image, at least 1"),
         ("epoch_peaks", ["data=x", "predictions=trained"], "predictions=trained: valid values are initial, overlapping"),
         ("breaker", ["case=detect-large"], "unknown key 'case' (did you mean 'cases'?); benchmarks.breaker takes render, out, cases"),
     ],
