@@ -148,23 +148,44 @@ def tiny_yaml(folder, task: str = "detect") -> str:
 COCO_FLIP = [0, 2, 1, 4, 3, 6, 5, 8, 7, 10, 9, 12, 11, 14, 13, 16, 15]  # the 17 keypoints' left-right pairs
 
 
-def large_box_dataset(folder, task: str, images: int = 4, objects: int = 8) -> str:
-    """A ``task`` dataset of ``images`` 64 px training images (and 2 validation images) of noise, each with ``objects``
-    boxes of 40-95% of the side anywhere (they overlap: every anchor is a candidate of several objects): detect boxes,
-    segment rectangles' polygons, obb rotated rectangles' corners (partly outside the image), pose boxes with 17
-    keypoints anywhere in the image, in or out of their box. Returns its data.yaml."""
-    import math
+def write_dataset(folder, labels: dict, images: dict | None = None, names=("object",), **extra) -> str:
+    """A YOLO dataset in ``folder``: per split (``train``, ``val``), image i is ``images[split][i]`` (an HxWx3 uint8
+    array; default a 64 px grey square) with the label rows ``labels[split][i]`` (strings); ``data.yaml`` names the
+    classes ``names`` and adds ``extra`` (``kpt_shape=``, ...). Returns data.yaml's path."""
+    from pathlib import Path
 
     import cv2
     import numpy as np
     import yaml
 
-    g = np.random.default_rng(0)
-    for split, count in (("train", images), ("val", 2)):
+    folder = Path(folder)
+    for split, rows in labels.items():
         (folder / "images" / split).mkdir(parents=True)
         (folder / "labels" / split).mkdir(parents=True)
-        for i in range(count):
-            cv2.imwrite(str(folder / "images" / split / f"{i}.png"), g.integers(0, 255, (64, 64, 3), dtype=np.uint8))
+        for i, image_rows in enumerate(rows):
+            image = images[split][i] if images else np.full((64, 64, 3), 120, np.uint8)
+            cv2.imwrite(str(folder / "images" / split / f"{i}.png"), image)
+            (folder / "labels" / split / f"{i}.txt").write_text("".join(f"{r}\n" for r in image_rows))
+    data = {"path": str(folder), "train": "images/train", "val": "images/val", "names": dict(enumerate(names)), **extra}
+    (folder / "data.yaml").write_text(yaml.safe_dump(data))
+    return str(folder / "data.yaml")
+
+
+def large_box_dataset(folder, task: str, images: int = 4, objects: int = 8) -> str:
+    """A ``task`` dataset of ``images`` 64 px training images (and 2 validation images) of noise, each with ``objects``
+    boxes of 40-95% of the side anywhere (they overlap: every anchor is a candidate of several objects): detect boxes,
+    segment rectangles' polygons, obb rotated rectangles' corners (partly outside the image), pose boxes with 17
+    keypoints anywhere in the image, in or out of their box. Returns its data.yaml (:func:`write_dataset`)."""
+    import math
+
+    import numpy as np
+
+    g = np.random.default_rng(0)
+    pixels, labels = {}, {}
+    for split, count in (("train", images), ("val", 2)):
+        pixels[split], labels[split] = [], []
+        for _ in range(count):
+            pixels[split].append(g.integers(0, 255, (64, 64, 3), dtype=np.uint8))
             rows = []
             for _ in range(objects):
                 w, h = g.uniform(0.4, 0.95, 2)
@@ -182,9 +203,6 @@ def large_box_dataset(folder, task: str, images: int = 4, objects: int = 8) -> s
                     rows.append(f"0 {x} {y} {w} {h} {kpts}")
                 else:
                     rows.append(f"0 {x} {y} {w} {h}")
-            (folder / "labels" / split / f"{i}.txt").write_text("\n".join(rows) + "\n")
-    data = {"path": str(folder), "train": "images/train", "val": "images/val", "names": {0: "object"}}
-    if task == "pose":
-        data |= {"kpt_shape": [17, 3], "flip_idx": COCO_FLIP}
-    (folder / "data.yaml").write_text(yaml.safe_dump(data))
-    return str(folder / "data.yaml")
+            labels[split].append(rows)
+    pose = {"kpt_shape": [17, 3], "flip_idx": COCO_FLIP} if task == "pose" else {}
+    return write_dataset(folder, labels, pixels, **pose)

@@ -9,6 +9,7 @@ import torch
 
 os.environ.setdefault("YOLO_OFFLINE", "1")
 
+from helpers import write_dataset  # noqa: E402
 from ultralytics.utils import DEFAULT_CFG  # noqa: E402
 from ultralytics.utils.tal import TaskAlignedAssigner  # noqa: E402
 
@@ -27,24 +28,21 @@ def test_lattice_counts_anchor_centres_strictly_inside():
 def _dense_dataset(folder, images: int = 3) -> str:
     """A segment dataset of ``images`` 120 x 96 px images (letterboxed by their long side: the rounding of the short
     side), each with 50 small rectangles (2-14 px, many touching or overlapping, some across the border) and 3 large
-    overlapping ones, as polygons. Returns its data.yaml."""
-    import cv2
-
+    overlapping ones, as polygons. Returns its data.yaml (:func:`helpers.write_dataset`)."""
     g = np.random.default_rng(1)
+    pixels, labels = {}, {}
     for split in ("train", "val"):
-        (folder / "images" / split).mkdir(parents=True)
-        (folder / "labels" / split).mkdir(parents=True)
-        for i in range(images if split == "train" else 1):
-            cv2.imwrite(str(folder / "images" / split / f"{i}.png"), g.integers(0, 255, (96, 120, 3), dtype=np.uint8))
+        pixels[split], labels[split] = [], []
+        for _ in range(images if split == "train" else 1):
+            pixels[split].append(g.integers(0, 255, (96, 120, 3), dtype=np.uint8))
             rows = []
             for k in range(53):
                 w, h = (g.uniform(2, 14, 2) if k < 50 else g.uniform(40, 90, 2)) / (120, 96)
                 x, y = g.uniform(0, 1, 2)
                 x1, y1, x2, y2 = np.clip([x - w / 2, y - h / 2, x + w / 2, y + h / 2], 0, 1)
                 rows.append(f"0 {x1} {y1} {x2} {y1} {x2} {y2} {x1} {y2}")
-            (folder / "labels" / split / f"{i}.txt").write_text("\n".join(rows) + "\n")
-    (folder / "data.yaml").write_text(f"path: {folder}\ntrain: images/train\nval: images/val\nnames:\n  0: thing\n")
-    return str(folder / "data.yaml")
+            labels[split].append(rows)
+    return write_dataset(folder, labels, pixels, names=("thing",))
 
 
 @pytest.mark.parametrize("keys", [{}, {"scale": 0.9}, {"mosaic": 0.0}, {"mixup": 0.5, "translate": 0.4}])
