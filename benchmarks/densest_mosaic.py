@@ -69,9 +69,9 @@ def densest_mosaic(data: str, imgsz: int, batch: int = 1, task: str = "segment",
     densest = densest[:1] * (4 * batch) if repeat else densest
     img, masks = torch.zeros(batch, 3, imgsz, imgsz), torch.zeros(batch, 2 * quarter, 2 * quarter, dtype=torch.int32)
     cls, boxes, index, counts = [], [], [], []
+    kept = slice(0, objects)  # each image's first objects: the overlap mask's index j + 1 is object j's (Format sorts both)
     for k, i in enumerate(densest):
         item, (b, (row, col)) = dataset[i], (k // 4, divmod(k % 4, 2))
-        kept = slice(0, objects)  # the overlap mask's index j + 1 is object j's (Format sorts both alike)
         img[b, :, row * half : (row + 1) * half, col * half : (col + 1) * half] = item["img"].float() / 255
         if task == "segment":
             before = sum(counts[4 * b : k])  # objects of this image's earlier quarters
@@ -88,8 +88,9 @@ def densest_mosaic(data: str, imgsz: int, batch: int = 1, task: str = "segment",
     return ({**out, "masks": masks} if task == "segment" else out), counts
 
 
+# the key=value words main takes
 KEYS = ("data", "model", "imgsz", "batch", "recompute", "repeat", "rank", "objects", "predictions", "out")
-RANKS = ("objects", "foreground")  # rank=: what makes an image dense  # the key=value words main takes
+RANKS = ("objects", "foreground")  # rank=: what makes an image dense
 
 
 def main(argv: list[str]) -> dict:
