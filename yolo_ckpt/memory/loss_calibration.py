@@ -9,8 +9,9 @@ task's synthetic batch (:func:`~yolo_ckpt.memory.training_batch.training_batch`)
 least squares, but for segmentation, whose estimate must not fall under the measurement, an upper bound of its
 calibration measurements (a linear program, ``scipy.optimize.linprog``: non-negative coefficients, no measurement
 under-estimated, the least total relative over-estimate), since its peak is a maximum over moments of the loss (two
-assigners' decoding, each image's mask loss) that a sum of terms only approximates; its mask-pixel coefficients then
-carry :data:`MASK_TERMS_MARGIN`, since a bound of the calibration's small sizes is not one of sizes far above them.
+assigners' decoding, each image's mask loss) that a sum of terms only approximates. The loss region's segmentation
+fit also measures whole backward tiles (:data:`TILE_POINTS`); the stock loss's mask-pixel coefficients carry
+:data:`MASK_TERMS_MARGIN` instead, since a bound of the calibration's small sizes is not one of sizes far above them.
 The bytes of a candidate pair beyond one per anchor, and of the loss region's piece of pairs, are measured
 (:data:`PAIR_POINTS`), not fitted, and the decoding
 term's bytes per pixel have a floor (:data:`DECODED_BYTES_PER_PIXEL`). :func:`loss_models` calibrates a model's stock
@@ -73,8 +74,20 @@ PAIR_POINTS = ((1, 160, 100), (1, 160, 100, (0.6, 0.6)), (1, 160, 100, (1.0, 1.0
 
 # A segmentation fit is an upper bound of its calibration measurements, not of sizes beyond them: there its terms that
 # do not grow with the mask pixels (1, B*A, ...) hold slack that the fit trades for lower mask-pixel coefficients, so
-# it falls short where the mask terms dominate; the mask-pixel coefficients carry this margin.
+# it falls short where the mask terms dominate; the stock loss's mask-pixel coefficients carry this margin.
 MASK_TERMS_MARGIN = 0.05
+
+# The loss region's backward holds one tile of an image's foreground anchors x mask pixels (tile(F1,P), at most
+# 2 * ANCHOR_TILE - 1 anchors, or every anchor by a few mask rows) and, while it rebuilds the tile's gradient, one
+# chunk's temporaries (min(chunk,F1)*P): its peak is the larger of the two moments, about 4 B per tile anchor-pixel
+# plus 20 per chunk anchor-pixel while the chunks run, 8 plus 8 in the einsum's own backward (fp32, measured on
+# _MaskLoss alone). CALIBRATION_POINTS' foregrounds (at most the 525 anchors of 160 px) are each one chunk and one
+# tile, where the two terms cannot be told apart: the fit spread the chunk's bytes over the tile's, and the formula
+# was 13% over a MoNuSeg batch of two whole tiles at 1024 px. These steps (grid-laid objects: about 600, 1950 and
+# 2400 foreground anchors) make the fit the chord of that maximum, exact at a whole tile; the mask terms grow no
+# further than a tile, and per mask pixel a tile's bytes fall as the mask grows (9.1 at 80 x 80, 9.0 at 256 x 256),
+# so the region's fit needs no margin.
+TILE_POINTS = ((1, 320, 60), (1, 384, 200), (1, 384, 240))
 
 # Bytes per mask pixel that YOLO26's SegTaskAlignedAssigner.pair_overlaps (ultralytics/utils/tal.py) holds while it
 # decodes, on the CPU where the calibration measures it: each pixel's bool mask (`> 0`, 1 B) with the float32 product
@@ -108,7 +121,8 @@ def _calibrate(model, amp: bool) -> LossModel:
         tuple(3 * a.topk for a in _assigners(model.criterion) if isinstance(a, SegTaskAlignedAssigner)),
         getattr(model, "assign_chunk", None),
     )
-    points = CALIBRATION_POINTS
+    tiles = TILE_POINTS if shape.task == "segment" and shape.chunk else ()
+    points = CALIBRATION_POINTS + tiles
     if shape.task in OBJECTLESS_TASKS:  # objects do not change their batch: each (batch, imgsz) once
         points = tuple(sorted({(b, s, 0) for b, s, _ in points}))
     pair_points = () if shape.task in OBJECTLESS_TASKS else PAIR_POINTS  # measured with the others: one prediction pass
@@ -123,7 +137,7 @@ def _calibrate(model, amp: bool) -> LossModel:
     # the decoding's bytes per mask pixel are the code's, not the fit's: its points decode too few pixels to tell them
     decoding = [0.0] * (rows.shape[1] - 1) + [DECODED_BYTES_PER_PIXEL] if shape.mask_topk else None  # the last term
     forward, backward = fit(forward, decoding), fit(backward)
-    if shape.task == "segment":  # the mask-pixel terms (from the 5th on) carry the extrapolation margin
+    if shape.task == "segment" and not tiles:  # the stock loss's mask-pixel terms (from the 5th on): the margin
         forward, backward = (c[:4] + tuple(v * (1 + MASK_TERMS_MARGIN) for v in c[4:]) for c in (forward, backward))
     pair_bytes = max(0.0, (many - few) / max(pairs[2] - pairs[1], 1))  # the bytes of a pair beyond the fitted ones
     piece = min(pairs[1], PAIR_PIECE) - min(pairs[0], PAIR_PIECE)  # the piece's pairs the 60% boxes add
