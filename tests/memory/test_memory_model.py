@@ -301,7 +301,7 @@ def test_loss_region_mask_terms_stop_at_a_tile():
 def test_loss_region_backward_at_a_whole_tile():
     """The loss region's backward peaks at the larger of two moments of a tile (its gradient rebuilt chunk by chunk,
     then the einsum's own backward), which the calibration's one-chunk steps cannot tell apart; its TILE_POINTS
-    measure whole tiles. At one whole tile (2000 foreground anchors) at 512 px, a mask 2.8x any calibration step's,
+    measure whole tiles. At one whole tile (2000 foreground anchors) at 512 px, a mask 1.8x the largest calibration step's,
     the formula is over the measured backward by less than 12% (17% when the fit had only one-chunk steps and the
     stock loss's margin)."""
     model = _task_model(SegmentationModel, "yolo11n-seg.yaml", 2)
