@@ -1,0 +1,65 @@
+"""Issue 33's noise study: the per-image matches it keeps give Ultralytics' own mAP back, and its paired bootstrap
+cancels what two arms share."""
+
+import numpy as np
+import pytest
+import torch
+from helpers import tiny_yaml, write_dataset
+from ultralytics import YOLO
+
+from benchmarks.map_bootstrap import PerImage, bootstrap, interval, mean_ap
+
+
+def _validated(tmp_path) -> tuple[dict, object]:
+    """A val set of 8 images (2-3 boxes, 2 classes) whose predictions are its labels, every other box moved by a
+    pixel (true positives at some IoU thresholds only) and one image's boxes given the wrong class: Ultralytics'
+    validator run on them with :class:`PerImage`. Returns its kept images and its metrics."""
+    g = torch.Generator().manual_seed(0)
+    rows = [[f"{(i + k) % 2} {0.25 + 0.25 * k} 0.5 0.2 {0.3 + 0.1 * k}" for k in range(2 + i % 2)] for i in range(8)]
+    data = write_dataset(tmp_path / "data", {"train": rows, "val": rows}, names=("a", "b"))
+    kept = {}
+
+    class LabelsAsPredictions(PerImage):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            kept["validator"] = self
+
+        def update_metrics(self, preds, batch):
+            preds = []
+            for si in range(len(batch["img"])):
+                truth = self._prepare_batch(si, batch)
+                boxes = truth["bboxes"].clone()
+                boxes[::2] += 1.0  # every other box moved 1 px right and down: IoU about 0.78
+                wrong = self.seen + si == 5  # one image's classes swapped: false positives and missed labels
+                cls = (1 - truth["cls"]) if wrong else truth["cls"]
+                preds.append({"bboxes": boxes, "conf": torch.rand(len(boxes), generator=g) * 0.5 + 0.5, "cls": cls})
+            super().update_metrics(preds, batch)
+
+    torch.manual_seed(0)
+    metrics = YOLO(tiny_yaml(tmp_path)).val(
+        validator=LabelsAsPredictions, data=data, imgsz=64, batch=4, plots=False, verbose=False, workers=0
+    )
+    return kept["validator"].images, metrics
+
+
+@pytest.mark.slow
+def test_kept_images_give_ultralytics_map_and_a_paired_bootstrap(tmp_path):
+    images, metrics = _validated(tmp_path)
+    assert sorted(images) == [f"{i}.png" for i in range(8)]
+    assert [len(images[f"{i}.png"]["target_cls"]) for i in range(8)] == [2 + i % 2 for i in range(8)]
+    # the whole val set's mAP from the kept matches is Ultralytics' own, and not a trivial one
+    full = mean_ap(list(images.values()))
+    assert full == (metrics.box.map50, metrics.box.map) and 0.5 < full[1] < full[0] < 1.0
+    names = sorted(images)
+    # an arm paired with itself differs by nothing in every resample; the interval holds the whole set's figure
+    draws = bootstrap({"a": images, "b": images}, names, resamples=50, seed=0)
+    assert draws.shape == (50, 2, 2) and np.array_equal(draws[:, 0], draws[:, 1])
+    low, high = interval(draws[:, 0, 1])
+    assert low < full[1] < high and low < high
+    # another arm that misses every box of image 0: paired, its mAP is never above, and the difference's interval is
+    # narrower than either arm's own (what the images share cancels)
+    worse = {**images, "0.png": {**images["0.png"], **{k: images["0.png"][k][:0] for k in ("tp", "conf", "pred_cls")}}}
+    draws = bootstrap({"a": images, "worse": worse}, names, resamples=50, seed=0)
+    delta = draws[:, 1, 1] - draws[:, 0, 1]
+    assert (delta <= 1e-12).all() and delta.min() < 0
+    assert np.ptp(interval(delta)) < min(np.ptp(interval(draws[:, a, 1])) for a in (0, 1))
