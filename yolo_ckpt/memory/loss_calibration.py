@@ -82,11 +82,11 @@ MASK_TERMS_MARGIN = 0.05
 # chunk's temporaries (min(chunk,F1)*P): its peak is the larger of the two moments, about 4 B per tile anchor-pixel
 # plus 20 per chunk anchor-pixel while the chunks run, 8 plus 8 in the einsum's own backward (fp32, measured on
 # _MaskLoss alone). CALIBRATION_POINTS' foregrounds (at most the 525 anchors of 160 px) are each one chunk and one
-# tile, where the two terms cannot be told apart: the fit spread the chunk's bytes over the tile's, and the formula
-# was 13% over a MoNuSeg batch of two whole tiles at 1024 px. These steps (grid-laid objects: about 600, 1950 and
-# 2400 foreground anchors) make the fit the chord of that maximum, exact at a whole tile; the mask terms grow no
-# further than a tile, and per mask pixel a tile's bytes fall as the mask grows (9.1 at 80 x 80, 9.0 at 256 x 256),
-# so the region's fit needs no margin.
+# tile, where the two terms cannot be told apart: the fit summed them. These steps (grid-laid objects: about 600, 1950
+# and 2400 foreground anchors) make the fit the chord of that maximum, with its ends measured: MoNuSeg's step of two
+# whole tiles at 1024 px 1.08x over (was 1.13x), the loss's backward at one whole tile at 512 px 9.6% over (was 17%).
+# The mask terms grow no further than a tile, and per mask pixel a tile's bytes fall as the mask grows (9.1 at 80 x 80,
+# 9.0 at 256 x 256), so the region's fit needs no margin.
 TILE_POINTS = ((1, 320, 60), (1, 384, 200), (1, 384, 240))
 
 # Bytes per mask pixel that YOLO26's SegTaskAlignedAssigner.pair_overlaps (ultralytics/utils/tal.py) holds while it
