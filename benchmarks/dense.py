@@ -12,8 +12,9 @@ Per case:
 
 - peak bytes of one training step (:func:`yolo_ckpt.memory.step.profile_step`: forward, loss, backward, AdamW step,
   the optimizer's state included) for ``recompute=none`` (stock), ``all`` and ``auto`` at half of ``none``'s
-  estimate (``memory_budget=0.5x``, planned by :class:`yolo_ckpt.memory.planner.MemoryModel` from the case's objects,
-  the worst box size assumed), with the estimates beside them;
+  estimate (``memory_budget=0.5x``, planned by :class:`yolo_ckpt.memory.planner.MemoryModel` from the case's objects
+  and their boxes, as ``data=`` states them: :meth:`~yolo_ckpt.memory.foreground.ObjectSizes.of_batch`; without them
+  the estimate takes every box as the whole image, issue 30), with the estimates beside them;
 - the gradients and the weights after one AdamW step of ``all`` against stock: ``torch.equal`` on every tensor;
 - step time (forward, loss, backward) of ``recompute=loss`` against the same policy with the stock assigner
   (detect and obb: their loss region is the assigner, so that is ``none``), median over ``steps`` interleaved pairs,
@@ -37,10 +38,11 @@ from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.checkpointing.assigner import chunk_assigners
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
+from yolo_ckpt.memory.foreground import ObjectSizes
 from yolo_ckpt.memory.planner import MemoryModel
 from yolo_ckpt.memory.step import profile_step
 from yolo_ckpt.memory.training_batch import training_batch
-from yolo_ckpt.memory.ultralytics_rules import build_optimizer
+from yolo_ckpt.memory.ultralytics_rules import build_optimizer, model_task
 
 SMALL = (8 / 1024, 28 / 1024)  # 8-28 px at 1024
 CASES = {
@@ -86,7 +88,7 @@ def case(name: str, steps: int) -> dict:
     model_name, imgsz, batch_size, objects, sides = CASES[name]
     model = _model(model_name)
     batch = training_batch(model, batch_size, imgsz, objects, sides=sides)
-    memory = MemoryModel(model, imgsz, batch_size, objects)
+    memory = MemoryModel(model, imgsz, batch_size, objects, sizes=ObjectSizes.of_batch(batch, model_task(model)))
     budget = int(BUDGET_FRACTION * memory.peak((), batch_size, imgsz))
     plan = memory.plan(budget, batch_size, imgsz)
     row = {"case": name, "model": model_name, "imgsz": imgsz, "batch": batch_size, "objects": objects,
@@ -143,7 +145,8 @@ def main(argv: list[str]) -> dict:
         "rows": rows,
     }
     lines = [
-        "Dense scenes, one CPU thread: peak bytes of one training step (AdamW's state included), measured and estimated;",
+        "Dense scenes, one CPU thread: peak bytes of one training step (AdamW's state included), measured and estimated",
+        "(the batch's boxes stated, as data= gives them);",
         f"`auto` planned for {BUDGET_FRACTION}x of `none`'s estimate; `all` against stock after one AdamW step; step time",
         f"(forward, loss, backward) of `recompute=loss` with the chunked against the stock assigner, median of {steps} pairs.",
         "",
