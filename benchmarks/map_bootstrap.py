@@ -78,12 +78,17 @@ def interval(values: np.ndarray) -> tuple[float, float]:
     return float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))
 
 
+def _tiles(row: dict) -> str:
+    """A bench row's tiles setting, '' for a cell trained on whole images (the csv leaves it empty: NaN)."""
+    return row["tiles"] if isinstance(row.get("tiles"), str) else ""
+
+
 def validate(row: dict, datasets: Path) -> dict:
     """Each val image's matches for the run of a bench ``row``, validated as the bench measured its mAP."""
     from ultralytics import YOLO
 
     data = datasets / row["dataset"] / "data.yaml"
-    batch = int(row["batch"]) if isinstance(row.get("tiles"), str) and row["tiles"] else 2 * int(row["batch"])
+    batch = int(row["batch"]) if _tiles(row) else 2 * int(row["batch"])
     validator = {}
 
     class Kept(PerImage):  # the instance Ultralytics builds, to read its images after
@@ -102,8 +107,7 @@ KEYS = ("results", "datasets", "baseline", "resamples", "seed", "out")  # the ke
 
 def arm_name(row: dict) -> str:
     """An arm as the bench's table names it: recompute, and tiles or imgsz."""
-    tiles = f" tiles {row['tiles']}" if isinstance(row.get("tiles"), str) and row["tiles"] else ""
-    return f"{row['recompute']} @{int(row['imgsz_used'])}{tiles}"
+    return f"{row['recompute']} @{int(row['imgsz_used'])}" + (f" tiles {_tiles(row)}" if _tiles(row) else "")
 
 
 def main(argv: list[str]) -> dict:
