@@ -11,24 +11,29 @@ as the trainer's final validation (a tiles cell's full-image validation: ``batch
 IoU thresholds, confidences, classes), and mAP over any multiset of images is Ultralytics' ``ap_per_class`` on their
 concatenation, so the whole val set gives the run's own figure (checked: ``mAP50 as recorded``).
 
-The interval: B resamples of the val images with replacement, the 2.5th and 97.5th percentiles of mAP over them (the
-percentile bootstrap, Efron and Tibshirani, *An Introduction to the Bootstrap*, 1993, ch. 13). A difference to the
-baseline resamples the same images for both arms (a paired bootstrap: what the images share cancels); an interval that
-holds 0 says the difference is inside the val set's noise. It is the noise of the val images only, not of training
-(another seed trains other weights): issue 33 allows either.
+The interval: B resamples of the val images with replacement, and the 95% bias-corrected and accelerated (BCa)
+interval of mAP over them (Efron and Tibshirani, *An Introduction to the Bootstrap*, 1993, ch. 14; SciPy's
+``scipy.stats.bootstrap``): mAP is not linear in the images, and a resample's repeated images shift and skew its
+distribution, so the plain percentiles sit off the whole set's figure; BCa corrects both. A difference to the baseline
+resamples the same images for both arms (a paired bootstrap: what the images share cancels); an interval that holds 0
+says the difference is inside the val set's noise. It is the noise of the val images only, not of training (another
+seed trains other weights): issue 33 allows either.
 """
 
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
+from scipy.stats import bootstrap as scipy_bootstrap
 from ultralytics.models.yolo.detect import DetectionValidator
 from ultralytics.utils.metrics import ap_per_class
 
 from yolo_ckpt.bench.matrix import read_results
 from yolo_ckpt.bench.results_io import provenance, publish
+from yolo_ckpt.bench.tables import tiles_label, tiles_setting
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.errors import ConfigError
@@ -61,26 +66,31 @@ def mean_ap(images: list[dict]) -> tuple[float, float]:
     return (float(ap[:, 0].mean()), float(ap.mean())) if len(ap) else (0.0, 0.0)
 
 
-def bootstrap(arms: dict[str, dict], names: list[str], resamples: int, seed: int) -> np.ndarray:
-    """mAP50 and mAP50-95 of each arm over ``resamples`` resamples of the images ``names`` with replacement, the same
-    resample for every arm: (resamples, arms, 2)."""
-    rng = np.random.default_rng(seed)
-    out = np.empty((resamples, len(arms), 2))
-    for r in range(resamples):
-        pick = [names[i] for i in rng.integers(0, len(names), len(names))]
-        for a, images in enumerate(arms.values()):
-            out[r, a] = mean_ap([images[n] for n in pick])
-    return out
+def bootstrap(arms: dict[str, dict], names: list[str], baseline: str, resamples: int, seed: int) -> dict[str, np.ndarray]:
+    """Each arm's mAP50 and mAP50-95 over the images ``names`` and over ``resamples`` resamples of them with
+    replacement (the same resample for every arm), and its difference to arm ``baseline`` on each.
 
+    Returns ``mAP`` and ``delta`` (arms, 2), the whole set's figures (mAP50, mAP50-95); ``interval`` and
+    ``delta_interval`` (arms, 2, 2), their 95% BCa intervals (low, high), an interval of a figure that no resample
+    changes (an arm against itself, or against equal weights) being that figure twice; ``draws`` (arms, 2, resamples),
+    each resample's mAP."""
+    images = list(arms.values())
+    base = list(arms).index(baseline)
 
-def interval(values: np.ndarray) -> tuple[float, float]:
-    """The 95% percentile interval of bootstrap ``values`` (the 2.5th and 97.5th percentiles)."""
-    return float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))
+    def statistic(pick):  # pick: indices into names -> (2 [mAP, mAP - baseline's], arms, 2)
+        m = np.array([mean_ap([arm[names[i]] for i in pick]) for arm in images])
+        return np.stack([m, m - m[base]])
 
-
-def _tiles(row: dict) -> str:
-    """A bench row's tiles setting, '' for a cell trained on whole images (the csv leaves it empty: NaN)."""
-    return row["tiles"] if isinstance(row.get("tiles"), str) else ""
+    whole = statistic(np.arange(len(names)))
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a constant figure's BCa is 0/0; it is set below
+        res = scipy_bootstrap((np.arange(len(names)),), statistic, n_resamples=resamples, vectorized=False,
+                              method="BCa", rng=np.random.default_rng(seed))
+    constant = np.ptp(res.bootstrap_distribution, axis=-1) == 0
+    ci = np.stack([np.where(constant, whole, res.confidence_interval.low),
+                   np.where(constant, whole, res.confidence_interval.high)], axis=-1)  # (2, arms, 2, 2)
+    return {"mAP": whole[0], "delta": whole[1], "interval": ci[0], "delta_interval": ci[1],
+            "draws": res.bootstrap_distribution[0]}
 
 
 def validate(row: dict, datasets: Path) -> dict:
@@ -88,7 +98,7 @@ def validate(row: dict, datasets: Path) -> dict:
     from ultralytics import YOLO
 
     data = datasets / row["dataset"] / "data.yaml"
-    batch = int(row["batch"]) if _tiles(row) else 2 * int(row["batch"])
+    batch = int(row["batch"]) if tiles_setting(row) else 2 * int(row["batch"])
     validator = {}
 
     class Kept(PerImage):  # the instance Ultralytics builds, to read its images after
@@ -107,28 +117,26 @@ KEYS = ("results", "datasets", "baseline", "resamples", "seed", "out")  # the ke
 
 def arm_name(row: dict) -> str:
     """An arm as the bench's table names it: recompute, and tiles or imgsz."""
-    return f"{row['recompute']} @{int(row['imgsz_used'])}" + (f" tiles {_tiles(row)}" if _tiles(row) else "")
+    return f"{row['recompute']} @{int(row['imgsz_used'])}" + (f" tiles ({tiles_label(row)})" if tiles_setting(row) else "")
 
 
 def main(argv: list[str]) -> dict:
     opts = parse_keys(argv, KEYS, "benchmarks.map_bootstrap", required=("results", "datasets"))
     folder, datasets = Path(opts["results"]), Path(opts["datasets"])
     rows = [r for r in read_results(folder).to_dict("records") if r["status"] == "ok"]
-    baseline = opts.get("baseline", "auto")
+    baseline = str(opts.get("baseline", "auto") or "none")  # key=value parsing reads none as None, as the yolo CLI does
     if baseline not in {r["recompute"] for r in rows}:
         raise ConfigError(f"baseline={baseline}: no ok row of {folder} has that recompute; valid: {sorted({r['recompute'] for r in rows})}")
     resamples, seed = int(opts.get("resamples", 2000)), int(opts.get("seed", 0))
     arms = {arm_name(r): validate(r, datasets) for r in rows}
     names = sorted(set.intersection(*(set(images) for images in arms.values())))
     base = next(i for i, r in enumerate(rows) if r["recompute"] == baseline)
-    draws = bootstrap(arms, names, resamples, seed)
-    full = [mean_ap([images[n] for n in names]) for images in arms.values()]
+    boot = bootstrap(arms, names, list(arms)[base], resamples, seed)
     table = [
         {
-            "arm": name, "recorded": [rows[a]["mAP50"], rows[a]["mAP50-95"]], "mAP": list(full[a]),
-            "interval": [interval(draws[:, a, k]) for k in (0, 1)],
-            "delta": [full[a][k] - full[base][k] for k in (0, 1)],
-            "delta_interval": [interval(draws[:, a, k] - draws[:, base, k]) for k in (0, 1)],
+            "arm": name, "recorded": [rows[a]["mAP50"], rows[a]["mAP50-95"]], "mAP": boot["mAP"][a].tolist(),
+            "interval": boot["interval"][a].tolist(), "delta": boot["delta"][a].tolist(),
+            "delta_interval": boot["delta_interval"][a].tolist(),
         }
         for a, name in enumerate(arms)
     ]
@@ -138,11 +146,11 @@ def main(argv: list[str]) -> dict:
     fmt = lambda lo_hi: f"[{lo_hi[0]:+.3f}, {lo_hi[1]:+.3f}]"  # noqa: E731
 
     def verdict(lo_hi):  # same weights give the same figure on every resample
-        return " equal" if lo_hi == (0.0, 0.0) else " inside the noise" if lo_hi[0] <= 0 <= lo_hi[1] else ""
+        return " equal" if list(lo_hi) == [0.0, 0.0] else " inside the noise" if lo_hi[0] <= 0 <= lo_hi[1] else ""
 
     lines = [
         f"Bootstrap over the {len(names)} val images of `{folder.name}` ({resamples} resamples, seed {seed}): each arm's"
-        f" best.pt validated once; differences to `{arm_name(rows[base])}` on the same resampled images. 95% percentile"
+        f" best.pt validated once; differences to `{arm_name(rows[base])}` on the same resampled images. 95% BCa"
         " intervals; a difference whose interval holds 0 is inside the val set's noise.",
         "",
         "| arm | mAP50 (as recorded) | 95% interval | mAP50-95 (as recorded) | 95% interval | mAP50 - baseline | 95% interval |"

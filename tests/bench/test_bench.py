@@ -259,6 +259,7 @@ def test_tiles_cell_trains_on_tiles_and_validates_on_full_images(tmp_path, one_t
     assert row["train_images"] == 4 and row["wall_s"] > 0  # 1 image of 64 px in 2 x 2 tiles of 32 px
     assert (Path(row["run_dir"]) / "val-full").is_dir()  # the full-image validation ran
     assert "tiles={'overlap': 0, 'size': 32}" in row["cell"] and (out / "curves.csv").is_file() and (out / "curves.png").is_file()
+    assert "| 32 px, overlap 0 | 4 | 64 |" in (out / "results.md").read_text()  # tiles trained, their count, val imgsz
     tiles = next((out / "data").glob("tiles-*"))
     assert len(list((tiles / "images" / "val").iterdir())) == 4  # 1 val image: validated on its tiles while training
 

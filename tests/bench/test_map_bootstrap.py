@@ -7,7 +7,7 @@ import torch
 from helpers import tiny_yaml, write_dataset
 from ultralytics import YOLO
 
-from benchmarks.map_bootstrap import PerImage, bootstrap, interval, mean_ap
+from benchmarks.map_bootstrap import PerImage, bootstrap, mean_ap
 
 
 def _validated(tmp_path) -> tuple[dict, object]:
@@ -51,15 +51,18 @@ def test_kept_images_give_ultralytics_map_and_a_paired_bootstrap(tmp_path):
     full = mean_ap(list(images.values()))
     assert full == (metrics.box.map50, metrics.box.map) and 0.5 < full[1] < full[0] < 1.0
     names = sorted(images)
-    # an arm paired with itself differs by nothing in every resample; the interval holds the whole set's figure
-    draws = bootstrap({"a": images, "b": images}, names, resamples=50, seed=0)
-    assert draws.shape == (50, 2, 2) and np.array_equal(draws[:, 0], draws[:, 1])
-    low, high = interval(draws[:, 0, 1])
-    assert low < full[1] < high and low < high
-    # another arm that misses every box of image 0: paired, its mAP is never above, and the difference's interval is
-    # narrower than either arm's own (what the images share cancels)
+    # an arm paired with itself differs by nothing in every resample ("equal": the interval is 0 twice); its own
+    # interval holds the whole set's figure
+    boot = bootstrap({"a": images, "b": images}, names, "a", resamples=200, seed=0)
+    assert boot["draws"].shape == (2, 2, 200) and np.array_equal(boot["draws"][0], boot["draws"][1])
+    assert np.array_equal(boot["mAP"], [full, full]) and (boot["delta_interval"] == 0).all()
+    low, high = boot["interval"][0, 1]
+    assert low < full[1] < high
+    # another arm that misses every box of image 0: paired, its mAP is never above, and the difference's interval lies
+    # below 0 and is narrower than either arm's own (what the images share cancels)
     worse = {**images, "0.png": {**images["0.png"], **{k: images["0.png"][k][:0] for k in ("tp", "conf", "pred_cls")}}}
-    draws = bootstrap({"a": images, "worse": worse}, names, resamples=50, seed=0)
-    delta = draws[:, 1, 1] - draws[:, 0, 1]
-    assert (delta <= 1e-12).all() and delta.min() < 0
-    assert np.ptp(interval(delta)) < min(np.ptp(interval(draws[:, a, 1])) for a in (0, 1))
+    boot = bootstrap({"a": images, "worse": worse}, names, "a", resamples=200, seed=0)
+    assert (boot["draws"][1] <= boot["draws"][0] + 1e-12).all() and boot["delta"][1, 1] < 0
+    low, high = boot["delta_interval"][1, 1]
+    assert low < boot["delta"][1, 1] <= high <= 1e-12
+    assert high - low < min(np.ptp(boot["interval"][a, 1]) for a in (0, 1))

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from .tables import tiles_setting
+
 
 def write_plots(matrix, table: pd.DataFrame, out: Path) -> list[Path]:
     """Write ``memory_vs_time.png`` (every kind) and, for train matrices, ``map_vs_imgsz.png``,
@@ -71,7 +73,7 @@ def map_memory_plot(ok: pd.DataFrame, path: Path, title: str) -> Path:
         ax.scatter(group["peak_MiB"], group["mAP50"], color=colour, label=f"{dataset}: mAP50")
         ax.scatter(group["peak_MiB"], group["mAP50-95"], facecolors="none", edgecolors=colour, label=f"{dataset}: mAP50-95")
         for _, row in group.iterrows():
-            label = f"{row['policy']}@{row['imgsz_used']:.0f}" + (" tiles" if _tiled(row) else "")
+            label = f"{row['policy']}@{row['imgsz_used']:.0f}" + (" tiles" if tiles_setting(row) is not None else "")
             ax.annotate(label, (row["peak_MiB"], row["mAP50"]), fontsize=6, alpha=0.7)
     for budget in ok["memory_budget"].dropna().unique() if "memory_budget" in ok else ():
         parsed = Budget.parse(budget)
@@ -87,7 +89,7 @@ def _curves(matrix, ok: pd.DataFrame, out: Path) -> list[Path]:
     frames = []
     for _, row in ok.iterrows():
         csv = Path(str(row.get("run_dir", ""))) / "results.csv"
-        tiled = _tiled(row)
+        tiled = tiles_setting(row) is not None
         label = f"{row['dataset']} {row['policy']} @{row['imgsz_used']:.0f}" + (
             f" tiles ({row['train_images']:.0f}, val on tiles)" if tiled else ""
         )
@@ -128,10 +130,6 @@ def curves_plot(curves: pd.DataFrame, path: Path, title: str) -> Path:
             )
     return _save(fig, ax, path, xlabel="epoch", ylabel="validation mAP50", title=title)
 
-
-def _tiled(row) -> bool:
-    """Whether a results row is a tiles cell's (its ``tiles`` column a setting, not empty)."""
-    return isinstance(row.get("tiles"), str) and row["tiles"].strip() not in {"", "nan", "None"}
 
 
 def _save(fig, ax, path: Path, **labels) -> Path:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+
 import pandas as pd
 
 from yolo_ckpt.config import Budget
@@ -18,7 +20,7 @@ COLUMNS = {  # Markdown columns per kind: results column -> header
         "flop_bound": "FLOP bound", "status": "status",
     },
     "train": {
-        "study": "study", "dataset": "dataset", "model": "model", "imgsz_used": "imgsz", "tiles": "tiles",
+        "study": "study", "dataset": "dataset", "model": "model", "imgsz_used": "imgsz", "tiles_label": "tiles",
         "train_images": "train images", "val_imgsz": "val imgsz", "batch_used": "batch",
         "policy": "recompute", "epochs_run": "epochs", "optimizer_steps": "steps", "peak_MiB": "peak MiB", "memory_change_pct": "memory",
         "fits_budget": "fits budget", "step_time_s": "step s", "time_ratio": "time vs base",
@@ -30,6 +32,20 @@ COLUMNS = {  # Markdown columns per kind: results column -> header
 
 STEP_MEMORY = "peak bytes a CUDA allocator would count (live tensors on the CPU)"
 TRAIN_MEMORY = "the run report (CUDA allocator peak; CPU: live-tensor probe of one step)"
+
+def tiles_setting(row) -> dict | None:
+    """A results row's ``tiles`` setting as its matrix gave it (``{"size": px or "fit", "overlap": px}``); None for a
+    cell trained on whole images (the csv leaves the column empty)."""
+    value = row.get("tiles")
+    return ast.literal_eval(value) if isinstance(value, str) and value.strip() not in {"", "nan", "None"} else None
+
+
+def tiles_label(row) -> str:
+    """A tiles cell's tiles as the table shows them, ``352 px, overlap 32`` (the size trained: ``imgsz_used``); ''
+    for a cell trained on whole images."""
+    tiles = tiles_setting(row)
+    return f"{row['imgsz_used']:.0f} px, overlap {tiles['overlap']}" if tiles else ""
+
 
 def policy_label(row) -> str:
     """``backbone``, ``all:selective``; for auto the planned layers too: ``auto (0-4,9)``."""
@@ -67,6 +83,8 @@ def delta_table(matrix, results: pd.DataFrame) -> pd.DataFrame:
     if matrix.kind == "step" and measured is not None:
         table["time_ratio"] = pd.to_numeric(measured, errors="coerce")
     table["policy"] = table.apply(policy_label, axis=1)
+    if "tiles" in table:
+        table["tiles_label"] = table.apply(tiles_label, axis=1)
     if "weights_sha256" in table:
         table["same_weights"] = [
             ("yes" if a == b else "no") if isinstance(a, str) and isinstance(b, str) else ""
