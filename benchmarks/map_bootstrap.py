@@ -4,6 +4,7 @@ arm and a baseline arm, from one validation per arm::
     python -m benchmarks.map_bootstrap results=benchmarks/results/equal-memory-deeppcb-seed0 datasets=/work/ds \\
         baseline=auto [resamples=2000] [seed=0] out=benchmarks/results/equal-memory-deeppcb-seed0-noise
 
+``baseline``: an arm as the table names it (``"none @352"``), or a recompute policy that one arm alone has (``auto``).
 Reads the bench's ``results.csv`` (each ok row's run folder, dataset, ``val_imgsz``, recompute) and validates each
 run's ``weights/best.pt`` on the dataset's val split as its mAP was measured: at ``val_imgsz``, batch ``2 x batch``
 as the trainer's final validation (a tiles cell's full-image validation: ``batch``). Ultralytics' own
@@ -22,12 +23,13 @@ seed trains other weights): issue 33 allows either.
 
 from __future__ import annotations
 
+import shlex
 import sys
 import warnings
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import bootstrap as scipy_bootstrap
+from scipy.stats import DegenerateDataWarning, bootstrap as scipy_bootstrap
 from ultralytics.models.yolo.detect import DetectionValidator
 from ultralytics.utils.metrics import ap_per_class
 
@@ -73,7 +75,10 @@ def bootstrap(arms: dict[str, dict], names: list[str], baseline: str, resamples:
     Returns ``mAP`` and ``delta`` (arms, 2), the whole set's figures (mAP50, mAP50-95); ``interval`` and
     ``delta_interval`` (arms, 2, 2), their 95% BCa intervals (low, high), an interval of a figure that no resample
     changes (an arm against itself, or against equal weights) being that figure twice; ``draws`` (arms, 2, resamples),
-    each resample's mAP."""
+    each resample's mAP.
+
+    Raises:
+        ValueError: where a figure that resamples change has no BCa interval (too few images or resamples)."""
     images = list(arms.values())
     base = list(arms).index(baseline)
 
@@ -83,12 +88,15 @@ def bootstrap(arms: dict[str, dict], names: list[str], baseline: str, resamples:
 
     whole = statistic(np.arange(len(names)))
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a constant figure's BCa is 0/0; it is set below
+        warnings.simplefilter("ignore", DegenerateDataWarning)  # a constant figure's BCa is 0/0; it is set below
         res = scipy_bootstrap((np.arange(len(names)),), statistic, n_resamples=resamples, vectorized=False,
                               method="BCa", rng=np.random.default_rng(seed))
     constant = np.ptp(res.bootstrap_distribution, axis=-1) == 0
     ci = np.stack([np.where(constant, whole, res.confidence_interval.low),
                    np.where(constant, whole, res.confidence_interval.high)], axis=-1)  # (2, arms, 2, 2)
+    if np.isnan(ci).any():
+        raise ValueError(f"the BCa interval is undefined for {np.argwhere(np.isnan(ci[..., 0])).tolist()} (kind, arm, "
+                         f"metric) of {len(names)} images and {resamples} resamples; valid: more images or resamples")
     return {"mAP": whole[0], "delta": whole[1], "interval": ci[0], "delta_interval": ci[1],
             "draws": res.bootstrap_distribution[0]}
 
@@ -124,14 +132,22 @@ def main(argv: list[str]) -> dict:
     opts = parse_keys(argv, KEYS, "benchmarks.map_bootstrap", required=("results", "datasets"))
     folder, datasets = Path(opts["results"]), Path(opts["datasets"])
     rows = [r for r in read_results(folder).to_dict("records") if r["status"] == "ok"]
+    named = [arm_name(r) for r in rows]
+    if len(set(named)) < len(named):
+        twice = sorted({n for n in named if named.count(n) > 1})
+        raise ConfigError(f"{folder}: two ok rows are the same arm ({twice}); valid: one row per arm")
     baseline = str(opts.get("baseline", "auto") or "none")  # key=value parsing reads none as None, as the yolo CLI does
-    if baseline not in {r["recompute"] for r in rows}:
-        raise ConfigError(f"baseline={baseline}: no ok row of {folder} has that recompute; valid: {sorted({r['recompute'] for r in rows})}")
+    by_recompute = [n for n, r in zip(named, rows) if r["recompute"] == baseline]
+    base = named.index(baseline) if baseline in named else named.index(by_recompute[0]) if len(by_recompute) == 1 else None
+    if base is None:
+        unique = [r["recompute"] for r in rows if [q["recompute"] for q in rows].count(r["recompute"]) == 1]
+        raise ConfigError(f"baseline={baseline} names no one arm of {folder}; valid: {sorted(set(named) | set(unique))}")
     resamples, seed = int(opts.get("resamples", 2000)), int(opts.get("seed", 0))
-    arms = {arm_name(r): validate(r, datasets) for r in rows}
-    names = sorted(set.intersection(*(set(images) for images in arms.values())))
-    base = next(i for i, r in enumerate(rows) if r["recompute"] == baseline)
-    boot = bootstrap(arms, names, list(arms)[base], resamples, seed)
+    arms = dict(zip(named, (validate(r, datasets) for r in rows)))
+    names = sorted(arms[named[0]])
+    if short := {n: len(set(names) ^ set(images)) for n, images in arms.items() if set(images) != set(names)}:
+        raise ValueError(f"the arms were validated on different val images (images not shared, per arm: {short}); valid: one val set")
+    boot = bootstrap(arms, names, named[base], resamples, seed)
     table = [
         {
             "arm": name, "recorded": [rows[a]["mAP50"], rows[a]["mAP50-95"]], "mAP": boot["mAP"][a].tolist(),
@@ -140,7 +156,7 @@ def main(argv: list[str]) -> dict:
         }
         for a, name in enumerate(arms)
     ]
-    command = " ".join(["python -m benchmarks.map_bootstrap", *argv])
+    command = shlex.join(["python", "-m", "benchmarks.map_bootstrap", *argv])  # quoted: an arm name has a space
     result = {**provenance(command), "results": str(folder), "images": len(names), "resamples": resamples, "seed": seed,
               "baseline": arm_name(rows[base]), "arms": table}
     fmt = lambda lo_hi: f"[{lo_hi[0]:+.3f}, {lo_hi[1]:+.3f}]"  # noqa: E731

@@ -2,6 +2,7 @@
 cancels what two arms share."""
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from helpers import tiny_yaml, write_dataset
@@ -66,3 +67,22 @@ def test_kept_images_give_ultralytics_map_and_a_paired_bootstrap(tmp_path):
     low, high = boot["delta_interval"][1, 1]
     assert low < boot["delta"][1, 1] <= high <= 1e-12
     assert high - low < min(np.ptp(boot["interval"][a, 1]) for a in (0, 1))
+
+
+def test_baseline_names_one_arm_before_any_validation(tmp_path, monkeypatch):
+    """baseline= is an arm's name or a recompute that one arm alone has; two arms of one name, or a recompute that
+    several arms share, is refused with the valid choices before any arm is validated."""
+    import benchmarks.map_bootstrap as mb
+    from yolo_ckpt.errors import ConfigError
+
+    monkeypatch.setattr(mb, "validate", lambda *a: pytest.fail("validated before the baseline was checked"))
+    arms = [("none", 352, ""), ("auto", 640, ""), ("none", 352, "{'size': 'fit', 'overlap': 32}"), ("none", 640, "")]
+    rows = [{"cell": f"c{i}", "status": "ok", "recompute": r, "imgsz_used": s, "tiles": t} for i, (r, s, t) in enumerate(arms)]
+    pd.DataFrame(rows).to_csv(tmp_path / "results.csv", index=False)
+    argv = [f"results={tmp_path}", "datasets=/nonexistent"]
+    with pytest.raises(ConfigError, match=r"baseline=none names no one arm .*valid: \['auto', 'auto @640', 'none @352', "
+                       r"'none @352 tiles \(352 px, overlap 32\)', 'none @640'\]"):
+        mb.main([*argv, "baseline=none"])
+    pd.DataFrame(rows + [{**rows[0], "cell": "c4"}]).to_csv(tmp_path / "results.csv", index=False)
+    with pytest.raises(ConfigError, match=r"two ok rows are the same arm \(\['none @352'\]\)"):
+        mb.main([*argv, "baseline=auto"])
