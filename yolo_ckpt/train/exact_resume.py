@@ -102,6 +102,7 @@ def save_state(trainer) -> None:
                    "chain_batches": trainer.ckpt_state.chain_batches} if trainer.ckpt_state.chain_start is not None else None,
         "buffer": list(buffer) if isinstance(buffer, list) else None,
         "args": {k: getattr(trainer.args, k, None) for k in TRAJECTORY_KEYS},
+        "step_s": list(trainer.ckpt_state.step_s),  # the report's median step time is the whole run's, not the last leg's
     }
     path = state_path(trainer.wdir)
     try:
@@ -121,7 +122,7 @@ def remove_state(weights) -> None:
 
 def restore(trainer, ckpt: dict) -> None:
     """After Ultralytics' ``resume_training`` loaded ``ckpt`` (``last.pt``): load ``resume_state.pt``'s model, EMA and
-    optimizer in full precision and refill the mosaic buffer; keep the rest for the first epoch
+    optimizer in full precision, refill the mosaic buffer and take back the step times so far; keep the rest for the first epoch
     (:func:`on_train_epoch_start`). Where the state is not this checkpoint's (:func:`mismatch`), the resume stays
     stock's, said in one line."""
     path = state_path(trainer.wdir)
@@ -144,6 +145,7 @@ def restore(trainer, ckpt: dict) -> None:
         for i in state["buffer"]:  # load_image appends each to the buffer, in the saved order
             dataset.load_image(i)
     trainer.ckpt_state.resumed = state
+    trainer.ckpt_state.step_s = list(state.get("step_s", []))  # none in a state saved before they were (issue 33's arms)
     workers = trainer.train_loader.num_workers
     LOGGER.info(
         f"{PREFIX}resume: exact from {path.name} (model, EMA and optimizer in full precision, random states, mosaic buffer, "
