@@ -4,7 +4,9 @@ arm and a baseline arm, from one validation per arm::
     python -m benchmarks.map_bootstrap results=benchmarks/results/equal-memory-deeppcb-seed0 datasets=/work/ds \\
         baseline=auto [resamples=2000] [seed=0] out=benchmarks/results/equal-memory-deeppcb-seed0-noise
 
-``baseline``: an arm as the table names it (``"none @352"``), or a recompute policy that one arm alone has (``auto``).
+``results``: one bench results folder, or several separated by commas (arms of other schedules on the same val set;
+each arm is then named ``<folder>: <arm>``). ``baseline``: an arm as the table names it (``"none @352"``), or a
+recompute policy that one arm alone has (``auto``).
 Reads the bench's ``results.csv`` (each ok row's run folder, dataset, ``val_imgsz``, recompute) and validates each
 run's ``weights/best.pt`` on the dataset's val split as its mAP was measured: at ``val_imgsz``, batch ``2 x batch``
 as the trainer's final validation (a tiles cell's full-image validation: ``batch``). Ultralytics' own
@@ -130,18 +132,19 @@ def arm_name(row: dict) -> str:
 
 def main(argv: list[str]) -> dict:
     opts = parse_keys(argv, KEYS, "benchmarks.map_bootstrap", required=("results", "datasets"))
-    folder, datasets = Path(opts["results"]), Path(opts["datasets"])
-    rows = [r for r in read_results(folder).to_dict("records") if r["status"] == "ok"]
-    named = [arm_name(r) for r in rows]
+    folders, datasets = [Path(f) for f in str(opts["results"]).split(",")], Path(opts["datasets"])
+    where = ", ".join(map(str, folders))
+    rows = [{**r, "folder": f.name} for f in folders for r in read_results(f).to_dict("records") if r["status"] == "ok"]
+    named = [arm_name(r) if len(folders) == 1 else f"{r['folder']}: {arm_name(r)}" for r in rows]
     if len(set(named)) < len(named):
         twice = sorted({n for n in named if named.count(n) > 1})
-        raise ConfigError(f"{folder}: two ok rows are the same arm ({twice}); valid: one row per arm")
+        raise ConfigError(f"{where}: two ok rows are the same arm ({twice}); valid: one row per arm")
     baseline = str(opts.get("baseline", "auto") or "none")  # key=value parsing reads none as None, as the yolo CLI does
     by_recompute = [n for n, r in zip(named, rows) if r["recompute"] == baseline]
     base = named.index(baseline) if baseline in named else named.index(by_recompute[0]) if len(by_recompute) == 1 else None
     if base is None:
         unique = [r["recompute"] for r in rows if [q["recompute"] for q in rows].count(r["recompute"]) == 1]
-        raise ConfigError(f"baseline={baseline} names no one arm of {folder}; valid: {sorted(set(named) | set(unique))}")
+        raise ConfigError(f"baseline={baseline} names no one arm of {where}; valid: {sorted(set(named) | set(unique))}")
     resamples, seed = int(opts.get("resamples", 2000)), int(opts.get("seed", 0))
     arms = dict(zip(named, (validate(r, datasets) for r in rows)))
     names = sorted(arms[named[0]])
@@ -157,16 +160,16 @@ def main(argv: list[str]) -> dict:
         for a, name in enumerate(arms)
     ]
     command = shlex.join(["python", "-m", "benchmarks.map_bootstrap", *argv])  # quoted: an arm name has a space
-    result = {**provenance(command), "results": str(folder), "images": len(names), "resamples": resamples, "seed": seed,
-              "baseline": arm_name(rows[base]), "arms": table}
+    result = {**provenance(command), "results": [str(f) for f in folders], "images": len(names), "resamples": resamples,
+              "seed": seed, "baseline": named[base], "arms": table}
     fmt = lambda lo_hi: f"[{lo_hi[0]:+.3f}, {lo_hi[1]:+.3f}]"  # noqa: E731
 
     def verdict(lo_hi):  # same weights give the same figure on every resample
         return " equal" if list(lo_hi) == [0.0, 0.0] else " inside the noise" if lo_hi[0] <= 0 <= lo_hi[1] else ""
 
     lines = [
-        f"Bootstrap over the {len(names)} val images of `{folder.name}` ({resamples} resamples, seed {seed}): each arm's"
-        f" best.pt validated once; differences to `{arm_name(rows[base])}` on the same resampled images. 95% BCa"
+        f"Bootstrap over the {len(names)} val images of {', '.join(f'`{f.name}`' for f in folders)} ({resamples} resamples,"
+        f" seed {seed}): each arm's best.pt validated once; differences to `{named[base]}` on the same resampled images. 95% BCa"
         " intervals; a difference whose interval holds 0 is inside the val set's noise.",
         "",
         "| arm | mAP50 (as recorded) | 95% interval | mAP50-95 (as recorded) | 95% interval | mAP50 - baseline | 95% interval |"

@@ -71,7 +71,8 @@ def test_kept_images_give_ultralytics_map_and_a_paired_bootstrap(tmp_path):
 
 def test_baseline_names_one_arm_before_any_validation(tmp_path, monkeypatch):
     """baseline= is an arm's name or a recompute that one arm alone has; two arms of one name, or a recompute that
-    several arms share, is refused with the valid choices before any arm is validated."""
+    several arms share, is refused with the valid choices before any arm is validated; over several results folders
+    each arm is named by its folder."""
     import benchmarks.map_bootstrap as mb
     from yolo_ckpt.errors import ConfigError
 
@@ -86,3 +87,11 @@ def test_baseline_names_one_arm_before_any_validation(tmp_path, monkeypatch):
     pd.DataFrame(rows + [{**rows[0], "cell": "c4"}]).to_csv(tmp_path / "results.csv", index=False)
     with pytest.raises(ConfigError, match=r"two ok rows are the same arm \(\['none @352'\]\)"):
         mb.main([*argv, "baseline=auto"])
+    # two folders (arms of two schedules on one val set): each arm named by its folder, so the same arm in both is two
+    for folder, part in (("a", rows[:3]), ("b", rows[2:3])):
+        (tmp_path / folder).mkdir()
+        pd.DataFrame(part).to_csv(tmp_path / folder / "results.csv", index=False)
+    tiles = "none @352 tiles \\(352 px, overlap 32\\)"
+    with pytest.raises(ConfigError, match=rf"baseline=none names no one arm of {tmp_path / 'a'}, {tmp_path / 'b'}; valid: "
+                       rf"\['a: auto @640', 'a: none @352', 'a: {tiles}', 'auto', 'b: {tiles}'\]"):
+        mb.main([f"results={tmp_path / 'a'},{tmp_path / 'b'}", "datasets=/nonexistent", "baseline=none"])
