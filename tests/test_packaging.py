@@ -91,7 +91,9 @@ def test_wheel_ships_the_bench_and_its_yaml(tmp_path):
         if {d for block in yaml.safe_load(path.read_text())["grid"] for d in np.atleast_1d(block.get("dataset", "synthetic"))}
         - set(BUILT_IN_DATASETS)
     }
-    assert real == {"accuracy", "equal-memory-bccd", "equal-memory-deeppcb", "real-data", "small-objects-aerial"}
+    assert real == {
+        "accuracy", "equal-memory-bccd", "equal-memory-deeppcb", "equal-memory-deeppcb-steps", "real-data", "small-objects-aerial"
+    }
     script = textwrap.dedent(f"""
         import contextlib, io, json
         import yolo_ckpt
