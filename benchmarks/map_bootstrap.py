@@ -7,6 +7,7 @@ arm and a baseline arm, from one validation per arm::
 ``results``: one bench results folder, or several separated by commas (arms of other schedules on the same val set;
 each arm is then named ``<folder>: <arm>``). ``baseline``: an arm as the table names it (``"none @352"``), or a
 recompute policy that one arm alone has (``auto``).
+
 Reads the bench's ``results.csv`` (each ok row's run folder, dataset, ``val_imgsz``, recompute) and validates each
 run's ``weights/best.pt`` on the dataset's val split as its mAP was measured: at ``val_imgsz``, batch ``2 x batch``
 as the trainer's final validation (a tiles cell's full-image validation: ``batch``). Ultralytics' own
@@ -28,6 +29,7 @@ from __future__ import annotations
 import shlex
 import sys
 import warnings
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -137,13 +139,13 @@ def main(argv: list[str]) -> dict:
     rows = [{**r, "folder": f.name} for f in folders for r in read_results(f).to_dict("records") if r["status"] == "ok"]
     named = [arm_name(r) if len(folders) == 1 else f"{r['folder']}: {arm_name(r)}" for r in rows]
     if len(set(named)) < len(named):
-        twice = sorted({n for n in named if named.count(n) > 1})
+        twice = sorted(n for n, k in Counter(named).items() if k > 1)
         raise ConfigError(f"{where}: two ok rows are the same arm ({twice}); valid: one row per arm")
     baseline = str(opts.get("baseline", "auto") or "none")  # key=value parsing reads none as None, as the yolo CLI does
     by_recompute = [n for n, r in zip(named, rows) if r["recompute"] == baseline]
     base = named.index(baseline) if baseline in named else named.index(by_recompute[0]) if len(by_recompute) == 1 else None
     if base is None:
-        unique = [r["recompute"] for r in rows if [q["recompute"] for q in rows].count(r["recompute"]) == 1]
+        unique = [p for p, k in Counter(r["recompute"] for r in rows).items() if k == 1]
         raise ConfigError(f"baseline={baseline} names no one arm of {where}; valid: {sorted(set(named) | set(unique))}")
     resamples, seed = int(opts.get("resamples", 2000)), int(opts.get("seed", 0))
     arms = dict(zip(named, (validate(r, datasets) for r in rows)))

@@ -532,7 +532,6 @@ def test_headroom_moves_the_plan(memory, monkeypatch):
     assert plan.headroom_bytes == int(need * 0.15 + 50 * 2**20) and plan.margin_bytes == -plan.headroom_bytes and not plan.fits
 
 
-
 @pytest.mark.slow
 def test_largest_imgsz_is_checked_by_the_fake_pass(memory, monkeypatch):
     """The composed peak scales activations with imgsz^2; YOLO11n's C2PSA attention grows with its tokens squared, so

@@ -182,7 +182,6 @@ def test_objects_per_image_by_task(task, counts, expected):
     assert ("no objects (" if expected[0] == 0 else f"{expected[0]} objects per image (") + expected[1] + ")" in line
 
 
-
 def test_trainable_as_trained_as_setup_train_sets_requires_grad(synthetic, tmp_path):
     """trainable_as_trained(freeze=) leaves a fresh model's parameters trainable, or not, exactly as Ultralytics'
     _setup_train leaves its own model's (the first 3 layers and the DFL frozen)."""

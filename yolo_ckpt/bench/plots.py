@@ -131,7 +131,6 @@ def curves_plot(curves: pd.DataFrame, path: Path, title: str) -> Path:
     return _save(fig, ax, path, xlabel="epoch", ylabel="validation mAP50", title=title)
 
 
-
 def _save(fig, ax, path: Path, **labels) -> Path:
     """Label, grid and legend ``ax``; write ``fig`` to ``path`` and close it."""
     import matplotlib.pyplot as plt
