@@ -39,7 +39,7 @@ from ultralytics.utils.metrics import ap_per_class
 
 from yolo_ckpt.bench.matrix import read_results
 from yolo_ckpt.bench.results_io import provenance, publish
-from yolo_ckpt.bench.tables import tiles_label, tiles_setting
+from yolo_ckpt.bench.tables import arm_label, tiles_setting
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.errors import ConfigError
@@ -127,17 +127,12 @@ def validate(row: dict, datasets: Path) -> dict:
 KEYS = ("results", "datasets", "baseline", "resamples", "seed", "out")  # the key=value words main takes
 
 
-def arm_name(row: dict) -> str:
-    """An arm as the bench's table names it: recompute, and tiles or imgsz."""
-    return f"{row['recompute']} @{int(row['imgsz_used'])}" + (f" tiles ({tiles_label(row)})" if tiles_setting(row) else "")
-
-
 def main(argv: list[str]) -> dict:
     opts = parse_keys(argv, KEYS, "benchmarks.map_bootstrap", required=("results", "datasets"))
     folders, datasets = [Path(f) for f in str(opts["results"]).split(",")], Path(opts["datasets"])
     where = ", ".join(map(str, folders))
     rows = [{**r, "folder": f.name} for f in folders for r in read_results(f).to_dict("records") if r["status"] == "ok"]
-    named = [arm_name(r) if len(folders) == 1 else f"{r['folder']}: {arm_name(r)}" for r in rows]
+    named = [arm_label(r) if len(folders) == 1 else f"{r['folder']}: {arm_label(r)}" for r in rows]
     if len(set(named)) < len(named):
         twice = sorted(n for n, k in Counter(named).items() if k > 1)
         raise ConfigError(f"{where}: two ok rows are the same arm ({twice}); valid: one row per arm")

@@ -78,11 +78,15 @@ def test_baseline_names_one_arm_before_any_validation(tmp_path, monkeypatch):
 
     monkeypatch.setattr(mb, "validate", lambda *a: pytest.fail("validated before the baseline was checked"))
     arms = [("none", 352, ""), ("auto", 640, ""), ("none", 352, "{'size': 'fit', 'overlap': 32}"), ("none", 640, "")]
-    rows = [{"cell": f"c{i}", "status": "ok", "recompute": r, "imgsz_used": s, "tiles": t} for i, (r, s, t) in enumerate(arms)]
+    rows = [
+        {"cell": f"c{i}", "status": "ok", "recompute": r, "recompute_mode": "full", "imgsz_used": s, "tiles": t}
+        for i, (r, s, t) in enumerate(arms + [("all", 640, "")])
+    ]
+    rows[-1]["recompute_mode"] = "selective"  # named apart from a full recomputation of the same layers
     pd.DataFrame(rows).to_csv(tmp_path / "results.csv", index=False)
     argv = [f"results={tmp_path}", "datasets=/nonexistent"]
-    with pytest.raises(ConfigError, match=r"baseline=none names no one arm .*valid: \['auto', 'auto @640', 'none @352', "
-                       r"'none @352 tiles \(352 px, overlap 32\)', 'none @640'\]"):
+    with pytest.raises(ConfigError, match=r"baseline=none names no one arm .*valid: \['all', 'all:selective @640', 'auto', "
+                       r"'auto @640', 'none @352', 'none @352 tiles \(352 px, overlap 32\)', 'none @640'\]"):
         mb.main([*argv, "baseline=none"])
     pd.DataFrame(rows + [{**rows[0], "cell": "c4"}]).to_csv(tmp_path / "results.csv", index=False)
     with pytest.raises(ConfigError, match=r"two ok rows are the same arm \(\['none @352'\]\)"):

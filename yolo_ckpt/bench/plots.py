@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .tables import tiles_setting
+from .tables import arm_label, tiles_setting
 
 
 def write_plots(matrix, table: pd.DataFrame, out: Path) -> list[Path]:
@@ -61,8 +61,8 @@ def write_plots(matrix, table: pd.DataFrame, out: Path) -> list[Path]:
 
 def map_memory_plot(ok: pd.DataFrame, path: Path, title: str) -> Path:
     """mAP50 (filled) and mAP50-95 (hollow) of each finished train cell against its training peak memory (MiB), one
-    colour per dataset, each point named by its recompute policy, imgsz and tiles; a dotted line at each memory budget
-    given in bytes."""
+    colour per dataset, each point named as an arm (:func:`~yolo_ckpt.bench.tables.arm_label`); a dotted line at each
+    memory budget given in bytes."""
     import matplotlib.pyplot as plt
 
     from yolo_ckpt.config import Budget
@@ -73,12 +73,12 @@ def map_memory_plot(ok: pd.DataFrame, path: Path, title: str) -> Path:
         ax.scatter(group["peak_MiB"], group["mAP50"], color=colour, label=f"{dataset}: mAP50")
         ax.scatter(group["peak_MiB"], group["mAP50-95"], facecolors="none", edgecolors=colour, label=f"{dataset}: mAP50-95")
         for _, row in group.iterrows():
-            label = f"{row['policy']}@{row['imgsz_used']:.0f}" + (" tiles" if tiles_setting(row) is not None else "")
-            ax.annotate(label, (row["peak_MiB"], row["mAP50"]), fontsize=6, alpha=0.7)
+            ax.annotate(arm_label(row), (row["peak_MiB"], row["mAP50"]), xytext=(5, 4), textcoords="offset points", fontsize=7)
     for budget in ok["memory_budget"].dropna().unique() if "memory_budget" in ok else ():
         parsed = Budget.parse(budget)
         if not parsed.is_fraction:
-            ax.axvline(parsed.bytes(None) / 2**20, linestyle=":", color="grey")
+            ax.axvline(parsed.bytes(None) / 2**20, linestyle=":", color="grey", label=f"memory_budget={budget}")
+    ax.margins(x=0.25)  # room for the rightmost point's name
     return _save(fig, ax, path, xlabel="training peak memory (MiB)", ylabel="mAP", title=title)
 
 

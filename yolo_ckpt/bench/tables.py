@@ -33,6 +33,7 @@ COLUMNS = {  # Markdown columns per kind: results column -> header
 STEP_MEMORY = "peak bytes a CUDA allocator would count (live tensors on the CPU)"
 TRAIN_MEMORY = "the run report (CUDA allocator peak; CPU: live-tensor probe of one step)"
 
+
 def tiles_setting(row) -> dict | None:
     """A results row's ``tiles`` setting as its matrix gave it (``{"size": px or "fit", "overlap": px}``); None for a
     cell trained on whole images (the csv leaves the column empty)."""
@@ -45,6 +46,13 @@ def tiles_label(row) -> str:
     for a cell trained on whole images."""
     tiles = tiles_setting(row)
     return f"{row['imgsz_used']:.0f} px, overlap {tiles['overlap']}" if tiles else ""
+
+
+def arm_label(row) -> str:
+    """A train cell as an arm of an equal-memory study names it: its ``recompute=`` (and mode where not ``full``) and
+    the imgsz it trained at, and its tiles: ``auto @640``, ``none @352 tiles (352 px, overlap 32)``."""
+    mode = f":{row['recompute_mode']}" if row.get("recompute_mode", "full") != "full" else ""
+    return f"{row['recompute']}{mode} @{row['imgsz_used']:.0f}" + (f" tiles ({tiles_label(row)})" if tiles_setting(row) else "")
 
 
 def policy_label(row) -> str:
