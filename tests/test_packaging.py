@@ -92,7 +92,8 @@ def test_wheel_ships_the_bench_and_its_yaml(tmp_path):
         - set(BUILT_IN_DATASETS)
     }
     assert real == {
-        "accuracy", "equal-memory-bccd", "equal-memory-bccd-steps", "equal-memory-deeppcb", "equal-memory-deeppcb-steps", "real-data", "small-objects-aerial"
+        "accuracy", "equal-memory-bccd", "equal-memory-bccd-steps", "equal-memory-deeppcb", "equal-memory-deeppcb-steps",
+        "real-data", "small-objects-aerial",
     }
     script = textwrap.dedent(f"""
         import contextlib, io, json

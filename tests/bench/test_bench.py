@@ -388,7 +388,10 @@ def test_bench_arguments(tmp_path, capsys):
     for missing in (tmp_path / "none.yaml", "cpu-stepp"):  # neither a file nor a shipped name: one line, the names
         assert main(["bench", f"matrix={missing}"]) == 2
         err = capsys.readouterr().err
-        shipped_names = "shipped: accuracy, cpu-step, dense-seg, equal-memory-bccd-steps, equal-memory-bccd, equal-memory-deeppcb-steps, equal-memory-deeppcb, gpu"
+        shipped_names = (
+            "shipped: accuracy, cpu-step, dense-seg, equal-memory-bccd-steps, equal-memory-bccd, equal-memory-deeppcb-steps,"
+            " equal-memory-deeppcb, gpu"
+        )
         assert err.count("\n") == 1 and f"matrix={missing}: no such file" in err and shipped_names in err
 
 
