@@ -48,16 +48,22 @@ def tiles_label(row) -> str:
     return f"{row['imgsz_used']:.0f} px, overlap {tiles['overlap']}" if tiles else ""
 
 
+def recompute_label(row) -> str:
+    """A row's ``recompute=`` and its mode where not ``full`` (a row without the column is ``full``): ``backbone``,
+    ``all:selective``."""
+    mode = row.get("recompute_mode", "full")
+    return str(row["recompute"]) + (f":{mode}" if mode != "full" else "")
+
+
 def arm_label(row) -> str:
-    """A train cell as an arm of an equal-memory study names it: its ``recompute=`` (and mode where not ``full``) and
-    the imgsz it trained at, and its tiles: ``auto @640``, ``none @352 tiles (352 px, overlap 32)``."""
-    mode = f":{row['recompute_mode']}" if row.get("recompute_mode", "full") != "full" else ""
-    return f"{row['recompute']}{mode} @{row['imgsz_used']:.0f}" + (f" tiles ({tiles_label(row)})" if tiles_setting(row) else "")
+    """A train cell as an arm of an equal-memory study names it: :func:`recompute_label`, the imgsz it trained at, and
+    its tiles: ``auto @640``, ``none @352 tiles (352 px, overlap 32)``."""
+    return f"{recompute_label(row)} @{row['imgsz_used']:.0f}" + (f" tiles ({tiles_label(row)})" if tiles_setting(row) else "")
 
 
 def policy_label(row) -> str:
-    """``backbone``, ``all:selective``; for auto the planned layers too: ``auto (0-4,9)``."""
-    label = str(row["recompute"]) + (f":{row['recompute_mode']}" if row["recompute_mode"] != "full" else "")
+    """:func:`recompute_label`; for auto the planned layers too: ``auto (0-4,9)``."""
+    label = recompute_label(row)
     recomputed = row.get("recomputed")
     if str(row["recompute"]) == "auto" and isinstance(recomputed, str) and recomputed:
         label += f" ({recomputed})"
