@@ -49,7 +49,7 @@ def main(argv: list[str]) -> dict:
             "estimated_loss_phase_bytes": estimated.phase_peak_bytes["loss"],
         })
     result = {
-        **provenance(" ".join(["python -m benchmarks.chunked_assigner_estimate", *argv])),
+        **provenance(["python -m benchmarks.chunked_assigner_estimate", *argv], seeds=[0]),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "imgsz": imgsz, "batch": 1, "recompute": recompute, "rows": rows,
     }
     lines = [

@@ -139,7 +139,7 @@ def main(argv: list[str]) -> dict:
         rows.append(case(name, steps))
         print(rows[-1], flush=True)
     result = {
-        **provenance(" ".join(["python -m benchmarks.dense", *argv])),
+        **provenance(["python -m benchmarks.dense", *argv], seeds=[0]),
         "load_average_1_5_15min": os.getloadavg(),
         "torch_threads": 1,
         "rows": rows,

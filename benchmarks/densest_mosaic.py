@@ -17,7 +17,7 @@ backward tile of the loss region, the largest, for ``recompute=all``);
 ``predictions=overlapping`` measures the step as a trained model's predictions make it
 (:func:`benchmarks.epoch_peaks.overlapping_predictions`)::
 
-    python -m benchmarks.densest_mosaic data=../shared/datasets/monuseg/data.yaml [imgsz=1024] [batch=1] [recompute=none]
+    python -m benchmarks.densest_mosaic datasets=DIR data=monuseg/data.yaml [imgsz=1024] [batch=1] [recompute=none]
         [repeat=True] [rank=foreground] [objects=K] [predictions=overlapping]
         [model=yolo11n-seg.yaml] out=benchmarks/results/densest-mosaic
 
@@ -36,7 +36,7 @@ from ultralytics.data.utils import check_det_dataset
 
 from benchmarks.epoch_peaks import predictions_context
 from benchmarks.foreground_sampled import sample_counts
-from yolo_ckpt.bench.results_io import provenance, publish
+from yolo_ckpt.bench.results_io import dataset_yaml, provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.errors import ConfigError
@@ -89,7 +89,7 @@ def densest_mosaic(data: str, imgsz: int, batch: int = 1, task: str = "segment",
 
 
 # the key=value words main takes
-KEYS = ("data", "model", "imgsz", "batch", "recompute", "repeat", "rank", "objects", "predictions", "out")
+KEYS = ("data", "datasets", "model", "imgsz", "batch", "recompute", "repeat", "rank", "objects", "predictions", "out")
 RANKS = ("objects", "foreground")  # rank=: what makes an image dense
 
 
@@ -105,13 +105,14 @@ def main(argv: list[str]) -> dict:
     kept = int(kept) if kept is not None else None
     imgsz, batch_size, recompute = int(opts.get("imgsz", 1024)), int(opts.get("batch", 1)), opts.get("recompute") or "none"
     # the model, the objects bound and the data's box sizes as `yolo-ckpt plan` takes them for these keys
-    keys = {"model": opts.get("model", "yolo11n-seg.yaml"), "data": opts["data"], "imgsz": imgsz, "batch": batch_size, "device": "cpu"}
+    data = dataset_yaml(opts["data"], opts.get("datasets"))  # read against datasets= (a record names no machine's path)
+    keys = {"model": opts.get("model", "yolo11n-seg.yaml"), "data": data, "imgsz": imgsz, "batch": batch_size, "device": "cpu"}
     run = PlannedRun.from_keys(keys)
     model, spec, task = run.model, run.spec, model_task(run.model)
     repeat, predictions = str(opts.get("repeat", False)).lower() == "true", opts.get("predictions", "initial")
     assigner, strides = model.init_criterion().assigner, [float(s) for s in model.stride]
     rank = (lambda item: sample_counts(assigner, item["bboxes"], imgsz // 2, strides)[1]) if by == "foreground" else None
-    batch, counts = densest_mosaic(opts["data"], imgsz, batch_size, task, repeat, rank, kept)
+    batch, counts = densest_mosaic(data, imgsz, batch_size, task, repeat, rank, kept)
     with measured_in():
         foreground = measured_foreground(model, batch).sum(0).tolist() if task == "segment" else []
         measured = profile_step(model, batch, recompute, flops=False)
@@ -122,7 +123,7 @@ def main(argv: list[str]) -> dict:
     at_objects = estimate_step(model, imgsz, batch_size, objects, recompute, flops=False, sizes=run.sizes).peak_bytes
     model_cfg = run.keys["model"]
     result = {
-        **provenance(" ".join(["python -m benchmarks.densest_mosaic", *argv])),
+        **provenance(["python -m benchmarks.densest_mosaic", *argv], seeds=[0]),
         "model": model_cfg, "task": task, "data": opts["data"], "imgsz": imgsz, "batch": batch_size, "recompute": recompute,
         "amp": False, "device": "cpu", "repeat": repeat, "rank": by, "objects_kept": kept, "predictions": predictions,
         "foreground": foreground,

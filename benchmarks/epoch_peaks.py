@@ -11,7 +11,7 @@ bounds those too). ``predictions=overlapping`` measures the steps as a trained m
 prediction overlaps every object whose box holds its anchor (:func:`overlapping_predictions`), so each object claims
 ``min(topk, its in-box anchors)`` anchors, the most foreground of a long run::
 
-    python -m benchmarks.epoch_peaks data=../shared/datasets/deeppcb/data.yaml model=yolo11n.yaml imgsz=640 batch=4
+    python -m benchmarks.epoch_peaks datasets=DIR data=deeppcb/data.yaml model=yolo11n.yaml imgsz=640 batch=4
         [recompute=none] [fraction=1.0] [predictions=initial|overlapping] out=benchmarks/results/epoch-peaks-deeppcb
 
 Run it on a copy of a shared dataset: Ultralytics writes a label cache beside the labels.
@@ -28,7 +28,7 @@ import time
 import torch
 from ultralytics import YOLO
 
-from yolo_ckpt.bench.results_io import provenance, publish
+from yolo_ckpt.bench.results_io import dataset_yaml, provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.errors import ConfigError
@@ -36,7 +36,7 @@ from yolo_ckpt.memory.planned_run import PlannedRun
 from yolo_ckpt.memory.step import profile_step
 from yolo_ckpt.memory.ultralytics_rules import model_task
 
-KEYS = ("data", "model", "imgsz", "batch", "recompute", "fraction", "predictions", "out")  # the key=value words main takes
+KEYS = ("data", "datasets", "model", "imgsz", "batch", "recompute", "fraction", "predictions", "out")  # the key=value words main takes
 PREDICTIONS = ("initial", "overlapping")
 
 
@@ -80,7 +80,7 @@ def predictions_context(name: str):
 
 def main(argv: list[str]) -> dict:
     opts = parse_keys(argv, KEYS, "benchmarks.epoch_peaks", required=("data",))
-    model_cfg, data = opts.get("model", "yolo11n.yaml"), opts["data"]
+    model_cfg, data = opts.get("model", "yolo11n.yaml"), dataset_yaml(opts["data"], opts.get("datasets"))
     imgsz, batch_size, recompute = int(opts.get("imgsz", 640)), int(opts.get("batch", 2)), opts.get("recompute") or "none"
     fraction, predictions = float(opts.get("fraction", 1.0)), opts.get("predictions", "initial")
     measured_in = predictions_context(predictions)
@@ -103,8 +103,8 @@ def main(argv: list[str]) -> dict:
     seconds = time.perf_counter() - start
     largest, median = max(peaks), statistics.median(peaks)
     result = {
-        **provenance(" ".join(["python -m benchmarks.epoch_peaks", *argv])),
-        "model": model_cfg, "task": task, "data": data, "imgsz": imgsz, "batch": batch_size, "recompute": recompute,
+        **provenance(["python -m benchmarks.epoch_peaks", *argv], seeds=[0]),
+        "model": model_cfg, "task": task, "data": opts["data"], "imgsz": imgsz, "batch": batch_size, "recompute": recompute,
         "fraction": fraction, "predictions": predictions, "seed": 0, "steps": len(peaks), "step_peak_bytes": peaks,
         "objects_in_densest_image": objects,
         "largest_step_peak_bytes": largest, "median_step_peak_bytes": median, "estimated_peak_bytes": estimated,

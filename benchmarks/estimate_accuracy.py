@@ -49,7 +49,7 @@ def main(argv: list[str]) -> dict:
                 "measured_loss_share": measured.loss_bytes / measured.peak_bytes,
                 "error": estimated.peak_bytes / measured.peak_bytes - 1,
             })
-    result = {**provenance(" ".join(["python -m benchmarks.estimate_accuracy", *argv])), "steps": rows}
+    result = {**provenance(["python -m benchmarks.estimate_accuracy", *argv], seeds=[0]), "steps": rows}
     lines = ["| model | batch | imgsz | objects | measured MiB | loss share | estimated MiB | error |", "|---|---|---|---|---|---|---|---|"]
     lines += [
         f"| {r['model']} | {r['batch']} | {r['imgsz']} | {r['objects']} | {r['measured_peak_bytes'] / 2**20:.0f} | "

@@ -4,7 +4,7 @@
 (``yolo_ckpt.memory.planned_run.PlannedRun.from_keys``: the data's most objects per image x its augmentation's factors). Estimates
 only: no step is measured.
 
-    python -m benchmarks.foreground_bound data=../shared/datasets/monuseg/data.yaml imgsz=1024 \
+    python -m benchmarks.foreground_bound datasets=DIR data=monuseg/data.yaml imgsz=1024 \
         out=benchmarks/results/foreground-bound-monuseg
 """
 
@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from yolo_ckpt.bench.results_io import provenance, publish
+from yolo_ckpt.bench.results_io import dataset_yaml, provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.memory.estimate import estimate_step
@@ -25,13 +25,14 @@ from yolo_ckpt.memory.planned_run import PlannedRun
 MiB = 2**20
 
 
-KEYS = ("data", "model", "imgsz", "batch", "recompute", "out")  # the key=value words main takes
+KEYS = ("data", "datasets", "model", "imgsz", "batch", "recompute", "out")  # the key=value words main takes
 
 
 def main(argv: list[str]) -> dict:
     opts = parse_keys(argv, KEYS, "benchmarks.foreground_bound", required=("data",))
     imgsz, batch, recompute = int(opts.get("imgsz", 1024)), int(opts.get("batch", 1)), opts.get("recompute", "none")
-    keys = {"model": opts.get("model", "yolo11n-seg.yaml"), "data": opts["data"], "imgsz": imgsz, "batch": batch, "device": "cpu"}
+    data = dataset_yaml(opts["data"], opts.get("datasets"))  # read against datasets= (a record names no machine's path)
+    keys = {"model": opts.get("model", "yolo11n-seg.yaml"), "data": data, "imgsz": imgsz, "batch": batch, "device": "cpu"}
     run = PlannedRun.from_keys(keys)
     words = [f"{k}={v}" for k, v in keys.items()]  # the keys as plan takes them, in the record
     model, spec, sizes = run.model, run.spec, run.sizes
@@ -43,7 +44,7 @@ def main(argv: list[str]) -> dict:
     }
     side = np.sqrt(sizes.w * sizes.h) * run.imgsz if sizes is not None else np.zeros(1)
     result = {
-        **provenance(" ".join(["python -m benchmarks.foreground_bound", *argv])),
+        **provenance(["python -m benchmarks.foreground_bound", *argv], seeds=[0]),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "keys": words, "recompute": recompute, "imgsz": run.imgsz, "objects": spec.objects, "assumed": spec.describe(),
         "median_side_px": float(np.median(side)), "p90_side_px": float(np.percentile(side, 90)),

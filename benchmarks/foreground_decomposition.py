@@ -89,7 +89,7 @@ def main(argv: list[str]) -> dict:
         for i, name in enumerate(fitted.term_names())
     ]
     result = {
-        **provenance(" ".join(["python -m benchmarks.foreground_decomposition", *argv])),
+        **provenance(["python -m benchmarks.foreground_decomposition", *argv], seeds=[0]),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "model": cfg, "imgsz": imgsz, "batch": batch, "objects": objects, "sides": sides, "recompute": recompute,
         **{f"foreground_{k}": v for k, v in foreground.items()}, "foreground_per_image": per_image.tolist(),

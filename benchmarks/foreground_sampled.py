@@ -16,7 +16,7 @@ sample, on the anchor grid of the model at ``imgsz``:
 and puts the largest of the first epoch and of all epochs beside the bound, with the loss's forward peak the loss
 formula gives at each (``LossModel.terms`` at that foreground). Labels and images only: no step is run::
 
-    python -m benchmarks.foreground_sampled data=../shared/datasets/monuseg/data.yaml model=yolo11n-seg.yaml imgsz=1024
+    python -m benchmarks.foreground_sampled datasets=DIR data=monuseg/data.yaml model=yolo11n-seg.yaml imgsz=1024
         [epochs=100] [seed=0] out=benchmarks/results/foreground-sampled-monuseg
 
 Run it on a copy of a shared dataset: Ultralytics writes a label cache beside the labels.
@@ -35,7 +35,7 @@ from ultralytics.cfg import get_cfg
 from ultralytics.data import build_yolo_dataset
 from ultralytics.data.utils import check_det_dataset
 
-from yolo_ckpt.bench.results_io import provenance, publish
+from yolo_ckpt.bench.results_io import dataset_yaml, provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.memory.foreground import candidates
@@ -44,7 +44,7 @@ from yolo_ckpt.memory.runspec import count_data
 from yolo_ckpt.memory.ultralytics_rules import model_task
 
 MiB = 2**20
-KEYS = ("data", "model", "imgsz", "epochs", "seed", "out")  # the key=value words main takes
+KEYS = ("data", "datasets", "model", "imgsz", "epochs", "seed", "out")  # the key=value words main takes
 
 
 def sample_counts(assigner, bboxes: torch.Tensor, imgsz: int, strides) -> tuple[int, int]:
@@ -60,7 +60,7 @@ def sample_counts(assigner, bboxes: torch.Tensor, imgsz: int, strides) -> tuple[
 
 def main(argv: list[str]) -> dict:
     opts = parse_keys(argv, KEYS, "benchmarks.foreground_sampled", required=("data",))
-    model_cfg, data = opts.get("model", "yolo11n-seg.yaml"), opts["data"]
+    model_cfg, data = opts.get("model", "yolo11n-seg.yaml"), dataset_yaml(opts["data"], opts.get("datasets"))
     imgsz, epochs, seed = int(opts.get("imgsz", 1024)), int(opts.get("epochs", 100)), int(opts.get("seed", 0))
     start = time.perf_counter()
     model = YOLO(model_cfg).model
@@ -91,8 +91,8 @@ def main(argv: list[str]) -> dict:
         return float(formula.terms(1, imgsz, counts.planned_objects, (fg, fg)) @ np.array(formula.forward) / MiB)
 
     result = {
-        **provenance(" ".join(["python -m benchmarks.foreground_sampled", *argv])),
-        "model": model_cfg, "data": data, "task": task, "imgsz": imgsz, "epochs": epochs, "samples": epochs * len(dataset),
+        **provenance(["python -m benchmarks.foreground_sampled", *argv], seeds=[seed]),
+        "model": model_cfg, "data": opts["data"], "task": task, "imgsz": imgsz, "epochs": epochs, "samples": epochs * len(dataset),
         "topk": topk, "planned_objects": counts.planned_objects,
         "bound": {"foreground": bound_fg, "pairs": bound_pairs, "loss_forward_mib": loss_mib(bound_fg)},
         "first_epoch": {"pairs": first[0], "foreground": first[1], "objects": first[2], "loss_forward_mib": loss_mib(first[1])},

@@ -1,7 +1,7 @@
 """Issue 33's noise: a bootstrap interval over the val images for each arm's mAP, and for the difference between each
 arm and a baseline arm, from one validation per arm::
 
-    python -m benchmarks.map_bootstrap results=benchmarks/results/equal-memory-deeppcb-seed0 datasets=/work/ds \\
+    python -m benchmarks.map_bootstrap results=benchmarks/results/equal-memory-deeppcb-seed0 datasets=DIR \\
         baseline=auto [resamples=2000] [seed=0] out=benchmarks/results/equal-memory-deeppcb-seed0-noise
 
 ``results``: one bench results folder, or several separated by commas (arms of other schedules on the same val set;
@@ -118,7 +118,7 @@ def validate(row: dict, datasets: Path) -> dict:
             super().__init__(*args, **kwargs)
             validator["it"] = self
 
-    YOLO(Path(row["run_dir"]) / "weights" / "best.pt").val(
+    YOLO(Path(row["folder_path"]) / str(row["run_dir"]) / "weights" / "best.pt").val(
         validator=Kept, data=str(data), imgsz=int(row["val_imgsz"]), batch=batch, plots=False, verbose=False, workers=0
     )
     return validator["it"].images
@@ -131,7 +131,7 @@ def main(argv: list[str]) -> dict:
     opts = parse_keys(argv, KEYS, "benchmarks.map_bootstrap", required=("results", "datasets"))
     folders, datasets = [Path(f) for f in str(opts["results"]).split(",")], Path(opts["datasets"])
     where = ", ".join(map(str, folders))
-    rows = [{**r, "folder": f.name} for f in folders for r in read_results(f).to_dict("records") if r["status"] == "ok"]
+    rows = [{**r, "folder": f.name, "folder_path": f} for f in folders for r in read_results(f).to_dict("records") if r["status"] == "ok"]
     named = [arm_label(r) if len(folders) == 1 else f"{r['folder']}: {arm_label(r)}" for r in rows]
     if len(set(named)) < len(named):
         twice = sorted(n for n, k in Counter(named).items() if k > 1)
@@ -157,7 +157,7 @@ def main(argv: list[str]) -> dict:
         for a, name in enumerate(arms)
     ]
     command = shlex.join(["python", "-m", "benchmarks.map_bootstrap", *argv])  # quoted: an arm name has a space
-    result = {**provenance(command), "results": [str(f) for f in folders], "images": len(names), "resamples": resamples,
+    result = {**provenance(command, seeds=[seed]), "results": [str(f) for f in folders], "images": len(names), "resamples": resamples,
               "seed": seed, "baseline": named[base], "arms": table}
     fmt = lambda lo_hi: f"[{lo_hi[0]:+.3f}, {lo_hi[1]:+.3f}]"  # noqa: E731
 

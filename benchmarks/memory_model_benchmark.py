@@ -100,7 +100,7 @@ def main(argv: list[str]) -> dict:
     cases = [case("yolo11n.yaml", 1536, 8), case("yolo11s.yaml", 1536, 8)]
     targets = [timed_plan(*t) for t in TIMING_TARGETS]
     result = {
-        **provenance(" ".join(["python -m benchmarks.memory_model_benchmark", *argv])),
+        **provenance(["python -m benchmarks.memory_model_benchmark", *argv], seeds=[0]),
         "load_average_1_5_15min": os.getloadavg(),  # the machine is shared: the seconds depend on it
         "cases": cases,
         "plan_timing_targets": targets,

@@ -64,7 +64,8 @@ def main(argv: list[str]) -> dict:
     rows = curve(run)
     reached = next((r["epoch"] for r in rows if r["mAP50"] >= TARGET), None)
     keys = ("model", "data", "imgsz", "epochs", "batch", "optimizer", "seed", "workers", "deterministic")
-    result = {**provenance(" ".join(["python -m benchmarks.pilot_curve", *argv])), "run_args": {k: args.get(k) for k in keys},
+    record = provenance(["python -m benchmarks.pilot_curve", *argv], seeds=[args.get("seed")])
+    result = {**record, "run_args": {k: args.get(k) for k in keys},
               "rows": rows, "reached_epoch": reached}
     result["machine"]["torch_threads"] = int(opts.get("threads", 1))  # the run's (OMP_NUM_THREADS=1), not this reader's
     best = max(rows, key=lambda r: r["mAP50"]) if rows else None

@@ -108,7 +108,7 @@ def main(argv: list[str]) -> None:
             f"{rows[-1]['tensors']} |"
         )
     lines += ["", "Within the limits: " + ", ".join(f"recompute={arm} {'yes' if ok else 'NO'}" for arm, ok in verdict.items()) + "."]
-    result = {**provenance(" ".join(["python -m benchmarks.soak", *argv])), "epochs": epochs, "limits": LIMITS,
+    result = {**provenance(["python -m benchmarks.soak", *argv], seeds=[0]), "epochs": epochs, "limits": LIMITS,
               "slopes": slopes, "within_limits": verdict, "per_epoch": runs}
     publish(result, lines, out)
 

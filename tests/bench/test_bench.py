@@ -91,13 +91,13 @@ def test_step_matrix(tmp_path, monkeypatch, one_thread):
     assert [c["recompute"] for c in measured] == ["none", "all"] and len(pd.read_csv(out / "results.csv")) == 2
 
 
-COMMITTED = sorted(p.parent.name for p in (ROOT / "benchmarks" / "results").glob("*/provenance.json"))
+COMMITTED = sorted(p.parent.name for p in (ROOT / "benchmarks" / "results").glob("*/matrix.yaml"))
 
 
 @pytest.mark.parametrize("folder", COMMITTED)
 def test_committed_results_unchanged_by_a_rerun(folder, tmp_path, monkeypatch, request):
     """The README's bench command over a committed results folder (its matrix, the settings its command gave):
-    every cell is done, so nothing runs and every file stays byte-identical (the provenance and results.md are not
+    every cell is done, so nothing runs and every file stays byte-identical (the record and results.md are not
     relabelled with this machine)."""
     import json
 
@@ -105,8 +105,8 @@ def test_committed_results_unchanged_by_a_rerun(folder, tmp_path, monkeypatch, r
 
     committed = ROOT / "benchmarks" / "results" / folder
     out = shutil.copytree(committed, tmp_path / folder)
-    command = json.loads((committed / "provenance.json").read_text())["command"].split()[2:]
-    settings = [w for w in command if parse_key_value_pair(w)[0] not in {"matrix", "out"}]
+    command = json.loads((committed / "record.json").read_text())["command"].split()[2:]
+    settings = [w for w in command if parse_key_value_pair(w)[0] not in {"matrix", "out", "datasets"}]
     spec = yaml.safe_load((committed / "matrix.yaml").read_text())
     if any(d not in BUILT_IN_DATASETS for block in spec["grid"] for d in np.atleast_1d(block.get("dataset", "synthetic"))):
         settings.append(f"datasets={request.getfixturevalue('shared_datasets')}")
@@ -448,14 +448,14 @@ def test_provenance_names_the_cpu_as_ultralytics_does(monkeypatch):
 
     from yolo_ckpt.bench.results_io import machine_text, provenance
 
-    record = provenance("python -m yolo_ckpt.bench out=x")
+    record = provenance("python -m yolo_ckpt.bench out=x", seeds=[0])
     assert record["machine"]["cpu"] == torch_utils.get_cpu_info() and record["command"] == "python -m yolo_ckpt.bench out=x"
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
         names = [line.split(":", 1)[1] for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
         assert not names or record["machine"]["cpu"] == CPUInfo._clean(names[0])
     monkeypatch.setattr(torch_utils, "get_cpu_info", lambda: "Test CPU 9000")
-    machine = provenance("c")["machine"]
+    machine = provenance("c", seeds=[0])["machine"]
     assert machine["cpu"] == "Test CPU 9000" and machine_text(machine).startswith("Test CPU 9000, ")
 
 

@@ -7,14 +7,16 @@ measured on (:func:`.results_io.measured_on`); a rerun skips the cells already t
 ``settings``) and retries the failed ones (``rerun=True`` measures every cell again). ``cells=4,7`` runs only the
 cells of those numbers (file order from 0, as ``dry=True`` lists them). A cell that raises (out of memory included) is
 a ``failed`` row with its reason, and the matrix goes on. At the end ``results.md`` (deltas against each cell's
-baseline, the machine per group of rows: :mod:`.tables`), PNG plots (:mod:`.plots`) and ``provenance.json`` (machine,
-versions, command of the last run) are written; a run that measured nothing writes nothing.
+baseline, the machine per group of rows: :mod:`.tables`), PNG plots (:mod:`.plots`) and ``record.json`` (:mod:`.results_io`: commit, date,
+machine, versions, seeds, command of the last run, and the same of each earlier run that added cells) are written; a run
+that measured nothing writes nothing. A row's ``run_dir`` is relative to ``out``.
 """
 
 from __future__ import annotations
 
 import gc
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -28,7 +30,7 @@ from yolo_ckpt.errors import ConfigError
 from . import plots, step_cell, tables, train_cell
 from .cells import CELL_KEYS, cell_budget, cell_id, failed, run_name
 from .matrix_file import Matrix, load_matrix, select_cells
-from .results_io import measured_on, provenance
+from .results_io import LEG, measured_on, provenance, read_record, write_record
 
 
 def read_results(out: Path) -> pd.DataFrame:
@@ -50,13 +52,13 @@ def run_matrix(
     cells=None,
 ) -> pd.DataFrame:
     """Run the cells of a matrix file not yet in ``<out>/results.csv`` with the same settings; write the CSV, the
-    Markdown delta table, the plots and the provenance. A run with no cell to measure writes nothing. Returns the
+    Markdown delta table, the plots and the record. A run with no cell to measure writes nothing. Returns the
     results table (one row per cell, file order).
 
     Args:
         path: the matrix file. out: the results folder (default: ``<runs_dir>/bench/<matrix name>``).
         overrides: settings that replace the file's (:func:`load_matrix`).
-        command: recorded in ``provenance.json`` (default: the ``yolo-ckpt bench`` line).
+        command: recorded in ``record.json`` (default: the ``yolo-ckpt bench`` line).
         rerun: measure every cell again, the finished ones included.
         dry: check the matrix and say which cells would run and which datasets they read; run and write nothing.
         datasets: the folder searched first for the matrix's datasets (:func:`~yolo_ckpt.bench.matrix_file.dataset_roots`).
@@ -93,24 +95,36 @@ def run_matrix(
         LOGGER.info(f"yolo-ckpt bench {matrix.name}: {reason}: nothing run, nothing written{data}{listed if dry else ''}")
         return done
     out.mkdir(parents=True, exist_ok=True)
-    record = {"matrix": matrix.name, "kind": matrix.kind, **provenance(command or f"yolo-ckpt bench matrix={path} out={out}")}
+    seeds = [int(matrix.settings.get("seed") or 0)]  # a train matrix's seed= setting; Ultralytics' default is 0
+    record = {"matrix": matrix.name, "kind": matrix.kind, **provenance(command or f"yolo-ckpt bench matrix={path} out={out}", seeds)}
+    earlier = read_record(out)
+    if earlier:  # this run adds cells to a folder: its record keeps each earlier run's commit, date and command
+        record["earlier_runs"] = [*earlier.get("earlier_runs", []), {k: earlier.get(k) for k in LEG}]
     rows = {r["cell"]: r for r in done.to_dict("records")}
     with TQDM(total=len(todo), desc=f"bench {matrix.name}") as bar:
         for group in _groups(matrix, todo):
             bar.set_description(f"bench {matrix.name}: {run_name(group[-1])}")
             for cell, row in zip(group, _run_group(matrix, group, out)):
                 if cell in todo:
+                    row = _relative_run_dir(row, out)
                     rows[cell_id(cell)] = {"cell": cell_id(cell), **cell, **row, "settings": settings, **measured_on(record)}
                     _write_csv(matrix, rows, out)
                     bar.update()
     if matrix.path.resolve() != (out / "matrix.yaml").resolve():  # rerunning a results folder's own copy
         shutil.copyfile(matrix.path, out / "matrix.yaml")
-    (out / "provenance.json").write_text(json.dumps(record, indent=2))
+    write_record(out, record)
     results = read_results(out)
     table = tables.delta_table(matrix, results)
     (out / "results.md").write_text(tables.markdown(matrix, table, record))
     plots.write_plots(matrix, table, out)
     return results
+
+
+def _relative_run_dir(row: dict, out: Path) -> dict:
+    """``row`` with its ``run_dir`` relative to ``out`` (a results folder names no path of the machine that ran it)."""
+    if not row.get("run_dir"):
+        return row
+    return {**row, "run_dir": Path(os.path.relpath(Path(row["run_dir"]).resolve(), out.resolve())).as_posix()}
 
 
 def _groups(matrix: Matrix, todo: list[dict]) -> list[list[dict]]:

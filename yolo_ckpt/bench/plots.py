@@ -88,7 +88,7 @@ def _curves(matrix, ok: pd.DataFrame, out: Path) -> list[Path]:
     earlier = pd.read_csv(out / "curves.csv") if (out / "curves.csv").is_file() else None
     frames = []
     for _, row in ok.iterrows():
-        csv = Path(str(row.get("run_dir", ""))) / "results.csv"
+        csv = out / str(row.get("run_dir", "")) / "results.csv"  # run_dir: relative to out (an older row's absolute)
         tiled = tiles_setting(row) is not None
         label = f"{row['dataset']} {row['policy']} @{row['imgsz_used']:.0f}" + (
             f" tiles ({row['train_images']:.0f}, val on tiles)" if tiled else ""

@@ -1,9 +1,23 @@
-"""What every benchmark script records beside its figures, and how it writes them (result.json, result.md)."""
+"""The record every results folder holds (``record.json``: :data:`RECORD`), and how benchmark scripts write it.
+
+One schema for every folder, matrix or study (MLPerf-style: the code's commit, the date, the system, the exact command):
+
+- ``commit``: ``git rev-parse HEAD`` of the checkout whose code ran (None outside a git checkout); ``commit_inferred``:
+  True where it was filled in later from git history (the parent of the commit that added the folder), else False;
+- ``dirty``: whether that checkout had changes to tracked files outside ``benchmarks/results/`` at launch
+  (``git status --porcelain``; None where unknown);
+- ``date``: UTC, ISO 8601, at launch; ``machine``; ``versions``; ``seeds``: the seeds the measurement drew with;
+- ``command``: the command line, its paths relative to the repository root, a dataset folder named against a
+  ``datasets=$DATASETS`` root (``datasets`` says what the root held) and never an absolute or climbing path;
+- a matrix's record adds ``matrix``, ``kind`` and ``earlier_runs`` (the same fields of each earlier leg that added
+  cells to the folder); a study's adds its figures.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -11,15 +25,73 @@ import torch
 
 import yolo_ckpt
 
+RECORD = "record.json"  # the one record file of every benchmarks/results/ folder
+LEG = ("commit", "commit_inferred", "dirty", "date", "command")  # a run leg's fields (a matrix's earlier_runs)
+DATASETS = "$DATASETS"  # a command's datasets= root as recorded: the folder holding <name>/data.yaml
 
-def provenance(command: str) -> dict:
-    """The machine (CPU model, cores, GPU if any), package versions and ``command``, the one that produced a result.
+
+def git_state(where: Path | None = None) -> dict:
+    """``{"commit": sha, "commit_inferred": False, "dirty": bool}`` of the git checkout holding ``where`` (default:
+    this package's source), or None for both outside a git checkout (an installed wheel). Dirty: a tracked file
+    changed outside ``benchmarks/results/`` (what a bench writes while it runs does not count)."""
+    where = Path(where or Path(yolo_ckpt.__file__).parent)
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+    commit, status = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
+    if commit is None or status is None:
+        return {"commit": None, "commit_inferred": False, "dirty": None}
+    changed = [line[3:] for line in status.splitlines() if line[3:] and not line[3:].startswith("benchmarks/results/")]
+    return {"commit": commit.strip(), "commit_inferred": False, "dirty": bool(changed)}
+
+
+def recorded_command(words: list[str], root: Path | None = None) -> str:
+    """A command as a record holds it: each ``key=value`` whose value is a path inside the repository ``root``
+    (default: this checkout) made relative to it, and a ``datasets=`` value replaced by :data:`DATASETS`.
+
+    >>> recorded_command(["python -m benchmarks.epoch_peaks", "datasets=/data/sets", "data=monuseg/data.yaml"])
+    'python -m benchmarks.epoch_peaks datasets=$DATASETS data=monuseg/data.yaml'
+    """
+    root = (root or Path(yolo_ckpt.__file__).parent.parent).resolve()
+    fixed = []
+    for word in words:
+        key, _, value = word.partition("=")
+        if value and key == "datasets":
+            word = f"datasets={DATASETS}"
+        elif value and Path(value).is_absolute() and Path(value).resolve().is_relative_to(root):
+            word = f"{key}={Path(value).resolve().relative_to(root).as_posix()}"
+        fixed.append(word)
+    return " ".join(fixed)
+
+
+def dataset_yaml(data: str, datasets: str | None = None) -> str:
+    """A study's ``data=``, read against its ``datasets=`` root when it has one and ``data`` is relative
+    (``data=monuseg/data.yaml datasets=/data`` -> ``/data/monuseg/data.yaml``), else as given."""
+    return str(Path(datasets) / data) if datasets and not Path(data).is_absolute() else data
+
+
+def provenance(command: str | list[str], seeds: list[int]) -> dict:
+    """The record of a run launched now (see the module's schema): git state, date, machine (CPU model, cores, GPU
+    if any), package versions, ``seeds`` and ``command`` (words: made relative by :func:`recorded_command`).
     The CPU model is Ultralytics' own, ``ultralytics.utils.torch_utils.get_cpu_info`` (the first ``model name`` of
-    ``/proc/cpuinfo`` on Linux, without ``(R)`` and ``(TM)``; the platform's processor or machine elsewhere)."""
+    ``/proc/cpuinfo`` on Linux, without ``(R)`` and ``(TM)``; the platform's processor or machine elsewhere).
+
+    Examples:
+        >>> record = provenance(["python -m benchmarks.dense", "out=benchmarks/results/dense"], seeds=[0])
+        >>> sorted(record)[:4]
+        ['command', 'commit', 'commit_inferred', 'date']
+    """
     import ultralytics
     from ultralytics.utils import torch_utils
 
     return {
+        **git_state(),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {
             "cpu": torch_utils.get_cpu_info(),
             "cores": os.cpu_count(),
@@ -27,8 +99,20 @@ def provenance(command: str) -> dict:
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         },
         "versions": {"yolo_ckpt": yolo_ckpt.__version__, "ultralytics": ultralytics.__version__, "torch": torch.__version__},
-        "command": command,
+        "seeds": list(seeds),
+        "command": recorded_command(command.split(" ") if isinstance(command, str) else command),
     }
+
+
+def read_record(folder: Path) -> dict:
+    """``folder``'s :data:`RECORD` ({} where there is none yet)."""
+    path = Path(folder) / RECORD
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def write_record(folder: Path, record: dict) -> None:
+    """Write ``record`` as ``folder``'s :data:`RECORD` (indented JSON)."""
+    (Path(folder) / RECORD).write_text(json.dumps(record, indent=2))
 
 
 def machine_text(machine: dict) -> str:
@@ -57,12 +141,13 @@ def measured_on(record: dict, date: str | None = None) -> dict:
 
 
 def publish(result: dict, lines: list[str], out: str | None) -> None:
-    """Print the Markdown ``lines``; with ``out``, write ``result.json`` and ``result.md`` (machine named) there."""
+    """Print the Markdown ``lines``; with ``out``, write the study's record (``result``: :func:`provenance` and its
+    figures) as :data:`RECORD`, and ``result.md`` (machine and command named) there."""
     text = "\n".join(lines)
     print(text)
     if out:
         folder = Path(out)
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "result.json").write_text(json.dumps(result, indent=2))
+        write_record(folder, result)
         footer = f"\n\nMachine: {machine_text(result['machine'])}. Command: `{result['command']}`\n"
         (folder / "result.md").write_text(text + footer)
