@@ -1,74 +1,83 @@
-"""Write docs/benchmarks/results.md from the committed results, ``benchmarks/results/*/results.md`` (benchmark
-matrices) and ``result.md`` (single studies): each table as its run wrote it, with the machine it ran on and the
-command that reproduces it. ``python docs/gen_benchmarks.py`` rewrites the page; tests/test_docs.py checks it is
+"""Write docs/benchmarks/results.md from the committed results, grouped by the question each answers
+(``benchmarks/results/index.yaml``: :mod:`benchmarks.results_index`): each folder's ``results.md`` (benchmark matrices) or
+``result.md`` (single studies) as its run wrote it, with its status, quality, commit, machine and the command that
+reproduces it (``record.json``). ``python docs/gen_benchmarks.py`` rewrites the page; tests/test_docs.py checks it is
 current."""
 
 from __future__ import annotations
 
 import json
 import re
-import shlex
 import shutil
+import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from docs/: the repository's benchmarks
+from benchmarks import results_index  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = results_index.RESULTS
 PAGE = Path(__file__).parent / "benchmarks" / "results.md"
 PLOTS = Path(__file__).parent / "benchmarks" / "plots"  # the lead results' mAP-against-memory plots, copied (MkDocs serves docs/ only)
 LEAD = "equal-memory-"  # the results the page leads with: accuracy at one memory budget, per arm, on real data
 _FOOTER = re.compile(r"^(Machine:|Settings:|Command of the last run:)")  # the run's own footer lines; Settings: is kept
 
 
-def _machine(folder: Path) -> str:
-    """The machine of ``provenance.json`` (a matrix) or ``result.json`` (a study) in words."""
-    for name in ("provenance.json", "result.json"):
-        path = folder / name
-        if path.is_file():
-            record = json.loads(path.read_text())
-            m, v = record.get("machine", {}), record.get("versions", {})
-            cores = f", {m['cores']} cores" if m.get("cores") else ""
-            threads = f", {m['torch_threads']} torch thread{'s' if m['torch_threads'] != 1 else ''}" if m.get("torch_threads") else ""
-            versions = ", ".join(f"{k} {val}" for k, val in v.items())
-            return f"{m.get('cpu', '?')}{cores}{threads}, GPU: {m.get('gpu') or 'none'}" + (f"; {versions}" if versions else "")
-    return "not recorded"
+def _record(folder: Path) -> dict:
+    return json.loads((folder / "record.json").read_text())
 
 
-def _command(folder: Path) -> str:
-    """The command that reproduces ``folder``'s result: the recorded one, with a matrix that is not in the repository
-    (a temporary file) replaced by its copy kept beside the results (``matrix.yaml``) and ``out=`` set to the folder."""
-    record = {}
-    for name in ("provenance.json", "result.json"):
-        if (folder / name).is_file():
-            record = json.loads((folder / name).read_text())
-            break
-    words = shlex.split(record.get("command", ""))
-    if not words:
-        return ""
-    out = f"out={folder.relative_to(ROOT).as_posix()}"
-    fixed = []
-    for w in words:
-        if w.startswith("matrix=") and not (ROOT / w.removeprefix("matrix=")).is_file():
-            w = f"matrix={(folder / 'matrix.yaml').relative_to(ROOT).as_posix()}"
-        fixed.append(out if w.startswith("out=") else w)
-    return " ".join(fixed)
+def _machine(record: dict) -> str:
+    """The record's machine and versions in words."""
+    m, v = record.get("machine") or {}, record.get("versions") or {}
+    cores = f", {m['cores']} cores" if m.get("cores") else ""
+    threads = f", {m['torch_threads']} torch thread{'s' if m['torch_threads'] != 1 else ''}" if m.get("torch_threads") else ""
+    versions = ", ".join(f"{k} {val}" for k, val in v.items())
+    return f"{m.get('cpu', '?')}{cores}{threads}, GPU: {m.get('gpu') or 'none'}" + (f"; {versions}" if versions else "")
+
+
+def _code(record: dict) -> str:
+    """The commit the record ties the result to, and how it is known."""
+    if not record.get("commit"):
+        return "not recorded"
+    dirty = " (with local changes)" if record.get("dirty") else ""
+    inferred = ": inferred from git, the parent of the commit that last changed its figures" if record.get("commit_inferred") else ""
+    return f"`{record['commit'][:12]}`{dirty}{inferred}; {str(record.get('date', ''))[:10]}"
+
+
+def _status(status) -> str:
+    """An index status in words."""
+    if status == "current":
+        return "current"
+    (kind, value), = status.items()
+    return {
+        "stale": f"made before `{value}` changed the code it measures",
+        "superseded_by": f"superseded by [{value}](#{value})",
+        "holds": f"current: `{value}` shows it still holds",
+    }[kind]
 
 
 def render_result(folder: Path) -> str:
-    """One result's section: its Markdown (headings one level down, the run's own machine/command lines dropped for
-    the uniform ones below), then the machine and the command."""
+    """One result's section: its Markdown (headings two levels down, under its question's; the run's own machine and
+    command lines dropped for the uniform ones below), then from the index its question, status and quality, and from
+    its ``record.json`` the commit, the machine and the command."""
     path = folder / "results.md" if (folder / "results.md").is_file() else folder / "result.md"
     lines = [line for line in path.read_text().splitlines() if not _FOOTER.match(line) or line.startswith("Settings:")]
-    body = [("#" + line) if line.startswith("#") else line for line in lines]
-    if not body or not body[0].startswith("## "):
-        body = [f"## {folder.name}", "", *body]
+    body = [("##" + line) if line.startswith("#") else line for line in lines]
+    if not body or not body[0].startswith("### "):
+        body = [f"### {folder.name}", "", *body]
     else:
-        body[0] = f"## {folder.name}: {body[0][3:]}" if body[0][3:].strip() != folder.name else f"## {folder.name}"
+        body[0] = f"### {folder.name}: {body[0][4:]}" if body[0][4:].strip() != folder.name else f"### {folder.name}"
     body = [line for i, line in enumerate(body) if line.strip() or (i and body[i - 1].strip())]  # one blank line at most
     while body and not body[-1].strip():
         body.pop()
     if lead_plot(folder):
         body += ["", f"![{folder.name}: mAP against peak memory per arm](plots/{folder.name}.png)"]
-    return "\n".join([*body, "", f"**Machine:** {_machine(folder)}.", "", f"**Reproduce:** `{_command(folder)}`", ""])
+    record, entry = _record(folder), results_index.load()[folder.name]
+    return "\n".join([
+        *body, "", f"**Question:** {entry['answers']}", "", f"**Status:** {_status(entry['status'])}. **Quality:** {entry['quality']}.",
+        "", f"**Code:** {_code(record)}.", "", f"**Machine:** {_machine(record)}.", "", f"**Reproduce:** `{record['command']}`", "",
+    ])
 
 
 def lead_plot(folder: Path) -> Path | None:
@@ -78,10 +87,10 @@ def lead_plot(folder: Path) -> Path | None:
 
 
 def folders() -> list[Path]:
-    """The result folders in the page's order: the accuracy at equal memory on real data first (issue 33), then every
-    other result by name."""
-    found = {p.parent for p in [*RESULTS.glob("*/results.md"), *RESULTS.glob("*/result.md")]}
-    return sorted(found, key=lambda f: (not f.name.startswith(LEAD), f.name))
+    """The result folders in the page's order: by question (:data:`results_index.QUESTIONS`, accuracy at equal memory
+    first), the lead results on real data first within it (issue 33), then by name."""
+    index, order = results_index.load(), list(results_index.QUESTIONS)
+    return sorted((RESULTS / n for n in index), key=lambda f: (order.index(index[f.name]["question"]), not f.name.startswith(LEAD), f.name))
 
 
 def render() -> str:
@@ -90,17 +99,26 @@ def render() -> str:
         "# Benchmark results\n\n"
         "<!-- generated by docs/gen_benchmarks.py from benchmarks/results/*/result(s).md: rerun a benchmark, then "
         "`python docs/gen_benchmarks.py` -->\n\n"
-        "Every result committed under `benchmarks/results/`, as its run wrote it (a matrix's rows grouped by the machine, "
-        "versions and date they were measured on), with the machine of its last run and the command that reproduces "
-        "it (run from the repository root). Each matrix folder also holds `matrix.yaml` (the file that ran), "
-        "`results.csv` (each row with its machine, versions and date) and PNG plots. A matrix that names shared "
-        "datasets finds them through `datasets_dir:`, relative to the matrix file. How to read the tables: [Benchmarks](index.md).\n\n"
+        "Every result committed under `benchmarks/results/`, grouped by the question it answers (`benchmarks/results/index.yaml`), "
+        "as its run wrote it (a matrix's rows grouped by the machine, versions and date they were measured on), with its "
+        "status (current, superseded, or made before a named commit changed the code it measures), the commit of the code "
+        "that made it, the machine of its last run and the command that reproduces it (run from the repository root; "
+        "`$DATASETS` is a folder holding `<name>/data.yaml` of each dataset named, `$RUNS` a folder of training runs). "
+        "Each folder holds `record.json` (commit, date, machine, versions, seeds, command); a matrix folder also "
+        "`matrix.yaml` (the file that ran), `results.csv` (each row with its machine, versions and date) and PNG plots. "
+        "How to read the tables: [Benchmarks](index.md).\n\n"
         "First, accuracy at one memory budget on real data (`equal-memory-*`): per dataset, (a) stock at the largest imgsz "
         "that fits, (b) `recompute=auto` at full resolution, (c) stock on tiles that fit, (d) stock at full resolution "
         "without the budget, whose weights (b)'s equal; each folder's `map_vs_memory.png` plots mAP against peak memory "
         "per arm. Arms still training are absent from their table.\n"
     )
-    return "\n".join([intro, *(render_result(f) for f in folders())])
+    sections, question = [], None
+    for folder in folders():
+        if results_index.load()[folder.name]["question"] != question:
+            question = results_index.load()[folder.name]["question"]
+            sections.append(f"## {results_index.QUESTIONS[question]}\n")
+        sections.append(render_result(folder))
+    return "\n".join([intro, *sections])
 
 
 def main() -> None:

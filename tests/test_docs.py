@@ -48,10 +48,13 @@ def test_benchmark_results_page_is_current():
     gen = _generator("gen_benchmarks")
     committed = gen.PAGE.read_text()
     assert committed == gen.render(), "docs/benchmarks/results.md is stale: run python docs/gen_benchmarks.py"
-    folders = sorted({p.parent.name for p in gen.RESULTS.glob("*/result*.md")}, key=lambda f: (not f.startswith("equal-memory-"), f))
-    sections = [line.split(":")[0].removeprefix("## ") for line in committed.splitlines() if line.startswith("## ")]
-    assert sections == folders and sections[0].startswith("equal-memory-")  # issue 33: the page leads with them
-    assert committed.count("**Machine:**") == committed.count("**Reproduce:** `") == len(folders)
+    folders = sorted(p.parent.name for p in gen.RESULTS.glob("*/result*.md"))
+    sections = [line.split(":")[0].removeprefix("### ") for line in committed.splitlines() if line.startswith("### ")]
+    assert sorted(sections) == folders and sections[0].startswith("equal-memory-")  # issue 33: the page leads with them
+    assert committed.count("**Machine:**") == committed.count("**Reproduce:** `") == committed.count("**Status:**") == len(folders)
+    # issue 47: grouped by the question each answers, in the index's order
+    groups = [line.removeprefix("## ") for line in committed.splitlines() if line.startswith("## ")]
+    assert groups == list(gen.results_index.QUESTIONS.values())
     # the lead results' plots, as the page shows them: copies of the benchmarks' own
     plots = [f for f in gen.folders() if gen.lead_plot(f)]
     assert plots and all((gen.PLOTS / f"{f.name}.png").read_bytes() == gen.lead_plot(f).read_bytes() for f in plots)

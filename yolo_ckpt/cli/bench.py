@@ -13,6 +13,11 @@ SETTINGS_TEXT = (
 )
 
 
+def bench_keys() -> set[str]:
+    """Every key ``bench`` takes: its own (``cfg/bench.yaml``) and any matrix's settings."""
+    return {*BENCH_DEFAULTS, *ultralytics_keys(), *DEFAULTS, *SETTINGS["step"], *SETTINGS["train"]}
+
+
 def bench(args: list[str]):
     """``yolo-ckpt bench matrix=NAME|FILE [out=DIR] [datasets=DIR] [rerun=True] [dry=True] [cells=N,...] [setting=value
     ...]``: run a benchmark matrix, shipped or a file (see :mod:`yolo_ckpt.bench.matrix`); bench's own keys are those
@@ -33,8 +38,7 @@ def bench(args: list[str]):
         raise SyntaxError(
             f"bench takes matrix=NAME or matrix=FILE, optionally out=DIR and settings as key=value; got {' '.join(args) or 'nothing'}"
         )
-    valid = {*BENCH_DEFAULTS, *ultralytics_keys(), *DEFAULTS, *SETTINGS["step"], *SETTINGS["train"]}
-    options = parse_keys(args, valid, "bench", SETTINGS_TEXT, required=("matrix",))
+    options = parse_keys(args, bench_keys(), "bench", SETTINGS_TEXT, required=("matrix",))
     from ..bench.matrix import run_matrix
 
     own = {k: options.pop(k, default) for k, default in BENCH_DEFAULTS.items()}  # the rest are the matrix's settings

@@ -1,0 +1,138 @@
+"""Issue 47: every committed result is indexed, tied to a commit, reproducible by the command its record gives, and
+its status agrees with git history (benchmarks/results/index.yaml, each folder's record.json)."""
+
+import importlib.util
+import json
+import re
+import shlex
+import subprocess
+
+import pytest
+
+from benchmarks import results_index
+from yolo_ckpt.bench.results_io import LEG, RECORD, git_state, provenance, recorded_command
+from yolo_ckpt.cli.args import parse_keys, parse_train_args
+from yolo_ckpt.cli.bench import bench_keys
+from yolo_ckpt.cli.estimate import estimate_keys
+from yolo_ckpt.shipped import resolve_yaml
+
+INDEX = results_index.load()
+FOLDERS = results_index.folders()
+RECORD_KEYS = {"commit", "commit_inferred", "dirty", "date", "machine", "versions", "seeds", "command"}
+ABSOLUTE_OR_CLIMBING = re.compile(r"(?<![\w.$-])(/(?:tmp|work|root|home|Users|mnt|data)/|[A-Za-z]:\\\\|\.\./)")
+
+
+def record(folder: str) -> dict:
+    return json.loads((results_index.RESULTS / folder / RECORD).read_text())
+
+
+def test_every_results_folder_is_indexed():
+    """Every folder of benchmarks/results/ holds a record.json and has an index entry, and the index names no other."""
+    on_disk = sorted(p.name for p in results_index.RESULTS.iterdir() if p.is_dir())
+    assert FOLDERS == on_disk, f"folders without {RECORD}: {sorted(set(on_disk) - set(FOLDERS))}"
+    unindexed, absent = sorted(set(FOLDERS) - set(INDEX)), sorted(set(INDEX) - set(FOLDERS))
+    assert not unindexed and not absent, f"not indexed: {unindexed}; indexed but absent: {absent}"
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_index_entry_is_whole_and_true(folder):
+    """Each entry names a question of the page, a study file or matrix that exists, measured modules that exist,
+    the README and docs pages that cite it (equal to a grep of them), its quality and a status of the schema."""
+    entry = INDEX[folder]
+    assert entry["question"] in results_index.QUESTIONS and entry["answers"].strip() and entry["quality"].strip()
+    assert ("study" in entry) != ("matrix" in entry), "an entry names a study or a matrix"
+    if "study" in entry and entry["study"].startswith("benchmarks/"):
+        assert (results_index.ROOT / entry["study"]).is_file(), entry["study"]
+    assert entry["measures"] and all((results_index.ROOT / p).exists() for p in entry["measures"]), entry["measures"]
+    assert entry["cited_in"] == results_index.citations().get(folder, []), "cited_in differs from a grep of README.md and docs/"
+    status = entry["status"]
+    assert status == "current" or (isinstance(status, dict) and len(status) == 1 and set(status) <= {"stale", "superseded_by", "holds"})
+    if isinstance(status, dict) and "superseded_by" in status:
+        assert status["superseded_by"] in INDEX
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_record_has_the_schema_and_no_machine_path(folder):
+    """One schema for all: commit (40 hex, or None outside a git checkout), whether inferred, dirty, date, machine,
+    versions, seeds, command; no absolute or climbing path anywhere in the record, the figures' files or matrix.yaml."""
+    rec = record(folder)
+    assert RECORD_KEYS <= set(rec), f"missing {RECORD_KEYS - set(rec)}"
+    assert rec["commit"] is None or re.fullmatch(r"[0-9a-f]{40}", rec["commit"])
+    assert isinstance(rec["commit_inferred"], bool) and rec["dirty"] in (True, False, None) and rec["seeds"]
+    for leg in rec.get("earlier_runs", []):
+        assert set(leg) == set(LEG)
+    for path in (results_index.RESULTS / folder).iterdir():
+        if path.suffix in {".json", ".md", ".csv", ".yaml"}:
+            hit = ABSOLUTE_OR_CLIMBING.search(path.read_text())
+            assert hit is None, f"{path.name}: a path of the machine that ran it: ...{path.read_text()[hit.start() - 40:hit.end() + 40]}..."
+
+
+def _module(words: list[str]) -> str:
+    """The module a recorded command runs: python -m's, or the CLI's for yolo-ckpt."""
+    return words[2] if words[:2] == ["python", "-m"] else "yolo_ckpt.cli.main"
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_recorded_command_imports_and_parses(folder):
+    """The record's command names a module that exists and keys its own parser takes (the study's KEYS through
+    parse_keys; yolo-ckpt bench's and plan's through the CLI's parsers), with any matrix file or name that resolves."""
+    words = shlex.split(record(folder)["command"])
+    module = _module(words)
+    assert importlib.util.find_spec(module) is not None, f"no module {module}"
+    if words[0] == "yolo-ckpt":
+        command, args = words[1], words[2:]
+        if command == "bench":
+            opts = parse_keys(args, bench_keys(), "bench", required=("matrix",))
+            assert resolve_yaml(opts["matrix"], "bench", "matrix").is_file()  # a shipped name or a repository file
+        else:
+            parse_train_args(args, estimate_keys(command))
+    else:
+        study = importlib.import_module(module)
+        parse_keys(words[3:], study.KEYS, module)
+
+
+def _history_available() -> str | None:
+    """Why the history check cannot run here, or None."""
+    try:
+        if results_index.git("rev-parse", "--is-shallow-repository") == "true":
+            return "a shallow clone: git log cannot tell which commits changed the measured modules (git fetch --unshallow)"
+    except (OSError, subprocess.CalledProcessError):
+        return "not a git checkout"
+    return None
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_status_agrees_with_history(folder):
+    """A result marked current was made at or after the last commit that changed the modules it measures; one marked
+    stale names the first such commit after its own; one that holds cites a later commit or re-measured folder."""
+    if reason := _history_available():
+        pytest.skip(reason)
+    rec, entry = record(folder), INDEX[folder]
+    if rec["commit"] is None:
+        pytest.fail("a committed result without a commit")
+    later = results_index.changes_since(rec["commit"], entry["measures"])
+    status = entry["status"]
+    if status == "current":
+        assert not later, f"{folder}: marked current, but {later[0][:12]} changed {entry['measures']} after {rec['commit'][:12]}"
+    elif "stale" in status:
+        first = later[0] if later else None
+        assert first and first.startswith(str(status["stale"])), f"{folder}: stale names {status['stale']}, the first change is {first}"
+    elif "holds" in status:
+        cited = str(status["holds"])
+        commit = record(cited)["commit"] if cited in INDEX else results_index.git("rev-parse", cited)
+        assert not results_index.changes_since(commit, entry["measures"]), f"{folder}: {cited} predates a change too"
+
+
+def test_record_writer_ties_a_run_to_its_commit(tmp_path):
+    """The writer records git rev-parse HEAD and git status of this checkout; None outside a git checkout; the command
+    with paths inside the repository made relative and the datasets= root named $DATASETS."""
+    state = git_state()
+    if state["commit"] is not None:
+        assert state["commit"] == results_index.git("rev-parse", "HEAD") and isinstance(state["dirty"], bool)
+    assert git_state(tmp_path) == {"commit": None, "commit_inferred": False, "dirty": None}
+    inside = results_index.ROOT / "benchmarks" / "results" / "x"
+    assert recorded_command(["python -m benchmarks.soak", f"out={inside}", "datasets=/data/sets", "epochs=3"]) == (
+        "python -m benchmarks.soak out=benchmarks/results/x datasets=$DATASETS epochs=3"
+    )
+    rec = provenance(["python -m benchmarks.soak", "epochs=3"], seeds=[7])
+    assert RECORD_KEYS <= set(rec) and rec["seeds"] == [7] and rec["commit"] == state["commit"]
