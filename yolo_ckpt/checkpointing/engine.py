@@ -290,6 +290,14 @@ def apply_checkpointing(
     Returns:
         The resolved :class:`~yolo_ckpt.checkpointing.policy.RecomputePolicy` (parameter-free and frozen layers dropped).
 
+    Examples:
+        >>> from ultralytics import YOLO
+        >>> model = YOLO("yolo11n.yaml").model  # a bare DetectionModel: any training loop
+        >>> apply_checkpointing(model, recompute="backbone").indices
+        (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+        >>> apply_checkpointing(model, recompute="none").indices  # replaces the policy before
+        ()
+
     Raises:
         ValueError: for an invalid ``recompute=`` value (see :func:`yolo_ckpt.checkpointing.policy.resolve`), ``mode``, ``frozen``
             ``loss_chunk`` or ``assign_chunk``, or a fused model (``model.fuse()``, for inference) with anything to recompute; the

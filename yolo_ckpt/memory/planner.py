@@ -133,6 +133,13 @@ class MemoryModel(ComposedEstimate):
             (:meth:`yolo_ckpt.config.CkptConfig.headroom_on`).
         loss_chunk, assign_chunk, sizes: as :class:`~yolo_ckpt.memory.composed.ComposedEstimate` takes them.
 
+    Examples:
+        >>> from ultralytics import YOLO
+        >>> mm = MemoryModel(YOLO("yolo11n.yaml").model, imgsz=1536, batch=2)
+        >>> plan = mm.plan(budget=2 * 2**30, batch=2, imgsz=1536)  # recompute=auto under 2 GiB
+        >>> plan.recompute  # the policy, e.g. '0,1,2,4,6,head'
+        >>> mm.largest_batch(plan.units, budget=2 * 2**30, imgsz=1536)
+
     Raises:
         ValueError: as :class:`~yolo_ckpt.memory.composed.ComposedEstimate` raises.
     """

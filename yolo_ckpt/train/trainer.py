@@ -217,6 +217,11 @@ def checkpointed(trainer_cls: type) -> type:
     attributes of ``yolo_ckpt.train.trainer`` (``CheckpointDetectionTrainer``, ``CheckpointDepthTrainer``, ...), so pickle
     and the DDP launcher's cloudpickle store them by reference; cloudpickle stores a user's class by value.
 
+    Examples:
+        >>> from ultralytics.models.yolo.detect import DetectionTrainer
+        >>> class MyTrainer(DetectionTrainer): ...
+        >>> YOLO("yolo11n.yaml").train(trainer=checkpointed(MyTrainer), data="coco8.yaml", recompute="auto", memory_budget="4GB")
+
     Raises:
         TypeError: if ``trainer_cls`` is not a subclass of Ultralytics' ``BaseTrainer``.
     """
@@ -243,6 +248,14 @@ def trainer_for(task: str, model=None) -> type:
     """The checkpointed trainer of an Ultralytics task, from Ultralytics' own task table: that of ``model`` (a
     ``YOLO``, ``RTDETR``, ... instance, so an RT-DETR model gets ``RTDETRTrainer`` for task ``detect``, as
     ``Model.train`` picks it), else ``YOLO.task_map``.
+
+    Examples:
+        >>> from ultralytics import YOLO
+        >>> from yolo_ckpt import trainer_for
+        >>> trainer_for("detect").__name__
+        'CheckpointDetectionTrainer'
+        >>> model = YOLO("yolo11n-seg.yaml")
+        >>> model.train(trainer=trainer_for(model.task, model), data="coco8-seg.yaml", imgsz=1280, recompute="all")
 
     Raises:
         ValueError: for a task the table does not have, naming the tasks it has.
