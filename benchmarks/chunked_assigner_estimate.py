@@ -12,7 +12,6 @@ and 1500 objects of 8-28 px, ``recompute=all`` (one class, fp32): the measured s
 from __future__ import annotations
 
 import sys
-from datetime import datetime, timezone
 
 import torch
 from ultralytics.cfg import get_cfg
@@ -50,7 +49,7 @@ def main(argv: list[str]) -> dict:
         })
     result = {
         **provenance(["python -m benchmarks.chunked_assigner_estimate", *argv], seeds=[0]),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "imgsz": imgsz, "batch": 1, "recompute": recompute, "rows": rows,
+        "imgsz": imgsz, "batch": 1, "recompute": recompute, "rows": rows,
     }
     lines = [
         f"yolo11n detect, imgsz {imgsz}, batch 1, objects of 8-28 px, recompute={recompute}, one class, CPU fp32.",

@@ -11,7 +11,6 @@ only: no step is measured.
 from __future__ import annotations
 
 import sys
-from datetime import datetime, timezone
 
 import numpy as np
 
@@ -45,7 +44,6 @@ def main(argv: list[str]) -> dict:
     side = np.sqrt(sizes.w * sizes.h) * run.imgsz if sizes is not None else np.zeros(1)
     result = {
         **provenance(["python -m benchmarks.foreground_bound", *argv], seeds=[0]),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "keys": words, "recompute": recompute, "imgsz": run.imgsz, "objects": spec.objects, "assumed": spec.describe(),
         "median_side_px": float(np.median(side)), "p90_side_px": float(np.percentile(side, 90)),
         "foreground_worst": worst, "foreground_bounded": bounded,

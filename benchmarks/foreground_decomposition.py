@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from datetime import datetime, timezone
 
 import torch
 from ultralytics.cfg import get_cfg
@@ -90,7 +89,6 @@ def main(argv: list[str]) -> dict:
     ]
     result = {
         **provenance(["python -m benchmarks.foreground_decomposition", *argv], seeds=[0]),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "model": cfg, "imgsz": imgsz, "batch": batch, "objects": objects, "sides": sides, "recompute": recompute,
         **{f"foreground_{k}": v for k, v in foreground.items()}, "foreground_per_image": per_image.tolist(),
         "measured_peak_bytes": measured.peak_bytes, "measured_loss_bytes": measured.loss_bytes,

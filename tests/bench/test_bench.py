@@ -2,6 +2,7 @@
 and the checks a matrix file gets before anything runs."""
 
 import copy
+import json
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,6 +16,7 @@ from helpers import large_box_dataset, logged_messages, tiny_yaml
 
 from yolo_ckpt.bench import matrix, matrix_file as bench, step_cell, train_cell
 from yolo_ckpt.bench.cells import BUILT_IN_DATASETS
+from yolo_ckpt.bench.results_io import LEG, git_state
 from yolo_ckpt.cli import main
 from yolo_ckpt.shipped import shipped
 
@@ -89,6 +91,10 @@ def test_step_matrix(tmp_path, monkeypatch, one_thread):
     monkeypatch.setattr(step_cell, "measure", lambda cells, settings: measured.extend(cells) or copy.deepcopy(rows))
     assert main(["bench", f"matrix={write_matrix(tmp_path, STEP)}", f"out={out}", "rerun=True"]) == 0
     assert [c["recompute"] for c in measured] == ["none", "all"] and len(pd.read_csv(out / "results.csv")) == 2
+    # issue 47: the record ties each run leg to this checkout's commit; the first leg is kept under earlier_runs
+    record = json.loads((out / "record.json").read_text())
+    assert record["commit"] == git_state()["commit"] and record["seeds"] == [0] and record["kind"] == "step"
+    assert [leg["commit"] for leg in record["earlier_runs"]] == [record["commit"]] and set(record["earlier_runs"][0]) == set(LEG)
 
 
 COMMITTED = sorted(p.parent.name for p in (ROOT / "benchmarks" / "results").glob("*/matrix.yaml"))
@@ -192,7 +198,8 @@ def test_train_matrix_same_weights(tmp_path, synthetic, one_thread):
     # the validation subset is a list file of 2 images; the dataset itself is untouched
     assert len((out / "data" / f"{Path(synthetic('detect')).parent.name}-val2.txt").read_text().splitlines()) == 2
     # compare on the two runs gives the same deltas
-    assert main(["compare", none["run_dir"], full["run_dir"], f"out={tmp_path / 'cmp'}"]) == 0
+    assert none["run_dir"] == f"runs/{Path(none['run_dir']).name}"  # issue 47: relative to out, no machine path
+    assert main(["compare", str(out / none["run_dir"]), str(out / full["run_dir"]), f"out={tmp_path / 'cmp'}"]) == 0
     compared = pd.read_csv(tmp_path / "cmp" / "compare.csv")
     assert compared["memory_change_pct"].iloc[1] == pytest.approx(100 * (full["peak_MiB"] / none["peak_MiB"] - 1))
 
@@ -257,7 +264,7 @@ def test_tiles_cell_trains_on_tiles_and_validates_on_full_images(tmp_path, one_t
     row = pd.read_csv(out / "results.csv").iloc[0]
     assert row["status"] == "ok" and row["imgsz_used"] == 32 and row["val_imgsz"] == 64
     assert row["train_images"] == 4 and row["wall_s"] > 0  # 1 image of 64 px in 2 x 2 tiles of 32 px
-    assert (Path(row["run_dir"]) / "val-full").is_dir()  # the full-image validation ran
+    assert (out / row["run_dir"] / "val-full").is_dir()  # the full-image validation ran
     assert "tiles={'overlap': 0, 'size': 32}" in row["cell"] and (out / "curves.csv").is_file() and (out / "curves.png").is_file()
     assert "| 32 px, overlap 0 | 4 | 64 |" in (out / "results.md").read_text()  # tiles trained, their count, val imgsz
     tiles = next((out / "data").glob("tiles-*"))
