@@ -29,6 +29,10 @@ def bench(args: list[str]):
     Returns:
         :func:`~yolo_ckpt.bench.matrix.run_matrix`'s result.
 
+    Examples:
+        >>> bench(["matrix=cpu-step", "out=runs/bench/cpu-step"])
+        >>> bench(["matrix=equal-memory-bccd", "datasets=/data/sets", "cells=1", "dry=True"])  # what would run
+
     Raises:
         SyntaxError: for a bare word, without ``matrix=``, or for a key that is neither bench's nor a setting of any
             matrix (before torch is imported). ConfigError: as :func:`yolo_ckpt.bench.matrix.run_matrix` raises (a

@@ -16,6 +16,9 @@ def compare(args: list[str]):
     Returns:
         The table (a pandas DataFrame, a row per run).
 
+    Examples:
+        >>> compare(["runs/detect/stock", "runs/detect/recompute-all", "out=runs/compare/ab"])
+
     Raises:
         SyntaxError: for a key other than ``out=`` (before torch is imported). ConfigError: as
             :func:`yolo_ckpt.report.compare.compare_runs` raises (a folder without a report, ...).

@@ -86,7 +86,14 @@ def command_function(name: str):
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``yolo-ckpt`` console script (``argv``: the words after ``yolo-ckpt``, default
-    ``sys.argv[1:]``); returns the exit status, as :func:`run_command` returns it."""
+    ``sys.argv[1:]``); returns the exit status, as :func:`run_command` returns it.
+
+    Examples:
+        >>> main(["plan", "model=yolo11n.yaml", "imgsz=1536", "memory_budget=4GB"])
+        0
+        >>> main(["plan", "imgsx=640"])  # one line on stderr naming the valid keys
+        2
+    """
     args = sys.argv[1:] if argv is None else list(argv)
     command = args[0].lstrip("-") if args else "help"
     if command in {"help", "h"} or {"help", "-h", "--help"} & set(args[1:]):

@@ -67,7 +67,12 @@ def plan(args: list[str]) -> list[dict]:
     bytes) and the margin left in ``memory_budget=``, the largest imgsz (at ``batch``) and batch (at ``imgsz``) that
     fit, and each policy's recompute cost; for the run the keys describe (see :func:`~yolo_ckpt.cli.estimate.estimate_setup`). Every peak is
     a fake pass's (the largest imgsz and batch: the composed answer, checked by one; ``MemoryModel.largest_imgsz``).
-    The result on stdout, progress and logs on stderr."""
+    The result on stdout, progress and logs on stderr.
+
+    Examples:
+        >>> rows = plan(["model=yolo11n-seg.yaml", "imgsz=1536", "batch=2", "objects=800", "memory_budget=8GB", "format=json"])
+        >>> [row["recompute"] for row in rows]  # none, backbone, head, loss, all, then auto's choice
+    """
     check_words(args, train_keys(estimate_keys("plan")), TASKS)  # argument errors before torch is imported
     import json
 

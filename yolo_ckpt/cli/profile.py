@@ -46,7 +46,11 @@ def profile(args: list[str]) -> dict:
     ``plot=True`` the per-layer picture of the ``none`` estimate, ``recompute=``'s layers marked, beside the phases of
     the ``recompute=`` estimate (:mod:`yolo_ckpt.report.layer_plot`), goes to ``layers.png`` in a new folder named as
     ``yolo`` names runs (``project=``,
-    ``name=``; default ``<runs_dir>/profile/profile<N>``); its path is the result's ``plot``."""
+    ``name=``; default ``<runs_dir>/profile/profile<N>``); its path is the result's ``plot``.
+
+    Examples:
+        >>> profile(["model=yolo11n.yaml", "imgsz=1024", "batch=2", "recompute=all", "plot=True"])["plot"]
+    """
     check_words(args, train_keys(estimate_keys("profile")), TASKS)  # argument errors before torch is imported
     import json
 

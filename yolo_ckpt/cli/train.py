@@ -19,6 +19,10 @@ def train(args: list[str]):
     Returns:
         The trainer's metrics (``model.train``'s result); None where ``resume`` only finished a run's end.
 
+    Examples:
+        >>> train(["model=yolo11n.yaml", "data=coco8.yaml", "imgsz=1280", "recompute=auto", "memory_budget=4GB"])
+        >>> train(["resume", "model=runs/detect/train/weights/last.pt"])  # exact resume
+
     Raises:
         ConfigError: as :func:`prepare_train` raises, and for a ``data=`` Ultralytics cannot read (its
             ``Dataset '...' error``, the run folder put back).
