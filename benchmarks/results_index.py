@@ -12,14 +12,18 @@ A folder's entry (``index.yaml`` says how to add one)::
       quality: free text              # how far to trust it: timings under load, one seed, ...
       status: current                 # or {superseded_by: folder}, {stale: commit}, {holds: commit or folder}
 
-``status``: ``current`` (made at or after the last commit that changed ``measures``: :func:`changes_since`),
-``stale: <commit>`` (the first commit after the record's that changed what it measures), ``superseded_by: <folder>``,
+``status``: ``current`` (the code of ``measures`` is the same at HEAD as at the record's commit, docstrings and
+comments aside: :func:`code_changed`), ``stale: <commit>`` (a commit after the record's that changed that code),
+``superseded_by: <folder>``,
 or ``holds: <commit or folder>`` (current although ``measures`` changed later: the re-measurement or commit that
 shows the figures still hold). tests/bench/test_results_index.py keeps every entry true.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -71,6 +75,49 @@ def git(*args: str) -> str:
     return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True).stdout.strip()
 
 
+@functools.cache
+def code_of(commit: str, path: str) -> str | None:
+    """``path``'s code at ``commit`` (None where it did not exist): a Python file's syntax tree without docstrings (a
+    change of wording or comments is no change of the code it measures), any other file's text."""
+    try:
+        text = git("show", f"{commit}:{path}")
+    except subprocess.CalledProcessError:
+        return None
+    if not path.endswith(".py"):
+        return text
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+            if isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
+def code_changed(before: str, after: str, paths: list[str]) -> bool:
+    """Whether the code of any of ``paths`` (:func:`code_of`) differs between the commits ``before`` and ``after``."""
+    return any(code_of(before, p) != code_of(after, p) for p in paths)
+
+
 def changes_since(commit: str, paths: list[str]) -> list[str]:
-    """The commits after ``commit`` (not in its history) up to HEAD that changed any of ``paths``, oldest first."""
-    return git("log", "--reverse", "--format=%H", f"{commit}..HEAD", "--", *paths).splitlines()
+    """The commits after ``commit`` (not in its history) up to HEAD that changed the code of any of ``paths``
+    (:func:`code_changed` against their first parent), oldest first."""
+    touched = git("log", "--reverse", "--format=%H", f"{commit}..HEAD", "--", *paths).splitlines()
+    return [c for c in touched if code_changed(f"{c}^", c, paths)]
+
+
+def history_status(folder: str, entry: dict) -> str | dict:
+    """The status git history gives ``folder``: ``current`` where the code it measures is the same at HEAD as at its
+    record's commit, else ``{"stale": <first later commit that changed it>}`` (``superseded_by`` and ``holds`` are a
+    person's to give)."""
+    commit = json.loads((RESULTS / folder / "record.json").read_text())["commit"]
+    if not code_changed(commit, "HEAD", entry["measures"]):
+        return "current"
+    return {"stale": changes_since(commit, entry["measures"])[0][:12]}
+
+
+if __name__ == "__main__":  # the entries whose status disagrees with git history, and the status it gives
+    for name, entry in load().items():
+        status = entry["status"]
+        if (isinstance(status, str) or "stale" in status) and (given := history_status(name, entry)) != status:
+            print(f"{name}: {status} -> {given}")

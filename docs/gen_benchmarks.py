@@ -6,6 +6,7 @@ current."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
@@ -21,6 +22,11 @@ PAGE = Path(__file__).parent / "benchmarks" / "results.md"
 PLOTS = Path(__file__).parent / "benchmarks" / "plots"  # the lead results' mAP-against-memory plots, copied (MkDocs serves docs/ only)
 LEAD = "equal-memory-"  # the results the page leads with: accuracy at one memory budget, per arm, on real data
 _FOOTER = re.compile(r"^(Machine:|Settings:|Command of the last run:)")  # the run's own footer lines; Settings: is kept
+
+
+@functools.cache
+def _index() -> dict:
+    return results_index.load()
 
 
 def _record(folder: Path) -> dict:
@@ -73,7 +79,7 @@ def render_result(folder: Path) -> str:
         body.pop()
     if lead_plot(folder):
         body += ["", f"![{folder.name}: mAP against peak memory per arm](plots/{folder.name}.png)"]
-    record, entry = _record(folder), results_index.load()[folder.name]
+    record, entry = _record(folder), _index()[folder.name]
     return "\n".join([
         *body, "", f"**Question:** {entry['answers']}", "", f"**Status:** {_status(entry['status'])}. **Quality:** {entry['quality']}.",
         "", f"**Code:** {_code(record)}.", "", f"**Machine:** {_machine(record)}.", "", f"**Reproduce:** `{record['command']}`", "",
@@ -89,7 +95,7 @@ def lead_plot(folder: Path) -> Path | None:
 def folders() -> list[Path]:
     """The result folders in the page's order: by question (:data:`results_index.QUESTIONS`, accuracy at equal memory
     first), the lead results on real data first within it (issue 33), then by name."""
-    index, order = results_index.load(), list(results_index.QUESTIONS)
+    index, order = _index(), list(results_index.QUESTIONS)
     return sorted((RESULTS / n for n in index), key=lambda f: (order.index(index[f.name]["question"]), not f.name.startswith(LEAD), f.name))
 
 
@@ -114,8 +120,8 @@ def render() -> str:
     )
     sections, question = [], None
     for folder in folders():
-        if results_index.load()[folder.name]["question"] != question:
-            question = results_index.load()[folder.name]["question"]
+        if _index()[folder.name]["question"] != question:
+            question = _index()[folder.name]["question"]
             sections.append(f"## {results_index.QUESTIONS[question]}\n")
         sections.append(render_result(folder))
     return "\n".join([intro, *sections])
