@@ -30,6 +30,9 @@ def test_every_results_folder_is_indexed():
     """Every folder of benchmarks/results/ holds a record.json and has an index entry, and the index names no other."""
     on_disk = sorted(p.name for p in results_index.RESULTS.iterdir() if p.is_dir())
     assert FOLDERS == on_disk, f"folders without {RECORD}: {sorted(set(on_disk) - set(FOLDERS))}"
+    older = sorted(p.relative_to(results_index.RESULTS).as_posix() for name in ("provenance.json", "result.json")
+                   for p in results_index.RESULTS.glob(f"*/{name}"))
+    assert not older, f"one record file per folder, {RECORD}; fold these into it: {older}"
     unindexed, absent = sorted(set(FOLDERS) - set(INDEX)), sorted(set(INDEX) - set(FOLDERS))
     assert not unindexed and not absent, f"not indexed: {unindexed}; indexed but absent: {absent}"
 
@@ -44,7 +47,8 @@ def test_index_entry_is_whole_and_true(folder):
     if "study" in entry and entry["study"].startswith("benchmarks/"):
         assert (results_index.ROOT / entry["study"]).is_file(), entry["study"]
     assert entry["measures"] and all((results_index.ROOT / p).exists() for p in entry["measures"]), entry["measures"]
-    assert entry["cited_in"] == results_index.citations().get(folder, []), "cited_in differs from a grep of README.md and docs/"
+    cited = results_index.citations().get(folder, [])
+    assert entry["cited_in"] == cited, f"{folder}: cited_in: {entry['cited_in']}, a grep of README.md and docs/ finds {cited}"
     status = entry["status"]
     assert status == "current" or (isinstance(status, dict) and len(status) == 1 and set(status) <= {"stale", "superseded_by", "holds"})
     if isinstance(status, dict) and "superseded_by" in status:
