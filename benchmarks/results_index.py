@@ -116,8 +116,26 @@ def history_status(folder: str, entry: dict) -> str | dict:
     return {"stale": changes_since(commit, entry["measures"])[0][:12]}
 
 
-if __name__ == "__main__":  # the entries whose status disagrees with git history, and the status it gives
-    for name, entry in load().items():
+def refresh(write: bool = False) -> list[str]:
+    """The entries whose ``status`` (current or stale) or ``cited_in`` disagree with git history and a grep, as lines
+    ``name: field: old -> new``; with ``write``, ``index.yaml`` rewritten with the new values (its header kept)."""
+    text = INDEX.read_text()
+    index, cited, lines = yaml.safe_load(text), citations(), []
+    for name, entry in index["results"].items():
         status = entry["status"]
         if (isinstance(status, str) or "stale" in status) and (given := history_status(name, entry)) != status:
-            print(f"{name}: {status} -> {given}")
+            lines.append(f"{name}: status: {status} -> {given}")
+            entry["status"] = given
+        if entry.get("cited_in") != cited.get(name, []):
+            lines.append(f"{name}: cited_in: {entry.get('cited_in')} -> {cited.get(name, [])}")
+            entry["cited_in"] = cited.get(name, [])
+    if write and lines:
+        header = text[: text.index("questions:")]
+        INDEX.write_text(header + yaml.safe_dump(index, sort_keys=False, width=120, allow_unicode=True))
+    return lines
+
+
+if __name__ == "__main__":  # python -m benchmarks.results_index [--write]: what git history and a grep say differs
+    import sys
+
+    print("\n".join(refresh(write="--write" in sys.argv[1:])) or "index.yaml agrees with git history and the docs")
