@@ -38,7 +38,7 @@ from ultralytics.models.yolo.detect import DetectionValidator
 from ultralytics.utils.metrics import ap_per_class
 
 from yolo_ckpt.bench.matrix import read_results
-from yolo_ckpt.bench.results_io import provenance, publish
+from yolo_ckpt.bench.results_io import provenance, publish, repo_relative
 from yolo_ckpt.bench.tables import arm_label, tiles_setting
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
@@ -157,8 +157,8 @@ def main(argv: list[str]) -> dict:
         for a, name in enumerate(arms)
     ]
     command = shlex.join(["python", "-m", "benchmarks.map_bootstrap", *argv])  # quoted: an arm name has a space
-    result = {**provenance(command, seeds=[seed]), "results": [str(f) for f in folders], "images": len(names), "resamples": resamples,
-              "seed": seed, "baseline": named[base], "arms": table}
+    result = {**provenance(command, seeds=[seed]), "results": [repo_relative(f) for f in folders], "images": len(names),
+              "resamples": resamples, "seed": seed, "baseline": named[base], "arms": table}
     fmt = lambda lo_hi: f"[{lo_hi[0]:+.3f}, {lo_hi[1]:+.3f}]"  # noqa: E731
 
     def verdict(lo_hi):  # same weights give the same figure on every resample

@@ -65,7 +65,10 @@ def main(argv: list[str]) -> dict:
     reached = next((r["epoch"] for r in rows if r["mAP50"] >= TARGET), None)
     keys = ("model", "data", "imgsz", "epochs", "batch", "optimizer", "seed", "workers", "deterministic")
     record = provenance(["python -m benchmarks.pilot_curve", *argv], seeds=[args.get("seed")])
-    result = {**record, "run_args": {k: args.get(k) for k in keys},
+    run_args = {k: args.get(k) for k in keys}
+    if run_args["data"]:  # the data.yaml against its datasets root (<name>/data.yaml), not the reading machine's path
+        run_args["data"] = Path(*Path(str(run_args["data"])).parts[-2:]).as_posix()
+    result = {**record, "run_args": run_args,
               "rows": rows, "reached_epoch": reached}
     result["machine"]["torch_threads"] = int(opts.get("threads", 1))  # the run's (OMP_NUM_THREADS=1), not this reader's
     best = max(rows, key=lambda r: r["mAP50"]) if rows else None

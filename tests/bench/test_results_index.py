@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from benchmarks import results_index
-from yolo_ckpt.bench.results_io import LEG, RECORD, git_state, provenance, recorded_command
+from yolo_ckpt.bench.results_io import LEG, RECORD, dataset_yaml, git_state, provenance, recorded_command
 from yolo_ckpt.cli.args import parse_keys, parse_train_args
 from yolo_ckpt.cli.bench import bench_keys
 from yolo_ckpt.cli.estimate import estimate_keys
@@ -142,6 +142,8 @@ def test_record_writer_ties_a_run_to_its_commit(tmp_path):
     assert recorded_command(["python -m benchmarks.soak", f"out={inside}", "datasets=/data/sets", "epochs=3"]) == (
         "python -m benchmarks.soak out=benchmarks/results/x datasets=$DATASETS epochs=3"
     )
+    assert dataset_yaml("monuseg/data.yaml", "/data/sets") == "/data/sets/monuseg/data.yaml"  # a study's data= against datasets=
+    assert dataset_yaml("/elsewhere/data.yaml", "/data/sets") == dataset_yaml("/elsewhere/data.yaml") == "/elsewhere/data.yaml"
     rec = provenance(["python -m benchmarks.soak", "epochs=3"], seeds=[7])
     assert RECORD_KEYS <= set(rec) and rec["seeds"] == [7] and rec["commit"] == state["commit"]
 

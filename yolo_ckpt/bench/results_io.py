@@ -57,16 +57,23 @@ def recorded_command(words: list[str], root: Path | None = None) -> str:
     >>> recorded_command(["python -m benchmarks.epoch_peaks", "datasets=/data/sets", "data=monuseg/data.yaml"])
     'python -m benchmarks.epoch_peaks datasets=$DATASETS data=monuseg/data.yaml'
     """
-    root = (root or Path(yolo_ckpt.__file__).parent.parent).resolve()
     fixed = []
     for word in words:
         key, _, value = word.partition("=")
         if value and key == "datasets":
             word = f"datasets={DATASETS}"
-        elif value and Path(value).is_absolute() and Path(value).resolve().is_relative_to(root):
-            word = f"{key}={Path(value).resolve().relative_to(root).as_posix()}"
+        elif value:
+            word = f"{key}={repo_relative(value, root)}"
         fixed.append(word)
     return " ".join(fixed)
+
+
+def repo_relative(path, root: Path | None = None) -> str:
+    """``path`` relative to the repository ``root`` (default: this checkout) where it is an absolute path inside it,
+    else as given: ``/repo/benchmarks/results/x`` -> ``benchmarks/results/x``."""
+    root = (root or Path(yolo_ckpt.__file__).parent.parent).resolve()
+    inside = Path(path).is_absolute() and Path(path).resolve().is_relative_to(root)
+    return Path(path).resolve().relative_to(root).as_posix() if inside else str(path)
 
 
 def dataset_yaml(data: str, datasets: str | None = None) -> str:
