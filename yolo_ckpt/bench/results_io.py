@@ -3,10 +3,12 @@
 One schema for every folder, matrix or study (MLPerf-style: the code's commit, the date, the system, the exact command):
 
 - ``commit``: ``git rev-parse HEAD`` of the checkout whose code ran (None outside a git checkout); ``commit_inferred``:
-  True where it was filled in later from git history (the parent of the commit that added the folder), else False;
-- ``dirty``: whether that checkout had changes to tracked files outside ``benchmarks/results/`` at launch
-  (``git status --porcelain``; None where unknown);
-- ``date``: UTC, ISO 8601, at launch; ``machine``; ``versions``; ``seeds``: the seeds the measurement drew with;
+  True where it was filled in later from git history (the parent of the last commit that changed the folder's
+  figures, ``commit_note`` says which), else False;
+- ``dirty``: whether that checkout had changes to tracked files outside ``benchmarks/results/`` when the record was
+  made (``git status --porcelain --untracked-files=no``; None where unknown);
+- ``date``: UTC, ISO 8601, when the record is made (a matrix run's at its launch, a study's when it writes its figures);
+  ``machine``; ``versions``; ``seeds``: the seeds the measurement drew with;
 - ``command``: the command line, its paths relative to the repository root, a dataset folder named against a
   ``datasets=$DATASETS`` root (``datasets`` says what the root held) and never an absolute or climbing path;
 - a matrix's record adds ``matrix``, ``kind`` and ``earlier_runs`` (the same fields of each earlier leg that added
