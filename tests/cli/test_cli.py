@@ -177,7 +177,10 @@ def test_profile_on_a_runs_pt_removes_its_stale_temporaries(tmp_path, capsys):
 def test_help_lists_commands_and_keys(capsys):
     assert main(["help"]) == 0
     out = capsys.readouterr().out
-    assert "train" in out and "recompute: backbone" in out and "yolo11n.yaml" in out
+    assert "train" in out and "yolo11n.yaml" in out
+    # the per-task default (issue 43: "recompute: backbone" read as detect's, which is backbone,loss)
+    assert "\n  recompute: backbone,loss for detect, obb, pose, segment models with a loss region; backbone otherwise # " in out
+    assert "\n  recompute_mode: full # " in out and "\n  memory_budget: # " in out  # the other keys as the file writes them
     assert "  objects: 20 #" in out and "  format: text #" in out and "  plot: false #" in out  # cfg/estimate.yaml's
     assert main(["bogus"]) == 2
 
