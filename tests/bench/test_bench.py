@@ -89,6 +89,13 @@ def test_step_matrix(tmp_path, monkeypatch, one_thread):
     monkeypatch.setattr(step_cell, "measure", lambda cells, settings: measured.extend(cells) or copy.deepcopy(rows))
     assert main(["bench", f"matrix={write_matrix(tmp_path, STEP)}", f"out={out}", "rerun=True"]) == 0
     assert [c["recompute"] for c in measured] == ["none", "all"] and len(pd.read_csv(out / "results.csv")) == 2
+    # cells=1 alone in a new folder (issue 43: results.md's memory column was empty without the none cell): its baseline,
+    # measured beside it, gets its row, and the deltas are against it
+    other = tmp_path / "cells-1"
+    assert main(["bench", f"matrix={write_matrix(tmp_path, STEP)}", f"out={other}", "cells=1"]) == 0
+    assert list(pd.read_csv(other / "results.csv")["recompute"]) == ["none", "all"]
+    (row,) = [line for line in (other / "results.md").read_text().splitlines() if "| all |" in line]
+    assert f"| {100 * (full['peak_MiB'] / none['peak_MiB'] - 1):+.1f}% |" in row, row
 
 
 COMMITTED = sorted(p.parent.name for p in (ROOT / "benchmarks" / "results").glob("*/provenance.json"))

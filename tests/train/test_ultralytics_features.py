@@ -29,15 +29,15 @@ def with_channels(data: str, channels: int, folder: Path) -> str:
 
 
 def multispectral(data: str, folder: Path, bands: int = 10) -> str:
-    """The detect dataset ``data`` as ``bands``-band images (multi-page TIFFs, one grey page per band: Ultralytics
-    stacks the pages as channels, as its coco8-multispectral), the labels copied, ``channels: <bands>``."""
+    """The detect dataset ``data`` as ``bands``-band images of 256 px (multi-page TIFFs, one grey page per band:
+    Ultralytics stacks the pages as channels, as its coco8-multispectral), the labels copied, ``channels: <bands>``."""
     spec = yaml.safe_load(Path(data).read_text())
     root = Path(data).parent / spec.get("path", ".")
     for split in ("train", "val"):
         (folder / "images" / split).mkdir(parents=True)
         (folder / "labels" / split).mkdir(parents=True)
         for image in sorted((root / spec[split]).iterdir()):
-            bgr = cv2.imread(str(image))
+            bgr = cv2.resize(cv2.imread(str(image)), (256, 256), interpolation=cv2.INTER_AREA)  # 10 pages of 1600 px: slow to read
             pages = [bgr[..., i % 3] // (1 + i // 3) for i in range(bands)]  # the colour planes, dimmed by band
             assert cv2.imwritemulti(str(folder / "images" / split / f"{image.stem}.tiff"), pages)
             label = root / "labels" / split / f"{image.stem}.txt"
