@@ -81,8 +81,8 @@ def training_batch(
 
 
 def detect_batch(batch: int, imgsz: int, objects: int, seed: int = 0, nc: int = 1) -> dict:
-    """A fixed detection training batch (:func:`training_batch`'s detect batch) for a model of ``nc`` classes,
-    without the model: (batch, 3, imgsz, imgsz) images in [0, 1], ``objects`` grid-laid boxes per image."""
+    """A fixed detection training batch (:func:`training_batch`'s detect batch) for a 3-channel model of ``nc``
+    classes, without the model: (batch, 3, imgsz, imgsz) images in [0, 1], ``objects`` grid-laid boxes per image."""
     g = torch.Generator().manual_seed(seed)
     return {"img": torch.rand(batch, 3, imgsz, imgsz, generator=g), **_grid_targets(batch, objects, nc, g)}
 
