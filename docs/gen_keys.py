@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from yolo_ckpt.config import TASK_DEFAULTS
+from yolo_ckpt.config import shown_default
 
 PAGE = Path(__file__).parent / "reference" / "keys.md"
 _KEY_LINE = re.compile(r"^(?P<key>[A-Za-z_][A-Za-z0-9_]*):(?P<value>[^#]*)(?:#\s?(?P<comment>.*))?$")
@@ -35,22 +35,15 @@ def _value(value) -> str:
     return "(none)" if value is None else f"`{str(value).lower() if isinstance(value, bool) else value}`"
 
 
-def shown_default(path: Path, key: str, default) -> str:
-    """The default column of ``key``: the file's value, and for a train key a task sets otherwise
-    (yolo_ckpt.config.TASK_DEFAULTS, applied where the model has a loss region) the task's value first: the file's
-    ``recompute: backbone`` alone read as every model's default."""
-    by_value: dict = {}
-    if path.name == "default.yaml":
-        for task, values in TASK_DEFAULTS.items():
-            if key in values:
-                by_value.setdefault(values[key], []).append(task)
-    tasks = [f"{_value(value)} for {', '.join(names)} models with a loss region" for value, names in by_value.items()]
-    return "; ".join([*tasks, f"{_value(default)} otherwise"]) if tasks else _value(default)
+def default_cell(path: Path, key: str, default) -> str:
+    """The default column of ``key`` of the key file ``path``: a train key's per task
+    (:func:`yolo_ckpt.config.shown_default`), any other's as the file writes it."""
+    return shown_default(key, default, _value) if path.name == "default.yaml" else _value(default)
 
 
 def render_file(path: Path) -> str:
     """One file's section: its header comment as prose, then a table of key, default (as YAML reads it, and as a
-    task sets it: :func:`shown_default`) and comment."""
+    task sets it: :func:`default_cell`) and comment."""
     values = yaml.safe_load(path.read_text()) or {}
     header, rows = [], []
     for line in path.read_text().splitlines():
@@ -58,7 +51,7 @@ def render_file(path: Path) -> str:
             header.append(line.lstrip("#").strip())
         elif m := _KEY_LINE.match(line):
             key = m["key"]
-            rows.append(f"| `{key}` | {shown_default(path, key, values[key])} | {_text(m['comment'] or '')} |")
+            rows.append(f"| `{key}` | {default_cell(path, key, values[key])} | {_text(m['comment'] or '')} |")
     return "\n".join(
         [f"## `{path.name}`", "", _text(" ".join(header)), "", "| key | default | what it does |", "|---|---|---|", *rows, ""]
     )

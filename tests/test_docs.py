@@ -35,7 +35,7 @@ def test_keys_page_is_current_and_names_every_key():
         for key, default in yaml.safe_load(path.read_text()).items():
             row = next((line for line in committed.splitlines() if line.startswith(f"| `{key}` |")), None)
             assert row is not None, f"{path.name}: key {key!r} missing from the keys page"
-            assert row.split(" | ")[1] == gen.shown_default(path, key, default), row
+            assert row.split(" | ")[1] == gen.default_cell(path, key, default), row
     recompute = next(line for line in committed.splitlines() if line.startswith("| `recompute` |"))
     # issue 31: the page showed `backbone` alone, where detect, obb, pose and segment models default to backbone,loss
     assert recompute.split(" | ")[1] == "`backbone,loss` for detect, obb, pose, segment models with a loss region; `backbone` otherwise"
@@ -158,6 +158,24 @@ def test_readme_leads_with_what_a_user_needs():
     index = yaml.safe_load((ROOT / "benchmarks" / "results" / "index.yaml").read_text())["results"]
     cited = set(re.findall(r"benchmarks/results/([a-z0-9-]+)", text))
     assert cited and cited <= set(index), f"cited, not indexed: {cited - set(index)}"
+
+
+def test_docs_state_no_test_counts_or_suite_durations():
+    """Issue 43: the pages said "562 tests, about 7 minutes" long after the suite had grown to 911 tests and 5.5 min: a
+    count or a duration of the suite goes stale with every change, so no page states one (the benchmarks' timings, of
+    training runs, are data and stay)."""
+    stale = re.compile(r"\b\d+ tests\b(?!/)|\bfull suite\b[^.]*\b\d+(\.\d+)? ?(s|min|minutes)\b|\babout \d+ minutes\b")
+    pages = [ROOT / "README.md", *(p for p in DOCS.rglob("*.md") if "benchmarks" not in p.parts)]
+    said = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in pages for m in stale.finditer(p.read_text())]
+    assert said == []
+
+
+def test_the_built_site_is_ignored_by_git():
+    """mkdocs build writes site/ (mkdocs.yml's default site_dir) beside mkdocs.yml: git ignores it."""
+    assert "site_dir" not in (ROOT / "mkdocs.yml").read_text()
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    assert subprocess.run(["git", "check-ignore", "-q", "site/index.html"], cwd=ROOT, timeout=SUBPROCESS_TIMEOUT_S).returncode == 0
 
 
 @pytest.mark.docs

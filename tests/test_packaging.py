@@ -4,6 +4,7 @@ wheel that holds the bench runner as ``yolo_ckpt.bench`` and every shipped YAML 
 
 import json
 import shutil
+import site
 import subprocess
 import sys
 import textwrap
@@ -46,7 +47,7 @@ def test_shipped_by_name_or_path(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_wheel_ships_the_bench_and_its_yaml(tmp_path):
-    """The wheel (built without isolation, installed offline into a venv on the system's packages) holds the bench
+    """The wheel (built without isolation, installed offline into a venv on the suite's interpreter's packages) holds the bench
     runner and every shipped YAML; from a folder outside the checkout every shipped matrix by name either would run
     (``dry=True``: checked whole, datasets found) or says why not in one line, exit 2: the real-data matrices name
     datasets that an installed matrix's ``datasets_dir`` cannot reach (it points into site-packages) until
@@ -70,11 +71,16 @@ def test_wheel_ships_the_bench_and_its_yaml(tmp_path):
     yamls = {p.relative_to(ROOT).as_posix() for p in (ROOT / "yolo_ckpt" / "cfg").rglob("*.yaml")}
     assert runner <= names and yamls <= names and "yolo_ckpt/cfg/default.yaml" in names
     assert {n.split("/")[0] for n in names if not n.startswith("yolo_ckpt-")} == {"yolo_ckpt"}  # one top-level package
-    venv = tmp_path / "venv"  # the system's torch and Ultralytics; yolo-ckpt only from the wheel, offline
-    venv_args = [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)]
-    subprocess.run(venv_args, check=True, timeout=SUBPROCESS_TIMEOUT_S)
+    venv = tmp_path / "venv"  # the running interpreter's torch and Ultralytics; yolo-ckpt only from the wheel, offline
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=SUBPROCESS_TIMEOUT_S)
     python = venv / "bin" / "python"
-    # offline; the dependencies are the system's (test_cli's test_console_script_and_dependencies_declared checks them)
+    # the packages of the interpreter running the suite, a venv's or the system's, after the new venv's own: a .pth
+    # (--system-site-packages reaches the base interpreter's, which from inside a venv lacks the venv's packages)
+    site_packages = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], check=True,
+                                   capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S).stdout.strip()
+    added = "".join(f"import site; site.addsitedir({folder!r})\n" for folder in site.getsitepackages())  # their .pth files too
+    (Path(site_packages) / "running-interpreter.pth").write_text(added)
+    # offline; the dependencies are the running interpreter's (test_cli's test_console_script_and_dependencies_declared checks them)
     install = subprocess.run(
         # --ignore-installed: the system's yolo-ckpt (CI installs the checkout there) must not satisfy it
         [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-index", "--no-deps", "--ignore-installed"]

@@ -38,6 +38,18 @@ BENCH_DEFAULTS: dict = yaml.safe_load(BENCH_DEFAULTS_PATH.read_text())  # bench'
 # trainers (yolo_ckpt.train.trainer): RT-DETR's, YOLO-World's and YOLOE's heads have no loss region.
 TASK_DEFAULTS = {task: {"recompute": "backbone,loss"} for task in ("detect", "obb", "pose", "segment")}
 
+
+def shown_default(key: str, default, form=str) -> str:
+    """``key``'s default as ``yolo-ckpt help`` and the keys page show it: ``form(default)`` (the file's value), and for a
+    train key a task sets otherwise (:data:`TASK_DEFAULTS`, applied where the model has a loss region) the task's value
+    first: the file's ``recompute: backbone`` alone read as every model's default."""
+    by_value: dict = {}
+    for task, values in TASK_DEFAULTS.items():
+        if key in values:
+            by_value.setdefault(values[key], []).append(task)
+    tasks = [f"{form(value)} for {', '.join(names)} models with a loss region" for value, names in by_value.items()]
+    return "; ".join([*tasks, f"{form(default)} otherwise"]) if tasks else form(default)
+
 _UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 _BUDGET = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*$")
 _HEADROOM = re.compile(r"^\s*(?:([0-9]*\.?[0-9]+)\s*x)?\s*(?:\+?\s*([0-9]*\.?[0-9]+\s*[A-Za-z]+))?\s*$")

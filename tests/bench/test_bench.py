@@ -95,6 +95,13 @@ def test_step_matrix(tmp_path, monkeypatch, one_thread):
     record = json.loads((out / "record.json").read_text())
     assert record["commit"] == git_state()["commit"] and record["seeds"] == [0] and record["kind"] == "step"
     assert [leg["commit"] for leg in record["earlier_runs"]] == [record["commit"]] and set(record["earlier_runs"][0]) == set(LEG)
+    # cells=1 alone in a new folder (issue 43: results.md's memory column was empty without the none cell): its baseline,
+    # measured beside it, gets its row, and the deltas are against it
+    other = tmp_path / "cells-1"
+    assert main(["bench", f"matrix={write_matrix(tmp_path, STEP)}", f"out={other}", "cells=1"]) == 0
+    assert list(pd.read_csv(other / "results.csv")["recompute"]) == ["none", "all"]
+    (row,) = [line for line in (other / "results.md").read_text().splitlines() if "| all |" in line]
+    assert f"| {100 * (full['peak_MiB'] / none['peak_MiB'] - 1):+.1f}% |" in row, row
 
 
 COMMITTED = sorted(p.parent.name for p in (ROOT / "benchmarks" / "results").glob("*/matrix.yaml"))

@@ -177,7 +177,10 @@ def test_profile_on_a_runs_pt_removes_its_stale_temporaries(tmp_path, capsys):
 def test_help_lists_commands_and_keys(capsys):
     assert main(["help"]) == 0
     out = capsys.readouterr().out
-    assert "train" in out and "recompute: backbone" in out and "yolo11n.yaml" in out
+    assert "train" in out and "yolo11n.yaml" in out
+    # the per-task default (issue 43: "recompute: backbone" read as detect's, which is backbone,loss)
+    assert "\n  recompute: backbone,loss for detect, obb, pose, segment models with a loss region; backbone otherwise # " in out
+    assert "\n  recompute_mode: full # " in out and "\n  memory_budget: # " in out  # the other keys as the file writes them
     assert "  objects: 20 #" in out and "  format: text #" in out and "  plot: false #" in out  # cfg/estimate.yaml's
     assert main(["bogus"]) == 2
 
@@ -581,3 +584,35 @@ def test_estimate_setup_takes_the_data_of_every_task_and_a_list_imgsz(task, imgs
     labels = (Path(synthetic(task)).parent / "labels" / "train").glob("*.txt")
     assert (opts["imgsz"], spec.nc) == (trained, 3)
     assert spec.objects == (objects if objects is not None else 4 * max(len(f.read_text().splitlines()) for f in labels))
+
+
+@pytest.mark.slow
+def test_plan_and_a_train_refusal_leave_the_dataset_folder_as_they_found_it(synthetic, tmp_path):
+    """Issue 43: ``plan data=...`` (``profile`` reads the data by the same estimate_setup) and a train that refuses once it
+    has counted the data (recompute=auto under a budget nothing fits) write nothing into the dataset's folder: no
+    labels/train.cache (stock's train writes one, as it always has). Every file's bytes hashed before and after; each
+    command a process of its own on a fresh YOLO_CONFIG_DIR, as a user's first run."""
+    import hashlib
+    import os
+
+    from helpers import tiny_yaml
+
+    data = _one_class_data(synthetic, tmp_path / "data", crowded=20)
+
+    def files() -> dict:
+        return {str(p.relative_to(data.parent)): hashlib.sha256(p.read_bytes()).hexdigest() for p in data.parent.rglob("*") if p.is_file()}
+
+    before = files()
+    env = {**os.environ, "YOLO_CONFIG_DIR": str(tmp_path / "config"), "YOLO_OFFLINE": "1"}
+    keys = [f"data={data}", f"model={tiny_yaml(tmp_path)}", "imgsz=64", "batch=2", "device=cpu"]
+    commands = {
+        "plan": ["plan", *keys, "memory_budget=1GB"],
+        "train": ["train", *keys, "recompute=auto", "memory_budget=1MB", "epochs=1", f"project={tmp_path / 'runs'}"],
+    }
+    for name, args in commands.items():
+        out = subprocess.run([sys.executable, "-m", "yolo_ckpt.cli", *args], capture_output=True, text=True, env=env, cwd=ROOT,
+                             timeout=SUBPROCESS_TIMEOUT_S)
+        assert out.returncode == (2 if name == "train" else 0), out.stderr[-3000:]
+        assert files() == before, name
+    assert "is below the smallest plan's need" in out.stderr.strip().splitlines()[-1]
+    assert not list((tmp_path / "runs").glob("*"))  # the run folder put back (the project folder stays, empty)

@@ -25,8 +25,10 @@ from yolo_ckpt.memory.ultralytics_rules import (
     device_type,
     frozen_layers,
     grid_size,
+    input_channels,
     largest_scale,
     mask_ratio,
+    mosaic,
     optimizer_for,
     trainable_as_trained,
 )
@@ -156,7 +158,8 @@ def test_augment_factors_bound_what_the_training_augmentation_makes(synthetic_ca
     from yolo_ckpt.data.small_objects import small_object_dataset
 
     cases = [({}, (("mosaic", 4),)), ({"mosaic": 0.0}, ()), ({"task": "detect", "copy_paste": 0.5}, (("mosaic", 4),)),
-             ({"task": "segment", "copy_paste": 0.5, "mixup": 0.1, "cutmix": 0.1}, (("mosaic", 4), ("copy_paste", 2), ("mixup+cutmix", 3)))]
+             ({"task": "segment", "copy_paste": 0.5, "mixup": 0.1, "cutmix": 0.1}, (("mosaic", 4), ("copy_paste", 2), ("mixup+cutmix", 3))),
+             ({"rect": True, "mixup": 0.5, "cutmix": 0.5}, ())]
     for overrides, factors in cases:
         assert augment_factors(get_cfg(DEFAULT_CFG, overrides)) == factors
     data = check_det_dataset(str(small_object_dataset(train=16, val=1)))  # 5 px crosses: none too small to keep at 320
@@ -288,3 +291,34 @@ def test_mask_ratio_is_the_runs_or_ultralytics_default():
 
     assert mask_ratio(SimpleNamespace()) == DEFAULT_CFG.mask_ratio == 4
     assert mask_ratio(SimpleNamespace(args=SimpleNamespace(mask_ratio=2))) == 2
+
+
+@pytest.mark.parametrize("channels", [1, 3, 10])
+def test_input_channels_are_the_models_first_convolutions(channels):
+    """input_channels reads what Ultralytics built the model for (the data's channels: key, or the YAML's): the first
+    convolution's input channels; the synthetic training batch has as many (issue 43: it had 3 whatever the model)."""
+    from ultralytics.nn.tasks import DetectionModel
+
+    from yolo_ckpt.memory.training_batch import training_batch
+
+    model = DetectionModel("yolo11n.yaml", ch=channels, nc=1, verbose=False)
+    assert input_channels(model) == model.model[0].conv.in_channels == channels
+    assert training_batch(model, 2, 64, 3)["img"].shape == (2, channels, 64, 64)
+
+
+def test_rect_turns_mosaic_off_and_its_dataset_is_counted(synthetic, tmp_path):
+    """rect=True: YOLODataset.build_transforms builds its Mosaic, MixUp and CutMix with p=0, as mosaic() and
+    augment_factors() read it; count_data counts a rect run's training set (a rect dataset pops its
+    labels' image shapes, which the box sizes read: issue 43's KeyError) as the same set without rect."""
+    from ultralytics.data import build_yolo_dataset
+    from ultralytics.data.utils import check_det_dataset
+
+    data = check_det_dataset(synthetic())
+    args = get_cfg(DEFAULT_CFG, {"rect": True, "mixup": 0.5, "imgsz": 64})
+    assert mosaic(args) == 0.0 and augment_factors(args) == () and args.mosaic == 1.0
+    transforms = build_yolo_dataset(args, data["train"], 2, data, mode="train", stride=32).transforms.transforms
+    drawn = {type(t).__name__: t.p for t in [*transforms[0].transforms, *transforms] if type(t).__name__ in {"Mosaic", "MixUp", "CutMix"}}
+    assert drawn == {"Mosaic": 0.0, "MixUp": 0.0, "CutMix": 0.0}
+    rect, square = count_data(args, data, 32), count_data(get_cfg(DEFAULT_CFG, {"mosaic": 0.0, "imgsz": 64}), data, 32)
+    assert (rect.images, rect.max_objects, rect.augment) == (square.images, square.max_objects, square.augment) == (8, rect.max_objects, ())
+    assert rect.sizes.per_image(64, [8, 16, 32], 10) == square.sizes.per_image(64, [8, 16, 32], 10) > 0

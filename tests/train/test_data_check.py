@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import logged_messages
+from ultralytics.data.utils import check_det_dataset
 
 from yolo_ckpt.cli import main
 from yolo_ckpt.errors import ConfigError
@@ -103,7 +104,6 @@ def test_an_existing_label_cache_is_read_not_rescanned(synthetic, tmp_path, monk
     """With the label cache the trainer wrote (Ultralytics' own YOLODataset scan), the check verifies no image
     again: verify_image_label is never called, and the cache is left as it was."""
     from ultralytics.data import dataset as yolo_dataset
-    from ultralytics.data.utils import check_det_dataset
 
     data = copy_dataset(synthetic, "detect", tmp_path / "data")
     checked = check_det_dataset(str(data))
@@ -142,3 +142,22 @@ def test_the_scan_writes_no_cache_and_puts_ultralytics_back(synthetic, tmp_path,
     monkeypatch.undo()
     cache, cache_path = scan_labels(checked, "detect")
     assert cache["results"][0] == 8 and not cache_path.exists() and yolo_dataset.save_dataset_cache_file is stock
+
+
+def test_a_corrupt_image_among_good_ones_is_one_warning_with_the_real_reason(synthetic, tmp_path):
+    """One training image that is no image (bytes PIL cannot identify) among 7 good ones: stock leaves it out of training
+    saying "No module named 'pi_heif'" (its Image.open patch tries a HEIF plugin on any unreadable file); the check
+    leaves it out too, with one warning line naming the file and the real reason, and writes nothing."""
+    data = copy_dataset(synthetic, "detect", tmp_path / "data")
+    bad = sorted((data.parent / "images" / "train").glob("*.jpg"))[3]
+    bad.write_bytes(b"not an image" * 20)
+    checked = check_det_dataset(str(data))
+    stock = scan_labels(checked, "detect")[0]["msgs"]
+    assert [m for m in stock if "ignoring corrupt image" in m] == [f"{bad}: ignoring corrupt image/label: No module named 'pi_heif'"]
+    with logged_messages() as messages:
+        check_labels(checked, "detect")
+    assert [m for m in messages if m.startswith("WARNING")] == [
+        f"WARNING ⚠️ {bad}: not a readable image (cannot identify image file '{bad}'); 1 of 8 training images cannot be read and "
+        "are left out of training, as stock Ultralytics leaves them out"
+    ]
+    assert not list(data.parent.rglob("*.cache"))

@@ -180,3 +180,31 @@ def test_bench_out_a_run_folder_or_a_file(earlier_run, tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"yolo-ckpt: error: out={out}") and message in err and len(err.splitlines()) == 1
     assert folder_state(earlier_run) == before and (tmp_path / "afile").read_text() == "keep me\n"
+
+
+@pytest.mark.parametrize("command", ["train", "plan", "profile"])
+def test_a_checkpoint_to_download_offline_is_one_line_naming_where_to_get_it(command, tmp_path, capsys, monkeypatch):
+    """Offline (YOLO_OFFLINE=1, set by conftest), model=yolo11n.pt with no such file here: one line naming the file, its
+    download and the YAML to train from scratch, exit 2, before any write (stock: a 102-line download traceback, exit
+    1); model= a missing .pt that is no Ultralytics asset (train resume model=<missing>): one line, and no network
+    check (stock asks GitHub for the release's assets twice first)."""
+    from ultralytics.utils import SETTINGS, downloads
+
+    monkeypatch.chdir(tmp_path)
+    if (Path(SETTINGS["weights_dir"]) / "yolo11n.pt").is_file():
+        pytest.skip(f"yolo11n.pt is in Ultralytics' weights folder {SETTINGS['weights_dir']}")
+    asked = []
+    monkeypatch.setattr(downloads, "get_github_assets", lambda *args, **kwargs: asked.append(args) or ("", []))
+    runs = tmp_path / "runs"
+    assert main([command, "model=yolo11n.pt", *TRAIN, f"project={runs}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "yolo-ckpt: error: model=yolo11n.pt is not on this machine, and offline (YOLO_OFFLINE=1 or no network) Ultralytics "
+        "cannot download it: download https://github.com/ultralytics/assets/releases/download/v8.4.0/yolo11n.pt where there is a "
+        f"network and give its path (or put it in {SETTINGS['weights_dir']}), or train from scratch with model=yolo11n.yaml"
+    ]
+    missing = tmp_path / "runs" / "gone" / "weights" / "last.pt"
+    assert main([command, *(["resume"] if command == "train" else []), f"model={missing}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"yolo-ckpt: error: model={missing}: no such file (a checkpoint .pt or a model YAML .yaml)"]
+    assert asked == [] and sorted(p.name for p in tmp_path.iterdir()) == []

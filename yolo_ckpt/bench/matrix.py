@@ -62,8 +62,9 @@ def run_matrix(
         rerun: measure every cell again, the finished ones included.
         dry: check the matrix and say which cells would run and which datasets they read; run and write nothing.
         datasets: the folder searched first for the matrix's datasets (:func:`~yolo_ckpt.bench.matrix_file.dataset_roots`).
-        cells: run only the cells of these numbers (:func:`select_cells`); None: every cell. Their baselines are not
-            added: a train cell's delta then has no baseline row (a step cell is always measured beside its baseline).
+        cells: run only the cells of these numbers (:func:`select_cells`); None: every cell. A step cell is always
+            measured beside its baseline, whose row is kept where results.csv has none (the deltas against it: memory,
+            time); a train cell's baseline is not added (a training run), and its deltas stay empty until it runs.
 
     Raises:
         ConfigError: what :func:`load_matrix` and :func:`select_cells` raise, and for a fraction ``memory_budget``
@@ -105,11 +106,13 @@ def run_matrix(
         for group in _groups(matrix, todo):
             bar.set_description(f"bench {matrix.name}: {run_name(group[-1])}")
             for cell, row in zip(group, _run_group(matrix, group, out)):
-                if cell in todo:
+                # a step cell's baseline, measured beside it, is kept where results.csv has none: the deltas need it
+                unrecorded = cell is group[0] and rows.get(cell_id(cell), {}).get("status") != "ok"
+                if cell in todo or unrecorded:
                     row = _relative_run_dir(row, out)
                     rows[cell_id(cell)] = {"cell": cell_id(cell), **cell, **row, "settings": settings, **measured_on(record)}
                     _write_csv(matrix, rows, out)
-                    bar.update()
+                    bar.update(cell in todo)
     if matrix.path.resolve() != (out / "matrix.yaml").resolve():  # rerunning a results folder's own copy
         shutil.copyfile(matrix.path, out / "matrix.yaml")
     write_record(out, record)

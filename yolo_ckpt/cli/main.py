@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sys
 
-from ..config import BENCH_DEFAULTS_PATH, DEFAULTS_PATH, ESTIMATE_DEFAULTS_PATH
+from ..config import BENCH_DEFAULTS_PATH, DEFAULTS, DEFAULTS_PATH, ESTIMATE_DEFAULTS_PATH, shown_default
 from ..errors import ConfigError, NoRoomError, one_line
 from ..shipped import shipped
 from ..suggest import did_you_mean
@@ -42,7 +42,7 @@ def help_text() -> str:
     write them."""
     commands = "\n".join(f"  {name:<8}{text}" for name, text in COMMANDS.items())
     keys, estimate_keys, bench_keys = (
-        "\n".join(f"  {line}" for line in path.read_text().splitlines() if line.strip() and not line.startswith("#"))
+        "\n".join(f"  {_task_defaults_shown(line)}" for line in path.read_text().splitlines() if line.strip() and not line.startswith("#"))
         for path in (DEFAULTS_PATH, ESTIMATE_DEFAULTS_PATH, BENCH_DEFAULTS_PATH)
     )
     return (
@@ -66,6 +66,15 @@ def help_text() -> str:
         "(default: the device train would use, CUDA where torch sees one, else the CPU; device=0 plans for a GPU from any\n"
         "machine; cpu estimates fp32), amp=, optimizer=, epochs=, nbs=; the output states what it assumed.\n"
     )
+
+
+def _task_defaults_shown(line: str) -> str:
+    """A key file's ``key: value # comment`` line, a train key's default a task sets otherwise shown per task
+    (:func:`yolo_ckpt.config.shown_default`: ``recompute: backbone`` alone read as every model's default)."""
+    key, _, rest = line.partition(":")
+    if key not in DEFAULTS or shown_default(key, DEFAULTS[key]) == str(DEFAULTS[key]):
+        return line
+    return f"{key}: {shown_default(key, DEFAULTS[key])} #{rest.partition('#')[2]}"
 
 
 def command_function(name: str):

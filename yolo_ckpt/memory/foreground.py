@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from .box_layout import most_per_sample
-from .ultralytics_rules import largest_scale, scale_range, stride_val
+from .ultralytics_rules import largest_scale, mosaic, scale_range, stride_val
 
 
 def measured_foreground(model, batch: dict) -> torch.Tensor:
@@ -254,7 +254,7 @@ def object_sizes(labels: list[dict], args, task: str, images_per_sample: int) ->
         sides.append(wh)
     wh = np.concatenate(sides) if sides else np.zeros((0, 2))
     xy = np.concatenate(centres) if centres else np.zeros((0, 2))
-    keys = tuple((k, getattr(args, k)) for k in (*AUGMENT_KEYS, "mosaic"))
+    keys = (*((k, getattr(args, k)) for k in AUGMENT_KEYS), ("mosaic", mosaic(args)))
     sizes = ObjectSizes(
         np.concatenate(image) if image else np.zeros(0, int), wh[:, 0], wh[:, 1], task == "obb", images_per_sample, keys,
         xy[:, 0], xy[:, 1], np.array(extent).reshape(-1, 2),
@@ -262,5 +262,6 @@ def object_sizes(labels: list[dict], args, task: str, images_per_sample: int) ->
     return sizes, (
         f"box layout: each label's box at its largest (x {largest_scale(args.scale):g} for scale=, degrees={args.degrees}, "
         f"shear={args.shear}, multi_scale={args.multi_scale})"
-        + (", where it lies: one image's boxes move on the anchor grid together, a mosaic shows part of its images" if sizes.placed else "")
+        + (", where it lies: one image's boxes move on the anchor grid together" if sizes.placed else "")
+        + (", a mosaic shows part of its images" if sizes.placed and mosaic(args) > 0 else "")
     )

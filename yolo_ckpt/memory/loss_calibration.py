@@ -46,7 +46,7 @@ from .foreground import candidate_pairs
 from .loss_model import LossModel
 from .tracker import LiveTensorTracker, tensor_bytes
 from .training_batch import training_batch
-from .ultralytics_rules import OBJECTLESS_TASKS, mask_ratio, model_task
+from .ultralytics_rules import OBJECTLESS_TASKS, input_channels, mask_ratio, model_task
 
 # (batch, imgsz, objects per image) at which the real loss is measured to fit its formula: small (imgsz <= 160), so
 # fast, and spread in every term (1 to 3 images, 1 to 240 objects: below and above the anchors' count) so that the
@@ -258,7 +258,7 @@ def _fake_prediction_specs(model, sizes: list[int], amp: bool) -> dict:
         spec = lambda out: tree_map(lambda t: (t.shape[1:], t.dtype), out)  # noqa: E731
         with fake_mode, torch.no_grad(), cuda_amp_emulated(amp) as autocast, autocast():
             try:
-                specs = {first: spec(fake(torch.empty(1, 3, first, first)))}
+                specs = {first: spec(fake(torch.empty(1, input_channels(model), first, first)))}
             finally:
                 hook.remove()
             specs.update({size: spec(head(*tree_map(at(size), inputs[0]))) for size in sizes[1:]})

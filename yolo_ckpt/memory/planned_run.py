@@ -22,7 +22,7 @@ from ..checkpointing.policy import is_auto
 from ..config import DEFAULT_MODELS, ESTIMATE_DEFAULTS, CkptConfig, EstimateOptions
 from ..errors import ConfigError, user_input
 from .runspec import RunSpec, count_data, layout_rule, objects_rule, optimizer_rule
-from .ultralytics_rules import amp_enabled, autobatch_imgsz, device_type, grid_size, trainable_as_trained
+from .ultralytics_rules import amp_enabled, autobatch_imgsz, device_type, grid_size, label_caches_in_memory, trainable_as_trained
 
 ESTIMATE_BASE_BATCH = 2  # batch=-1: the batch of the memory model's base pass (the others are rescaled from it)
 
@@ -148,17 +148,18 @@ class PlannedRun:
             if yolo.ckpt:  # a trained .pt: its weights, as the trainer's get_model loads them into the data's model
                 model.load(yolo.model)
         checked = check_labels is not None and data is not None
-        try:
-            run = planned_run(
-                args, model, config, device_type(opts["device"]), data, batch=ESTIMATE_BASE_BATCH if autobatch else opts["batch"],
-                objects=keys.get("objects"), object_size=opts["object_size"],
-            )
-        except RuntimeError:  # Ultralytics' dataset build ("No valid images found"): the caller's check says why, in one line
-            if checked:
+        with label_caches_in_memory():  # plan and profile leave the dataset's folder as they found it
+            try:
+                run = planned_run(
+                    args, model, config, device_type(opts["device"]), data, batch=ESTIMATE_BASE_BATCH if autobatch else opts["batch"],
+                    objects=keys.get("objects"), object_size=opts["object_size"],
+                )
+            except RuntimeError:  # Ultralytics' dataset build ("No valid images found"): the caller's check says why, in one line
+                if checked:
+                    check_labels(data, yolo.task, args)
+                raise
+            if checked:  # from the label cache the dataset build just kept in memory: no 2nd scan
                 check_labels(data, yolo.task, args)
-            raise
-        if checked:  # from the label cache the dataset build just wrote: no 2nd scan
-            check_labels(data, yolo.task, args)
         run.keys = opts
         return run
 

@@ -77,8 +77,8 @@ def probe_training_step(model: torch.nn.Module, batch: dict, optimizer: str = "A
 
     Args:
         model: an Ultralytics ``BaseModel`` with ``.args`` set (its loss needs the hyperparameters).
-        batch: a preprocessed training batch (``img`` (B, 3, H, W) float in [0, 1] and the task's targets), on the
-            model's device; give the first full-size batch of the run.
+        batch: a preprocessed training batch (``img`` (B, C, H, W) float in [0, 1], C the model's input channels,
+            and the task's targets), on the model's device; give the first full-size batch of the run.
         optimizer, amp: the run's optimizer (its resolved name, e.g. ``trainer.args.optimizer`` after
             ``build_optimizer``) and AMP setting.
 
@@ -89,7 +89,7 @@ def probe_training_step(model: torch.nn.Module, batch: dict, optimizer: str = "A
 
 
 def probe_validation_step(model: torch.nn.Module, images: torch.Tensor) -> int:
-    """Peak live-tensor bytes of one inference forward pass (validation) of ``model`` on ``images`` (B, 3, H, W)."""
+    """Peak live-tensor bytes of one inference forward pass (validation) of ``model`` on ``images`` (B, C, H, W)."""
     probe = copy.deepcopy(model).eval()
     with torch.inference_mode(), LiveTensorTracker() as tracker:
         tracker.track(list(probe.parameters()), list(probe.buffers()), images)

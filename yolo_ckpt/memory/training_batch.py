@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from .ultralytics_rules import mask_ratio, model_task
+from .ultralytics_rules import input_channels, mask_ratio, model_task
 
 
 def training_batch(
@@ -18,14 +18,15 @@ def training_batch(
 ) -> dict:
     """A fixed, preprocessed training batch for ``model``'s task and class count, as Ultralytics' collate gives it.
 
-    ``img`` is (batch, 3, imgsz, imgsz) in [0, 1]. Detection-style tasks get ``objects`` boxes per image, laid on a
-    grid of ceil(sqrt(objects)) cells per side, one object per cell filling 90-100 % of it: boxes do not overlap, so
-    each object can claim its own ``topk`` anchors, the case the segmentation-loss formula bounds. With ``sides``
-    (lo, hi), each box's width and height are drawn in [lo, hi] of the image side instead (small objects: 0.01 to
-    0.03), still centred in its cell (larger than a cell, neighbours overlap). ``boxes`` (batch * objects, 4),
-    normalised xywh, image by image, replaces the grid (any layout: overlapping, nested, on the edges); the masks,
-    keypoints and angles follow them as they follow the grid's. Classes are drawn
-    from the model's ``nc`` (one-class models get class 0). Per task:
+    ``img`` is (batch, C, imgsz, imgsz) in [0, 1], C the model's input channels
+    (:func:`~yolo_ckpt.memory.ultralytics_rules.input_channels`: 1 for grayscale data, 3 for colour, any other count).
+    Detection-style tasks get ``objects`` boxes per image, laid on a grid of ceil(sqrt(objects)) cells per side, one
+    object per cell filling 90-100 % of it: boxes do not overlap, so each object can claim its own ``topk`` anchors,
+    the case the segmentation-loss formula bounds. With ``sides`` (lo, hi), each box's width and height are drawn in
+    [lo, hi] of the image side instead (small objects: 0.01 to 0.03), still centred in its cell (larger than a cell,
+    neighbours overlap). ``boxes`` (batch * objects, 4), normalised xywh, image by image, replaces the grid (any
+    layout: overlapping, nested, on the edges); the masks, keypoints and angles follow them as they follow the grid's.
+    Classes are drawn from the model's ``nc`` (one-class models get class 0). Per task:
 
     - detect: ``batch_idx`` (n,), ``cls`` (n, 1), ``bboxes`` (n, 4) normalised xywh, with n = batch * objects;
     - segment: also ``masks`` (batch, imgsz/r, imgsz/r) with r the model's ``args.mask_ratio`` (default 4), each
@@ -53,7 +54,7 @@ def training_batch(
     head = model.model[-1]
     nc = int(getattr(head, "nc", None) or model.yaml["nc"])
     g = torch.Generator().manual_seed(seed)
-    images = torch.rand(batch, 3, imgsz, imgsz, generator=g)
+    images = torch.rand(batch, input_channels(model), imgsz, imgsz, generator=g)
     if task == "classify":
         return {"img": images, "cls": torch.randint(0, nc, (batch,), generator=g)}
     if task == "semantic":
@@ -80,8 +81,8 @@ def training_batch(
 
 
 def detect_batch(batch: int, imgsz: int, objects: int, seed: int = 0, nc: int = 1) -> dict:
-    """A fixed detection training batch (:func:`training_batch`'s detect batch) for a model of ``nc`` classes,
-    without the model: (batch, 3, imgsz, imgsz) images in [0, 1], ``objects`` grid-laid boxes per image."""
+    """A fixed detection training batch (:func:`training_batch`'s detect batch) for a 3-channel model of ``nc``
+    classes, without the model: (batch, 3, imgsz, imgsz) images in [0, 1], ``objects`` grid-laid boxes per image."""
     g = torch.Generator().manual_seed(seed)
     return {"img": torch.rand(batch, 3, imgsz, imgsz, generator=g), **_grid_targets(batch, objects, nc, g)}
 

@@ -7,9 +7,9 @@ say) it cannot be called, so it is mirrored once, here; where it has a function 
 checks each against Ultralytics itself: its trainer's set-up run up to the point where it has applied the rule, or
 its function called.
 
-- the tasks: :data:`TASKS`, :func:`model_task`; the anchor grid: :func:`anchors`; the least box side the
-  assigner tests: :func:`stride_val`; the masks' size: :func:`mask_ratio`; the affine's largest scale:
-  :func:`largest_scale` (the mask-scoring assigner's decoding chunk is the mechanism's,
+- the tasks: :data:`TASKS`, :func:`model_task`; the input's channels: :func:`input_channels`; the anchor grid:
+  :func:`anchors`; the least box side the assigner tests: :func:`stride_val`; the masks' size: :func:`mask_ratio`;
+  the affine's largest scale: :func:`largest_scale` (the mask-scoring assigner's decoding chunk is the mechanism's,
   :data:`yolo_ckpt.checkpointing.assigner.DECODE_CHUNK_PIXELS`, which the memory wing reads and the mechanism, which
   may not import this wing, mirrors);
 - the device and AMP: :func:`device_type`, :func:`amp_enabled`, :func:`autocast_for`;
@@ -17,12 +17,14 @@ its function called.
 - the image size: :func:`grid_size`, :func:`train_imgsz`; AutoBatch's: :func:`autobatch_fraction`,
   :func:`autobatch_imgsz`;
 - the optimizer: :data:`OPTIMIZERS`, :func:`train_iterations`, :func:`optimizer_for`, :func:`build_optimizer`;
-- the training set: :func:`training_dataset`, :func:`augment_factors`.
+- the training set: :func:`training_dataset` (read-only: :func:`label_caches_in_memory`), :func:`mosaic`,
+  :func:`augment_factors`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import math
 
@@ -49,6 +51,13 @@ def model_task(model) -> str:
     if task not in TASKS:
         raise ValueError(f"{type(model).__name__} is a {task!r} model; memory is modelled for the tasks {', '.join(TASKS)}")
     return task
+
+
+def input_channels(model) -> int:
+    """The channels of ``model``'s input images (1 for grayscale, 3 for colour, any other count for multispectral
+    data): ``model.yaml["channels"]``, which Ultralytics' model classes set from the data's ``channels:`` key or the
+    model YAML's (``nn/tasks.py`` lines 486 and 911, read); 3 for a model without one, Ultralytics' default."""
+    return int((getattr(model, "yaml", None) or {}).get("channels", 3))
 
 
 def anchors(imgsz: int, strides) -> int:
@@ -243,10 +252,46 @@ def build_optimizer(model, name: str = "AdamW", iterations: int = 0):
         logger.setLevel(level)
 
 
+_LABEL_CACHES: dict | None = None  # the label caches kept in memory by the open label_caches_in_memory() block
+
+
+@contextlib.contextmanager
+def label_caches_in_memory():
+    """Inside the block Ultralytics' datasets write no label cache (``labels/<split>.cache``) into the dataset's
+    folder: what a scan would save there is kept in memory for the block and read back by a later scan of the same
+    folder in it; a cache already on disk is read as usual. Ultralytics has no setting for it: the names its dataset
+    module calls, ``save_dataset_cache_file`` and ``load_dataset_cache_file`` (``data/dataset.py`` lines 167, 287,
+    802, 1338, 1368), are swapped for the block and put back however it ends. Nested blocks share the outer block's
+    caches. Planning and checking a dataset are read-only: only training writes its cache, as stock does."""
+    global _LABEL_CACHES
+    if _LABEL_CACHES is not None:
+        yield
+        return
+    from ultralytics.data import dataset
+
+    saved = dataset.save_dataset_cache_file, dataset.load_dataset_cache_file
+    caches = _LABEL_CACHES = {}
+
+    def keep(prefix, path, x, version):
+        x["version"] = version  # in place, as save_dataset_cache_file adds it: the caller pops it
+        caches[str(path)] = copy.deepcopy(x)  # what the file would hold; the caller goes on to change x
+
+    def read(path):  # a fresh dict, as a file's load gives: get_labels pops its keys
+        return copy.deepcopy(caches[str(path)]) if str(path) in caches else saved[1](path)
+
+    dataset.save_dataset_cache_file, dataset.load_dataset_cache_file = keep, read
+    try:
+        yield
+    finally:
+        dataset.save_dataset_cache_file, dataset.load_dataset_cache_file = saved
+        _LABEL_CACHES = None
+
+
 def training_dataset(args, data: dict, stride: int):
     """The training dataset as the task's trainer builds it for AutoBatch, with Ultralytics' own builders:
     ``build_yolo_dataset`` as ``DetectionTrainer.build_dataset`` calls it (``models/yolo/detect/train.py`` line 76)
-    with ``cache=False`` and batch 16, as ``DetectionTrainer.auto_batch`` builds it (lines 251-252); for classify
+    with ``cache=False`` and batch 16, as ``DetectionTrainer.auto_batch`` builds it (lines 251-252), and without
+    ``rect`` (its labels keep their images' shapes), writing no label cache (:func:`label_caches_in_memory`); for classify
     ``ClassificationTrainer``'s ``ClassificationDataset`` (its samples: no augmentation). It draws from Python's
     global random state.
 
@@ -259,10 +304,19 @@ def training_dataset(args, data: dict, stride: int):
     from ultralytics.data import ClassificationDataset, build_yolo_dataset
     from ultralytics.utils.patches import override_configs
 
-    with override_configs(args, overrides={"cache": False, "imgsz": train_imgsz(args.imgsz, stride)}) as cfg:
+    # rect=False: a rect dataset pops each label's image shape (``BaseDataset.set_rectangle``, ``data/base.py`` line
+    # 419), which the box sizes need; its images are letterboxed to the same long side, so the boxes are the same
+    overrides = {"cache": False, "imgsz": train_imgsz(args.imgsz, stride), "rect": False}
+    with override_configs(args, overrides=overrides) as cfg, label_caches_in_memory():
         if cfg.task == "classify":
             return ClassificationDataset(root=data["train"], args=cfg, augment=False)
         return build_yolo_dataset(cfg, data["train"], 16, data, mode="train", rect=False, stride=stride)
+
+
+def mosaic(args) -> float:
+    """The probability of ``Mosaic`` in the run's training set: ``mosaic=``, or 0 with ``rect=True``
+    (``YOLODataset.build_transforms``, ``data/dataset.py`` line 337, mirrored)."""
+    return 0.0 if getattr(args, "rect", False) else float(args.mosaic)
 
 
 def augment_factors(args) -> tuple[tuple[str, int], ...]:
@@ -271,10 +325,11 @@ def augment_factors(args) -> tuple[tuple[str, int], ...]:
     (segment, obb) ``CopyPaste`` (p=``copy_paste``) adds at most as many objects again (flipped copies, or one more
     mosaic's in ``copy_paste_mode=mixup``); ``MixUp`` (p=``mixup``) and ``CutMix`` (p=``cutmix``) each blend in one
     more mosaic's. ``DetectionTrainer.auto_batch`` counts x 4 only (``models/yolo/detect/train.py`` line 253): with
-    mixup at ``scale=0.9`` a sample held 3.8x the data's most in one image. Returns ``(name, factor)`` pairs of the
-    augmentations the run turns on."""
-    factors = [("mosaic", 4)] if args.mosaic > 0 else []
+    mixup at ``scale=0.9`` a sample held 3.8x the data's most in one image. ``rect=True`` turns mosaic, mixup and
+    cutmix off (``YOLODataset.build_transforms``, ``data/dataset.py`` lines 337-339). Returns ``(name, factor)`` pairs
+    of the augmentations the run turns on."""
+    factors = [("mosaic", 4)] if mosaic(args) > 0 else []
     if args.task in ("segment", "obb") and args.copy_paste > 0:
         factors.append(("copy_paste", 2))
-    mixed = [name for name in ("mixup", "cutmix") if getattr(args, name) > 0]
+    mixed = [name for name in ("mixup", "cutmix") if getattr(args, name) > 0 and not getattr(args, "rect", False)]
     return (*factors, *((("+".join(mixed), 1 + len(mixed)),) if mixed else ()))

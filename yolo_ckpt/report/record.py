@@ -81,7 +81,7 @@ class RunReport:
             estimated at set-up for this run's spec (:func:`yolo_ckpt.memory.planned_run.planned_run`); None where skipped.
         estimated_step: ``{"batch", "imgsz", "objects", "device", "amp"}`` of that estimate (objects per image: the
             data's densest, times its augmentation's factors). estimate_skipped: why there is no estimate
-            (``estimate=False``, a model the memory model does not cover), else None.
+            (``estimate=False``, a model the memory model does not cover, ``the estimate failed: ...``), else None.
         plan: the :class:`PlanRecord` of recompute=auto / batch=-1, or None.
         metrics: :func:`task_metrics` names (fractions); ultralytics_metrics: Ultralytics' own.
     """

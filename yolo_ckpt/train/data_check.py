@@ -10,7 +10,10 @@
    from training with a warning in a long scan log; here the run stops, naming the file, the reason and how many;
 4. every training image corrupt (stock: ``No valid images found``, after the run folder is written).
 
-Where more than :data:`BACKGROUND_WARNING` of the images have no labels (background images), a warning, not an error.
+Where more than :data:`BACKGROUND_WARNING` of the images have no labels (background images), a warning, not an error;
+where some images (not all) cannot be read, one warning line naming the first, the real reason and how many: stock
+leaves them out of training with a reason that can mislead (``No module named 'pi_heif'`` for a file that is no image),
+and so does the run.
 
 The labels are read as the trainer reads them: Ultralytics' own ``YOLODataset`` scan (``verify_image_label`` per image,
 on its thread pool), from the label cache (``labels/train.cache``) when one matches the images and the scan settings,
@@ -22,35 +25,23 @@ tasks detect, segment, obb and pose, read by Ultralytics' YOLO dataset (Detectio
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from pathlib import Path
 
 from ultralytics.utils import LOGGER
 
 from ..errors import ConfigError, one_line
+from ..memory.ultralytics_rules import label_caches_in_memory
 
 CHECKED_TASKS = ("detect", "segment", "obb", "pose")
 BACKGROUND_WARNING = 0.5  # share of training images without labels above which the check warns
 CORRUPT = ": ignoring corrupt image/label: "  # verify_image_label's message for a rejected image or label (data/utils.py)
 
 
-@contextlib.contextmanager
-def _no_cache_written(yolo_dataset):
-    """Inside the block, ``YOLODataset.cache_labels`` writes no label cache: the module ``ultralytics.data.dataset``'s
-    ``save_dataset_cache_file`` (the name ``cache_labels`` calls; Ultralytics has no setting for it) does nothing, and
-    is put back on the way out, however the block ends."""
-    saved = yolo_dataset.save_dataset_cache_file
-    yolo_dataset.save_dataset_cache_file = lambda *args, **kwargs: None
-    try:
-        yield
-    finally:
-        yolo_dataset.save_dataset_cache_file = saved
-
-
 def scan_labels(data: dict, task: str, fraction: float = 1.0, single_cls: bool = False) -> tuple[dict, Path]:
     """The training split's label scan as ``YOLODataset.get_labels`` makes it (``_load_or_scan_cache``), writing no
-    cache: an existing one is reused where its version and hash match.
+    cache (:func:`~yolo_ckpt.memory.ultralytics_rules.label_caches_in_memory`): an existing one is reused where its
+    version and hash match, on disk or kept by an open ``label_caches_in_memory`` block.
 
     Returns:
         ``(cache, cache_path)``: the scan (``labels``: per-image dicts with ``cls``, ``bboxes``, ``segments``;
@@ -72,29 +63,56 @@ def scan_labels(data: dict, task: str, fraction: float = 1.0, single_cls: bool =
     level = LOGGER.level
     LOGGER.setLevel(logging.ERROR)  # the trainer logs the scan's messages when it builds its dataset
     try:
-        with _no_cache_written(yolo_dataset):
+        with label_caches_in_memory():
             cache, _ = ds._load_or_scan_cache(cache_path, ds.get_cache_hash())
     finally:
         LOGGER.setLevel(level)
     return cache, cache_path
 
 
-def _rejected_labels(msgs: list[str]) -> list[tuple[str, str]]:
-    """``(label file, reason)`` of each image ``verify_image_label`` rejected for its label, not its image (the
-    image is read again with Ultralytics' ``check_image``: where it passes, the label was the cause)."""
-    from ultralytics.data.utils import check_image, img2label_paths
+def _unreadable(im_file: str) -> str | None:
+    """Why Ultralytics cannot read the image ``im_file``, or None where it reads: its own ``check_image``
+    (``data/utils.py`` line 256) with PIL's own ``Image.open``. Ultralytics' patched ``Image.open``
+    (``utils/patches.py`` line 78) answers any file PIL cannot identify by trying to install a HEIF plugin, and its
+    scan then reports that plugin's absence (``No module named 'pi_heif'``) as the image's fault; for a HEIF file
+    (``.heic``, ``.heif``) that is the reason, and is kept."""
+    from PIL import Image
+    from ultralytics.data.utils import check_image
+    from ultralytics.utils import patches
 
-    rejected = []
+    patched = Image.open
+    if Path(im_file).suffix.lower() not in {".heic", ".heif"}:
+        Image.open = patches._image_open  # PIL's own, which Ultralytics keeps
+    try:
+        check_image(im_file)
+    except Exception as e:
+        return one_line(e)
+    finally:
+        Image.open = patched
+    return None
+
+
+def _rejected(msgs: list[str]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """``(labels, images)``: ``(label file, reason)`` of each image ``verify_image_label`` rejected for its label, and
+    ``(image file, the real reason)`` of each rejected for its image (:func:`_unreadable`; where it reads, the label
+    was the cause)."""
+    from ultralytics.data.utils import img2label_paths
+    from ultralytics.utils import remove_colorstr
+
+    labels, images = [], []
     for msg in msgs:
         if CORRUPT not in msg:
             continue
         im_file, reason = msg.split(CORRUPT, 1)
-        try:
-            check_image(im_file)
-        except Exception:
-            continue  # a corrupt image: stock skips it with a warning, and so does training here
-        rejected.append((img2label_paths([im_file])[0], reason))
-    return rejected
+        im_file = remove_colorstr(im_file)
+        if not Path(im_file).exists():  # a scan of a trainer's dataset: its messages start with the split ("train: ")
+            im_file = im_file.partition(": ")[2]
+        fault = _unreadable(im_file)
+        if fault is None:
+            labels.append((img2label_paths([im_file])[0], reason))
+        else:
+            images.append((im_file, fault))
+    return labels, images
 
 
 def check_labels(data: dict, task: str, fraction: float = 1.0, single_cls: bool = False) -> None:
@@ -112,7 +130,7 @@ def check_labels(data: dict, task: str, fraction: float = 1.0, single_cls: bool 
     cache, cache_path = scan_labels(data, task, fraction, single_cls)
     found, missing, empty, corrupt, total = cache["results"]
     labels, where = cache["labels"], cache_path.with_suffix("")
-    rejected = _rejected_labels(cache["msgs"])
+    rejected, unreadable = _rejected(cache["msgs"])
     if rejected:
         file, reason = rejected[0]
         raise ConfigError(
@@ -121,7 +139,14 @@ def check_labels(data: dict, task: str, fraction: float = 1.0, single_cls: bool 
         )
     if total and not labels:
         first = next((m.split(CORRUPT, 1)[-1] for m in cache["msgs"] if CORRUPT in m), "")
+        first = f"{unreadable[0][0]}: {unreadable[0][1]}" if unreadable else first
         raise ConfigError(f"data={data.get('yaml_file', '')}: all {total} training images are corrupt ({one_line(first)})")
+    if unreadable:  # stock leaves them out, with a misleading reason in a long scan log: one line, the real reason
+        file, reason = unreadable[0]
+        LOGGER.warning(
+            f"{file}: not a readable image ({reason}); {len(unreadable)} of {total} training images cannot be read and are left "
+            "out of training, as stock Ultralytics leaves them out"
+        )
     boxes = sum(len(lb["bboxes"]) for lb in labels)
     if boxes == 0:
         raise ConfigError(

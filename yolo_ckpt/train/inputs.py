@@ -9,13 +9,14 @@ removed. The checks here take the same rules, so a value they pass is one Ultral
 
 from __future__ import annotations
 
+import inspect
 import logging
 import numbers
 from pathlib import Path
 
 from ultralytics.utils import LOGGER
 
-from ..errors import ConfigError
+from ..errors import ConfigError, MissingFileError
 from .resume import check_resumable
 
 
@@ -82,13 +83,41 @@ def check_project(project) -> None:
 
 
 def check_model_path(model) -> None:
-    """``model=`` names a model file (``.pt`` checkpoint or ``.yaml``), not a folder.
+    """``model=`` names a model file (``.pt`` checkpoint or ``.yaml``), not a folder; offline (``YOLO_OFFLINE=1``, or
+    no network: Ultralytics' ``ONLINE``), a checkpoint that is on this machine. Ultralytics looks for a ``.pt`` (a
+    name it completes, ``yolo11n`` -> ``yolo11n.pt``) where it is named, then in its weights folder, then downloads it
+    from its GitHub release, asking GitHub for the release's assets first where the name is not one it knows
+    (``Model._load`` and ``attempt_download_asset``, ``engine/model.py`` line 250, ``utils/downloads.py`` lines
+    602-628, read): offline that is a download traceback, or network checks before a missing file's error.
 
     Raises:
-        ConfigError: for a folder.
+        ConfigError: for a folder; offline, for a checkpoint that is not here (a :class:`MissingFileError`), naming
+            where to get it.
     """
-    if isinstance(model, (str, Path)) and Path(model).is_dir():
+    if not isinstance(model, (str, Path)):
+        return
+    if Path(model).is_dir():
         raise ConfigError(f"model={model} is a folder; model= takes a checkpoint (.pt) or a model YAML (.yaml)")
+    from ultralytics.utils import ONLINE, SETTINGS
+    from ultralytics.utils.checks import REMOTE_FILE_PREFIXES, check_model_file_from_stem, check_yolov5u_filename
+    from ultralytics.utils.downloads import GITHUB_ASSETS_NAMES, GITHUB_ASSETS_REPO, attempt_download_asset
+
+    name = str(check_model_file_from_stem(str(model)))
+    if ONLINE or not name.lower().endswith(".pt"):
+        return
+    remote = name.lower().startswith(REMOTE_FILE_PREFIXES)
+    file = Path(check_yolov5u_filename(name)) if not remote else None
+    if file is not None and (file.is_file() or (Path(SETTINGS["weights_dir"]) / file).is_file()):
+        return
+    if remote or file.name in GITHUB_ASSETS_NAMES:
+        release = inspect.signature(attempt_download_asset).parameters["release"].default  # the release it downloads from
+        url = name if remote else f"https://github.com/{GITHUB_ASSETS_REPO}/releases/download/{release}/{file.name}"
+        raise MissingFileError(
+            f"model={model} is not on this machine, and offline (YOLO_OFFLINE=1 or no network) Ultralytics cannot download it: "
+            f"download {url} where there is a network and give its path (or put it in {SETTINGS['weights_dir']})"
+            + (f", or train from scratch with model={file.stem}.yaml" if file is not None else "")
+        )
+    raise MissingFileError(f"model={model}: no such file (a checkpoint .pt or a model YAML .yaml)")
 
 
 def check_data_for_task(data, task: str | None) -> None:

@@ -7,6 +7,7 @@ set the ``plan``, ``planned`` and ``estimate*`` fields of its :class:`~yolo_ckpt
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -20,7 +21,7 @@ from ultralytics.utils.torch_utils import unwrap_model
 
 from ..checkpointing.policy import is_auto
 from ..config import CkptConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, one_line
 from ..memory.planned_run import ESTIMATE_BASE_BATCH, decide
 from ..memory.planner import PlanError, size_text
 from ..memory.ultralytics_rules import TASKS, autobatch_fraction, device_type
@@ -97,17 +98,44 @@ def plan_run(trainer, batch: int):
     return state.planned
 
 
+@contextlib.contextmanager
+def estimate_needed(what: str):
+    """Inside the block the run needs the memory estimate (``recompute=auto``, ``batch=-1``): where the estimate fails
+    (an Ultralytics feature or model it does not know, not the user's input), a :class:`PlanError` in one line,
+    naming ``what`` needed it, the failure and what trains without it; raised during set-up, so the run directory is
+    put back as it was (:func:`~yolo_ckpt.train.run_dir.restored_on_failure`). Bad input (a ConfigError, PlanError
+    included) passes as it is.
+
+    Raises:
+        PlanError: as above.
+    """
+    try:
+        yield
+    except ConfigError:
+        raise
+    except Exception as e:
+        raise PlanError(
+            f"{what} needs the memory estimate, which failed for this run ({type(e).__name__}: {one_line(e)}); "
+            "give a named recompute= (e.g. recompute=all) and a batch= to train without it"
+        ) from e
+
+
 def plan_recompute(trainer) -> str:
     """recompute=auto: the cheapest set of layers, head branches and loss region that fits the budget at this
     run's batch and largest imgsz (:meth:`yolo_ckpt.memory.planner.MemoryModel.plan`), kept as ``trainer.ckpt_state.plan``. With
     batch=-1 the order is: recompute everything (``all``), then take the largest batch that fits
-    (:func:`planned_batch`); both by :func:`yolo_ckpt.memory.planned_run.decide`."""
+    (:func:`planned_batch`); both by :func:`yolo_ckpt.memory.planned_run.decide`.
+
+    Raises:
+        PlanError: when nothing fits the budget; where the estimate fails (:func:`estimate_needed`).
+    """
     if trainer.args.batch < 1:
         LOGGER.info(f"{PREFIX}recompute=auto with batch=-1: recompute everything (all), then take the largest batch")
         return decide("auto", trainer.args.batch).recompute
-    run = plan_run(trainer, trainer.args.batch)
-    memory, imgsz = run.memory_model(), run.imgsz
-    plan = trainer.ckpt_state.plan = decide("auto", trainer.args.batch, memory, budget_bytes(trainer), imgsz).plan
+    with estimate_needed("recompute=auto"):
+        run = plan_run(trainer, trainer.args.batch)
+        memory, imgsz = run.memory_model(), run.imgsz
+        plan = trainer.ckpt_state.plan = decide("auto", trainer.args.batch, memory, budget_bytes(trainer), imgsz).plan
     LOGGER.info(
         f"{PREFIX}plan for memory_budget={size_text(plan.budget_bytes)}: recompute={plan.recompute}, "
         f"estimated peak {size_text(plan.estimated_peak_bytes)} + headroom {size_text(plan.headroom_bytes)} "
@@ -128,24 +156,29 @@ def planned_batch(trainer) -> int:
       capped by the dataset's images and AutoBatch's 1024 (:func:`yolo_ckpt.memory.planned_run.decide`).
 
     Raises:
-        PlanError: on the CPU, when not even batch 1 fits the budget, saying the need.
+        PlanError: on the CPU, when not even batch 1 fits the budget, saying the need; where the estimate fails
+            (:func:`estimate_needed`).
     """
-    run = plan_run(trainer, ESTIMATE_BASE_BATCH)
-    budget, imgsz, memory, images = budget_bytes(trainer), run.imgsz, run.memory_model(), run.counts.images
-    policy = trainer.policy
-    units = memory.units(policy)
-    if trainer.device.type == "cuda":
-        estimated = min(memory.largest_batch(units, budget, imgsz), images)
+    policy, cuda = trainer.policy, trainer.device.type == "cuda"
+    with estimate_needed("batch=-1"):
+        run = plan_run(trainer, ESTIMATE_BASE_BATCH)
+        budget, imgsz, memory, images = budget_bytes(trainer), run.imgsz, run.memory_model(), run.counts.images
+        units = memory.units(policy)
+        if cuda:
+            estimated = min(memory.largest_batch(units, budget, imgsz), images)
+        else:
+            estimated = decide(policy, -1, memory, budget, imgsz, images).batch
+    batch = estimated
+    if cuda:
         batch = autobatch(trainer, budget)
         LOGGER.info(f"{PREFIX}AutoBatch measured batch={batch}; the estimate's batch for {size_text(budget)} is {estimated}")
         if isinstance(trainer, SegmentationTrainer) and estimated < batch:  # AutoBatch never sees a mask loss
             LOGGER.info(f"{PREFIX}batch={max(estimated, 1)}: the estimate counts the mask loss, AutoBatch does not")
             batch = max(estimated, 1)
-    else:
-        batch = decide(policy, -1, memory, budget, imgsz, images).batch
     LOGGER.info(f"{PREFIX}batch={batch} for memory_budget={size_text(budget)} at imgsz={imgsz} ({policy.spec})")
     state = trainer.ckpt_state
-    state.plan = state.plan or memory.as_plan(units, memory.peak(units, batch, imgsz), budget, batch, imgsz)
+    with estimate_needed("batch=-1"):
+        state.plan = state.plan or memory.as_plan(units, memory.peak(units, batch, imgsz), budget, batch, imgsz)
     return batch
 
 
@@ -166,7 +199,8 @@ def estimate_step_peaks(trainer, task: str) -> None:
     run's memory model reused), into ``trainer.ckpt_state``'s ``estimated_peaks`` (bytes) and ``estimated_step``, and the
     composed steps of ``none`` and the policy (for the run's picture) into its ``estimated_steps``; from one fake pass
     (:meth:`yolo_ckpt.memory.planner.MemoryModel.step`). Skipped, with the reason in its ``estimate_skipped``, for
-    ``estimate=False`` and for models the memory model does not cover."""
+    ``estimate=False`` and for models the memory model does not cover. An estimate that fails is a report, not a
+    gate: one warning line naming the failure, and the run trains on without it."""
     from ultralytics.nn.tasks import BaseModel
 
     state = trainer.ckpt_state
@@ -178,6 +212,16 @@ def estimate_step_peaks(trainer, task: str) -> None:
         )
     if state.estimate_skipped:
         return
+    try:
+        _estimate_step_peaks(trainer)
+    except Exception as e:  # what recompute buys is a report: its failure never stops the run
+        state.estimated_steps, state.estimated_peaks, state.estimated_step = {}, {}, None
+        state.estimate_skipped = f"the estimate failed: {type(e).__name__}: {one_line(e)}"
+        LOGGER.warning(f"{PREFIX}{state.estimate_skipped}; training goes on without it")
+
+
+def _estimate_step_peaks(trainer) -> None:
+    state = trainer.ckpt_state
     start = time.process_time()
     run = state.planned or plan_run(trainer, trainer.batch_size)
     # the largest step this run makes: a training set smaller than batch= makes every step of its size (issue 31: a

@@ -32,7 +32,8 @@ class RunState:
             (:func:`~yolo_ckpt.train.planning.estimate_step_peaks`); empty when skipped.
         estimated_steps: the estimate's composed steps of ``none`` and the ``policy``, for the run's picture.
         estimated_step: what the estimate assumed: ``{"batch", "imgsz", "objects", "device", "amp"}``.
-        estimate_skipped: why there is no estimate (``"estimate=False"``, a model it does not cover), or None.
+        estimate_skipped: why there is no estimate (``"estimate=False"``, a model it does not cover, or
+            ``"the estimate failed: ..."``), or None.
         step_s: seconds of each training step (callbacks around it; CUDA synchronised). t0: the current step's start.
         probe_batch: the CPU's kept full-size training batch, for the end-of-run memory probe.
         batch_at_start: the batch training started with (after batch=-1).
