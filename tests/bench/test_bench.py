@@ -264,6 +264,28 @@ def test_tiles_cell_trains_on_tiles_and_validates_on_full_images(tmp_path, one_t
     assert len(list((tiles / "images" / "val").iterdir())) == 4  # 1 val image: validated on its tiles while training
 
 
+@pytest.mark.slow
+def test_segment_tiles_cell_trains_on_polygon_tiles_and_validates_on_full_images(tmp_path, one_thread):
+    """Issue 46: a segmentation tiles cell end to end: polygons clipped into the tiles, masks validated on the full images."""
+    from yolo_ckpt.data.dense import dense_segment_dataset
+
+    data = dense_segment_dataset(9, 128, 2, root=tmp_path / "cache")  # nuclei on a 3 x 3 grid: the middle ones cross x, y = 64
+    spec = {
+        "kind": "train",
+        "settings": {"epochs": 1, "nbs": 2, "seed": 0, "workers": 0, "device": "cpu", "plots": False, "estimate": False},
+        "grid": [{"model": "yolo11n-seg.yaml", "dataset": str(data), "imgsz": 128, "batch": 2, "recompute": "none"}],
+    }
+    spec["grid"][0]["tiles"] = {"size": 64, "overlap": 0}
+    out = tmp_path / "out"
+    assert main(["bench", f"matrix={write_matrix(tmp_path, spec)}", f"out={out}"]) == 0
+    row = pd.read_csv(out / "results.csv").iloc[0]
+    assert row["status"] == "ok" and row["imgsz_used"] == 64 and row["val_imgsz"] == 128 and row["train_images"] == 8
+    assert (Path(row["run_dir"]) / "val-full").is_dir() and 0 <= row["mAP50-95"] <= row["mAP50"] <= 1  # the masks' figures
+    lines = [line.split() for f in next((out / "data").glob("tiles-*")).glob("labels/*/*.txt") for line in f.read_text().splitlines()]
+    assert lines and all(len(fields) >= 7 and len(fields) % 2 for fields in lines)  # polygons, not boxes
+    assert any({"0.000000", "1.000000"} & set(fields[1:]) for fields in lines)  # some clipped at a tile's edge
+
+
 def test_curves_keep_cells_whose_run_folder_is_gone(tmp_path):
     from yolo_ckpt.bench.plots import _curves
 

@@ -54,7 +54,7 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
 
     from yolo_ckpt import count_recomputations, trainer_for
     from yolo_ckpt.report.compare import primary_metrics
-    from yolo_ckpt.report.record import load_report
+    from yolo_ckpt.report.record import load_report, task_metrics
 
     if data == "synthetic":
         from yolo_ckpt.data.synthetic import synthetic_dataset
@@ -73,9 +73,9 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
     if tiles is not None:  # written once per cell; a rerun reuses it (complete: tile_dataset renames it into place)
         imgsz = fit_imgsz(cell, data, settings) if tiles["size"] == "fit" else tiles["size"]
         folder = project.parent / "data" / f"tiles-{run_name(cell)}"
-        train_data = (
-            str(folder / "data.yaml") if folder.is_dir() else str(tile_dataset(data, folder, imgsz, tiles["overlap"], cell["imgsz"]))
-        )
+        if not folder.is_dir():
+            tile_dataset(data, folder, imgsz, tiles["overlap"], cell["imgsz"], cell["task"])
+        train_data = str(folder / "data.yaml")
     overrides = {k: v for k, v in settings.items() if k not in SETTINGS["train"]}
     if settings["device"] is not None:
         overrides["device"] = settings["device"]
@@ -115,7 +115,7 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
             name="val-full",
             **({"device": settings["device"]} if settings["device"] is not None else {}),
         )
-        metrics.update({"mAP50": float(full.box.map50), "mAP50-95": float(full.box.map)})
+        metrics.update(primary_metrics(report.task, task_metrics(full.results_dict)))
     wall = earlier + time.perf_counter() - start
     return {
         "status": "ok",
