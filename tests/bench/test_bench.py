@@ -286,6 +286,38 @@ def test_segment_tiles_cell_trains_on_polygon_tiles_and_validates_on_full_images
     assert any({"0.000000", "1.000000"} & set(fields[1:]) for fields in lines)  # some clipped at a tile's edge
 
 
+@pytest.mark.slow
+def test_regime_arms_matrix(tmp_path, one_thread):
+    """Issue 46's regime arms (``regime-monuseg``'s shape), end to end at a tiny size on dense synthetic nuclei: a budget
+    below stock's batch-1 peak at full size, (a) stock at the largest imgsz that fits, (b) recompute=auto with batch=-1
+    (all, then the largest batch: 2), (c) stock on polygon tiles that fit, validated on the full images, (d) stock at
+    full size with (b)'s batch and no budget. (a)-(c) are measured within the budget, (d) above it, and (b)'s weights are
+    (d)'s: batch=-1's planning leaves the training as it was."""
+    from yolo_ckpt.data.dense import dense_segment_dataset
+
+    data, budget = str(dense_segment_dataset(60, 256, 2, root=tmp_path / "cache")), 120  # MiB; plan: none 269 at batch 2
+    arm = {"model": "yolo11n-seg.yaml", "dataset": data, "imgsz": 256, "batch": 2}
+    spec = {
+        "kind": "train",
+        "baseline_keys": ["dataset", "model"],  # every arm against (d), (b)'s batch being -1
+        "settings": {"epochs": 1, "nbs": 2, "max_det": 1000, "seed": 0, "workers": 0, "device": "cpu", "plots": False, "estimate": False},
+        "grid": [
+            {**arm, "imgsz": "fit", "recompute": "none", "memory_budget": f"{budget}MiB"},
+            {**arm, "batch": -1, "recompute": "auto", "memory_budget": f"{budget}MiB"},
+            {**arm, "recompute": "none", "memory_budget": f"{budget}MiB", "tiles": {"size": "fit", "overlap": 16}},
+            {**arm, "recompute": "none"},
+        ],
+    }
+    out = tmp_path / "out"
+    assert main(["bench", f"matrix={write_matrix(tmp_path, spec)}", f"out={out}"]) == 0
+    fit, auto, tiles, full = pd.read_csv(out / "results.csv").to_dict("records")
+    assert [r["status"] for r in (fit, auto, tiles, full)] == ["ok"] * 4
+    assert fit["imgsz_used"] < 256 and tiles["imgsz_used"] < 256 and tiles["val_imgsz"] == 256 and tiles["train_images"] > 2
+    assert auto["recomputed"] == "all" and auto["batch_used"] == full["batch_used"] == 2 and auto["recomputations"] > 0
+    assert auto["weights_sha256"] == full["weights_sha256"]  # (b) trained as (d) did
+    assert max(fit["peak_MiB"], auto["peak_MiB"], tiles["peak_MiB"]) <= budget < full["peak_MiB"], (fit, auto, tiles, full)
+
+
 def test_curves_keep_cells_whose_run_folder_is_gone(tmp_path):
     from yolo_ckpt.bench.plots import _curves
 
