@@ -2,6 +2,7 @@
 and the checks a matrix file gets before anything runs."""
 
 import copy
+import json
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -231,6 +232,9 @@ def test_killed_train_cell_resumes_to_the_uninterrupted_weights(tmp_path, one_th
     assert resumed["status"] == "ok" and resumed["epochs_run"] == 2 and resumed["run_dir"] == str(run_dir)
     assert resumed["weights_sha256"] == whole["weights_sha256"]
     assert resumed["wall_s"] > first
+    # the whole run's epochs, pixels and best epoch (val=False: best.pt is written every epoch); its time split in two
+    assert resumed["pixels_M"] == whole["pixels_M"] == 2 * 8 * 64**2 / 1e6 and resumed["best_epoch"] == whole["best_epoch"] == 2
+    assert resumed["train_s"] + resumed["val_s"] == pytest.approx(resumed["wall_s"]) and resumed["val_s"] > 0
 
 
 @pytest.mark.slow
@@ -281,6 +285,14 @@ def test_segment_tiles_cell_trains_on_polygon_tiles_and_validates_on_full_images
     row = pd.read_csv(out / "results.csv").iloc[0]
     assert row["status"] == "ok" and row["imgsz_used"] == 64 and row["val_imgsz"] == 128 and row["train_images"] == 8
     assert (Path(row["run_dir"]) / "val-full").is_dir() and 0 <= row["mAP50-95"] <= row["mAP50"] <= 1  # the masks' figures
+    # per-arm figures (issue 46): time split into training and validation, pixels trained, best and last epochs' masks and
+    # boxes (a tiles cell's both validated on the full images), per-class AP
+    assert row["val_s"] > 0 and row["train_s"] > 0 and row["train_s"] + row["val_s"] == pytest.approx(row["wall_s"])
+    assert row["pixels_M"] == 1 * 8 * 64**2 / 1e6 and row["best_epoch"] == 1 and (Path(row["run_dir"]) / "val-full-last").is_dir()
+    figures = ("last_mAP50", "last_mAP50-95", "box_mAP50", "box_mAP50-95", "last_box_mAP50", "last_box_mAP50-95")
+    assert all(0 <= row[c] <= 1 for c in figures)
+    assert row["last_mAP50"] == row["mAP50"] and list(json.loads(row["class_AP50-95"])) == ["nucleus"]  # one epoch: best is last
+    assert "| best epoch | steps | Mpx |" in (out / "results.md").read_text() and "| nucleus 0." in (out / "results.md").read_text()
     lines = [line.split() for f in next((out / "data").glob("tiles-*")).glob("labels/*/*.txt") for line in f.read_text().splitlines()]
     assert lines and all(len(fields) >= 7 and len(fields) % 2 for fields in lines)  # polygons, not boxes
     assert any({"0.000000", "1.000000"} & set(fields[1:]) for fields in lines)  # some clipped at a tile's edge
