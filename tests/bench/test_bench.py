@@ -293,6 +293,7 @@ def test_segment_tiles_cell_trains_on_polygon_tiles_and_validates_on_full_images
     assert all(0 <= row[c] <= 1 for c in figures)
     assert row["last_mAP50"] == row["mAP50"] and list(json.loads(row["class_AP50-95"])) == ["nucleus"]  # one epoch: best is last
     assert "| best epoch | steps | Mpx |" in (out / "results.md").read_text() and "| nucleus 0." in (out / "results.md").read_text()
+    assert pd.read_csv(out / "curves.csv")["metrics/mAP50(M)"].notna().all()  # the curve of the masks, as the row's mAP50
     lines = [line.split() for f in next((out / "data").glob("tiles-*")).glob("labels/*/*.txt") for line in f.read_text().splitlines()]
     assert lines and all(len(fields) >= 7 and len(fields) % 2 for fields in lines)  # polygons, not boxes
     assert any({"0.000000", "1.000000"} & set(fields[1:]) for fields in lines)  # some clipped at a tile's edge
