@@ -161,7 +161,7 @@ def last_epoch_metrics(run_dir: Path) -> dict:
     from yolo_ckpt.report.record import task_metrics
 
     path = run_dir / "results.csv"
-    return task_metrics(pd.read_csv(path).iloc[-1].to_dict()) if path.is_file() else {}
+    return task_metrics(pd.read_csv(path).rename(columns=str.strip).iloc[-1].to_dict()) if path.is_file() else {}
 
 
 def epoch_figures(task: str, best: dict, last: dict) -> dict:
