@@ -245,6 +245,9 @@ def test_killed_train_cell_resumes_to_the_uninterrupted_weights(tmp_path, one_th
     assert resumed["status"] == "ok" and resumed["epochs_run"] == 2 and resumed["run_dir"] == str(run_dir)
     assert resumed["weights_sha256"] == whole["weights_sha256"]
     assert resumed["wall_s"] > first
+    # the whole run's epochs, pixels and best epoch (val=False: best.pt is written every epoch); its time split in two
+    assert resumed["pixels_M"] == whole["pixels_M"] == 2 * 8 * 64**2 / 1e6 and resumed["best_epoch"] == whole["best_epoch"] == 2
+    assert resumed["train_s"] + resumed["val_s"] == pytest.approx(resumed["wall_s"]) and resumed["val_s"] > 0
 
 
 @pytest.mark.slow
@@ -276,6 +279,69 @@ def test_tiles_cell_trains_on_tiles_and_validates_on_full_images(tmp_path, one_t
     assert "| 32 px, overlap 0 | 4 | 64 |" in (out / "results.md").read_text()  # tiles trained, their count, val imgsz
     tiles = next((out / "data").glob("tiles-*"))
     assert len(list((tiles / "images" / "val").iterdir())) == 4  # 1 val image: validated on its tiles while training
+
+
+@pytest.mark.slow
+def test_segment_tiles_cell_trains_on_polygon_tiles_and_validates_on_full_images(tmp_path, one_thread):
+    """Issue 46: a segmentation tiles cell end to end: polygons clipped into the tiles, masks validated on the full images."""
+    from yolo_ckpt.data.dense import dense_segment_dataset
+
+    data = dense_segment_dataset(9, 128, 2, root=tmp_path / "cache")  # nuclei on a 3 x 3 grid: the middle ones cross x, y = 64
+    spec = {
+        "kind": "train",
+        "settings": {"epochs": 1, "nbs": 2, "seed": 0, "workers": 0, "device": "cpu", "plots": False, "estimate": False},
+        "grid": [{"model": "yolo11n-seg.yaml", "dataset": str(data), "imgsz": 128, "batch": 2, "recompute": "none"}],
+    }
+    spec["grid"][0]["tiles"] = {"size": 64, "overlap": 0}
+    out = tmp_path / "out"
+    assert main(["bench", f"matrix={write_matrix(tmp_path, spec)}", f"out={out}"]) == 0
+    row = pd.read_csv(out / "results.csv").iloc[0]
+    assert row["status"] == "ok" and row["imgsz_used"] == 64 and row["val_imgsz"] == 128 and row["train_images"] == 8
+    assert (Path(row["run_dir"]) / "val-full").is_dir() and 0 <= row["mAP50-95"] <= row["mAP50"] <= 1  # the masks' figures
+    # per-arm figures (issue 46): time split into training and validation, pixels trained, best and last epochs' masks and
+    # boxes (a tiles cell's both validated on the full images), per-class AP
+    assert row["val_s"] > 0 and row["train_s"] > 0 and row["train_s"] + row["val_s"] == pytest.approx(row["wall_s"])
+    assert row["pixels_M"] == 1 * 8 * 64**2 / 1e6 and row["best_epoch"] == 1 and (Path(row["run_dir"]) / "val-full-last").is_dir()
+    figures = ("last_mAP50", "last_mAP50-95", "box_mAP50", "box_mAP50-95", "last_box_mAP50", "last_box_mAP50-95")
+    assert all(0 <= row[c] <= 1 for c in figures)
+    assert row["last_mAP50"] == row["mAP50"] and list(json.loads(row["class_AP50-95"])) == ["nucleus"]  # one epoch: best is last
+    assert "| best epoch | steps | Mpx |" in (out / "results.md").read_text() and "| nucleus 0." in (out / "results.md").read_text()
+    assert pd.read_csv(out / "curves.csv")["metrics/mAP50(M)"].notna().all()  # the curve of the masks, as the row's mAP50
+    lines = [line.split() for f in next((out / "data").glob("tiles-*")).glob("labels/*/*.txt") for line in f.read_text().splitlines()]
+    assert lines and all(len(fields) >= 7 and len(fields) % 2 for fields in lines)  # polygons, not boxes
+    assert any({"0.000000", "1.000000"} & set(fields[1:]) for fields in lines)  # some clipped at a tile's edge
+
+
+@pytest.mark.slow
+def test_regime_arms_matrix(tmp_path, one_thread):
+    """Issue 46's regime arms (``regime-monuseg``'s shape), end to end at a tiny size on dense synthetic nuclei: a budget
+    below stock's batch-1 peak at full size, (a) stock at the largest imgsz that fits, (b) recompute=auto with batch=-1
+    (all, then the largest batch: 2), (c) stock on polygon tiles that fit, validated on the full images, (d) stock at
+    full size with (b)'s batch and no budget. (a)-(c) are measured within the budget, (d) above it, and (b)'s weights are
+    (d)'s: batch=-1's planning leaves the training as it was."""
+    from yolo_ckpt.data.dense import dense_segment_dataset
+
+    data, budget = str(dense_segment_dataset(60, 256, 2, root=tmp_path / "cache")), 120  # MiB; plan: none 269 at batch 2
+    arm = {"model": "yolo11n-seg.yaml", "dataset": data, "imgsz": 256, "batch": 2}
+    spec = {
+        "kind": "train",
+        "baseline_keys": ["dataset", "model"],  # every arm against (d), (b)'s batch being -1
+        "settings": {"epochs": 1, "nbs": 2, "max_det": 1000, "seed": 0, "workers": 0, "device": "cpu", "plots": False, "estimate": False},
+        "grid": [
+            {**arm, "imgsz": "fit", "recompute": "none", "memory_budget": f"{budget}MiB"},
+            {**arm, "batch": -1, "recompute": "auto", "memory_budget": f"{budget}MiB"},
+            {**arm, "recompute": "none", "memory_budget": f"{budget}MiB", "tiles": {"size": "fit", "overlap": 16}},
+            {**arm, "recompute": "none"},
+        ],
+    }
+    out = tmp_path / "out"
+    assert main(["bench", f"matrix={write_matrix(tmp_path, spec)}", f"out={out}"]) == 0
+    fit, auto, tiles, full = pd.read_csv(out / "results.csv").to_dict("records")
+    assert [r["status"] for r in (fit, auto, tiles, full)] == ["ok"] * 4
+    assert fit["imgsz_used"] < 256 and tiles["imgsz_used"] < 256 and tiles["val_imgsz"] == 256 and tiles["train_images"] > 2
+    assert auto["recomputed"] == "all" and auto["batch_used"] == full["batch_used"] == 2 and auto["recomputations"] > 0
+    assert auto["weights_sha256"] == full["weights_sha256"]  # (b) trained as (d) did
+    assert max(fit["peak_MiB"], auto["peak_MiB"], tiles["peak_MiB"]) <= budget < full["peak_MiB"], (fit, auto, tiles, full)
 
 
 def test_curves_keep_cells_whose_run_folder_is_gone(tmp_path):

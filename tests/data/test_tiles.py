@@ -1,5 +1,5 @@
 """The small-object generator (deterministic, objects of the stated size) and the tiler (labels clipped and kept,
-tile count, the source untouched), at tiny sizes: issue 14."""
+tile count, the source untouched), at tiny sizes: issue 14; polygon labels clipped exactly: issue 46."""
 
 import hashlib
 from pathlib import Path
@@ -7,9 +7,10 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from ultralytics.data.utils import verify_image_label
 
 from yolo_ckpt.data.small_objects import SMALL_OBJECT_PX, small_object_dataset
-from yolo_ckpt.data.tiles import MIN_VISIBLE, tile_dataset, tile_starts
+from yolo_ckpt.data.tiles import MIN_VISIBLE, clip_polygon, polygon_area, tile_dataset, tile_starts
 
 
 def _tree_digest(folder: Path) -> dict:
@@ -99,3 +100,79 @@ def test_tiles_bad_input_writes_nothing(tmp_path):
     with pytest.raises(ValueError, match="new folder outside the source"):
         tile_dataset(data, data.parent / "t", size=64, overlap=8)
     assert not (tmp_path / "t").exists() and not (data.parent / "t").exists()
+
+
+def _segment_source(tmp_path, w: int, h: int, polygons: list) -> Path:
+    """A 1-image segmentation dataset (train = val) of ``w`` x ``h`` px with the pixel ``polygons`` (class 0)."""
+    root = tmp_path / "seg"
+    text = "".join("0 " + " ".join(f"{x / w} {y / h}" for x, y in p) + "\n" for p in polygons)
+    for split in ("train", "val"):
+        (root / "images" / split).mkdir(parents=True)
+        (root / "labels" / split).mkdir(parents=True)
+        cv2.imwrite(str(root / "images" / split / "a.png"), np.full((h, w, 3), 90, np.uint8))
+        (root / "labels" / split / "a.txt").write_text(text)
+    (root / "data.yaml").write_text("train: images/train\nval: images/val\nnames: {0: nucleus}\n")
+    return root / "data.yaml"
+
+
+def _polygons(label: Path, w: int, h: int) -> list:
+    """The polygons of a segment label file, in pixels of a ``w`` x ``h`` tile."""
+    return [np.array(line.split()[1:], float).reshape(-1, 2) * [w, h] for line in label.read_text().splitlines()]
+
+
+def test_clip_polygon_exact():
+    # a U cut below its arms: two pieces joined along the bound, their area exact
+    u = [(0, 0), (30, 0), (30, 30), (20, 30), (20, 10), (10, 10), (10, 30), (0, 30)]
+    cut = clip_polygon(u, -1, 20, 31, 40)
+    np.testing.assert_array_equal(cut, [(0, 20), (30, 20), (30, 30), (20, 30), (20, 20), (10, 20), (10, 30), (0, 30)])
+    assert polygon_area(u) == 700 and polygon_area(cut) == 200
+    assert len(clip_polygon(u, 40, 40, 50, 50)) == 0 and polygon_area(u[:2]) == 0
+
+
+def test_tiles_clip_polygons_at_edges_and_corners(tmp_path):
+    # 128 x 128 px in four 64 px tiles (no overlap): a triangle inside the tile at (0, 64); an inverted L (concave,
+    # 800 px^2) across x = 64, its bar 440 px^2 left of it (kept there: 55%) and its leg right of it (45%: dropped); a
+    # diamond (288 px^2) across the corner (64, 64), 216 px^2 in the tile at (0, 0) (kept) and 36 in two others
+    inner = [(10, 80), (30, 80), (20, 100)]
+    ell = [(20, 10), (76, 10), (76, 50), (68, 50), (68, 20), (20, 20)]
+    diamond = [(58, 46), (70, 58), (58, 70), (46, 58)]
+    out = tile_dataset(_segment_source(tmp_path, 128, 128, [inner, ell, diamond]), tmp_path / "tiles", size=64, overlap=0, task="segment")
+    labels = out.parent / "labels" / "train"
+    assert sorted(p.name for p in labels.iterdir()) == ["a_0_0.txt", "a_0_64.txt", "a_64_0.txt", "a_64_64.txt"]
+    top_left = _polygons(labels / "a_0_0.txt", 64, 64)
+    np.testing.assert_allclose(top_left[0], [(20, 10), (64, 10), (64, 20), (20, 20)], atol=1e-4)  # the L's bar, its leg cut
+    np.testing.assert_allclose(top_left[1], [(58, 46), (64, 52), (64, 64), (52, 64), (46, 58)], atol=1e-4)  # the corner cut
+    np.testing.assert_allclose(_polygons(labels / "a_0_64.txt", 64, 64)[0], [(10, 16), (30, 16), (20, 36)], atol=1e-4)  # shifted
+    assert (labels / "a_64_0.txt").read_text() == (labels / "a_64_64.txt").read_text() == ""
+    # Ultralytics reads them as segments and derives each box from the clipped polygon: the bar's, not the L's clipped
+    image = str(out.parent / "images/train/a_0_0.png")
+    _, boxes, shape, segments, *_ = verify_image_label((image, str(labels / "a_0_0.txt"), "", False, 1, 0, 0, False))
+    assert shape == (64, 64) and len(segments) == 2
+    np.testing.assert_allclose(boxes * [1, 64, 64, 64, 64], [[0, 42, 15, 44, 10], [0, 55, 55, 18, 18]], atol=1e-3)
+
+
+def test_tiles_polygon_leaving_a_tile_through_the_overlap(tmp_path):
+    # 100 x 60 px in tiles x 0..64 and 36..100 (28 px overlap): a pentagon (960 px^2) over x 30..58 is whole in the
+    # left tile and leaves the right one through its left edge at x = 36 (720 px^2 inside: kept, clipped); a triangle
+    # (340 px^2) over x 56..90 is whole in the right tile and has 141 px^2 (41%) in the left one: dropped there
+    pentagon = [(30, 10), (50, 10), (58, 30), (50, 50), (30, 50)]
+    triangle = [(56, 20), (90, 20), (56, 40)]
+    out = tile_dataset(_segment_source(tmp_path, 100, 60, [pentagon, triangle]), tmp_path / "tiles", size=64, overlap=24, task="segment")
+    for split in ("train", "val"):
+        left, right = (_polygons(out.parent / "labels" / split / f"a_{x}_0.txt", 64, 60) for x in (0, 36))
+        assert len(left) == 1 and len(right) == 2
+        np.testing.assert_allclose(left[0], pentagon, atol=1e-4)
+        np.testing.assert_allclose(right[0], [(0, 10), (14, 10), (22, 30), (14, 50), (0, 50)], atol=1e-4)
+        np.testing.assert_allclose(right[1], [(20, 20), (54, 20), (20, 40)], atol=1e-4)
+    assert 141.2 / 340 < MIN_VISIBLE <= 720 / 960
+
+
+def test_tiles_refuse_labels_of_another_format(tmp_path):
+    seg = _segment_source(tmp_path, 100, 60, [[(30, 10), (50, 10), (40, 30)]])
+    with pytest.raises(ValueError, match="takes detection labels 'cls xc yc w h' for task=detect; got a line of 7 fields"):
+        tile_dataset(seg, tmp_path / "t", size=64, overlap=8)
+    with pytest.raises(ValueError, match="takes segment labels .* for task=segment; got a line of 5 fields"):
+        tile_dataset(_source(tmp_path), tmp_path / "t", size=64, overlap=8, task="segment")
+    with pytest.raises(ValueError, match="task='pose' cannot be tiled; valid: detect, segment"):
+        tile_dataset(seg, tmp_path / "t", size=64, overlap=8, task="pose")
+    assert not (tmp_path / "t").exists()

@@ -68,6 +68,8 @@ def test_interrupted_every_epoch_trains_as_uninterrupted(tmp_path):
     assert_state_equal(whole.ema.ema, trainer.ema.ema)
     assert (trainer.ckpt_state.last_step, trainer.ema.updates) == STEPS
     assert len(trainer.ckpt_state.step_s) == len(whole.ckpt_state.step_s) == 16  # every step timed, 4 legs in one report
+    assert len(trainer.ckpt_state.val_s) == len(whole.ckpt_state.val_s) == 2  # val=False: the last epoch's and the final one
+    assert trainer.ckpt_state.best_epoch == whole.ckpt_state.best_epoch == 4  # val=False: best.pt written every epoch
     assert losses(whole.save_dir) == losses(trainer.save_dir) and all(float(r["train/box_loss"]) > 0 for r in losses(whole.save_dir))
     assert not (last.parent / STATE_NAME).exists()
 

@@ -248,7 +248,7 @@ def test_run_state_is_one_attribute(trained, shared_run):
 @pytest.mark.slow
 def test_run_report(trained):
     report = json.loads((trained.save_dir / REPORT_NAME).read_text())
-    assert report["schema_version"] == 4
+    assert report["schema_version"] == 5
     assert report["recompute"] == "all"
     assert [r["index"] for r in report["recomputed_layers"]] == list(trained.policy.indices)
     assert report["recomputed_layers"][2] == {"index": 2, "type": "C3k2"}
@@ -260,6 +260,10 @@ def test_run_report(trained):
     assert report["train_peak_allocated_bytes"] > report["val_peak_allocated_bytes"] > 0
     assert report["train_steps_timed"] == trained.ema.updates - 3 and report["train_step_time_median_s"] > 0
     assert set(report["metrics"]) >= {"box_mAP50", "box_mAP50-95"}
+    # validation's seconds apart (each epoch's and the final one), the epoch best.pt holds, per-class AP of that validation
+    assert report["val_time_s"] == pytest.approx(sum(trained.ckpt_state.val_s)) and report["val_time_s"] > 0
+    assert len(trained.ckpt_state.val_s) == trained.epoch + 2
+    assert 1 <= report["best_epoch"] <= report["epochs"] and set(report["class_ap"]) <= {"AP50", "AP50-95"}
     assert report["metrics"]["box_mAP50-95"] == report["ultralytics_metrics"]["metrics/mAP50-95(B)"]
     assert report["estimated_none_peak_bytes"] is None and report["estimate_skipped"] == "estimate=False"  # helpers.train's default
     assert "; no estimate (estimate=False); median step" in RunReport.from_dict(report).headline()

@@ -19,7 +19,7 @@ A matrix file (YAML) has:
   ``datasets_dir`` points into site-packages), Ultralytics' ``SETTINGS['datasets_dir']`` (:func:`dataset_roots`).
   ``dataset: synthetic`` is the built-in synthetic dataset of the task, ``dataset: small-objects`` /
   ``small-objects-640`` the built-in small-object set at 320 / 640 px (:func:`yolo_ckpt.data.small_objects.small_object_dataset`).
-- ``tiles: {size, overlap}`` (train cells, detection data): train on tiles of the dataset (:mod:`yolo_ckpt.data.tiles`,
+- ``tiles: {size, overlap}`` (train cells, detection or segmentation data): train on tiles of the dataset (:mod:`yolo_ckpt.data.tiles`,
   cut from its images resized to the cell's ``imgsz``) at ``imgsz = size`` (``fit``: the largest that fits
   ``memory_budget`` with the cell's policy), then validate on the full val images at the cell's ``imgsz``.
 
@@ -38,6 +38,7 @@ from ultralytics.utils import DEFAULT_CFG_DICT, SETTINGS as ULTRALYTICS_SETTINGS
 
 from yolo_ckpt.checkpointing.policy import is_auto, layout_of, resolve
 from yolo_ckpt.config import DEFAULTS, CkptConfig
+from yolo_ckpt.data.tiles import TILE_TASKS
 from yolo_ckpt.errors import ConfigError, MissingFileError
 from yolo_ckpt.memory.ultralytics_rules import TASKS
 from yolo_ckpt.shipped import resolve_yaml
@@ -229,8 +230,8 @@ def _check_cell(matrix: Matrix, cell: dict, layouts: dict) -> None:
 def _check_tiles(where: str, matrix: Matrix, cell: dict, task: str) -> None:
     """Check a cell's ``tiles: {size, overlap}`` (see the module docstring)."""
     tiles = cell["tiles"]
-    if matrix.kind != "train" or task != "detect":
-        raise ConfigError(f"{where}: tiles= is for train cells of detection models (kind={matrix.kind}, task={task})")
+    if matrix.kind != "train" or task not in TILE_TASKS:
+        raise ConfigError(f"{where}: tiles= is for train cells of {' and '.join(TILE_TASKS)} models (kind={matrix.kind}, task={task})")
     if not isinstance(tiles, dict) or set(tiles) != {"size", "overlap"}:
         raise ConfigError(f"{where}: tiles={tiles!r} is not valid; valid: {{size: px or fit, overlap: px}}")
     if not isinstance(cell["imgsz"], int):

@@ -82,9 +82,13 @@ def map_memory_plot(ok: pd.DataFrame, path: Path, title: str) -> Path:
     return _save(fig, ax, path, xlabel="training peak memory (MiB)", ylabel="mAP", title=title)
 
 
+CURVE_COLUMNS = ("metrics/mAP50(B)", "metrics/mAP50-95(B)", "metrics/mAP50(M)", "metrics/mAP50-95(M)")  # boxes; masks (segment)
+
+
 def _curves(matrix, ok: pd.DataFrame, out: Path) -> list[Path]:
-    """``curves.csv`` and ``curves.png`` of the cells whose run folder still holds its ``results.csv``; a cell whose
-    run folder was moved or deleted keeps its rows of the ``curves.csv`` already there."""
+    """``curves.csv`` and ``curves.png`` of the cells whose run folder still holds its ``results.csv`` (its boxes' mAP
+    columns, and its masks' for segmentation); a cell whose run folder was moved or deleted keeps its rows of the
+    ``curves.csv`` already there."""
     earlier = pd.read_csv(out / "curves.csv") if (out / "curves.csv").is_file() else None
     frames = []
     for _, row in ok.iterrows():
@@ -97,7 +101,8 @@ def _curves(matrix, ok: pd.DataFrame, out: Path) -> list[Path]:
             if earlier is not None:
                 frames.append(earlier[earlier["cell"] == label])
             continue
-        curve = pd.read_csv(csv).rename(columns=str.strip)[["epoch", "time", "metrics/mAP50(B)", "metrics/mAP50-95(B)"]]
+        curve = pd.read_csv(csv).rename(columns=str.strip)
+        curve = curve[["epoch", "time", *[c for c in CURVE_COLUMNS if c in curve]]]
         nan = float("nan")
         frames.append(curve.assign(cell=label, full_mAP50=row["mAP50"] if tiled else nan, full_mAP50_95=row["mAP50-95"] if tiled else nan))
     frames = [f for f in frames if len(f)]
@@ -110,7 +115,8 @@ def _curves(matrix, ok: pd.DataFrame, out: Path) -> list[Path]:
 
 def curves_plot(curves: pd.DataFrame, path: Path, title: str) -> Path:
     """Plot ``curves.csv`` rows (of one matrix, or several concatenated) to ``path``: validation mAP50 per epoch of
-    each cell; a tiles cell's curve is its validation on tiles, its best weights on the full images a star."""
+    each cell, of its masks where it has them (segmentation: the row's mAP50), else of its boxes; a tiles cell's curve
+    is its validation on tiles, its best weights on the full images a star."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -118,7 +124,8 @@ def curves_plot(curves: pd.DataFrame, path: Path, title: str) -> Path:
 
     fig, ax = plt.subplots(figsize=(7, 5))
     for label, curve in curves.groupby("cell", sort=False):
-        (line,) = ax.plot(curve["epoch"], curve["metrics/mAP50(B)"], marker=".", label=label)
+        masks = "metrics/mAP50(M)" in curve and curve["metrics/mAP50(M)"].notna().any()
+        (line,) = ax.plot(curve["epoch"], curve["metrics/mAP50(M)" if masks else "metrics/mAP50(B)"], marker=".", label=label)
         if curve["full_mAP50"].notna().any():
             ax.scatter(
                 curve["epoch"].max(),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 
 import pandas as pd
 
@@ -22,9 +23,13 @@ COLUMNS = {  # Markdown columns per kind: results column -> header
     "train": {
         "study": "study", "dataset": "dataset", "model": "model", "imgsz_used": "imgsz", "tiles_label": "tiles",
         "train_images": "train images", "val_imgsz": "val imgsz", "batch_used": "batch",
-        "policy": "recompute", "epochs_run": "epochs", "optimizer_steps": "steps", "peak_MiB": "peak MiB", "memory_change_pct": "memory",
+        "policy": "recompute", "epochs_run": "epochs", "best_epoch": "best epoch", "optimizer_steps": "steps", "pixels_M": "Mpx",
+        "peak_MiB": "peak MiB", "memory_change_pct": "memory",
         "fits_budget": "fits budget", "step_time_s": "step s", "time_ratio": "time vs base",
-        "wall_s": "wall s", "mAP50": "mAP50", "mAP50-95": "mAP50-95", "mAP50-95_change_pts": "mAP50-95 pts",
+        "wall_s": "wall s", "train_s": "train s", "val_s": "val s", "mAP50": "mAP50", "mAP50-95": "mAP50-95",
+        "mAP50-95_change_pts": "mAP50-95 pts", "last_mAP50": "last mAP50", "last_mAP50-95": "last mAP50-95",
+        "box_mAP50": "box mAP50", "box_mAP50-95": "box mAP50-95", "last_box_mAP50": "last box mAP50",
+        "last_box_mAP50-95": "last box mAP50-95", "class_AP50-95_label": "AP50-95 per class",
         "top1": "top-1", "same_weights": "same weights", "status": "status",
     },
 }
@@ -46,6 +51,13 @@ def tiles_label(row) -> str:
     for a cell trained on whole images."""
     tiles = tiles_setting(row)
     return f"{row['imgsz_used']:.0f} px, overlap {tiles['overlap']}" if tiles else ""
+
+
+def class_ap_label(value) -> str:
+    """A row's per-class AP (``class_AP50-95``: JSON ``{name: AP}``) as the table shows it, ``a 0.412, b 0.300``; ''
+    where the row has none (a failed cell, a row from before the column)."""
+    classes = json.loads(value) if isinstance(value, str) and value.strip() else {}
+    return ", ".join(f"{name} {ap:.3f}" for name, ap in classes.items())
 
 
 def recompute_label(row) -> str:
@@ -99,6 +111,8 @@ def delta_table(matrix, results: pd.DataFrame) -> pd.DataFrame:
     table["policy"] = table.apply(policy_label, axis=1)
     if "tiles" in table:
         table["tiles_label"] = table.apply(tiles_label, axis=1)
+    if "class_AP50-95" in table:
+        table["class_AP50-95_label"] = table["class_AP50-95"].map(class_ap_label)
     if "weights_sha256" in table:
         table["same_weights"] = [
             ("yes" if a == b else "no") if isinstance(a, str) and isinstance(b, str) else ""

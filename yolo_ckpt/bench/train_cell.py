@@ -7,8 +7,8 @@ come from the run's :class:`yolo_ckpt.report.record.RunReport` (``ckpt_report.js
 without recomputation can be shown identical.
 
 A ``tiles`` cell trains on a tile dataset (:func:`yolo_ckpt.data.tiles.tile_dataset`, written once into
-``<out>/data/``) and validates on those tiles during training; its mAP figures are those of the best weights
-validated afterwards on the full val images at the cell's ``imgsz`` (``val_imgsz``). Every epoch of it passes each
+``<out>/data/``) and validates on those tiles during training; its mAP figures are those of the best and the last
+weights validated afterwards on the full val images at the cell's ``imgsz`` (``val_imgsz``). Every epoch of it passes each
 source pixel at least once (pixels in tile overlaps more often), in more, smaller steps; to match the pixels
 processed by full-image cells, give it fewer epochs (``yolo_ckpt/cfg/bench/small-objects-tiles.yaml`` says how).
 
@@ -20,6 +20,7 @@ the earlier runs' epochs (Ultralytics' ``time`` column of ``results.csv``); its 
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from pathlib import Path
 
@@ -41,11 +42,15 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
         recomputations (layer forwards recomputed in backward over the whole run: 0 proves a baseline), epochs,
         optimizer steps (a tiles cell's epoch has more, smaller batches; ``nbs`` accumulates batches into one),
         training and validation peak memory (MiB) and their source, median step time (s), wall time of the training
-        and its validations (s; a tiles cell's full-image validation included), mAP50 and mAP50-95 of the
-        task's output or top-1/top-5 (fractions; a tiles cell's on the full val images), ``val_imgsz`` (the imgsz
-        they were validated at), ``train_images`` (the images trained, after ``fraction=``; tiles for a tiles cell) and
-        ``weights_sha256`` of the final
-        model and EMA state.
+        and its validations (s; a tiles cell's full-image validations included) and its two parts, ``train_s`` and
+        ``val_s`` (every validation: each epoch's, the final one, a tiles cell's full-image ones), ``train_images``
+        (the images trained, after ``fraction=``; tiles for a tiles cell), ``pixels_M`` (millions of pixels trained:
+        epochs x images x imgsz^2, the size every training image enters the model at), ``best_epoch`` (the epoch
+        ``best.pt`` holds), the accuracy of the best weights and of the last epoch (:func:`epoch_figures`: mAP50 and
+        mAP50-95 of the task's output, the boxes' too for segment and pose, or top-1/top-5; fractions; a tiles cell's on
+        the full val images), ``class_AP50`` and ``class_AP50-95`` (per-class AP of the best weights, JSON
+        ``{name: AP}``), ``val_imgsz`` (the imgsz they were validated at) and ``weights_sha256`` of the final model and
+        EMA state.
 
     Raises:
         Exception: whatever the training raises (the matrix records it as a failed cell).
@@ -53,8 +58,8 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
     from ultralytics import YOLO
 
     from yolo_ckpt import count_recomputations, trainer_for
-    from yolo_ckpt.report.compare import primary_metrics
-    from yolo_ckpt.report.record import load_report
+    from yolo_ckpt.report.compare import class_ap
+    from yolo_ckpt.report.record import load_report, task_metrics
 
     if data == "synthetic":
         from yolo_ckpt.data.synthetic import synthetic_dataset
@@ -73,9 +78,9 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
     if tiles is not None:  # written once per cell; a rerun reuses it (complete: tile_dataset renames it into place)
         imgsz = fit_imgsz(cell, data, settings) if tiles["size"] == "fit" else tiles["size"]
         folder = project.parent / "data" / f"tiles-{run_name(cell)}"
-        train_data = (
-            str(folder / "data.yaml") if folder.is_dir() else str(tile_dataset(data, folder, imgsz, tiles["overlap"], cell["imgsz"]))
-        )
+        if not folder.is_dir():
+            tile_dataset(data, folder, imgsz, tiles["overlap"], cell["imgsz"], cell["task"])
+        train_data = str(folder / "data.yaml")
     overrides = {k: v for k, v in settings.items() if k not in SETTINGS["train"]}
     if settings["device"] is not None:
         overrides["device"] = settings["device"]
@@ -103,20 +108,22 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
     trainer = yolo.trainer
     report = load_report(trainer.save_dir)
     peak, val_peak = report.train_peak_allocated_bytes, report.val_peak_allocated_bytes
-    metrics = primary_metrics(report.task, report.metrics)
+    best, last, per_class = report.metrics, last_epoch_metrics(trainer.save_dir), report.class_ap
+    val_s = report.val_time_s if report.val_time_s is not None else float("nan")
     weights = weights_sha256(trainer)  # before validating anew, which fuses the model it validates
-    if tiles is not None:  # yolo holds the best weights now; validate them on the full images, as the others were
-        full = yolo.val(
-            data=data,
-            imgsz=cell["imgsz"],
-            batch=cell["batch"],
-            plots=False,
-            project=str(trainer.save_dir),
-            name="val-full",
-            **({"device": settings["device"]} if settings["device"] is not None else {}),
+    if tiles is not None:  # validate the best and the last weights on the full images, as the others were
+        started = time.perf_counter()
+        device = {"device": settings["device"]} if settings["device"] is not None else {}
+        full, full_last = (
+            YOLO(w, task=cell["task"]).val(
+                data=data, imgsz=cell["imgsz"], batch=cell["batch"], plots=False, project=str(trainer.save_dir), name=name, **device
+            )
+            for w, name in ((trainer.best, "val-full"), (trainer.last, "val-full-last"))
         )
-        metrics.update({"mAP50": float(full.box.map50), "mAP50-95": float(full.box.map)})
+        best, last, per_class = task_metrics(full.results_dict), task_metrics(full_last.results_dict), class_ap(report.task, full)
+        val_s += time.perf_counter() - started
     wall = earlier + time.perf_counter() - start
+    train_images = len(trainer.train_loader.dataset)  # what trained (after fraction=); tiles for a tiles cell
     return {
         "status": "ok",
         "run_dir": str(trainer.save_dir),
@@ -132,12 +139,46 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
         "memory_source": report.memory_source,
         "step_time_s": report.train_step_time_median_s,
         "wall_s": wall,
-        "train_images": len(trainer.train_loader.dataset),  # what trained (after fraction=); tiles for a tiles cell
-        **metrics,
+        "train_s": wall - val_s,
+        "val_s": val_s,
+        "train_images": train_images,
+        "pixels_M": report.epochs * train_images * report.imgsz**2 / 1e6,  # every training image enters the model imgsz^2
+        "best_epoch": report.best_epoch,
+        **epoch_figures(report.task, best, last),
+        "class_AP50": json.dumps(per_class.get("AP50", {})),
+        "class_AP50-95": json.dumps(per_class.get("AP50-95", {})),
         "val_imgsz": cell["imgsz"] if tiles is not None else report.imgsz,
         "weights_sha256": weights,
         "device": report.device,
     }
+
+
+def last_epoch_metrics(run_dir: Path) -> dict:
+    """The last epoch's validation in ``run_dir/results.csv`` (Ultralytics' row per epoch) as
+    :func:`yolo_ckpt.report.record.task_metrics` names; {} without the file."""
+    import pandas as pd
+
+    from yolo_ckpt.report.record import task_metrics
+
+    path = run_dir / "results.csv"
+    return task_metrics(pd.read_csv(path).rename(columns=str.strip).iloc[-1].to_dict()) if path.is_file() else {}
+
+
+def epoch_figures(task: str, best: dict, last: dict) -> dict:
+    """A row's accuracy of the best weights (``best``) and of the last epoch (``last``), both
+    :func:`yolo_ckpt.report.record.task_metrics` names: ``mAP50``, ``mAP50-95``, ``top1``, ``top5`` of the task's
+    output (:func:`yolo_ckpt.report.compare.primary_metrics`) and ``last_mAP50``, ``last_mAP50-95``; where the task's
+    output is not boxes (segment, pose), the boxes' too: ``box_mAP50``, ``box_mAP50-95``, ``last_box_mAP50``,
+    ``last_box_mAP50-95``."""
+    from yolo_ckpt.report.compare import PRIMARY_KIND, primary_metrics
+
+    last_primary = primary_metrics(task, last)
+    row = {**primary_metrics(task, best), "last_mAP50": last_primary["mAP50"], "last_mAP50-95": last_primary["mAP50-95"]}
+    if PRIMARY_KIND.get(task, "box") != "box":
+        nan = float("nan")
+        for name in ("mAP50", "mAP50-95"):
+            row[f"box_{name}"], row[f"last_box_{name}"] = best.get(f"box_{name}", nan), last.get(f"box_{name}", nan)
+    return row
 
 
 def interrupted_run(run_dir: Path, args: dict) -> Path | None:

@@ -29,6 +29,19 @@ def primary_metrics(task: str, metrics: dict) -> dict:
     }
 
 
+def class_ap(task: str, metrics) -> dict:
+    """Per-class AP of the task's own output (boxes for detect/obb, masks for segment, keypoints for pose) from an
+    Ultralytics validation's metrics (``validator.metrics`` or ``model.val()``'s result: ``DetMetrics``,
+    ``SegmentMetrics``, ``PoseMetrics``, ``OBBMetrics``): ``{"AP50": {class name: AP50}, "AP50-95": {...}}``, fractions,
+    for the classes the val set holds (Ultralytics' ``ap_class_index``); {} for classify or a validation without any."""
+    attribute = {"box": "box", "mask": "seg", "pose": "pose"}.get(PRIMARY_KIND.get(task))
+    metric = getattr(metrics, attribute, None) if attribute else None
+    if metric is None or not len(metric.all_ap):
+        return {}
+    names = [str(metrics.names[int(i)]) for i in metrics.ap_class_index]
+    return {"AP50": dict(zip(names, map(float, metric.ap50))), "AP50-95": dict(zip(names, map(float, metric.ap)))}
+
+
 def add_deltas(table, base) -> pandas.DataFrame:
     """``table`` with delta columns against ``base`` (a frame of the same length: each row's baseline):
     ``memory_change_pct`` (peak MiB, %), ``time_ratio`` (step time), ``<metric>_change_pts`` (accuracy points,
@@ -57,7 +70,8 @@ COMPARE_COLUMNS = {  # compare.csv column -> the header a person reads in compar
 def format_value(value, column: str) -> str:
     """A table cell as a person reads it: ``""`` for a missing number, ``-42.0%`` for ``memory_change_pct``,
     ``+1.5`` for accuracy points (``*_change_pts``), ``0.87x`` for ratios (``time_ratio``, ``flop_bound``), 3
-    decimals for accuracy fractions, 2 for GiB, 3 significant digits for seconds, whole MiB otherwise."""
+    decimals for accuracy fractions (``top1``, ``top5``, ``*mAP50``, ``*mAP50-95``), 2 for GiB, 3 significant digits for
+    seconds, whole numbers otherwise (MiB, steps, megapixels)."""
     import pandas as pd
 
     if not isinstance(value, float):
@@ -70,7 +84,7 @@ def format_value(value, column: str) -> str:
         return f"{value:+.1f}"
     if column in {"time_ratio", "flop_bound"}:
         return f"{value:.2f}x"
-    if column in {"mAP50", "mAP50-95", "top1", "top5"}:
+    if column in {"top1", "top5"} or column.endswith(("mAP50", "mAP50-95")):
         return f"{value:.3f}"
     if column.endswith("_GiB"):
         return f"{value:.2f}"

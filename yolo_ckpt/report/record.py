@@ -6,8 +6,8 @@ Field names carry their units (``_bytes``, ``_s``). Bump :data:`SCHEMA_VERSION` 
 (2: the CPU probe measures the first full-size batch with the optimizer step and says which batch it measured;
 ``batch`` is the batch that trained, ``batch_at_start`` the one training started with; plans carry their headroom
 and what the estimate assumed. 3: ``estimated_none_peak_bytes``. 4: every run of a planned task estimates its step
-at set-up: ``estimated_step``, ``estimated_all_peak_bytes``, ``estimated_policy_peak_bytes``, ``estimate_skipped``).
-:func:`load_report` reads schemas 2 to 4.
+at set-up: ``estimated_step``, ``estimated_all_peak_bytes``, ``estimated_policy_peak_bytes``, ``estimate_skipped``.
+5: ``val_time_s``, ``best_epoch``, ``class_ap``). :func:`load_report` reads schemas 2 to 5.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 from ..errors import ConfigError, MissingFileError
 
 REPORT_NAME = "ckpt_report.json"
-SCHEMA_VERSION = 4
-READABLE_SCHEMAS = (2, 3, 4)  # 3 and 4 only added fields, which an older file lacks (None)
+SCHEMA_VERSION = 5
+READABLE_SCHEMAS = (2, 3, 4, 5)  # 3 to 5 only added fields, which an older file lacks (None)
 WARMUP_STEPS = 3  # steps left out of the median step time: first-call allocations, lazy init
 PROBE_SKIPPED = "cpu_probe_skipped"  # memory_source of a CPU run with probe=False: no peak measured
 _SUFFIX = {"(B)": "box", "(M)": "mask", "(P)": "pose"}
@@ -76,6 +76,8 @@ class RunReport:
         train_peak_allocated_bytes, train_peak_reserved_bytes, val_peak_allocated_bytes, val_peak_reserved_bytes:
             peak memory (reserved: CUDA only; None where not measured).
         train_step_time_median_s: median training step (after :data:`WARMUP_STEPS`), train_steps_timed: steps in it.
+        val_time_s: seconds spent validating: every epoch's validation and the final one of ``best.pt`` (a resumed run's
+            earlier legs included, as its step times are); None in a report before schema 5.
         estimated_none_peak_bytes, estimated_all_peak_bytes, estimated_policy_peak_bytes: the memory model's peak of
             this run's step (:attr:`estimated_step`) for ``recompute=none``, ``all`` and the policy that trained,
             estimated at set-up for this run's spec (:func:`yolo_ckpt.memory.planned_run.planned_run`); None where skipped.
@@ -83,7 +85,10 @@ class RunReport:
             data's densest, times its augmentation's factors). estimate_skipped: why there is no estimate
             (``estimate=False``, a model the memory model does not cover, ``the estimate failed: ...``), else None.
         plan: the :class:`PlanRecord` of recompute=auto / batch=-1, or None.
-        metrics: :func:`task_metrics` names (fractions); ultralytics_metrics: Ultralytics' own.
+        metrics: :func:`task_metrics` names (fractions), of the final validation (``best.pt``'s); ultralytics_metrics:
+            Ultralytics' own. best_epoch: the epoch (from 1) whose weights ``best.pt`` holds; None in a report before
+            schema 5. class_ap: per-class AP of the task's output in that validation,
+            ``{"AP50": {name: AP}, "AP50-95": {...}}`` (:func:`yolo_ckpt.report.compare.class_ap`).
     """
 
     versions: dict
@@ -110,6 +115,7 @@ class RunReport:
     val_peak_reserved_bytes: int | None = None
     train_step_time_median_s: float | None = None
     train_steps_timed: int = 0
+    val_time_s: float | None = None
     estimated_none_peak_bytes: int | None = None
     estimated_all_peak_bytes: int | None = None
     estimated_policy_peak_bytes: int | None = None
@@ -118,6 +124,8 @@ class RunReport:
     plan: PlanRecord | None = None
     metrics: dict = field(default_factory=dict)
     ultralytics_metrics: dict = field(default_factory=dict)
+    best_epoch: int | None = None
+    class_ap: dict = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:

@@ -103,6 +103,8 @@ def save_state(trainer) -> None:
         "buffer": list(buffer) if isinstance(buffer, list) else None,
         "args": {k: getattr(trainer.args, k, None) for k in TRAJECTORY_KEYS},
         "step_s": list(trainer.ckpt_state.step_s),  # the report's median step time is the whole run's, not the last leg's
+        "val_s": list(trainer.ckpt_state.val_s),  # and so are its validation seconds
+        "best_epoch": trainer.ckpt_state.best_epoch,
     }
     path = state_path(trainer.wdir)
     try:
@@ -122,9 +124,9 @@ def remove_state(weights) -> None:
 
 def restore(trainer, ckpt: dict) -> None:
     """After Ultralytics' ``resume_training`` loaded ``ckpt`` (``last.pt``): load ``resume_state.pt``'s model, EMA and
-    optimizer in full precision, refill the mosaic buffer and take back the step times so far; keep the rest for the first epoch
-    (:func:`on_train_epoch_start`). Where the state is not this checkpoint's (:func:`mismatch`), the resume stays
-    stock's, said in one line."""
+    optimizer in full precision, refill the mosaic buffer and take back the step and validation times so far and the
+    epoch of ``best.pt``; keep the rest for the first epoch (:func:`on_train_epoch_start`). Where the state is not this
+    checkpoint's (:func:`mismatch`), the resume stays stock's, said in one line."""
     path = state_path(trainer.wdir)
     state = torch.load(path, map_location="cpu", weights_only=True) if path.is_file() and saves_state(trainer) else None
     why = mismatch(trainer, ckpt, state)
@@ -146,6 +148,8 @@ def restore(trainer, ckpt: dict) -> None:
             dataset.load_image(i)
     trainer.ckpt_state.resumed = state
     trainer.ckpt_state.step_s = list(state.get("step_s", []))  # none in a state saved before they were (issue 33's arms)
+    trainer.ckpt_state.val_s = list(state.get("val_s", []))  # none before issue 46
+    trainer.ckpt_state.best_epoch = state.get("best_epoch")
     workers = trainer.train_loader.num_workers
     LOGGER.info(
         f"{PREFIX}resume: exact from {path.name} (model, EMA and optimizer in full precision, random states, mosaic buffer, "

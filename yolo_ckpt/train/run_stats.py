@@ -1,8 +1,8 @@
-"""What a run measures for its report as it trains, and the report at its end: the step times and CUDA peaks
-(the callbacks of :data:`CALLBACKS`, :func:`cuda_peak`), the CPU's memory probes (:func:`memory_probes`) and the run
-report (:func:`run_report`, :class:`yolo_ckpt.report.record.RunReport`) with its per-layer picture (:func:`run_picture`).
-Plain functions of a :class:`~yolo_ckpt.train.trainer.CheckpointTrainerMixin` trainer; what they measure goes to the
-trainer's :class:`~yolo_ckpt.train.state.RunState` (``trainer.ckpt_state``)."""
+"""What a run measures for its report as it trains, and the report at its end: the step times, validation seconds and
+CUDA peaks (the callbacks of :data:`CALLBACKS`, :func:`validating`, :func:`cuda_peak`), the CPU's memory probes
+(:func:`memory_probes`) and the run report (:func:`run_report`, :class:`yolo_ckpt.report.record.RunReport`) with its
+per-layer picture (:func:`run_picture`). Plain functions of a :class:`~yolo_ckpt.train.trainer.CheckpointTrainerMixin`
+trainer; what they measure goes to the trainer's :class:`~yolo_ckpt.train.state.RunState` (``trainer.ckpt_state``)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import torch
 from ultralytics.utils import LOGGER, RANK
 from ultralytics.utils.torch_utils import unwrap_model
 
+from ..report.compare import class_ap
 from ..report.layer_plot import LayerPlot, layer_plot, write_layer_plot
 from ..report.record import PROBE_SKIPPED, WARMUP_STEPS, PlanRecord, RunReport, probe_counts, task_metrics
 from .log import PREFIX
@@ -108,6 +109,18 @@ def keep_probe_batch(trainer, batch: dict) -> None:
 
 
 @contextlib.contextmanager
+def validating(trainer):
+    """A validation: its seconds added to the run's (``trainer.ckpt_state.val_s``), its CUDA peak counted as validation's
+    (:func:`cuda_peak`), so that the report holds training's time and memory apart from validation's."""
+    start = time.perf_counter()
+    try:
+        with cuda_peak(trainer, "val"):
+            yield
+    finally:
+        trainer.ckpt_state.val_s.append(time.perf_counter() - start)
+
+
+@contextlib.contextmanager
 def cuda_peak(trainer, section: str):
     """Count the CUDA allocator's peak inside the block as ``section`` ("val") and the peak before it as
     "train" (:class:`~yolo_ckpt.train.state.RunState`); nothing off CUDA."""
@@ -162,7 +175,7 @@ def run_report(trainer) -> RunReport:
     """The :class:`~yolo_ckpt.report.record.RunReport` of a finished run: its policy and settings, the CUDA
     allocator's peaks (CPU: :func:`memory_probes` on the kept batch, whose step profile is kept as
     ``trainer.ckpt_state.train_probe`` for the picture; none with ``probe=False``), the median step time after
-    :data:`~yolo_ckpt.report.record.WARMUP_STEPS`, the plan and the final metrics."""
+    :data:`~yolo_ckpt.report.record.WARMUP_STEPS`, the seconds spent validating, the plan and the final metrics."""
     import statistics
 
     import ultralytics
@@ -207,6 +220,7 @@ def run_report(trainer) -> RunReport:
         val_peak_reserved_bytes=val.get("reserved"),
         train_step_time_median_s=statistics.median(steps) if steps else None,
         train_steps_timed=len(steps),
+        val_time_s=sum(state.val_s),
         estimated_none_peak_bytes=state.estimated_peaks.get("none"),
         estimated_all_peak_bytes=state.estimated_peaks.get("all"),
         estimated_policy_peak_bytes=state.estimated_peaks.get("policy"),
@@ -215,4 +229,6 @@ def run_report(trainer) -> RunReport:
         plan=None if state.plan is None else PlanRecord.of(state.plan, state.run_spec.to_dict() if state.run_spec else None),
         metrics=task_metrics(trainer.metrics),
         ultralytics_metrics={k: float(v) for k, v in (trainer.metrics or {}).items()},
+        best_epoch=state.best_epoch,
+        class_ap=class_ap(args.task, getattr(trainer.validator, "metrics", None)),  # final_eval's: best.pt's
     )

@@ -35,6 +35,9 @@ class RunState:
         estimate_skipped: why there is no estimate (``"estimate=False"``, a model it does not cover, or
             ``"the estimate failed: ..."``), or None.
         step_s: seconds of each training step (callbacks around it; CUDA synchronised). t0: the current step's start.
+        best_epoch: the epoch (from 1) whose weights ``best.pt`` holds (set where Ultralytics writes it).
+        val_s: seconds of each validation: every epoch's and the final one of ``best.pt`` (the trainer's ``validate``
+            and ``final_eval``, :func:`~yolo_ckpt.train.run_stats.validating`).
         probe_batch: the CPU's kept full-size training batch, for the end-of-run memory probe.
         batch_at_start: the batch training started with (after batch=-1).
         train_peak, val_peak: the CUDA allocator's peaks, ``{"allocated": bytes, "reserved": bytes}``.
@@ -56,6 +59,8 @@ class RunState:
     estimate_skipped: str | None = None
     step_s: list = field(default_factory=list)
     t0: float = 0.0
+    val_s: list = field(default_factory=list)
+    best_epoch: int | None = None
     probe_batch: dict | None = None
     batch_at_start: int | None = None
     train_peak: dict = field(default_factory=dict)

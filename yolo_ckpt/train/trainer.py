@@ -46,7 +46,7 @@ from .log import PREFIX
 from .planning import check_planning, plan_recompute, planned_batch
 from .resume import stop_on_interrupt
 from .run_dir import restored_on_failure, run_dir_state
-from .run_stats import add_callbacks, cuda_peak, keep_probe_batch
+from .run_stats import add_callbacks, keep_probe_batch, validating
 from .state import RunState
 from .tasks import task_defaults, task_of
 
@@ -177,7 +177,10 @@ class CheckpointTrainerMixin(exact_resume.ExactResume):
 
     def save_model(self):
         """Ultralytics' ``save_model``, with ``last.pt``/``best.pt``/``epochN.pt`` written atomically: a kill during
-        the write leaves the previous complete checkpoint (:mod:`yolo_ckpt.train.atomic`)."""
+        the write leaves the previous complete checkpoint (:mod:`yolo_ckpt.train.atomic`). Notes the epoch ``best.pt``
+        is written for first, so that the exact resume state saved with ``last.pt`` has it."""
+        if self.best_fitness == self.fitness:  # BaseTrainer.save_model's rule for writing best.pt (engine/trainer.py)
+            self.ckpt_state.best_epoch = self.epoch + 1
         with atomic_saves(self.wdir):
             return super().save_model()
 
@@ -191,15 +194,16 @@ class CheckpointTrainerMixin(exact_resume.ExactResume):
             self.args = args
 
     def validate(self):
-        """Ultralytics' validation, with CUDA peak memory kept apart from training's."""
-        with cuda_peak(self, "val"):
+        """Ultralytics' validation, its time and CUDA peak memory kept apart from training's (:func:`validating`)."""
+        with validating(self):
             return super().validate()
 
     def final_eval(self):
-        """Ultralytics' final validation of ``best.pt``, with its CUDA peak counted as validation, and its
-        ``strip_optimizer`` rewrites of ``last.pt`` and ``best.pt`` atomic (:mod:`yolo_ckpt.train.atomic`)."""
+        """Ultralytics' final validation of ``best.pt``, with its time and CUDA peak counted as validation's
+        (:func:`validating`), and its ``strip_optimizer`` rewrites of ``last.pt`` and ``best.pt`` atomic
+        (:mod:`yolo_ckpt.train.atomic`)."""
         cpu_ranks = self.device.type == "cpu" and self.world_size > 1
-        with cuda_peak(self, "val"), atomic_saves(self.wdir), distributed.cpu_validation() if cpu_ranks else contextlib.nullcontext():
+        with validating(self), atomic_saves(self.wdir), distributed.cpu_validation() if cpu_ranks else contextlib.nullcontext():
             super().final_eval()
 
     def run_report(self) -> RunReport:
