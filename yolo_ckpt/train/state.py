@@ -14,9 +14,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ..memory.planned_run import PlannedRun
     from ..memory.planner import Plan
     from ..memory.step import StepProfile
+    from .run_dir import RunDirState
 
 
 @dataclass
@@ -24,8 +27,10 @@ class RunState:
     """What one training run plans and measures, in the order it happens.
 
     Attributes:
-        run_dir_before: the run folder as it was before the run (:func:`~yolo_ckpt.train.run_dir.run_dir_state`), put back
-            if set-up fails (:func:`~yolo_ckpt.train.run_dir.restored_on_failure`); None once the first epoch starts.
+        run_dir_before: the run folder as it was before the run and what the run wrote into it
+            (:func:`~yolo_ckpt.train.run_dir.run_dir_state`), undone if set-up fails
+            (:func:`~yolo_ckpt.train.run_dir.restored_on_failure`); None once the first epoch starts.
+        lock: the run folder's lock this run holds until it ends (:func:`~yolo_ckpt.train.run_dir.lock_run_dir`), or None.
         planned: the run the memory model assumes (:func:`~yolo_ckpt.train.planning.plan_run`); None if it never planned.
         plan: recompute=auto's plan, or batch=-1's (:mod:`yolo_ckpt.train.planning`); None without one.
         estimated_peaks: the set-up estimate's peaks in bytes, ``{"none", "all", "policy"}``
@@ -46,7 +51,8 @@ class RunState:
             (:mod:`yolo_ckpt.train.exact_resume`).
     """
 
-    run_dir_before: tuple | None = None
+    run_dir_before: RunDirState | None = None
+    lock: Path | None = None
     planned: PlannedRun | None = None
     plan: Plan | None = None
     estimated_peaks: dict = field(default_factory=dict)

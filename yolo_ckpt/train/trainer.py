@@ -45,7 +45,7 @@ from .inputs import check_model_keys, check_train_inputs
 from .log import PREFIX
 from .planning import check_planning, plan_recompute, planned_batch
 from .resume import stop_on_interrupt
-from .run_dir import restored_on_failure, run_dir_state
+from .run_dir import lock_run_dir, noted_writes, restored_on_failure, run_dir_state, unlock_run_dir
 from .run_stats import add_callbacks, cuda_peak, keep_probe_batch
 from .state import RunState
 from .tasks import task_defaults, task_of
@@ -67,26 +67,35 @@ class CheckpointTrainerMixin(exact_resume.ExactResume):
 
         Raises:
             ConfigError: for an invalid yolo-ckpt key or input (:meth:`check_keys`) or training set
-                (:func:`~yolo_ckpt.train.data_check.check_train_labels`), before any file or folder is written.
-                Whatever Ultralytics' trainer raises while it is built (a missing ``data=``: RuntimeError), after the
-                run directory is put back as it was (:func:`~yolo_ckpt.train.run_dir.restored_on_failure`).
+                (:func:`~yolo_ckpt.train.data_check.check_train_labels`), before any file or folder is written; for a
+                run folder another live yolo-ckpt run holds, or one that cannot be written
+                (:func:`~yolo_ckpt.train.run_dir.lock_run_dir`). Whatever Ultralytics' trainer raises while it is
+                built (a missing ``data=``: RuntimeError), after this run's writes into the run folder are undone
+                (:func:`~yolo_ckpt.train.run_dir.restored_on_failure`).
         """
         config, given, overrides = self.check_keys(overrides)
         if RANK in {-1, 0}:
             check_train_labels(type(self), task_of(type(self)), get_cfg(cfg, overrides))
-        self.ckpt_state = RunState(run_dir_before=run_dir_state(cfg, overrides))
-        with restored_on_failure(self):  # e.g. a data= that does not exist: Ultralytics wrote args.yaml, removed results.csv
+        self.ckpt_state = state = RunState(run_dir_before=run_dir_state(cfg, overrides))
+        if state.run_dir_before is not None:  # a second live run into this folder is refused before anything is written
+            state.lock = state.run_dir_before.lock = lock_run_dir(state.run_dir_before.run_dir)
+            # the folder exists now: with exist_ok=False, get_save_dir would pick the next name (as for a DDP worker)
+            overrides = {**overrides, "save_dir": str(state.run_dir_before.run_dir)}
+        # e.g. a data= that does not exist: Ultralytics wrote args.yaml, removed results.csv; only those writes are undone
+        with restored_on_failure(self), noted_writes(state.run_dir_before):
             super().__init__(cfg, overrides, _callbacks)
-        if distributed.torchrun_world_size() > 1:  # a torchrun worker: the whole job's ranks, on every node
-            self.world_size = distributed.torchrun_world_size()
-        # given > restored by resume (train_args) > this task's default > default
-        for k, default in {**DEFAULTS, **task_defaults(type(self))}.items():
-            setattr(self.args, k, given.get(k, getattr(self.args, k, default)))
-        # typed (the raw values stay on args for args.yaml); a resumed run's own keys are read back from last.pt
-        self.ckpt_config = CkptConfig.from_args(vars(self.args)) if self.args.resume else config
-        if RANK in {-1, 0}:
-            YAML.save(self.save_dir / "args.yaml", vars(self.args))  # again, now with yolo-ckpt's keys
-            remove_stale_temporaries(self.wdir)  # of this run's saves a kill interrupted
+            if distributed.torchrun_world_size() > 1:  # a torchrun worker: the whole job's ranks, on every node
+                self.world_size = distributed.torchrun_world_size()
+            # given > restored by resume (train_args) > this task's default > default
+            for k, default in {**DEFAULTS, **task_defaults(type(self))}.items():
+                setattr(self.args, k, given.get(k, getattr(self.args, k, default)))
+            # typed (the raw values stay on args for args.yaml); a resumed run's own keys are read back from last.pt
+            self.ckpt_config = CkptConfig.from_args(vars(self.args)) if self.args.resume else config
+            if RANK in {-1, 0}:
+                YAML.save(self.save_dir / "args.yaml", vars(self.args))  # again, now with yolo-ckpt's keys
+                remove_stale_temporaries(self.wdir)  # of this run's saves a kill interrupted
+        if self.args.resume:
+            state.lock = lock_run_dir(self.save_dir, "model")
         self.policy = None
         add_callbacks(self)
         add_callbacks(self, exact_resume.CALLBACKS)
@@ -161,8 +170,17 @@ class CheckpointTrainerMixin(exact_resume.ExactResume):
         """Ultralytics' training. Whatever fails before the first epoch starts (set-up, the dataset, planning's PlanError)
         leaves the run directory as it was (:func:`~yolo_ckpt.train.run_dir.restored_on_failure`), then is raised. Ctrl-C
         stops it within a step, saying what resumes (:func:`~yolo_ckpt.train.resume.stop_on_interrupt`)."""
-        with restored_on_failure(self), stop_on_interrupt(self):
-            return super().train()
+        try:
+            with restored_on_failure(self), stop_on_interrupt(self):
+                return super().train()
+        finally:
+            unlock_run_dir(self.ckpt_state.lock)
+
+    def plot_training_labels(self):
+        """Ultralytics' plots of the training labels, their files noted as this run's
+        (:func:`~yolo_ckpt.train.run_dir.noted_writes`): a set-up that fails afterwards removes them."""
+        with noted_writes(self.ckpt_state.run_dir_before):
+            return super().plot_training_labels()
 
     def _setup_ddp(self):
         """Ultralytics' process-group set-up on GPUs; on the CPU a gloo group (:mod:`yolo_ckpt.train.distributed`)."""
