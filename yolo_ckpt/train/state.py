@@ -49,6 +49,9 @@ class RunState:
             chain_batches: the train loader's generator state its current index chain started from and the batches
             drawn from it since; replay: a resumed run's saved chain, until its loader makes its first iterator
             (:mod:`yolo_ckpt.train.exact_resume`).
+        ending: where the run's end is: ``"final_validation"`` while ``final_eval`` runs, ``"memory_probe"`` until the run
+            report is written, ``"written"`` after (:func:`~yolo_ckpt.train.run_stats.report_interrupted_end`); None
+            before the end.
     """
 
     run_dir_before: RunDirState | None = None
@@ -73,6 +76,7 @@ class RunState:
     chain_start: Any = None
     chain_batches: int = 0
     replay: tuple | None = None
+    ending: str | None = None
 
     @property
     def run_spec(self):

@@ -37,7 +37,7 @@ from ..checkpointing.policy import is_auto
 from ..config import DEFAULTS, CkptConfig
 from ..errors import ConfigError
 from ..memory.ultralytics_rules import frozen_layers
-from ..report.record import RunReport
+from ..report.record import FINAL_VALIDATION, MEMORY_PROBE, RunReport
 from . import distributed, exact_resume, run_stats
 from .atomic import atomic_saves, remove_stale_temporaries
 from .data_check import check_train_labels
@@ -215,15 +215,19 @@ class CheckpointTrainerMixin(exact_resume.ExactResume):
 
     def final_eval(self):
         """Ultralytics' final validation of ``best.pt``, with its CUDA peak counted as validation, and its
-        ``strip_optimizer`` rewrites of ``last.pt`` and ``best.pt`` atomic (:mod:`yolo_ckpt.train.atomic`)."""
+        ``strip_optimizer`` rewrites of ``last.pt`` and ``best.pt`` atomic (:mod:`yolo_ckpt.train.atomic`). Where the run's
+        end is, kept on ``ckpt_state.ending``: an interrupted end still writes the run report
+        (:func:`~yolo_ckpt.train.run_stats.report_interrupted_end`)."""
         cpu_ranks = self.device.type == "cpu" and self.world_size > 1
+        self.ckpt_state.ending = FINAL_VALIDATION
         with cuda_peak(self, "val"), atomic_saves(self.wdir), distributed.cpu_validation() if cpu_ranks else contextlib.nullcontext():
             super().final_eval()
+        self.ckpt_state.ending = MEMORY_PROBE
 
-    def run_report(self) -> RunReport:
-        """The :class:`~yolo_ckpt.report.record.RunReport` of this finished run (:func:`yolo_ckpt.train.run_stats.run_report`),
-        which ``on_train_end`` writes to ``ckpt_report.json``."""
-        return run_stats.run_report(self)
+    def run_report(self, not_measured: tuple = ()) -> RunReport:
+        """The :class:`~yolo_ckpt.report.record.RunReport` of this finished run (:func:`yolo_ckpt.train.run_stats.run_report`,
+        without what ``not_measured`` names), which ``on_train_end`` writes to ``ckpt_report.json``."""
+        return run_stats.run_report(self, not_measured)
 
 
 @functools.cache
