@@ -248,7 +248,7 @@ def test_run_state_is_one_attribute(trained, shared_run):
 @pytest.mark.slow
 def test_run_report(trained):
     report = json.loads((trained.save_dir / REPORT_NAME).read_text())
-    assert report["schema_version"] == 4
+    assert report["schema_version"] == 5
     assert report["recompute"] == "all"
     assert [r["index"] for r in report["recomputed_layers"]] == list(trained.policy.indices)
     assert report["recomputed_layers"][2] == {"index": 2, "type": "C3k2"}
