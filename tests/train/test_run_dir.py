@@ -115,7 +115,34 @@ def test_a_read_only_project_is_one_line(synthetic, tmp_path, monkeypatch, capsy
     assert main(["train", f"data={synthetic()}", f"project={project}", "name=run", "epochs=1", "imgsz=32", "estimate=False"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == (
-        f"yolo-ckpt: error: the run folder {project / 'run'} cannot be written (Read-only file system: {project / 'run' / LOCK_NAME}): "
-        "give a writable project= or name="
+        f"yolo-ckpt: error: the run folder {project / 'run'} cannot be written (Read-only file system): give a writable project= or name="
     )
     assert not [p for p in project.rglob("*") if p.is_file()]
+
+
+def test_two_new_runs_started_together_take_two_folders(tmp_path, monkeypatch):
+    """Two runs with exist_ok=False that both picked runs/run (each before the other made it): the one that finds it
+    locked by the other, live, takes the next name, as Ultralytics' increment_path passes over a folder that exists;
+    with exist_ok=True it is refused."""
+    from ultralytics.utils import DEFAULT_CFG
+
+    from yolo_ckpt.errors import ConfigError
+    from yolo_ckpt.train import run_dir
+
+    (tmp_path / "run").mkdir()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        (tmp_path / "run" / LOCK_NAME).write_text(f"{live.pid}\n")
+        picked = iter([tmp_path / "run"])  # the first pick: before the other run made the folder
+        stock = run_dir.get_save_dir
+        monkeypatch.setattr(run_dir, "get_save_dir", lambda args: next(picked, None) or stock(args))
+        state = run_dir.claim_run_dir(DEFAULT_CFG, {"project": str(tmp_path), "name": "run"})
+        assert state.run_dir.parent == tmp_path and state.run_dir.name.startswith("run") and state.run_dir.name != "run"  # run-2
+        assert (state.run_dir / LOCK_NAME).read_text() == f"{os.getpid()}\n"
+        run_dir.unlock_run_dir(state.lock)
+        assert not (state.run_dir / LOCK_NAME).exists() and (tmp_path / "run" / LOCK_NAME).read_text() == f"{live.pid}\n"
+        with pytest.raises(ConfigError, match=f"is in use by a live yolo-ckpt run \\(pid {live.pid}"):
+            run_dir.claim_run_dir(DEFAULT_CFG, {"project": str(tmp_path), "name": "run", "exist_ok": True})
+    finally:
+        live.kill()
+        live.wait()

@@ -1,7 +1,8 @@
 """The run folder of a run that fails before its first epoch, put back as it was, and only this run's writes undone:
 what the folder held and what this run wrote into it (:class:`RunDirState`, :func:`run_dir_state`,
 :func:`noted_writes`), the restore (:func:`restore_run_dir`) and the block that does it for a trainer
-(:func:`restored_on_failure`); and the lock that refuses a second live yolo-ckpt run in one folder (:func:`lock_run_dir`).
+(:func:`restored_on_failure`); and the lock that refuses a second live yolo-ckpt run in one folder (:func:`lock_run_dir`,
+:func:`claim_run_dir`).
 
 Another run may write into the same folder meanwhile (``exist_ok=True`` and the same ``name=``, or two runs started
 together that both picked ``runs/detect/train``: Ultralytics' ``get_save_dir`` creates nothing). So a file is this
@@ -42,7 +43,8 @@ def files_in(folder: Path) -> dict[str, tuple]:
     """``{path relative to folder: identity}`` of every file under ``folder`` (its lock file aside)."""
     if not folder.is_dir():
         return {}
-    return {str(p.relative_to(folder)): i for p in folder.rglob("*") if p.name != LOCK_NAME and (i := identity(p)) and p.is_file()}
+    files = (p for p in folder.rglob("*") if not p.name.startswith(LOCK_NAME))
+    return {str(p.relative_to(folder)): i for p in files if (i := identity(p)) and p.is_file()}
 
 
 @dataclass
@@ -119,43 +121,73 @@ def _put_back(path: Path, data: bytes, mode: int) -> None:
     path.chmod(mode)  # a new file would get the umask's mode
 
 
-def lock_run_dir(run_dir: Path, key: str = "name") -> Path | None:
-    """Take the lock of the run folder ``run_dir`` (made here if missing): ``.yolo_ckpt.lock`` holding this process's
-    pid, made with ``O_EXCL``; a lock whose pid is dead (a killed run) or this process's is taken over. Only in a run's
-    own process (``RANK == -1``: not a DDP worker, whose launcher holds it; not under torchrun). Returns the lock
-    file, None where none was taken.
+class RunDirBusyError(ConfigError):
+    """A run folder another live yolo-ckpt run holds (:func:`lock_run_dir`)."""
+
+
+def claim_run_dir(cfg, overrides: dict) -> RunDirState | None:
+    """:func:`run_dir_state` of a new run with the folder's lock taken (:func:`lock_run_dir`); None for a resumed run.
+    With ``exist_ok=False`` a new folder another run took first (two runs started together, both picking
+    ``runs/detect/train``) is passed over for the next name, as Ultralytics' ``increment_path`` passes over a folder
+    that exists.
 
     Raises:
-        ConfigError: where another live process holds the lock (two runs would mix their files), naming the folder,
-            the pid and what to do; where the folder cannot be written (a read-only folder or disk), naming the
-            folder and ``key`` (``name=``, or ``model=`` for a resumed run).
+        ConfigError: as :func:`lock_run_dir` raises (with ``exist_ok=True``, :class:`RunDirBusyError`).
+    """
+    while True:
+        state = run_dir_state(cfg, overrides)
+        if state is None:
+            return None
+        try:
+            state.lock = lock_run_dir(state.run_dir)
+            return state
+        except RunDirBusyError:
+            if get_cfg(cfg, overrides).exist_ok:
+                raise
+            # exist_ok=False: the folder exists now, get_save_dir picks the next name
+
+
+def lock_run_dir(run_dir: Path, key: str = "name") -> Path | None:
+    """Take the lock of the run folder ``run_dir`` (made here if missing): ``.yolo_ckpt.lock`` holding this process's
+    pid, made whole at once (written beside it, then ``os.link``-ed: never seen empty); a lock whose pid is dead (a
+    killed run) or this process's is taken over. Only in a run's own process (``RANK == -1``: not a DDP worker, whose
+    launcher holds it; not under torchrun). Returns the lock file, None where none was taken.
+
+    Raises:
+        RunDirBusyError: where another live process holds the lock (two runs would mix their files), naming the
+            folder, the pid and what to do.
+        ConfigError: where the folder cannot be written (a read-only folder or disk), naming the folder and ``key``
+            (``name=``, or ``model=`` for a resumed run).
     """
     if RANK != -1:
         return None
     lock = Path(run_dir) / LOCK_NAME
+    mine = lock.with_name(f"{LOCK_NAME}.{os.getpid()}.tmp")
     try:
         lock.parent.mkdir(parents=True, exist_ok=True)
+        with os.fdopen(os.open(mine, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o644), "w") as f:
+            f.write(f"{os.getpid()}\n")
         while True:
             try:
-                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                os.link(mine, lock)
+                return lock
             except FileExistsError:
                 pid = _holder(lock)
                 if pid is not None and pid != os.getpid() and _alive(pid):
-                    raise ConfigError(
+                    raise RunDirBusyError(
                         f"{lock.parent} is in use by a live yolo-ckpt run (pid {pid}, {lock}): two runs in one folder mix their "
                         f"files; give another {key}=, or wait for that run to end"
                     ) from None
                 lock.unlink(missing_ok=True)  # a killed run's, or this process's: taken over
-                continue
-            with os.fdopen(fd, "w") as f:
-                f.write(f"{os.getpid()}\n")
-            return lock
     except OSError as e:
         if not (isinstance(e, PermissionError) or e.errno in {errno.EROFS, errno.EACCES}):
             raise
         raise ConfigError(
-            f"the run folder {lock.parent} cannot be written ({e.strerror}: {e.filename}): give a writable project= or {key}="
+            f"the run folder {lock.parent} cannot be written ({e.strerror}): give a writable project= or {key}="
         ) from None
+    finally:
+        with contextlib.suppress(OSError):
+            mine.unlink()
 
 
 def unlock_run_dir(lock: Path | None) -> None:

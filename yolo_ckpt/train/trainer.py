@@ -45,7 +45,7 @@ from .inputs import check_model_keys, check_train_inputs
 from .log import PREFIX
 from .planning import check_planning, plan_recompute, planned_batch
 from .resume import stop_on_interrupt
-from .run_dir import lock_run_dir, noted_writes, restored_on_failure, run_dir_state, unlock_run_dir
+from .run_dir import claim_run_dir, lock_run_dir, noted_writes, restored_on_failure, unlock_run_dir
 from .run_stats import add_callbacks, cuda_peak, keep_probe_batch
 from .state import RunState
 from .tasks import task_defaults, task_of
@@ -76,9 +76,10 @@ class CheckpointTrainerMixin(exact_resume.ExactResume):
         config, given, overrides = self.check_keys(overrides)
         if RANK in {-1, 0}:
             check_train_labels(type(self), task_of(type(self)), get_cfg(cfg, overrides))
-        self.ckpt_state = state = RunState(run_dir_before=run_dir_state(cfg, overrides))
-        if state.run_dir_before is not None:  # a second live run into this folder is refused before anything is written
-            state.lock = state.run_dir_before.lock = lock_run_dir(state.run_dir_before.run_dir)
+        # a second live run into this folder is refused before anything is written
+        self.ckpt_state = state = RunState(run_dir_before=claim_run_dir(cfg, overrides))
+        if state.run_dir_before is not None:
+            state.lock = state.run_dir_before.lock
             # the folder exists now: with exist_ok=False, get_save_dir would pick the next name (as for a DDP worker)
             overrides = {**overrides, "save_dir": str(state.run_dir_before.run_dir)}
         # e.g. a data= that does not exist: Ultralytics wrote args.yaml, removed results.csv; only those writes are undone
