@@ -27,14 +27,15 @@ def losses(run_dir):
         return [{k: v for k, v in row.items() if "loss" in k or k.startswith("lr/")} for row in csv.DictReader(f)]
 
 
-def resume(last, stop=None):
-    """Resume the run of ``last``, stopped after epoch ``stop`` (0-based) if given; the trainer and the log."""
+def resume(last, stop=None, **kw):
+    """Resume the run of ``last`` (``kw``: the arguments a resume may change), stopped after epoch ``stop`` (0-based) if
+    given; the trainer and the log."""
     model = YOLO(last)
     if stop is not None:
         model.add_callback("on_model_save", stop_after(stop))
     with logged_messages() as log:
         if stop is None:
-            model.train(resume=True, trainer=CheckpointDetectionTrainer)
+            model.train(resume=True, trainer=CheckpointDetectionTrainer, **kw)
         else:
             with pytest.raises(Interrupted):
                 model.train(resume=True, trainer=CheckpointDetectionTrainer)
@@ -108,7 +109,8 @@ class Payload:
 @pytest.mark.slow
 def test_a_damaged_state_or_changed_data_resumes_as_stock(tmp_path):
     """A resume_state.pt that is truncated, a pickle of other objects, a dict of something else, or a folder, and a
-    resume after the training images changed (fewer; as many, one of them another): each resumes as Ultralytics does,
+    resume after the training images changed (data= a copy of the dataset elsewhere; as many, one of them another;
+    fewer): each resumes as Ultralytics does,
     one warning saying why, the run trains to its end (no traceback, no IndexError from the mosaic buffer, no "exact")."""
     import cv2
     import numpy as np
@@ -132,7 +134,9 @@ def test_a_damaged_state_or_changed_data_resumes_as_stock(tmp_path):
     def another(state):  # as many images, one of them another picture
         cv2.imwrite(str(images / "0.png"), np.zeros((64, 64, 3), np.uint8))
 
+    other = large_box_dataset(tmp_path / "other", "detect", images=6)  # the same images and labels, in another folder
     cases = {
+        "data=": (lambda state: None, "the training images changed since resume_state.pt was saved (another list of them)"),
         "truncated": (truncated, f"{STATE_NAME} is not readable: "),
         "pickle": (lambda state: torch.save({"epoch": Payload()}, state), f"{STATE_NAME} is not readable: Weights only load failed"),
         "dict": (lambda state: torch.save({"epoch": 0}, state), f"{STATE_NAME} is not an exact resume state"),
@@ -146,7 +150,7 @@ def test_a_damaged_state_or_changed_data_resumes_as_stock(tmp_path):
         for f, content in kept.items():
             (weights / f).write_bytes(content)
         damage(weights / STATE_NAME)
-        trainer, log = resume(weights / "last.pt")
+        trainer, log = resume(weights / "last.pt", **({"data": other} if case == "data=" else {}))
         warned = [m for m in log if "resume as Ultralytics resumes (" in m]
         assert len(warned) == 1 and why in warned[0] and len(warned[0].splitlines()) == 1, (case, log)
         assert not any("resume: exact" in m for m in log), case

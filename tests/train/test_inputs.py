@@ -2,11 +2,11 @@
 run folder stays byte-identical; and the run folder put back after any failure between the first write and the first
 epoch, whatever raised it."""
 
-import hashlib
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import folder_state
 from ultralytics import YOLO
 from ultralytics.models.yolo.detect import DetectionTrainer
 
@@ -16,15 +16,6 @@ from yolo_ckpt.errors import ConfigError
 from yolo_ckpt.train.inputs import check_imgsz
 
 TRAIN = ["epochs=1", "imgsz=32", "batch=2", "workers=0", "plots=False", "exist_ok=True"]
-
-
-def folder_state(folder: Path) -> dict:
-    """Every file under ``folder`` -> (the sha256 of its bytes, its mode) (an empty dict for a missing folder)."""
-    return {
-        str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mode)
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
 
 
 @pytest.fixture

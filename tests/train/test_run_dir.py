@@ -8,8 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import tiny_yaml
-from test_inputs import folder_state
+from helpers import folder_state, tiny_yaml
 from ultralytics import YOLO
 from ultralytics.models.yolo.detect import DetectionTrainer
 
