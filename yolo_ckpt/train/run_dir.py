@@ -27,6 +27,9 @@ from .atomic import atomic_write_bytes
 
 RUN_DIR_FILES = ("args.yaml", "results.csv")  # what BaseTrainer.__init__ rewrites (args.yaml) or unlinks (results.csv)
 LOCK_NAME = ".yolo_ckpt.lock"  # the pid of the live yolo-ckpt run that trains into the folder
+# "<lock file>:<pid>" of the lock this process holds, inherited by the processes it starts (Ultralytics' DDP workers run
+# its trainer again, from a generated file): theirs too
+LOCK_ENV = "YOLO_CKPT_RUN_LOCK"
 
 
 def identity(path: Path) -> tuple[int, int, int] | None:
@@ -151,7 +154,8 @@ def lock_run_dir(run_dir: Path, key: str = "name") -> Path | None:
     """Take the lock of the run folder ``run_dir`` (made here if missing): ``.yolo_ckpt.lock`` holding this process's
     pid, made whole at once (written beside it, then ``os.link``-ed: never seen empty); a lock whose pid is dead (a
     killed run) or this process's is taken over. Only in a run's own process (``RANK == -1``: not a DDP worker, whose
-    launcher holds it; not under torchrun). Returns the lock file, None where none was taken.
+    launcher holds it; not under torchrun), and not where a process that started this one holds it (:data:`LOCK_ENV`:
+    the DDP launcher of a worker run without torchrun). Returns the lock file, None where none was taken.
 
     Raises:
         RunDirBusyError: where another live process holds the lock (two runs would mix their files), naming the
@@ -170,9 +174,12 @@ def lock_run_dir(run_dir: Path, key: str = "name") -> Path | None:
         while True:
             try:
                 os.link(mine, lock)
+                os.environ[LOCK_ENV] = f"{lock}:{os.getpid()}"
                 return lock
             except FileExistsError:
                 pid = _holder(lock)
+                if os.environ.get(LOCK_ENV) == f"{lock}:{pid}" and pid != os.getpid():  # the launcher's, of this same run
+                    return None
                 if pid is not None and pid != os.getpid() and _alive(pid):
                     raise RunDirBusyError(
                         f"{lock.parent} is in use by a live yolo-ckpt run (pid {pid}, {lock}): two runs in one folder mix their "
@@ -194,6 +201,8 @@ def unlock_run_dir(lock: Path | None) -> None:
     """Release the lock :func:`lock_run_dir` took: the file removed where it still holds this process's pid."""
     if lock is not None and _holder(lock) == os.getpid():
         lock.unlink(missing_ok=True)
+        if os.environ.get(LOCK_ENV) == f"{lock}:{os.getpid()}":
+            del os.environ[LOCK_ENV]
 
 
 def _holder(lock: Path) -> int | None:
