@@ -53,25 +53,30 @@ def test_a_failed_set_up_keeps_another_runs_files(existed, synthetic, tmp_path):
 
 
 def test_a_failed_set_up_alone_undoes_its_writes(synthetic, tmp_path):
-    """Without another run, the same failure leaves an earlier run's folder byte-identical (its args.yaml and
-    results.csv put back, modes kept) and removes a new folder with the project it created."""
+    """Without another run, a failure after set-up plotted the training labels (plots=True) leaves an earlier run's
+    folder byte-identical (its args.yaml and results.csv put back, modes kept) but for the labels.jpg this run drew
+    over the earlier one (its bytes were not kept: left as stock leaves it), and removes a new folder, labels.jpg and
+    all, with the project it created."""
     run = tmp_path / "runs" / "run"
     (run / "weights").mkdir(parents=True)
     (run / "results.csv").write_text("epoch,time\n1,2.0\n")
     (run / "results.csv").chmod(0o640)
     (run / "args.yaml").write_text("from: the earlier run\n")
     (run / "weights" / "last.pt").write_bytes(b"earlier weights")
+    (run / "labels.jpg").write_bytes(b"the earlier run's plot")
     before = folder_state(run)
 
     class Failing(DetectionTrainer):
-        def get_dataloader(self, *args, **kwargs):
+        def resume_training(self, ckpt):  # after plot_training_labels
+            assert (self.save_dir / "labels.jpg").is_file()
             raise OSError("the disk went away")
 
     for project, name in ((run.parent, "run"), (tmp_path / "new" / "project", "run")):
         with pytest.raises(OSError, match="the disk went away"):
             YOLO(tiny_yaml(tmp_path)).train(data=synthetic(), trainer=checkpointed(Failing), project=str(project), name=name, epochs=1,
-                                            imgsz=32, batch=2, workers=0, plots=False, exist_ok=True, device="cpu", estimate=False)
-    assert folder_state(run) == before
+                                            imgsz=32, batch=2, workers=0, plots=True, exist_ok=True, device="cpu", estimate=False)
+    after = folder_state(run)
+    assert after.pop("labels.jpg") != before.pop("labels.jpg") and after == before  # the plot it redrew stays, as stock's
     assert not (tmp_path / "new").exists()
 
 

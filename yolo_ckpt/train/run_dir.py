@@ -57,7 +57,8 @@ class RunDirState:
     Attributes:
         run_dir: the folder (Ultralytics' ``get_save_dir``); made: the folders of ``run_dir``'s path (``weights`` in
             it, itself and its missing parents) that did not exist, deepest first.
-        kept: ``{name: (bytes, mode)}`` of the :data:`RUN_DIR_FILES` it held, to put back.
+        kept: ``{name: (bytes, mode)}`` of the :data:`RUN_DIR_FILES` it held, to put back; existed: the paths (relative
+            to ``run_dir``) of every file it held.
         written: ``{path relative to run_dir: identity}`` of each file this run wrote, right after the write;
             removed: the files this run removed (``results.csv``).
         lock: the folder's lock this run holds (:func:`lock_run_dir`), or None.
@@ -66,6 +67,7 @@ class RunDirState:
     run_dir: Path
     made: list[Path]
     kept: dict[str, tuple[bytes, int]]
+    existed: set[str] = field(default_factory=set)
     written: dict[str, tuple] = field(default_factory=dict)
     removed: set[str] = field(default_factory=set)
     lock: Path | None = None
@@ -80,7 +82,7 @@ def run_dir_state(cfg, overrides: dict) -> RunDirState | None:
     run_dir = get_save_dir(args)
     made = [p for p in (run_dir / "weights", run_dir, *run_dir.parents) if not p.exists()]
     kept = {n: ((run_dir / n).read_bytes(), (run_dir / n).stat().st_mode & 0o7777) for n in RUN_DIR_FILES if (run_dir / n).is_file()}
-    return RunDirState(run_dir, made, kept)
+    return RunDirState(run_dir, made, kept, set(files_in(run_dir)))
 
 
 @contextlib.contextmanager
@@ -100,7 +102,8 @@ def noted_writes(state: RunDirState | None):
 
 def restore_run_dir(state: RunDirState) -> None:
     """Undo what this run wrote into its folder (:class:`RunDirState`): each file it wrote whose identity still is the
-    one it left is put back (``args.yaml`` over an earlier run's) or removed; a ``results.csv`` it removed is put back
+    one it left is put back (``args.yaml`` over an earlier run's), or removed where it is new (one it rewrote without
+    its earlier bytes kept, a plot, stays as stock leaves it); a ``results.csv`` it removed is put back
     where no other run wrote one since; the lock is released; the folders it made are removed where empty."""
     for name, ident in state.written.items():
         path = state.run_dir / name
@@ -108,7 +111,7 @@ def restore_run_dir(state: RunDirState) -> None:
             continue
         if name in state.kept:
             _put_back(path, *state.kept[name])
-        else:
+        elif name not in state.existed:
             path.unlink(missing_ok=True)
     for name in state.removed:
         if name in state.kept and not (state.run_dir / name).exists():
