@@ -140,7 +140,8 @@ def test_two_new_runs_started_together_take_two_folders(tmp_path, monkeypatch):
         picked = iter([tmp_path / "run"])  # the first pick: before the other run made the folder
         stock = run_dir.get_save_dir
         monkeypatch.setattr(run_dir, "get_save_dir", lambda args: next(picked, None) or stock(args))
-        state = run_dir.claim_run_dir(DEFAULT_CFG, {"project": str(tmp_path), "name": "run"})
+        state, overrides = run_dir.claim_run_dir(DEFAULT_CFG, {"project": str(tmp_path), "name": "run"})
+        assert overrides["save_dir"] == str(state.run_dir)  # what BaseTrainer.__init__ will take
         assert state.run_dir.parent == tmp_path and state.run_dir.name.startswith("run") and state.run_dir.name != "run"  # run-2
         assert (state.run_dir / LOCK_NAME).read_text() == f"{os.getpid()}\n"
         run_dir.unlock_run_dir(state.lock)

@@ -131,11 +131,12 @@ class RunDirBusyError(ConfigError):
     """A run folder another live yolo-ckpt run holds (:func:`lock_run_dir`)."""
 
 
-def claim_run_dir(cfg, overrides: dict) -> RunDirState | None:
-    """:func:`run_dir_state` of a new run with the folder's lock taken (:func:`lock_run_dir`); None for a resumed run.
-    With ``exist_ok=False`` a new folder another run took first (two runs started together, both picking
-    ``runs/detect/train``) is passed over for the next name, as Ultralytics' ``increment_path`` passes over a folder
-    that exists.
+def claim_run_dir(cfg, overrides: dict) -> tuple[RunDirState | None, dict]:
+    """:func:`run_dir_state` of a new run with the folder's lock taken (:func:`lock_run_dir`), and ``overrides`` with
+    its ``save_dir=`` (the folder exists now: with ``exist_ok=False`` Ultralytics' ``get_save_dir`` would pick the
+    next name; a DDP worker is given it the same way); ``(None, overrides)`` for a resumed run. With ``exist_ok=False``
+    a new folder another run took first (two runs started together, both picking ``runs/detect/train``) is passed
+    over for the next name, as Ultralytics' ``increment_path`` passes over a folder that exists.
 
     Raises:
         ConfigError: as :func:`lock_run_dir` raises (with ``exist_ok=True``, :class:`RunDirBusyError`).
@@ -143,10 +144,10 @@ def claim_run_dir(cfg, overrides: dict) -> RunDirState | None:
     while True:
         state = run_dir_state(cfg, overrides)
         if state is None:
-            return None
+            return None, overrides
         try:
             state.lock = lock_run_dir(state.run_dir)
-            return state
+            return state, {**overrides, "save_dir": str(state.run_dir)}
         except RunDirBusyError:
             if get_cfg(cfg, overrides).exist_ok:
                 raise
@@ -241,3 +242,34 @@ def restored_on_failure(trainer):
         if RANK in {-1, 0} and ours and not getattr(trainer, "ddp", False):
             restore_run_dir(before)
         raise
+
+
+@contextlib.contextmanager
+def held_run_dir(trainer):
+    """The run folder for the length of ``trainer.train()``: a resumed run's lock taken (:func:`lock_run_dir`; a new
+    run's was, before its first write: :func:`claim_run_dir`), this run's writes undone where the block raises before
+    the first epoch (:func:`restored_on_failure`), the lock released at the end, however it ends."""
+    state = trainer.ckpt_state
+    if trainer.args.resume and state.lock is None:
+        state.lock = lock_run_dir(trainer.save_dir, "model")
+    try:
+        with restored_on_failure(trainer):
+            yield
+    finally:
+        unlock_run_dir(state.lock)
+
+
+class RunFolder:
+    """The trainer's hooks of the run folder's restore (a base of :class:`~yolo_ckpt.train.trainer.CheckpointTrainerMixin`)."""
+
+    def get_model(self, *args, **kwargs):
+        """Ultralytics' ``get_model`` (``Model.train`` calls it between building the trainer and training), this run's
+        writes into the run folder undone if it fails (:func:`restored_on_failure`)."""
+        with restored_on_failure(self):
+            return super().get_model(*args, **kwargs)
+
+    def plot_training_labels(self):
+        """Ultralytics' plots of the training labels, their files noted as this run's (:func:`noted_writes`): a set-up
+        that fails afterwards removes them."""
+        with noted_writes(self.ckpt_state.run_dir_before):
+            return super().plot_training_labels()

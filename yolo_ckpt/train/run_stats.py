@@ -66,6 +66,15 @@ def write_run_report(trainer, not_measured: tuple = ()) -> RunReport:
     return record
 
 
+@contextlib.contextmanager
+def ending(trainer):
+    """Around ``BaseTrainer.final_eval``: ``trainer.ckpt_state.ending`` says the final validation runs, then (once it
+    is done) that the memory probe is next (:func:`report_interrupted_end` reads it)."""
+    trainer.ckpt_state.ending = FINAL_VALIDATION
+    yield
+    trainer.ckpt_state.ending = MEMORY_PROBE
+
+
 def report_interrupted_end(trainer) -> str:
     """Where Ctrl-C or SIGTERM stopped the run in its end (``trainer.ckpt_state.ending``: the final validation, or the
     end-of-run memory probe), write the run report with what is known (:func:`write_run_report`; the final

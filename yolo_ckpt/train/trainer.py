@@ -37,15 +37,15 @@ from ..checkpointing.policy import is_auto
 from ..config import DEFAULTS, CkptConfig
 from ..errors import ConfigError
 from ..memory.ultralytics_rules import frozen_layers
-from ..report.record import FINAL_VALIDATION, MEMORY_PROBE, RunReport
-from . import distributed, exact_resume, run_stats
+from ..report.record import RunReport
+from . import distributed, exact_resume, run_dir, run_stats
 from .atomic import atomic_saves, remove_stale_temporaries
 from .data_check import check_train_labels
 from .inputs import check_model_keys, check_train_inputs
 from .log import PREFIX
 from .planning import check_planning, plan_recompute, planned_batch
 from .resume import stop_on_interrupt
-from .run_dir import claim_run_dir, lock_run_dir, noted_writes, restored_on_failure, unlock_run_dir
+from .run_dir import claim_run_dir, held_run_dir, noted_writes, restored_on_failure
 from .run_stats import add_callbacks, cuda_peak, keep_probe_batch
 from .state import RunState
 from .tasks import task_defaults, task_of
@@ -57,7 +57,7 @@ STOCK_BATCH = (
 )
 
 
-class CheckpointTrainerMixin(exact_resume.ExactResume):
+class CheckpointTrainerMixin(exact_resume.ExactResume, run_dir.RunFolder):
     """Adds activation checkpointing and the run report to an Ultralytics task trainer (place it first). Only the hooks
     into Ultralytics: what they do is in :mod:`yolo_ckpt.train`'s other modules (planning, run_dir, run_stats, atomic,
     distributed, exact_resume), as functions of the trainer."""
@@ -67,21 +67,16 @@ class CheckpointTrainerMixin(exact_resume.ExactResume):
 
         Raises:
             ConfigError: for an invalid yolo-ckpt key or input (:meth:`check_keys`) or training set
-                (:func:`~yolo_ckpt.train.data_check.check_train_labels`), before any file or folder is written; for a
-                run folder another live yolo-ckpt run holds, or one that cannot be written
-                (:func:`~yolo_ckpt.train.run_dir.lock_run_dir`). Whatever Ultralytics' trainer raises while it is
-                built (a missing ``data=``: RuntimeError), after this run's writes into the run folder are undone
-                (:func:`~yolo_ckpt.train.run_dir.restored_on_failure`).
+                (:func:`~yolo_ckpt.train.data_check.check_train_labels`), or run folder (another live run's, read-only:
+                :func:`~yolo_ckpt.train.run_dir.claim_run_dir`), before any file or folder is written. Whatever
+                Ultralytics' trainer raises while it is built (a missing ``data=``: RuntimeError), after this run's
+                writes into the run folder are undone (:func:`~yolo_ckpt.train.run_dir.restored_on_failure`).
         """
         config, given, overrides = self.check_keys(overrides)
         if RANK in {-1, 0}:
             check_train_labels(type(self), task_of(type(self)), get_cfg(cfg, overrides))
-        # a second live run into this folder is refused before anything is written
-        self.ckpt_state = state = RunState(run_dir_before=claim_run_dir(cfg, overrides))
-        if state.run_dir_before is not None:
-            state.lock = state.run_dir_before.lock
-            # the folder exists now: with exist_ok=False, get_save_dir would pick the next name (as for a DDP worker)
-            overrides = {**overrides, "save_dir": str(state.run_dir_before.run_dir)}
+        before, overrides = claim_run_dir(cfg, overrides)  # a second live run into the folder refused before any write
+        self.ckpt_state = state = RunState(run_dir_before=before, lock=before.lock if before else None)
         # e.g. a data= that does not exist: Ultralytics wrote args.yaml, removed results.csv; only those writes are undone
         with restored_on_failure(self), noted_writes(state.run_dir_before):
             super().__init__(cfg, overrides, _callbacks)
@@ -95,8 +90,6 @@ class CheckpointTrainerMixin(exact_resume.ExactResume):
             if RANK in {-1, 0}:
                 YAML.save(self.save_dir / "args.yaml", vars(self.args))  # again, now with yolo-ckpt's keys
                 remove_stale_temporaries(self.wdir)  # of this run's saves a kill interrupted
-        if self.args.resume:
-            state.lock = lock_run_dir(self.save_dir, "model")
         self.policy = None
         add_callbacks(self)
         add_callbacks(self, exact_resume.CALLBACKS)
@@ -161,27 +154,12 @@ class CheckpointTrainerMixin(exact_resume.ExactResume):
         keep_probe_batch(self, batch)
         return batch
 
-    def get_model(self, *args, **kwargs):
-        """Ultralytics' ``get_model`` (``Model.train`` calls it between building the trainer and training), the run
-        directory put back as it was if it fails (:func:`~yolo_ckpt.train.run_dir.restored_on_failure`)."""
-        with restored_on_failure(self):
-            return super().get_model(*args, **kwargs)
-
     def train(self):
-        """Ultralytics' training. Whatever fails before the first epoch starts (set-up, the dataset, planning's PlanError)
-        leaves the run directory as it was (:func:`~yolo_ckpt.train.run_dir.restored_on_failure`), then is raised. Ctrl-C
-        stops it within a step, saying what resumes (:func:`~yolo_ckpt.train.resume.stop_on_interrupt`)."""
-        try:
-            with restored_on_failure(self), stop_on_interrupt(self):
-                return super().train()
-        finally:
-            unlock_run_dir(self.ckpt_state.lock)
-
-    def plot_training_labels(self):
-        """Ultralytics' plots of the training labels, their files noted as this run's
-        (:func:`~yolo_ckpt.train.run_dir.noted_writes`): a set-up that fails afterwards removes them."""
-        with noted_writes(self.ckpt_state.run_dir_before):
-            return super().plot_training_labels()
+        """Ultralytics' training, the run folder locked (:func:`~yolo_ckpt.train.run_dir.held_run_dir`). Whatever fails
+        before the first epoch starts (set-up, the dataset, planning's PlanError) undoes this run's writes into the run
+        folder, then is raised. Ctrl-C stops it within a step, saying what resumes (:func:`~yolo_ckpt.train.resume.stop_on_interrupt`)."""
+        with held_run_dir(self), stop_on_interrupt(self):
+            return super().train()
 
     def _setup_ddp(self):
         """Ultralytics' process-group set-up on GPUs; on the CPU a gloo group (:mod:`yolo_ckpt.train.distributed`)."""
@@ -216,14 +194,11 @@ class CheckpointTrainerMixin(exact_resume.ExactResume):
 
     def final_eval(self):
         """Ultralytics' final validation of ``best.pt``, with its CUDA peak counted as validation, and its
-        ``strip_optimizer`` rewrites of ``last.pt`` and ``best.pt`` atomic (:mod:`yolo_ckpt.train.atomic`). Where the run's
-        end is, kept on ``ckpt_state.ending``: an interrupted end still writes the run report
-        (:func:`~yolo_ckpt.train.run_stats.report_interrupted_end`)."""
-        cpu_ranks = self.device.type == "cpu" and self.world_size > 1
-        self.ckpt_state.ending = FINAL_VALIDATION
-        with cuda_peak(self, "val"), atomic_saves(self.wdir), distributed.cpu_validation() if cpu_ranks else contextlib.nullcontext():
+        ``strip_optimizer`` rewrites of ``last.pt`` and ``best.pt`` atomic (:mod:`yolo_ckpt.train.atomic`); the end's stage kept
+        (:func:`~yolo_ckpt.train.run_stats.ending`: an interrupted end still writes the run report)."""
+        ranks = distributed.cpu_validation() if self.device.type == "cpu" and self.world_size > 1 else contextlib.nullcontext()
+        with run_stats.ending(self), cuda_peak(self, "val"), atomic_saves(self.wdir), ranks:
             super().final_eval()
-        self.ckpt_state.ending = MEMORY_PROBE
 
     def run_report(self, not_measured: tuple = ()) -> RunReport:
         """The :class:`~yolo_ckpt.report.record.RunReport` of this finished run (:func:`yolo_ckpt.train.run_stats.run_report`,
