@@ -63,6 +63,19 @@ def assert_grads_equal(a: torch.nn.Module, b: torch.nn.Module) -> None:
     assert any(g is not None for g in ga.values())
 
 
+def folder_state(folder) -> dict:
+    """Every file under ``folder`` -> (the sha256 of its bytes, its mode) (an empty dict for a missing folder)."""
+    import hashlib
+    from pathlib import Path
+
+    folder = Path(folder)
+    return {
+        str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mode)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
 class Interrupted(Exception):
     """Raised by a test's callback to stop a run as a crash would."""
 

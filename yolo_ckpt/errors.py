@@ -22,6 +22,12 @@ class FinishedRunError(ConfigError, AssertionError):
     ``assert 0 < start_epoch < epochs``), so code written for stock still catches it."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's stop, ``kill``) inside a trainer: raised as Ctrl-C's KeyboardInterrupt is, so that what
+    stops a run on Ctrl-C stops it the same way (:func:`yolo_ckpt.train.resume.stop_on_interrupt`); the CLI exits
+    143 (128 + SIGTERM)."""
+
+
 class NoRoomError(OSError):
     """A checkpoint that does not fit on its disk (``ENOSPC``) or under the file-size limit (``EFBIG``,
     ``ulimit -f``), with no earlier file that an in-place write could reuse: nothing torn is left. Its message, one

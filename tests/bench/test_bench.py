@@ -425,6 +425,10 @@ def test_val_subset(tmp_path, shared_datasets):
         ),
         ({"grid": [{"model": "yolo11n.yaml", "recompute": "none", "recompute_mode": "partial"}]}, "valid modes: full, selective"),
         ({"kind": "train", "settings": {"estimate": "no"}, "grid": [{"recompute": "none"}]}, "estimate='no' is not valid; valid: True"),
+        (  # 200,000 cells: refused at once (it was checked for minutes, printing nothing)
+            {"grid": [{"model": "yolo11n.yaml", "recompute": "none", "imgsz": list(range(32, 12832, 32)), "batch": list(range(1, 501))}]},
+            "the grid has 200000 cells (its blocks' products); at most 10000",
+        ),
     ],
 )
 def test_bad_matrix_fails_before_anything_runs(tmp_path, capsys, change, message):

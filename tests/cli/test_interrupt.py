@@ -100,3 +100,79 @@ def test_the_interrupted_line_says_what_is_left(tmp_path):
     )
     torch.save({"epoch": -1, "optimizer": None, "train_args": args}, last)
     assert interrupted(last) == f"interrupted after the run finished: {last} is its final checkpoint"
+
+
+@pytest.mark.slow
+def test_every_ending_writes_its_report(tmp_path, monkeypatch, capsys):
+    """A run stopped in its end still has its ckpt_report.json, what was not measured said in it: Ctrl-C in the final
+    validation (a KeyboardInterrupt raised as it starts: the last epoch's metrics, no probe) and in the end-of-run
+    memory probe (the final metrics, no probe); a run killed at its last epoch before its end, and one killed after
+    its strip with no report, both finished by `train resume`. compare takes every one of them."""
+    import json
+
+    from helpers import Interrupted, large_box_dataset, stop_after, train
+
+    from yolo_ckpt import CheckpointDetectionTrainer
+    from yolo_ckpt.report.record import REPORT_NAME
+    from yolo_ckpt.train import run_stats
+
+    model, data = tiny_yaml(tmp_path), large_box_dataset(tmp_path / "data", "detect", images=4)
+
+    def final_validation(validator):
+        if not validator.training:  # BaseTrainer.final_eval's validation of best.pt (the epochs' run with training=True)
+            raise KeyboardInterrupt
+
+    def report(name):
+        return json.loads((tmp_path / name / REPORT_NAME).read_text())
+
+    with pytest.raises(KeyboardInterrupt, match="written without its final validation and memory probe"):
+        train(model, data, tmp_path, "val", CheckpointDetectionTrainer, callbacks=[("on_val_start", final_validation)], epochs=2)
+    assert report("val")["not_measured"] == ["final_validation", "memory_probe"] and report("val")["memory_source"] == "not_measured"
+    assert report("val")["ultralytics_metrics"]  # the last epoch's validation
+
+    def probe(trainer):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_stats, "memory_probes", probe)
+    with pytest.raises(KeyboardInterrupt, match="written without its memory probe"):
+        train(model, data, tmp_path, "probe", CheckpointDetectionTrainer, epochs=2)
+    monkeypatch.undo()
+    assert report("probe")["not_measured"] == ["memory_probe"] and "box_mAP50-95" in report("probe")["metrics"]
+
+    with pytest.raises(Interrupted):  # killed between its last save and its end
+        train(model, data, tmp_path, "killed", CheckpointDetectionTrainer, callbacks=[("on_model_save", stop_after(2))], epochs=3, nbs=2)
+    last = tmp_path / "killed" / "weights" / "last.pt"
+    assert main(["train", "resume", f"model={last}"]) == 0
+    assert f"{tmp_path / 'killed' / REPORT_NAME} written (no memory probe)" in capsys.readouterr().err
+    killed = report("killed")
+    assert killed["not_measured"] == ["memory_probe"] and killed["train_steps_timed"] == 6 - 3 and killed["epochs"] == 3
+    assert killed["recomputed_layers"] and "box_mAP50-95" in killed["metrics"]
+
+    (tmp_path / "val" / REPORT_NAME).unlink()  # stripped, its validation and report never done (a SIGKILL)
+    assert main(["train", "resume", f"model={tmp_path / 'val' / 'weights' / 'last.pt'}"]) == 0
+    assert report("val")["not_measured"] == ["memory_probe", "step_times"] and "box_mAP50-95" in report("val")["metrics"]
+    runs = [str(tmp_path / name) for name in ("val", "probe", "killed")]
+    assert main(["compare", *runs, f"out={tmp_path / 'cmp'}"]) == 0
+    assert (tmp_path / "cmp" / "compare.csv").read_text().count("\n") == 4
+
+
+def test_sigterm_stops_a_run_as_ctrl_c_does(synthetic, tmp_path, monkeypatch, capsys):
+    """SIGTERM to a training process (sent from inside its second epoch's first step): the run stops there, exit 143,
+    the one line of Ctrl-C naming the last.pt that resumes (its first epoch's); SIGTERM's handler is put back."""
+    import os
+
+    from ultralytics.utils.callbacks import base
+
+    def terminate(trainer):
+        if trainer.epoch == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setitem(base.default_callbacks, "on_train_batch_end", [*base.default_callbacks["on_train_batch_end"], terminate])
+    keys = [f"model={tiny_yaml(tmp_path)}", f"data={synthetic()}", f"project={tmp_path}", "name=run", "epochs=2", "batch=2",
+            "imgsz=32", "fraction=0.5", "plots=False", "val=False", "estimate=False", "probe=False"]
+    assert main(["train", *keys]) == 143
+    last = tmp_path / "run" / "weights" / "last.pt"
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"yolo-ckpt: interrupted: {last} holds epoch 1 of 2; resume: yolo-ckpt train resume model={last}"
+    )
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL and torch.load(last, weights_only=False)["epoch"] == 0

@@ -167,7 +167,7 @@ def test_kill_inside_the_final_rewrite_leaves_loadable_checkpoints(target, synth
         assert main(["train", "resume", f"model={weights / 'last.pt'}"]) == 0
         assert capfd.readouterr().err.strip().splitlines()[-1] == (
             f"yolo-ckpt: resume: the run {tmp_path / 'run'} had trained all its 1 epochs; its end, stopped by a kill, is done: "
-            "last.pt and best.pt stripped, best.pt validated"
+            f"last.pt and best.pt stripped, best.pt validated, {tmp_path / 'run' / 'ckpt_report.json'} written (no memory probe)"
         )
         assert [torch.load(weights / n, weights_only=False)["epoch"] for n in ("last.pt", "best.pt")] == [-1, -1]
         assert sorted(p.name for p in weights.iterdir()) == ["best.pt", "last.pt"]

@@ -27,14 +27,15 @@ def losses(run_dir):
         return [{k: v for k, v in row.items() if "loss" in k or k.startswith("lr/")} for row in csv.DictReader(f)]
 
 
-def resume(last, stop=None):
-    """Resume the run of ``last``, stopped after epoch ``stop`` (0-based) if given; the trainer and the log."""
+def resume(last, stop=None, **kw):
+    """Resume the run of ``last`` (``kw``: the arguments a resume may change), stopped after epoch ``stop`` (0-based) if
+    given; the trainer and the log."""
     model = YOLO(last)
     if stop is not None:
         model.add_callback("on_model_save", stop_after(stop))
     with logged_messages() as log:
         if stop is None:
-            model.train(resume=True, trainer=CheckpointDetectionTrainer)
+            model.train(resume=True, trainer=CheckpointDetectionTrainer, **kw)
         else:
             with pytest.raises(Interrupted):
                 model.train(resume=True, trainer=CheckpointDetectionTrainer)
@@ -101,3 +102,59 @@ def test_a_state_of_another_run_or_batch_is_not_used(tmp_path):
         YOLO(weights["a"] / "last.pt").train(resume=True, trainer=CheckpointDetectionTrainer, batch=4)
     assert any("resume as Ultralytics resumes (batch=4 (was 2) at the resume)" in m for m in log), log
     assert not any("resume: exact" in m for m in log)
+
+
+class Payload:
+    """What a pickle may carry besides tensors: torch.load(weights_only=True) refuses to build it."""
+
+
+@pytest.mark.slow
+def test_a_damaged_state_or_changed_data_resumes_as_stock(tmp_path):
+    """A resume_state.pt that is truncated, a pickle of other objects, a dict of something else, or a folder, and a
+    resume after the training images changed (data= a copy of the dataset elsewhere; as many, one of them another;
+    fewer): each resumes as Ultralytics does,
+    one warning saying why, the run trains to its end (no traceback, no IndexError from the mosaic buffer, no "exact")."""
+    import cv2
+    import numpy as np
+    import torch
+
+    model, data = tiny_yaml(tmp_path), large_box_dataset(tmp_path / "data", "detect", images=6)
+    with pytest.raises(Interrupted):
+        train(model, data, tmp_path, "run", CheckpointDetectionTrainer, callbacks=[("on_model_save", stop_after(0))], **dict(RUN, epochs=2))
+    weights = tmp_path / "run" / "weights"
+    kept = {f: (weights / f).read_bytes() for f in ("last.pt", STATE_NAME)}
+    images = tmp_path / "data" / "images" / "train"
+
+    def truncated(state):
+        state.write_bytes(kept[STATE_NAME][: len(kept[STATE_NAME]) // 2])
+
+    def fewer(state):
+        another(state)  # and one image fewer
+        (images / "5.png").unlink()
+        (tmp_path / "data" / "labels" / "train" / "5.txt").unlink()
+
+    def another(state):  # as many images, one of them another picture
+        cv2.imwrite(str(images / "0.png"), np.zeros((64, 64, 3), np.uint8))
+
+    other = large_box_dataset(tmp_path / "other", "detect", images=6)  # the same images and labels, in another folder
+    cases = {
+        "data=": (lambda state: None, "the training images changed since resume_state.pt was saved (another list of them)"),
+        "truncated": (truncated, f"{STATE_NAME} is not readable: "),
+        "pickle": (lambda state: torch.save({"epoch": Payload()}, state), f"{STATE_NAME} is not readable: Weights only load failed"),
+        "dict": (lambda state: torch.save({"epoch": 0}, state), f"{STATE_NAME} is not an exact resume state"),
+        "folder": (lambda state: (state.unlink(), state.mkdir()), f"{STATE_NAME} is a folder"),
+        "another": (another, "the training images changed since resume_state.pt was saved (another list of them)"),
+        "fewer": (fewer, "the training images changed since resume_state.pt was saved (5 training images, were 6)"),
+    }
+    for case, (damage, why) in cases.items():
+        if (weights / STATE_NAME).is_dir():
+            (weights / STATE_NAME).rmdir()
+        for f, content in kept.items():
+            (weights / f).write_bytes(content)
+        damage(weights / STATE_NAME)
+        trainer, log = resume(weights / "last.pt", **({"data": other} if case == "data=" else {}))
+        warned = [m for m in log if "resume as Ultralytics resumes (" in m]
+        assert len(warned) == 1 and why in warned[0] and len(warned[0].splitlines()) == 1, (case, log)
+        assert not any("resume: exact" in m for m in log), case
+        assert trainer.epoch == 1 and torch.load(weights / "last.pt", weights_only=False)["epoch"] == -1, case  # trained to its end
+        assert (weights / STATE_NAME).is_dir() == (case == "folder")  # a folder is not ours to remove; a file is removed at the end

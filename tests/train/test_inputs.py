@@ -2,11 +2,11 @@
 run folder stays byte-identical; and the run folder put back after any failure between the first write and the first
 epoch, whatever raised it."""
 
-import hashlib
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import folder_state
 from ultralytics import YOLO
 from ultralytics.models.yolo.detect import DetectionTrainer
 
@@ -16,15 +16,6 @@ from yolo_ckpt.errors import ConfigError
 from yolo_ckpt.train.inputs import check_imgsz
 
 TRAIN = ["epochs=1", "imgsz=32", "batch=2", "workers=0", "plots=False", "exist_ok=True"]
-
-
-def folder_state(folder: Path) -> dict:
-    """Every file under ``folder`` -> (the sha256 of its bytes, its mode) (an empty dict for a missing folder)."""
-    return {
-        str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mode)
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
 
 
 @pytest.fixture
@@ -208,3 +199,42 @@ def test_a_checkpoint_to_download_offline_is_one_line_naming_where_to_get_it(com
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"yolo-ckpt: error: model={missing}: no such file (a checkpoint .pt or a model YAML .yaml)"]
     assert asked == [] and sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_damaged_reports_and_matrices_are_one_line(tmp_path, capsys):
+    """compare of a report of random bytes, a JSON list, an object lacking the report's fields, or with out= a file;
+    bench of a matrix with a !!python tag (never built) or that is a list: each one line naming the file, exit 2,
+    nothing written."""
+    import json
+
+    from yolo_ckpt.report.record import REPORT_NAME
+
+    reports = {"bytes": bytes(range(256)) * 4, "list": b"[1, 2]", "fields": json.dumps({"schema_version": 4, "task": "detect"}).encode()}
+    lines = {
+        "bytes": "is not a readable run report (not UTF-8 text: byte 128): the file is damaged",
+        "list": "not a run report (a JSON list, not an object)",
+        "fields": "not a complete run report: it lacks ['amp', 'batch', 'batch_at_start', 'data', 'device', 'epochs',",
+    }
+    for case, content in reports.items():
+        run = tmp_path / case
+        run.mkdir()
+        (run / REPORT_NAME).write_bytes(content)
+        assert main(["compare", str(run), str(run), f"out={tmp_path / 'cmp'}"]) == 2, case
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"yolo-ckpt: error: {run / REPORT_NAME}") and lines[case] in err[0], err
+    (tmp_path / "afile").write_text("keep me\n")
+    assert main(["compare", str(tmp_path / "list"), str(tmp_path / "list"), f"out={tmp_path / 'afile'}"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"yolo-ckpt: error: out={tmp_path / 'afile'} is a file: give a folder for compare.csv and compare.md (made if missing)"
+    ]
+    assert (tmp_path / "afile").read_text() == "keep me\n"
+    matrices = {
+        "tag.yaml": ("kind: step\ngrid: !!python/object/apply:os.system ['touch pwned']\n", "could not determine a constructor"),
+        "list.yaml": ("- kind: step\n", f"'{tmp_path / 'list.yaml'}' is not a valid YAML mapping"),
+    }
+    for name, (text, line) in matrices.items():
+        (tmp_path / name).write_text(text)
+        assert main(["bench", f"matrix={tmp_path / name}", f"out={tmp_path / 'bench'}"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"yolo-ckpt: error: {tmp_path / name}: not a readable matrix YAML: {line}"), err
+    assert not (tmp_path / "cmp").exists() and not (tmp_path / "bench").exists() and not (tmp_path / "pwned").exists()

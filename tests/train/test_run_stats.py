@@ -60,7 +60,7 @@ def test_run_picture_draws_the_policy_beside_none(tmp_path, monkeypatch):
         ckpt_state=RunState(estimated_steps={"none": none, "policy": policy}, estimated_step={"batch": 2, "imgsz": 64}),
     )
     record = SimpleNamespace(recompute="0", write=lambda folder: folder / "ckpt_report.json", headline=lambda: "headline")
-    trainer.run_report = lambda: record
+    trainer.run_report = lambda not_measured: record
     run_stats._on_train_end(trainer)
     ((data, path),) = drawn
     assert path == tmp_path / LAYER_PLOT_NAME and "the set-up estimate: recompute=none's layers" in data.title

@@ -9,7 +9,8 @@ A matrix file (YAML) has:
 - ``kind``: ``step`` (one measured training step per cell, :mod:`.step_cell`) or ``train`` (a training run per
   cell through the Checkpoint*Trainers, :mod:`.train_cell`).
 - ``grid``: a list of blocks; each maps cell keys (:data:`.cells.CELL_KEYS`) to a value or a list of values, and
-  the cells are the union of the blocks' products. ``settings``: what every cell shares (:data:`.cells.SETTINGS`, and for
+  the cells are the union of the blocks' products, at most :data:`MAX_CELLS`. ``settings``: what every cell shares
+  (:data:`.cells.SETTINGS`, and for
   ``train`` any ``yolo train`` argument, epochs, fraction, seed, ..., and yolo-ckpt's train keys that are not cell
   keys, checked as train checks them: ``estimate=False`` skips each run's set-up estimate).
 - ``baseline_keys`` (optional): the keys whose values a cell shares with its baseline, the ``recompute=none``
@@ -30,22 +31,27 @@ written.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
 from ultralytics.cfg import check_dict_alignment
 from ultralytics.utils import DEFAULT_CFG_DICT, SETTINGS as ULTRALYTICS_SETTINGS, YAML
 
 from yolo_ckpt.checkpointing.policy import is_auto, layout_of, resolve
 from yolo_ckpt.config import DEFAULTS, CkptConfig
 from yolo_ckpt.data.tiles import TILE_TASKS
-from yolo_ckpt.errors import ConfigError, MissingFileError
+from yolo_ckpt.errors import ConfigError, MissingFileError, one_line
 from yolo_ckpt.memory.ultralytics_rules import TASKS
 from yolo_ckpt.shipped import resolve_yaml
 
 from .cells import BUILT_IN_DATASETS, CELL_KEYS, SETTINGS, RelativeBudget, cell_budget, cell_id, is_none
 
 KINDS = ("step", "train")
+# the most cells a grid may have: each cell trains or measures a step (seconds to hours), so a larger grid is a mistake
+# in a list (a 200,000-cell grid was checked for minutes, printing nothing); checked before the product is built
+MAX_CELLS = 10_000
 
 
 @dataclass
@@ -88,10 +94,17 @@ def load_matrix(path, overrides: dict | None = None, datasets=None) -> Matrix:
             missing model YAML or dataset.
         ValueError / SyntaxError: for an unknown kind or key, a bad recompute, recompute_mode, imgsz, batch or
             memory_budget value, a step cell of a non-detection model, or a cell without a baseline; each names the
-            bad value and the valid choices.
+            bad value and the valid choices. ConfigError: for a file that is not a YAML mapping (a syntax error, a
+            ``!!python`` tag, which is refused, never built), or a grid of more than :data:`MAX_CELLS` cells.
     """
     path = resolve_yaml(path, "bench", "matrix")
-    spec = YAML.load(path) or {}
+    try:
+        spec = YAML.load(path) or {}
+    except (yaml.YAMLError, ValueError) as e:  # a syntax error, or a tag safe_load refuses to build (!!python/object...)
+        cause = e if isinstance(e, yaml.YAMLError) else (e.__cause__ or e.__context__ or e)  # Ultralytics wraps it in a ValueError
+        mark = getattr(cause, "problem_mark", None)
+        what = getattr(cause, "problem", None) or one_line(cause).split(" Verify YAML")[0]  # Ultralytics' own: not a mapping
+        raise ConfigError(f"{path}: not a readable matrix YAML: {what}" + (f" (line {mark.line + 1})" if mark else "")) from None
     top = {"name", "kind", "description", "settings", "grid", "baseline_keys", "datasets_dir"}
     if set(spec) - top:
         raise ConfigError(f"{path}: unknown top-level keys {sorted(set(spec) - top)}; valid: {sorted(top)}")
@@ -116,7 +129,7 @@ def load_matrix(path, overrides: dict | None = None, datasets=None) -> Matrix:
     blocks = spec.get("grid") or []
     if not isinstance(blocks, list) or not blocks:
         raise ConfigError(f"{path}: grid must be a non-empty list of blocks (key: value or list of values)")
-    cells = []
+    products = []
     for block in blocks:
         if not isinstance(block, dict):
             raise ConfigError(f"{path}: grid block {block!r} is not a mapping of cell keys to values; valid keys: {sorted(CELL_KEYS)}")
@@ -124,10 +137,18 @@ def load_matrix(path, overrides: dict | None = None, datasets=None) -> Matrix:
         if bad:
             raise ConfigError(f"{path}: unknown cell keys {sorted(bad)}; valid: {sorted(CELL_KEYS)}")
         values = {k: block.get(k, default) for k, default in CELL_KEYS.items()}
-        values = {k: v if isinstance(v, list) else [v] for k, v in values.items()}
+        products.append({k: v if isinstance(v, list) else [v] for k, v in values.items()})
+    count = sum(math.prod(len(v) for v in values.values()) for values in products)
+    if count > MAX_CELLS:
+        raise ConfigError(
+            f"{path}: the grid has {count} cells (its blocks' products); at most {MAX_CELLS}: split it into matrices, or list fewer values"
+        )
+    cells, seen = [], set()
+    for values in products:
         for combo in itertools.product(*values.values()):
             cell = dict(zip(values, combo))
-            if cell not in cells:
+            if repr(combo) not in seen:  # a cell two blocks share runs once
+                seen.add(repr(combo))
                 cells.append(cell)
     datasets_dir = (path.parent / spec["datasets_dir"]).resolve() if spec.get("datasets_dir") else None
     baseline_keys = spec.get("baseline_keys") or [k for k in CELL_KEYS if k not in {"recompute", "recompute_mode"}]

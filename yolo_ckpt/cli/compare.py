@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..errors import ConfigError
 from .args import parse_keys
 
 
@@ -20,11 +21,13 @@ def compare(args: list[str]):
         >>> compare(["runs/detect/stock", "runs/detect/recompute-all", "out=runs/compare/ab"])
 
     Raises:
-        SyntaxError: for a key other than ``out=`` (before torch is imported). ConfigError: as
-            :func:`yolo_ckpt.report.compare.compare_runs` raises (a folder without a report, ...).
+        SyntaxError: for a key other than ``out=`` (before torch is imported). ConfigError: for ``out=`` a file, and
+            as :func:`yolo_ckpt.report.compare.compare_runs` raises (a folder without a report, a damaged one, ...).
     """
     dirs = [a for a in args if "=" not in a]
     options = parse_keys([a for a in args if "=" in a], ("out",), "compare")
+    if "out" in options and Path(str(options["out"])).exists() and not Path(str(options["out"])).is_dir():
+        raise ConfigError(f"out={options['out']} is a file: give a folder for compare.csv and compare.md (made if missing)")
     from ultralytics.utils import SETTINGS
     from ultralytics.utils.files import increment_path
 

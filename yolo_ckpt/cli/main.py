@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 
 from ..config import BENCH_DEFAULTS_PATH, DEFAULTS, DEFAULTS_PATH, ESTIMATE_DEFAULTS_PATH, shown_default
-from ..errors import ConfigError, NoRoomError, one_line
+from ..errors import ConfigError, NoRoomError, Terminated, one_line
 from ..shipped import shipped
 from ..suggest import did_you_mean
 
@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
 def run_command(function, args: list[str], prog: str = "yolo-ckpt") -> int:
     """``function(args)`` (a command's, or a study's ``main`` in ``benchmarks/``) and its exit status: 0; 2 for bad
     input (a ConfigError, PlanError included, or a SyntaxError: one line on stderr, ``prog: error: ...``); 1 for a disk
-    without room for a save; 130 for Ctrl-C. Anything else raised is a bug and keeps its traceback."""
+    without room for a save; 130 for Ctrl-C, 143 for a SIGTERM a trainer turned into :class:`~yolo_ckpt.errors.Terminated`.
+    Anything else raised is a bug and keeps its traceback."""
     try:
         function(args)
     except (ConfigError, SyntaxError) as e:  # the input's fault (PlanError too); anything else is a bug: traceback
@@ -126,7 +127,7 @@ def run_command(function, args: list[str], prog: str = "yolo-ckpt") -> int:
     except NoRoomError as e:  # a full disk or the file-size limit: the line says how much the save needs
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt as e:  # Ctrl-C: a trainer's says what it left (yolo_ckpt.train.resume.stop_on_interrupt)
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM: a trainer's says what it left (yolo_ckpt.train.resume.stop_on_interrupt)
         print(f"{prog}: {one_line(e) if str(e) else 'interrupted'}", file=sys.stderr)
-        return 130  # 128 + SIGINT, as a shell reports a process that SIGINT ended
+        return 143 if isinstance(e, Terminated) else 130  # 128 + the signal, as a shell reports a process it ended
     return 0

@@ -7,7 +7,8 @@ Field names carry their units (``_bytes``, ``_s``). Bump :data:`SCHEMA_VERSION` 
 ``batch`` is the batch that trained, ``batch_at_start`` the one training started with; plans carry their headroom
 and what the estimate assumed. 3: ``estimated_none_peak_bytes``. 4: every run of a planned task estimates its step
 at set-up: ``estimated_step``, ``estimated_all_peak_bytes``, ``estimated_policy_peak_bytes``, ``estimate_skipped``.
-5: ``val_time_s``, ``best_epoch``, ``class_ap``). :func:`load_report` reads schemas 2 to 5.
+5: ``val_time_s``, ``best_epoch``, ``class_ap``, ``not_measured``: a run whose end was interrupted, or finished by
+``resume``, still has its report). :func:`load_report` reads schemas 2 to 5.
 """
 
 from __future__ import annotations
@@ -21,9 +22,12 @@ from ..errors import ConfigError, MissingFileError
 
 REPORT_NAME = "ckpt_report.json"
 SCHEMA_VERSION = 5
-READABLE_SCHEMAS = (2, 3, 4, 5)  # 3 to 5 only added fields, which an older file lacks (None)
+READABLE_SCHEMAS = (2, 3, 4, 5)  # 3 to 5 only added fields, which an older file lacks (None, or an empty list or dict)
 WARMUP_STEPS = 3  # steps left out of the median step time: first-call allocations, lazy init
 PROBE_SKIPPED = "cpu_probe_skipped"  # memory_source of a CPU run with probe=False: no peak measured
+NOT_MEASURED = "not_measured"  # memory_source of a CPU run whose end-of-run probe did not run (interrupted, finished by resume)
+# what an interrupted end, or a run finished by resume, did not measure (RunReport.not_measured)
+FINAL_VALIDATION, MEMORY_PROBE, STEP_TIMES = "final_validation", "memory_probe", "step_times"
 _SUFFIX = {"(B)": "box", "(M)": "mask", "(P)": "pose"}
 
 
@@ -70,8 +74,9 @@ class RunReport:
             recomputed_layers: ``{"index", "type"}`` per layer; recomputed_regions: ``head``, ``loss``.
         device, imgsz, batch, batch_at_start, amp, epochs: as the run trained (imgsz in px; batch in images, after
             Ultralytics' out-of-memory halvings).
-        memory_source: ``cuda_allocator``, ``cpu_probe_live_tensors`` (a live-tensor probe of one step at the end) or
-            :data:`PROBE_SKIPPED` (a CPU run with ``probe=False``: no peak).
+        memory_source: ``cuda_allocator``, ``cpu_probe_live_tensors`` (a live-tensor probe of one step at the end),
+            :data:`PROBE_SKIPPED` (a CPU run with ``probe=False``: no peak) or :data:`NOT_MEASURED` (the probe did not
+            run: see ``not_measured``).
         memory_probe_images, memory_probe_objects, memory_probe_imgsz: the batch the CPU probe measured (None on CUDA).
         train_peak_allocated_bytes, train_peak_reserved_bytes, val_peak_allocated_bytes, val_peak_reserved_bytes:
             peak memory (reserved: CUDA only; None where not measured).
@@ -89,6 +94,10 @@ class RunReport:
             Ultralytics' own. best_epoch: the epoch (from 1) whose weights ``best.pt`` holds; None in a report before
             schema 5. class_ap: per-class AP of the task's output in that validation,
             ``{"AP50": {name: AP}, "AP50-95": {...}}`` (:func:`yolo_ckpt.report.compare.class_ap`).
+        not_measured: what the run's end did not measure: :data:`FINAL_VALIDATION` (interrupted: ``metrics`` are the
+            last epoch's validation, not ``best.pt``'s), :data:`MEMORY_PROBE` (interrupted, or a run whose end
+            ``resume`` finished), :data:`STEP_TIMES` (finished by ``resume`` without the exact resume state); empty for
+            a run that ended as it should.
     """
 
     versions: dict
@@ -126,6 +135,7 @@ class RunReport:
     ultralytics_metrics: dict = field(default_factory=dict)
     best_epoch: int | None = None
     class_ap: dict = field(default_factory=dict)
+    not_measured: list = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:
@@ -138,18 +148,29 @@ class RunReport:
         """A record from a ``ckpt_report.json`` object of a schema in :data:`READABLE_SCHEMAS`.
 
         Raises:
-            ValueError: for another schema, or keys the schema does not have, naming them and ``where``.
+            ConfigError: for what is not a report's JSON object, another schema, keys the schema does not have or
+                fields it lacks, naming them and ``where``.
         """
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: not a run report (a JSON {type(data).__name__}, not an object)")
         schema = data.get("schema_version")
         if schema not in READABLE_SCHEMAS:
             raise ConfigError(
                 f"{where}: schema_version={schema!r} is not readable by yolo-ckpt {_version()}; readable: "
                 f"{', '.join(map(str, READABLE_SCHEMAS))}"
             )
-        for record, keys in ((cls, data), (PlanRecord, data.get("plan") or {})):
+        for f in dataclasses.fields(cls):  # the containers and names compare reads; numbers are read as they are
+            kind = {"dict": dict, "list": list, "str": str, "PlanRecord | None": (dict, type(None))}.get(f.type)
+            if kind and f.name in data and not isinstance(data[f.name], kind):
+                raise ConfigError(f"{where}: {f.name}={data[f.name]!r} is not a run report's {f.name}")
+        missing = dataclasses.MISSING
+        for record, keys in ((cls, data), *([(PlanRecord, data["plan"])] if data.get("plan") else [])):
             unknown = set(keys) - {f.name for f in dataclasses.fields(record)}
             if unknown:
                 raise ConfigError(f"{where}: unknown keys {sorted(unknown)} for schema_version={schema}")
+            required = {f.name for f in dataclasses.fields(record) if f.default is missing and f.default_factory is missing}
+            if lacks := required - set(keys):
+                raise ConfigError(f"{where}: not a complete run report: it lacks {sorted(lacks)} (schema_version={schema})")
         return cls(**{**data, "plan": PlanRecord(**data["plan"]) if data.get("plan") else None})
 
     def headline(self) -> str:
@@ -171,6 +192,8 @@ class RunReport:
             text += self._estimates()
         step = self.train_step_time_median_s
         text += f"; median step {step:.3f} s" if step is not None else "; step time not measured (too few steps)"
+        if self.not_measured:
+            text += f"; not measured: {', '.join(self.not_measured)}"
         return f"recompute={self.recompute}: {text}"
 
     def _estimates(self) -> str:
@@ -254,16 +277,18 @@ def load_report(run_dir) -> RunReport:
 
     Raises:
         FileNotFoundError: naming the directory, when it holds no report (not a yolo-ckpt run, or unfinished).
-        ValueError: for a report of another schema (:meth:`RunReport.from_dict`), or one that is not JSON (a
-            truncated or edited file), naming the file.
+        ConfigError: for a report of another schema or not a report's object (:meth:`RunReport.from_dict`), or one that
+            is not JSON or not UTF-8 text (a truncated, edited or damaged file), naming the file.
     """
     path = Path(run_dir) / REPORT_NAME
     if not path.is_file():
         raise MissingFileError(f"{run_dir} has no {REPORT_NAME}: give run directories of finished yolo-ckpt runs")
     try:
-        record = json.loads(path.read_text())
+        record = json.loads(path.read_bytes().decode())
     except json.JSONDecodeError as e:
         raise ConfigError(
             f"{path} is not a readable run report ({e.msg}: line {e.lineno} column {e.colno}): the file is truncated or was edited"
         ) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not a readable run report (not UTF-8 text: byte {e.start}): the file is damaged") from None
     return RunReport.from_dict(record, path)

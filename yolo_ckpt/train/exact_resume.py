@@ -22,7 +22,9 @@ their processes and are not kept, nor is the shuffling replayed (the batches the
 the model, EMA, optimizer and step cadence are exact);
 DDP runs resume as stock does. A ``resume_state.pt`` that is not ``last.pt``'s epoch (a kill between the two saves)
 is not used, nor one of another run, nor one saved under other batches than the resume trains (a changed
-``batch=``, ``imgsz=``, ...: :func:`mismatch`): the run resumes as stock does, and says so. The file is removed when
+``batch=``, ``imgsz=``, ..., or other training images: :func:`mismatch`), nor one that cannot be read (a folder, a
+truncated file, a pickle of other objects, which ``weights_only`` refuses to run: :func:`load_state`): the run resumes
+as stock does, and says so in one line. The file is removed when
 the run ends (its final validation). Its size is four times the model's fp32 weights (model, EMA, the optimizer's
 two moments), five with pending gradients.
 """
@@ -83,8 +85,14 @@ def set_random_states(states: dict) -> None:
 def save_state(trainer) -> None:
     """Write ``trainer``'s exact resume state beside its ``last.pt`` (just saved for ``trainer.epoch``), atomically
     (:func:`~yolo_ckpt.train.atomic.atomic_write`). Where the disk has no room for it, the old one is removed with a
-    one-line warning and training goes on (its resume is then stock's). Nothing for DDP (:func:`saves_state`)."""
+    one-line warning and training goes on (its resume is then stock's); where a folder has its name, nothing is
+    written, said once. Nothing for DDP (:func:`saves_state`)."""
     if not saves_state(trainer):
+        return
+    path = state_path(trainer.wdir)
+    if path.is_dir():  # not ours to remove: said at the leg's first save, and the run goes on
+        if trainer.epoch == trainer.start_epoch:
+            LOGGER.warning(f"{PREFIX}{path} is a folder: no exact resume state written; a resume of this run is Ultralytics'")
         return
     loader = trainer.train_loader
     buffer = getattr(loader.dataset, "buffer", None)
@@ -102,11 +110,11 @@ def save_state(trainer) -> None:
                    "chain_batches": trainer.ckpt_state.chain_batches} if trainer.ckpt_state.chain_start is not None else None,
         "buffer": list(buffer) if isinstance(buffer, list) else None,
         "args": {k: getattr(trainer.args, k, None) for k in TRAJECTORY_KEYS},
+        "data": training_images(loader.dataset),
         "step_s": list(trainer.ckpt_state.step_s),  # the report's median step time is the whole run's, not the last leg's
         "val_s": list(trainer.ckpt_state.val_s),  # and so are its validation seconds
         "best_epoch": trainer.ckpt_state.best_epoch,
     }
-    path = state_path(trainer.wdir)
     try:
         atomic_write(path, lambda f: torch.save(state, f))
     except NoRoomError as e:
@@ -118,18 +126,20 @@ def save_state(trainer) -> None:
 
 
 def remove_state(weights) -> None:
-    """Remove ``resume_state.pt`` from a run's ``weights`` folder: at the run's end nothing is left to resume."""
-    state_path(weights).unlink(missing_ok=True)
+    """Remove ``resume_state.pt`` from a run's ``weights`` folder: at the run's end nothing is left to resume (a folder
+    of that name is not a state: left)."""
+    if state_path(weights).is_file():
+        state_path(weights).unlink(missing_ok=True)
 
 
 def restore(trainer, ckpt: dict) -> None:
     """After Ultralytics' ``resume_training`` loaded ``ckpt`` (``last.pt``): load ``resume_state.pt``'s model, EMA and
     optimizer in full precision, refill the mosaic buffer and take back the step and validation times so far and the
-    epoch of ``best.pt``; keep the rest for the first epoch (:func:`on_train_epoch_start`). Where the state is not this
-    checkpoint's (:func:`mismatch`), the resume stays stock's, said in one line."""
+    epoch of ``best.pt``; keep the rest for the first epoch (:func:`on_train_epoch_start`). Where the state cannot be
+    read (:func:`load_state`) or is not this checkpoint's (:func:`mismatch`), the resume stays stock's, said in one line."""
     path = state_path(trainer.wdir)
-    state = torch.load(path, map_location="cpu", weights_only=True) if path.is_file() and saves_state(trainer) else None
-    why = mismatch(trainer, ckpt, state)
+    state, why = load_state(path) if saves_state(trainer) else (None, "")
+    why = why or mismatch(trainer, ckpt, state)
     if why:
         LOGGER.warning(
             f"{PREFIX}resume as Ultralytics resumes ({why}): the model from the checkpoint's half-precision EMA, the random "
@@ -161,21 +171,64 @@ def restore(trainer, ckpt: dict) -> None:
 def mismatch(trainer, ckpt: dict, state: dict | None) -> str:
     """Why ``state`` (``resume_state.pt``, None where there is none) cannot make the resume of ``ckpt`` exact, or ""
     where it can: DDP; no state; a state of another epoch or optimizer step count (a kill between the two saves); of
-    another run (its EMA, cast to half precision, is not the checkpoint's); or one saved under other values of the
+    another run (its EMA, cast to half precision, is not the checkpoint's); one saved under other values of the
     :data:`TRAJECTORY_KEYS` than the resumed run's (Ultralytics' resume lets them change: the saved shuffling and step
-    cadence are of the old ones)."""
+    cadence are of the old ones); or of other training images (:func:`training_images`: fewer images would make the
+    mosaic buffer's indices fail, the same number of others would train on other data)."""
     if not saves_state(trainer):
         return "DDP"
     epoch = ckpt.get("epoch", -1) + 1
     if state is None or (state["epoch"], state["updates"]) != (ckpt.get("epoch"), ckpt.get("updates")):
         return f"no {STATE_NAME} of epoch {epoch}"
     ema = ckpt["ema"].state_dict() if ckpt.get("ema") is not None else {}
+    if set(state["ema"]) != set(ema):
+        return f"{STATE_NAME} is not this checkpoint's: its EMA has other tensors"
     for k, v in state["ema"].items():
-        if k not in ema or not torch.equal(v.half() if v.is_floating_point() else v, ema[k].cpu()):
+        if not torch.equal(v.half() if v.is_floating_point() else v, ema[k].cpu()):
             return f"{STATE_NAME} is not this checkpoint's: its EMA differs at {k}"
     saved = state.get("args", {})  # none in a state saved before these keys were (the arms of issue 33)
     changed = [f"{k}={getattr(trainer.args, k, None)} (was {v})" for k, v in saved.items() if getattr(trainer.args, k, None) != v]
-    return f"{', '.join(changed)} at the resume" if changed else ""
+    if changed:
+        return f"{', '.join(changed)} at the resume"
+    data, now = state.get("data"), training_images(trainer.train_loader.dataset)  # none in a state saved before issue 44
+    if data is not None and data != now:
+        count = f"{now['images']} training images, were {data['images']}" if now["images"] != data["images"] else "another list of them"
+        return f"the training images changed since {STATE_NAME} was saved ({count})"
+    return ""
+
+
+# what restore() reads of a state, each key's type: a file missing one, or of another type, is not a state of this format
+STATE_KEYS = {"epoch": int, "updates": int, "model": dict, "ema": dict, "optimizer": dict, "last_step": int, "random": dict}
+
+
+def load_state(path: Path) -> tuple[dict | None, str]:
+    """``(state, "")`` of the ``resume_state.pt`` at ``path``; ``(None, why)`` where there is none (``why`` empty:
+    :func:`mismatch` says so) or it cannot be used: a folder, a file ``torch.load(weights_only=True)`` cannot read (a
+    truncated file, a pickle of other objects: refused, never run), or not a dict of :data:`STATE_KEYS`."""
+    if path.is_dir():
+        return None, f"{STATE_NAME} is a folder"
+    if not path.is_file():
+        return None, ""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # whatever a damaged file raises (RuntimeError, EOFError, UnpicklingError, ...): never run, never fatal
+        reason = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        return None, f"{STATE_NAME} is not readable: {reason.split('. ')[0][:200]}"
+    if not (isinstance(state, dict) and all(isinstance(state.get(k), t) for k, t in STATE_KEYS.items())):
+        return None, f"{STATE_NAME} is not an exact resume state"
+    return state, ""
+
+
+def training_images(dataset) -> dict | None:
+    """What a state depends on of the training set: ``{"images": count, "hash": Ultralytics' get_hash of the image and
+    label paths and their total size}`` (the label cache's check, ``ultralytics/data/utils.py``): the mosaic buffer
+    holds image indices, the shuffling draws them. None for a dataset without ``im_files`` (classify's)."""
+    from ultralytics.data.utils import get_hash
+
+    files = list(getattr(dataset, "im_files", None) or [])
+    if not files:
+        return None
+    return {"images": len(files), "hash": get_hash(files + list(getattr(dataset, "label_files", None) or []))}
 
 
 def on_train_epoch_start(trainer) -> None:

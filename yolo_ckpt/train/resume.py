@@ -17,9 +17,10 @@ import threading
 import time
 from pathlib import Path
 
-from ..errors import FinishedRunError, user_input
+from ..errors import FinishedRunError, Terminated, user_input
 from .atomic import atomic_saves, remove_stale_temporaries
-from .exact_resume import remove_state
+from .exact_resume import load_state, remove_state, state_path
+from .run_stats import finished_run_report, report_interrupted_end
 
 # where a Ctrl-C that Python swallowed (raised inside a weakref callback or a __del__, "Exception ignored in ...")
 # still stops the run: every training step and validation batch, and the ends of set-up and of each epoch
@@ -51,6 +52,28 @@ def ended_unstripped(ckpt: dict) -> bool:
     return not is_stripped(ckpt) and isinstance(epochs, int) and ckpt["epoch"] + 1 >= epochs
 
 
+def run_args(weights, ckpt: dict) -> dict:
+    """The arguments of the run whose ``last.pt`` is ``weights`` (loaded: ``ckpt``): its ``train_args``, over the run
+    folder's ``args.yaml`` (``strip_optimizer`` keeps only Ultralytics' own keys in a stripped checkpoint; the trainer
+    wrote yolo-ckpt's into ``args.yaml``)."""
+    from ultralytics.utils import YAML
+
+    saved = {}
+    with contextlib.suppress(Exception):  # missing or unreadable: the checkpoint's alone
+        saved = YAML.load(Path(weights).parent.parent / "args.yaml") or {}
+    return {**(saved if isinstance(saved, dict) else {}), **(ckpt.get("train_args") or {})}
+
+
+def lacks_report(weights, ckpt: dict) -> bool:
+    """Whether ``ckpt`` (the ``last.pt`` at ``weights``) is a stripped yolo-ckpt run's whose folder has no run report:
+    a kill (SIGKILL, or a SIGTERM where another handler ended the process) stopped its end after the strip."""
+    from ..config import DEFAULTS
+    from ..report.record import REPORT_NAME
+
+    args = run_args(weights, ckpt)
+    return is_stripped(ckpt) and any(k in args for k in DEFAULTS) and not (Path(weights).parent.parent / REPORT_NAME).exists()
+
+
 def is_finished(ckpt: dict) -> bool:
     """Whether the checkpoint dict ``ckpt`` cannot be resumed: :func:`is_stripped` or :func:`ended_unstripped`."""
     return is_stripped(ckpt) or ended_unstripped(ckpt)
@@ -61,8 +84,8 @@ def check_resumable(path, ckpt: dict | None = None, finishes: bool = False) -> b
     temporary files killed saves left beside it (:func:`~yolo_ckpt.train.atomic.remove_stale_temporaries`).
 
     Args:
-        finishes: the caller finishes a run whose end a kill stopped (:func:`ended_unstripped`, :func:`finish_run`):
-            for such a run return True instead of raising.
+        finishes: the caller finishes a run whose end a kill stopped (:func:`ended_unstripped`, :func:`lacks_report`,
+            :func:`finish_run`): for such a run return True instead of raising.
 
     Returns:
         True for a run whose end is left to finish (only with ``finishes``); False for a run that resumes.
@@ -83,6 +106,8 @@ def check_resumable(path, ckpt: dict | None = None, finishes: bool = False) -> b
         get_cfg(ckpt.get("train_args") or {})
     if not is_finished(ckpt):
         return False
+    if finishes and lacks_report(weights, ckpt):
+        return True
     run = weights.parent.parent
     if ended_unstripped(ckpt):
         if finishes:
@@ -101,10 +126,12 @@ def check_resumable(path, ckpt: dict | None = None, finishes: bool = False) -> b
 
 
 def finish_run(path) -> str:
-    """Do what a killed run's end did not (:func:`ended_unstripped`), as ``BaseTrainer.final_eval`` does it: remove
-    the exact resume state (:mod:`~yolo_ckpt.train.exact_resume`), strip ``last.pt`` and ``best.pt`` (atomically,
-    :func:`~yolo_ckpt.train.atomic.atomic_saves`), then validate ``best.pt`` on the run's data, its plots into the run
-    folder. Returns the one line that says so.
+    """Do what a killed run's end did not (:func:`ended_unstripped`, :func:`lacks_report`), as ``BaseTrainer.final_eval``
+    does it: remove the exact resume state (:mod:`~yolo_ckpt.train.exact_resume`; its step times kept for the
+    report), strip ``last.pt`` and ``best.pt`` (atomically, :func:`~yolo_ckpt.train.atomic.atomic_saves`; not again
+    where they are), then validate ``best.pt`` on the run's data, its plots into the run folder, and write the run
+    report (:func:`~yolo_ckpt.train.run_stats.finished_run_report`: the memory probe not measured). Returns the one
+    line that says so.
 
     Raises:
         ConfigError: as validation raises for the run's data (a dataset no longer on disk), after the strip.
@@ -115,22 +142,26 @@ def finish_run(path) -> str:
     last = Path(path)
     best, run = last.with_name("best.pt"), last.parent.parent
     remove_stale_temporaries(last.parent)
+    state = load_state(state_path(last.parent))[0]
     remove_state(last.parent)  # nothing is left to resume
-    with atomic_saves(last.parent):
-        ckpt = strip_optimizer(last)
-        if best.is_file():
-            strip_optimizer(best, updates={"train_results": ckpt.get("train_results")})
-    args = ckpt.get("train_args") or {}
+    ckpt = read_checkpoint(last)
+    args, metrics = run_args(last, ckpt), {}
+    if not is_stripped(ckpt):
+        with atomic_saves(last.parent):
+            ckpt = strip_optimizer(last)
+            if best.is_file():
+                strip_optimizer(best, updates={"train_results": ckpt.get("train_results")})
     if best.is_file():
         kw = {k: args[k] for k in ("data", "imgsz", "device", "plots", "split", "workers") if k in args}
         if isinstance(args.get("batch"), int) and args["batch"] > 0:  # not batch=-1: AutoBatch is the trainer's
             kw["batch"] = 2 * args["batch"]  # the validation loader's batch in training (DetectionTrainer.get_dataloader)
         with user_input():
-            YOLO(best).val(**kw, project=str(run.parent), name=run.name, exist_ok=True)
+            metrics = YOLO(best).val(**kw, project=str(run.parent), name=run.name, exist_ok=True).results_dict
+    report = finished_run_report(ckpt, args, metrics, state.get("step_s") if state else None).write(run)
     validated = f", {best.name} validated" if best.is_file() else ""
     return (
         f"resume: the run {run} had trained all its {args.get('epochs')} epochs; its end, stopped by a kill, is done: "
-        f"{last.name} and {best.name} stripped{validated}"
+        f"{last.name} and {best.name} stripped{validated}, {report} written (no memory probe)"
     )
 
 
@@ -163,33 +194,43 @@ def stop_on_interrupt(trainer):
     callback or a ``__del__`` (activation checkpointing frees its saved tensors through weakref callbacks many times
     a step) the exception is printed as "Exception ignored in ..." and dropped, and the run trains on to its end. So
     the handler also remembers the signal, and the trainer's callbacks at :data:`INTERRUPT_POINTS` raise it again:
-    the run stops within one training step or validation batch at worst. Not in a thread other than the main one
+    the run stops within one training step or validation batch at worst. SIGTERM, where its handler is the
+    default (the process ends at once), stops the run the same way, as :class:`~yolo_ckpt.errors.Terminated`. A stop
+    in the run's end (its final validation, its memory probe) still writes the run report with what is known
+    (:func:`~yolo_ckpt.train.run_stats.report_interrupted_end`). Not in a thread other than the main one
     (where signals are not delivered) nor where SIGINT has another handler than Python's (ignored, or the user's).
     """
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         yield
         return
     pending = []
+    signals = [signal.SIGINT] + ([signal.SIGTERM] if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL else [])
+
+    def stop():
+        raise Terminated if pending[-1] == signal.SIGTERM else KeyboardInterrupt
 
     def handler(signum, frame):
         pending.append(signum)
-        raise KeyboardInterrupt
+        stop()
 
     def check(_):
         if pending:
-            raise KeyboardInterrupt
+            stop()
 
     for event in INTERRUPT_POINTS:
         trainer.add_callback(event, check)
-    signal.signal(signal.SIGINT, handler)
+    stock = {s: signal.signal(s, handler) for s in signals}
     started = time.time()
     try:
         yield
     except KeyboardInterrupt as e:
         with contextlib.suppress(Exception):  # an unreadable last.pt: the bare KeyboardInterrupt, as stock's
             e.args = (interrupted(trainer.last, None if trainer.args.resume else started),)
+        with contextlib.suppress(Exception):  # what is known of an interrupted end; a failure to write it keeps the line
+            e.args = ((e.args[0] if e.args else "interrupted") + report_interrupted_end(trainer),)
         raise
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for s, stock_handler in stock.items():
+            signal.signal(s, stock_handler)
         for event in INTERRUPT_POINTS:
             trainer.callbacks[event].remove(check)

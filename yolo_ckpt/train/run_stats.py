@@ -16,7 +16,18 @@ from ultralytics.utils.torch_utils import unwrap_model
 
 from ..report.compare import class_ap
 from ..report.layer_plot import LayerPlot, layer_plot, write_layer_plot
-from ..report.record import PROBE_SKIPPED, WARMUP_STEPS, PlanRecord, RunReport, probe_counts, task_metrics
+from ..report.record import (
+    FINAL_VALIDATION,
+    MEMORY_PROBE,
+    NOT_MEASURED,
+    PROBE_SKIPPED,
+    REPORT_NAME,
+    WARMUP_STEPS,
+    PlanRecord,
+    RunReport,
+    probe_counts,
+    task_metrics,
+)
 from .log import PREFIX
 from .planning import estimate_step_peaks
 from .tasks import task_of
@@ -38,14 +49,45 @@ def _on_train_batch_end(trainer) -> None:
 def _on_train_end(trainer) -> None:
     """Write the run report and log where it is and its headline; with ``plots=True`` the per-layer picture of the
     run (``ckpt_layers.png``, :func:`run_picture`)."""
-    record = trainer.run_report()
-    path = record.write(trainer.save_dir)
-    LOGGER.info(f"{PREFIX}run report {path}\n{PREFIX}{record.headline()}")
+    record = write_run_report(trainer)
     picture = run_picture(trainer, record) if trainer.args.plots else None
     if picture is not None:
         write_layer_plot(picture, trainer.save_dir / LAYER_PLOT_NAME)
     elif trainer.args.plots:
         LOGGER.info(f"{PREFIX}no {LAYER_PLOT_NAME}: no set-up estimate ({trainer.ckpt_state.estimate_skipped}) and no CPU probe of a step")
+
+
+def write_run_report(trainer, not_measured: tuple = ()) -> RunReport:
+    """Write the trainer's run report (``trainer.run_report``, without what ``not_measured`` names) to
+    ``ckpt_report.json`` in its run folder, log where and its headline; returns it."""
+    record = trainer.run_report(not_measured)
+    path = record.write(trainer.save_dir)
+    trainer.ckpt_state.ending = "written"
+    LOGGER.info(f"{PREFIX}run report {path}\n{PREFIX}{record.headline()}")
+    return record
+
+
+@contextlib.contextmanager
+def ending(trainer):
+    """Around ``BaseTrainer.final_eval``: ``trainer.ckpt_state.ending`` says the final validation runs, then (once it
+    is done) that the memory probe is next (:func:`report_interrupted_end` reads it)."""
+    trainer.ckpt_state.ending = FINAL_VALIDATION
+    yield
+    trainer.ckpt_state.ending = MEMORY_PROBE
+
+
+def report_interrupted_end(trainer) -> str:
+    """Where Ctrl-C or SIGTERM stopped the run in its end (``trainer.ckpt_state.ending``: the final validation, or the
+    end-of-run memory probe), write the run report with what is known (:func:`write_run_report`; the final
+    validation's metrics, else the last epoch's, and the probe marked not measured) and return the words that say so
+    (``; its report ... written without ...``); elsewhere nothing ("")."""
+    ending = trainer.ckpt_state.ending
+    if ending not in {FINAL_VALIDATION, MEMORY_PROBE}:
+        return ""
+    not_measured = (FINAL_VALIDATION, MEMORY_PROBE) if ending == FINAL_VALIDATION else (MEMORY_PROBE,)
+    write_run_report(trainer, not_measured)
+    missing = " and ".join(n.replace("_", " ") for n in not_measured)
+    return f"; its report {trainer.save_dir / REPORT_NAME} written without its {missing}"
 
 
 def run_picture(trainer, record: RunReport) -> LayerPlot | None:
@@ -171,17 +213,12 @@ def memory_probes(trainer):
     return step, probe_validation_step(trainer.ema.ema, images)
 
 
-def run_report(trainer) -> RunReport:
+def run_report(trainer, not_measured: tuple = ()) -> RunReport:
     """The :class:`~yolo_ckpt.report.record.RunReport` of a finished run: its policy and settings, the CUDA
     allocator's peaks (CPU: :func:`memory_probes` on the kept batch, whose step profile is kept as
-    ``trainer.ckpt_state.train_probe`` for the picture; none with ``probe=False``), the median step time after
-    :data:`~yolo_ckpt.report.record.WARMUP_STEPS`, the seconds spent validating, the plan and the final metrics."""
-    import statistics
-
-    import ultralytics
-
-    from .. import __version__
-
+    ``trainer.ckpt_state.train_probe`` for the picture; none with ``probe=False``, nor where ``not_measured`` names
+    the memory probe), the median step time after :data:`~yolo_ckpt.report.record.WARMUP_STEPS`, the seconds spent
+    validating, the plan and the final metrics (the last epoch's where ``not_measured`` names the final validation)."""
     args, state, policy = trainer.args, trainer.ckpt_state, trainer.policy
     steps = state.step_s[WARMUP_STEPS:]
     if trainer.device.type == "cuda":
@@ -189,6 +226,8 @@ def run_report(trainer) -> RunReport:
         source, train, val = "cuda_allocator", state.train_peak, state.val_peak
     elif not trainer.ckpt_config.probe:
         source, train, val = PROBE_SKIPPED, {}, {}
+    elif MEMORY_PROBE in not_measured:
+        source, train, val = NOT_MEASURED, {}, {}
     else:
         start = time.perf_counter()
         state.train_probe, v = memory_probes(trainer) if state.probe_batch is not None else (None, None)
@@ -198,7 +237,7 @@ def run_report(trainer) -> RunReport:
         t = state.train_probe.peak_bytes if state.train_probe else None
         source, train, val = "cpu_probe_live_tensors", {"allocated": t}, {"allocated": v}
     return RunReport(
-        versions={"yolo_ckpt": __version__, "ultralytics": ultralytics.__version__, "torch": torch.__version__},
+        versions=versions(),
         task=args.task,
         model=str(args.model),
         data=str(args.data),
@@ -218,7 +257,7 @@ def run_report(trainer) -> RunReport:
         train_peak_reserved_bytes=train.get("reserved"),
         val_peak_allocated_bytes=val.get("allocated"),
         val_peak_reserved_bytes=val.get("reserved"),
-        train_step_time_median_s=statistics.median(steps) if steps else None,
+        train_step_time_median_s=median(steps),
         train_steps_timed=len(steps),
         val_time_s=sum(state.val_s),
         estimated_none_peak_bytes=state.estimated_peaks.get("none"),
@@ -231,4 +270,62 @@ def run_report(trainer) -> RunReport:
         ultralytics_metrics={k: float(v) for k, v in (trainer.metrics or {}).items()},
         best_epoch=state.best_epoch,
         class_ap=class_ap(args.task, getattr(trainer.validator, "metrics", None)),  # final_eval's: best.pt's
+        not_measured=list(not_measured),
+    )
+
+
+def versions() -> dict:
+    """The report's ``versions``: yolo-ckpt's, Ultralytics' and torch's."""
+    import ultralytics
+
+    from .. import __version__
+
+    return {"yolo_ckpt": __version__, "ultralytics": ultralytics.__version__, "torch": torch.__version__}
+
+
+def median(values: list) -> float | None:
+    """The median of ``values``, None for none."""
+    import statistics
+
+    return statistics.median(values) if values else None
+
+
+def finished_run_report(ckpt: dict, args: dict, metrics: dict, step_s: list | None) -> RunReport:
+    """The :class:`~yolo_ckpt.report.record.RunReport` of a run whose end ``resume`` finished
+    (:func:`~yolo_ckpt.train.resume.finish_run`), from what its stripped ``last.pt`` (``ckpt``) holds and the run's
+    arguments ``args`` (:func:`~yolo_ckpt.train.resume.run_args`; as given: ``batch=-1`` stays -1): the policy its
+    ``recompute=`` resolves to on the saved model (``auto``'s plan is not kept: no layers), ``metrics`` (Ultralytics'
+    ``results_dict`` of the final validation, empty without ``best.pt``) and ``step_s`` (the exact resume state's step
+    times, None without one). The memory probe is not measured: the trainer that kept its batch is gone."""
+    from ..checkpointing.policy import ModelLayout, is_auto, resolve
+    from ..memory.ultralytics_rules import frozen_layers
+    from ..report.record import STEP_TIMES
+
+    spec, mode, model = args.get("recompute"), args.get("recompute_mode", "full"), ckpt.get("model") or ckpt.get("ema")
+    policy = None
+    if model is not None and spec is not None and not is_auto(spec):
+        with contextlib.suppress(Exception):  # a policy the saved model no longer resolves: the report says recompute= alone
+            policy = resolve(spec, ModelLayout.from_model(model), frozen_layers(args.get("freeze")), mode)
+    steps = (step_s or [])[WARMUP_STEPS:]
+    return RunReport(
+        versions=versions(),
+        task=args.get("task"),
+        model=str(args.get("model")),
+        data=str(args.get("data")),
+        recompute=policy.spec if policy else spec,
+        recompute_mode=mode,
+        recomputed_layers=policy.layers() if policy else [],
+        recomputed_regions=policy.regions() if policy else [],
+        device=str(args.get("device")),
+        imgsz=args.get("imgsz"),
+        batch=args.get("batch"),
+        batch_at_start=None,
+        amp=bool(args.get("amp")),
+        epochs=args.get("epochs"),
+        memory_source=NOT_MEASURED,
+        train_step_time_median_s=median(steps),
+        train_steps_timed=len(steps),
+        metrics=task_metrics(metrics),
+        ultralytics_metrics={k: float(v) for k, v in metrics.items()},
+        not_measured=[MEMORY_PROBE] + ([STEP_TIMES] if step_s is None else []),
     )

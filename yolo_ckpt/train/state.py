@@ -14,9 +14,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ..memory.planned_run import PlannedRun
     from ..memory.planner import Plan
     from ..memory.step import StepProfile
+    from .run_dir import RunDirState
 
 
 @dataclass
@@ -24,8 +27,10 @@ class RunState:
     """What one training run plans and measures, in the order it happens.
 
     Attributes:
-        run_dir_before: the run folder as it was before the run (:func:`~yolo_ckpt.train.run_dir.run_dir_state`), put back
-            if set-up fails (:func:`~yolo_ckpt.train.run_dir.restored_on_failure`); None once the first epoch starts.
+        run_dir_before: the run folder as it was before the run and what the run wrote into it
+            (:func:`~yolo_ckpt.train.run_dir.run_dir_state`), undone if set-up fails
+            (:func:`~yolo_ckpt.train.run_dir.restored_on_failure`); None once the first epoch starts.
+        lock: the run folder's lock this run holds until it ends (:func:`~yolo_ckpt.train.run_dir.lock_run_dir`), or None.
         planned: the run the memory model assumes (:func:`~yolo_ckpt.train.planning.plan_run`); None if it never planned.
         plan: recompute=auto's plan, or batch=-1's (:mod:`yolo_ckpt.train.planning`); None without one.
         estimated_peaks: the set-up estimate's peaks in bytes, ``{"none", "all", "policy"}``
@@ -48,9 +53,13 @@ class RunState:
             chain_batches: the train loader's generator state its current index chain started from and the batches
             drawn from it since; replay: a resumed run's saved chain, until its loader makes its first iterator
             (:mod:`yolo_ckpt.train.exact_resume`).
+        ending: where the run's end is: ``"final_validation"`` while ``final_eval`` runs, ``"memory_probe"`` until the run
+            report is written, ``"written"`` after (:func:`~yolo_ckpt.train.run_stats.report_interrupted_end`); None
+            before the end.
     """
 
-    run_dir_before: tuple | None = None
+    run_dir_before: RunDirState | None = None
+    lock: Path | None = None
     planned: PlannedRun | None = None
     plan: Plan | None = None
     estimated_peaks: dict = field(default_factory=dict)
@@ -73,6 +82,7 @@ class RunState:
     chain_start: Any = None
     chain_batches: int = 0
     replay: tuple | None = None
+    ending: str | None = None
 
     @property
     def run_spec(self):

@@ -38,14 +38,14 @@ from ..config import DEFAULTS, CkptConfig
 from ..errors import ConfigError
 from ..memory.ultralytics_rules import frozen_layers
 from ..report.record import RunReport
-from . import distributed, exact_resume, run_stats
+from . import distributed, exact_resume, run_dir, run_stats
 from .atomic import atomic_saves, remove_stale_temporaries
 from .data_check import check_train_labels
 from .inputs import check_model_keys, check_train_inputs
 from .log import PREFIX
 from .planning import check_planning, plan_recompute, planned_batch
 from .resume import stop_on_interrupt
-from .run_dir import restored_on_failure, run_dir_state
+from .run_dir import claim_run_dir, held_run_dir, noted_writes, restored_on_failure
 from .run_stats import add_callbacks, keep_probe_batch, validating
 from .state import RunState
 from .tasks import task_defaults, task_of
@@ -57,7 +57,7 @@ STOCK_BATCH = (
 )
 
 
-class CheckpointTrainerMixin(exact_resume.ExactResume):
+class CheckpointTrainerMixin(exact_resume.ExactResume, run_dir.RunFolder):
     """Adds activation checkpointing and the run report to an Ultralytics task trainer (place it first). Only the hooks
     into Ultralytics: what they do is in :mod:`yolo_ckpt.train`'s other modules (planning, run_dir, run_stats, atomic,
     distributed, exact_resume), as functions of the trainer."""
@@ -67,26 +67,29 @@ class CheckpointTrainerMixin(exact_resume.ExactResume):
 
         Raises:
             ConfigError: for an invalid yolo-ckpt key or input (:meth:`check_keys`) or training set
-                (:func:`~yolo_ckpt.train.data_check.check_train_labels`), before any file or folder is written.
-                Whatever Ultralytics' trainer raises while it is built (a missing ``data=``: RuntimeError), after the
-                run directory is put back as it was (:func:`~yolo_ckpt.train.run_dir.restored_on_failure`).
+                (:func:`~yolo_ckpt.train.data_check.check_train_labels`), or run folder (another live run's, read-only:
+                :func:`~yolo_ckpt.train.run_dir.claim_run_dir`), before any file or folder is written. Whatever
+                Ultralytics' trainer raises while it is built (a missing ``data=``: RuntimeError), after this run's
+                writes into the run folder are undone (:func:`~yolo_ckpt.train.run_dir.restored_on_failure`).
         """
         config, given, overrides = self.check_keys(overrides)
         if RANK in {-1, 0}:
             check_train_labels(type(self), task_of(type(self)), get_cfg(cfg, overrides))
-        self.ckpt_state = RunState(run_dir_before=run_dir_state(cfg, overrides))
-        with restored_on_failure(self):  # e.g. a data= that does not exist: Ultralytics wrote args.yaml, removed results.csv
+        before, overrides = claim_run_dir(cfg, overrides)  # a second live run into the folder refused before any write
+        self.ckpt_state = state = RunState(run_dir_before=before, lock=before.lock if before else None)
+        # e.g. a data= that does not exist: Ultralytics wrote args.yaml, removed results.csv; only those writes are undone
+        with restored_on_failure(self), noted_writes(state.run_dir_before):
             super().__init__(cfg, overrides, _callbacks)
-        if distributed.torchrun_world_size() > 1:  # a torchrun worker: the whole job's ranks, on every node
-            self.world_size = distributed.torchrun_world_size()
-        # given > restored by resume (train_args) > this task's default > default
-        for k, default in {**DEFAULTS, **task_defaults(type(self))}.items():
-            setattr(self.args, k, given.get(k, getattr(self.args, k, default)))
-        # typed (the raw values stay on args for args.yaml); a resumed run's own keys are read back from last.pt
-        self.ckpt_config = CkptConfig.from_args(vars(self.args)) if self.args.resume else config
-        if RANK in {-1, 0}:
-            YAML.save(self.save_dir / "args.yaml", vars(self.args))  # again, now with yolo-ckpt's keys
-            remove_stale_temporaries(self.wdir)  # of this run's saves a kill interrupted
+            if distributed.torchrun_world_size() > 1:  # a torchrun worker: the whole job's ranks, on every node
+                self.world_size = distributed.torchrun_world_size()
+            # given > restored by resume (train_args) > this task's default > default
+            for k, default in {**DEFAULTS, **task_defaults(type(self))}.items():
+                setattr(self.args, k, given.get(k, getattr(self.args, k, default)))
+            # typed (the raw values stay on args for args.yaml); a resumed run's own keys are read back from last.pt
+            self.ckpt_config = CkptConfig.from_args(vars(self.args)) if self.args.resume else config
+            if RANK in {-1, 0}:
+                YAML.save(self.save_dir / "args.yaml", vars(self.args))  # again, now with yolo-ckpt's keys
+                remove_stale_temporaries(self.wdir)  # of this run's saves a kill interrupted
         self.policy = None
         add_callbacks(self)
         add_callbacks(self, exact_resume.CALLBACKS)
@@ -151,17 +154,11 @@ class CheckpointTrainerMixin(exact_resume.ExactResume):
         keep_probe_batch(self, batch)
         return batch
 
-    def get_model(self, *args, **kwargs):
-        """Ultralytics' ``get_model`` (``Model.train`` calls it between building the trainer and training), the run
-        directory put back as it was if it fails (:func:`~yolo_ckpt.train.run_dir.restored_on_failure`)."""
-        with restored_on_failure(self):
-            return super().get_model(*args, **kwargs)
-
     def train(self):
-        """Ultralytics' training. Whatever fails before the first epoch starts (set-up, the dataset, planning's PlanError)
-        leaves the run directory as it was (:func:`~yolo_ckpt.train.run_dir.restored_on_failure`), then is raised. Ctrl-C
-        stops it within a step, saying what resumes (:func:`~yolo_ckpt.train.resume.stop_on_interrupt`)."""
-        with restored_on_failure(self), stop_on_interrupt(self):
+        """Ultralytics' training, the run folder locked (:func:`~yolo_ckpt.train.run_dir.held_run_dir`). Whatever fails
+        before the first epoch starts (set-up, the dataset, planning's PlanError) undoes this run's writes into the run
+        folder, then is raised. Ctrl-C stops it within a step, saying what resumes (:func:`~yolo_ckpt.train.resume.stop_on_interrupt`)."""
+        with held_run_dir(self), stop_on_interrupt(self):
             return super().train()
 
     def _setup_ddp(self):
@@ -201,15 +198,16 @@ class CheckpointTrainerMixin(exact_resume.ExactResume):
     def final_eval(self):
         """Ultralytics' final validation of ``best.pt``, with its time and CUDA peak counted as validation's
         (:func:`validating`), and its ``strip_optimizer`` rewrites of ``last.pt`` and ``best.pt`` atomic
-        (:mod:`yolo_ckpt.train.atomic`)."""
-        cpu_ranks = self.device.type == "cpu" and self.world_size > 1
-        with validating(self), atomic_saves(self.wdir), distributed.cpu_validation() if cpu_ranks else contextlib.nullcontext():
+        (:mod:`yolo_ckpt.train.atomic`); the end's stage kept (:func:`~yolo_ckpt.train.run_stats.ending`: an interrupted
+        end still writes the run report)."""
+        ranks = distributed.cpu_validation() if self.device.type == "cpu" and self.world_size > 1 else contextlib.nullcontext()
+        with run_stats.ending(self), validating(self), atomic_saves(self.wdir), ranks:
             super().final_eval()
 
-    def run_report(self) -> RunReport:
-        """The :class:`~yolo_ckpt.report.record.RunReport` of this finished run (:func:`yolo_ckpt.train.run_stats.run_report`),
-        which ``on_train_end`` writes to ``ckpt_report.json``."""
-        return run_stats.run_report(self)
+    def run_report(self, not_measured: tuple = ()) -> RunReport:
+        """The :class:`~yolo_ckpt.report.record.RunReport` of this finished run (:func:`yolo_ckpt.train.run_stats.run_report`,
+        without what ``not_measured`` names), which ``on_train_end`` writes to ``ckpt_report.json``."""
+        return run_stats.run_report(self, not_measured)
 
 
 @functools.cache
