@@ -1,6 +1,7 @@
 """The ``yolo-ckpt`` command: parsing as ``yolo`` does, clear errors, and end-to-end runs on real and built-in data."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -298,55 +299,65 @@ def test_checks_that_need_no_model_come_first(args, message, synthetic, tmp_path
     assert not any(tmp_path.iterdir())
 
 
+def _cli(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    """``python -m yolo_ckpt.cli ARGS`` in a child process, offline, on a fresh Ultralytics config folder: a machine's
+    first use, where importing Ultralytics writes its settings file and logs a banner."""
+    env = {**os.environ, "YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": str(tmp_path / "first-use-config")}
+    return subprocess.run([sys.executable, "-m", "yolo_ckpt.cli", *args], capture_output=True, text=True, cwd=ROOT, env=env,
+                          timeout=SUBPROCESS_TIMEOUT_S)
+
+
 @pytest.mark.slow
-def test_plan_batch_minus_1_answers_trains_batch(synthetic, tmp_path, capsys):
+def test_plan_batch_minus_1_answers_trains_batch_and_policy(synthetic, tmp_path, capsys):
     """Issue 31, item 2: plan takes train's keys; with batch=-1 it answers the batch train picks for the same keys (on
-    the CPU, by the same function), and plans every policy at it."""
+    the CPU, by the same function), and plans every policy at it. Issue 43, items 3 and 4: its table holds the policy
+    train runs (detect's default backbone,loss, a row of its own) marked as train's, and auto as train makes it under
+    batch=-1 (all); every stderr line names the policy; on a machine's first use (a fresh config folder) stdout is the
+    JSON alone, Ultralytics' settings banner on stderr."""
     keys = [f"data={synthetic()}", "imgsz=160", "batch=-1", "memory_budget=60MB"]
     assert main(["train", *keys, "epochs=1", "val=False", "estimate=False", "probe=False", "plots=False", f"project={tmp_path}",
                  "name=b"]) == 0
     trained = yaml.safe_load((tmp_path / "b" / "args.yaml").read_text())["batch"]  # -1 as given; the report has the pick
     picked = json.loads((tmp_path / "b" / REPORT_NAME).read_text())["batch"]
     capsys.readouterr()
-    assert main(["plan", *keys, "format=json"]) == 0
-    out, err = capsys.readouterr()
-    result = json.loads(out)
+    child = _cli(["plan", *keys, "format=json"], tmp_path)
+    assert child.returncode == 0, child.stderr
+    result = json.loads(child.stdout)
+    assert "Creating new Ultralytics Settings" in child.stderr
     assert trained == -1 and result["batch"] == picked == 3  # yolo11n at 160 px, backbone,loss, in 57 MiB: 3 images
-    assert f"batch=-1 -> batch={picked}, train's pick for recompute=backbone,loss" in err
-    assert all(f"max_imgsz_at_batch_{picked}" in row for row in result["policies"])
+    assert f"batch=-1 -> batch={picked} for recompute=backbone,loss: the estimate's largest batch that fits" in child.stderr
+    rows = {row["recompute"]: row for row in result["policies"]}
+    assert [name for name, row in rows.items() if row["train"]] == ["backbone,loss"] and rows["backbone,loss"]["fits"]
+    assert "auto (all)" in rows and all(f"max_imgsz_at_batch_{picked}" in row for row in rows.values())
+    # recompute=auto with batch=-1 on a CUDA device: train runs all, at AutoBatch's batch; the line names the policy
+    assert main(["plan", *keys[:3], "memory_budget=2GB", "device=0", "recompute=auto", "format=json"]) == 0
+    out, err = capsys.readouterr()
+    rows = {row["recompute"]: row for row in json.loads(out)["policies"]}
+    assert [name for name, row in rows.items() if row["train"]] == ["auto (all)"] and "backbone,loss" not in rows
+    assert "for recompute=all: the estimate's largest batch that fits, at most" in err and "measures its own with AutoBatch" in err
+    # the table as a person reads it (its fake passes cached): train's row marked; what the headroom stands for
+    assert main(["plan", *keys[:3], "memory_budget=2GB", "device=0", "recompute=auto"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split()[:3] for line in lines if " yes " in line] == [["auto", "(all)", "yes"]]
+    assert lines[-1].startswith("headroom: memory_headroom=1.15x+500MiB on top of each estimate, for what a CUDA process holds")
+    assert lines[-1].endswith("the CUDA and AMP figures are estimates until a run on a GPU measures them (train's report: the allocator's peak)")  # noqa: E501
 
 
-class _PastAuto(Exception):
-    """Raised by the fake memory model once plan has gone past planning ``auto`` to the policies' rows."""
-
-
-@pytest.mark.parametrize("nothing_fits", [True, False])
-def test_plan_takes_only_plan_error_as_nothing_fits(monkeypatch, nothing_fits):
-    """Issue 32: plan reads PlanError (even 'all' does not fit) as auto = None and goes on to the rows; any other
-    ValueError raised while planning is a bug and reaches the caller as it was raised, not as "nothing fits"."""
-    import torch
-
-    from yolo_ckpt.cli import plan as commands
-    from yolo_ckpt.memory.planner import PlanError
-
-    error = PlanError("memory_budget=1 MiB is below the smallest plan's need") if nothing_fits else ValueError("a bug while planning")
-
-    def planned(budget, batch, imgsz):
-        raise error
-
-    def units(name):
-        raise _PastAuto(name)
-
-    model = type("Model", (), {"stride": torch.tensor([8.0, 16.0, 32.0])})()
-    memory = type("Memory", (), {"model": model, "headroom": None, "candidates": (), "plan": staticmethod(planned),
-                                 "units": staticmethod(units)})()
-    monkeypatch.setattr(commands, "plan_setup", lambda args: (memory, 2**20, {"imgsz": 640, "batch": 2}, None))
-    with pytest.raises(_PastAuto if nothing_fits else ValueError) as raised:
-        commands.plan([])
-    if nothing_fits:
-        assert raised.value.args == ("none",)  # past auto: the first row, recompute=none
-    else:
-        assert raised.value is error
+@pytest.mark.slow
+def test_plan_refuses_as_train_where_nothing_fits(synthetic, tmp_path, capsys):
+    """Issue 43, item 2: where even recompute=all does not fit at the imgsz and batch asked, plan refuses as train does
+    (recompute=auto, the same keys): the same one line, exit 2, the budget rounded once (57.2 MiB), all's need and the
+    largest imgsz at that batch that fits; nothing on stdout, on a machine's first use too."""
+    keys = [f"data={synthetic()}", "imgsz=640", "batch=2", "memory_budget=60MB", "device=cpu", "recompute=auto"]
+    child = _cli(["plan", *keys], tmp_path)
+    assert child.returncode == 2 and child.stdout == "", child.stderr
+    refusal = child.stderr.strip().splitlines()[-1]
+    assert refusal.startswith(
+        "yolo-ckpt: error: memory_budget=57.2 MiB is below the smallest plan's need at batch=2 imgsz=640: recompute=all needs "
+    )
+    assert "; it fits imgsz=" in refusal and refusal.endswith(". Raise the budget, or lower batch or imgsz")
+    assert main(["train", *keys, "epochs=1", f"project={tmp_path}", "name=t"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == refusal and not (tmp_path / "t").exists()
 
 
 def test_a_classify_model_refuses_a_data_yaml_before_its_trainer(synthetic, tmp_path, monkeypatch, capfd):

@@ -145,8 +145,11 @@ class _Memory:
     def largest_batch(self, units, budget, imgsz):
         return min(budget // 100, 1024)
 
-    def peak(self, units, batch, imgsz):
-        return 100 * batch
+    def largest_imgsz(self, units, budget, batch):
+        return 0 if budget < 100 * batch else 640
+
+    def estimate(self, spec, batch, imgsz):
+        return SimpleNamespace(peak_bytes=100 * batch)
 
     def spec(self, units):
         return ",".join(units)
@@ -165,7 +168,7 @@ def test_decide_is_the_one_rule_of_auto_and_batch_minus_1():
     auto = decide("auto", 2, memory, 1000, 640)
     assert auto.recompute == "0-4" and auto.batch == 2 and auto.plan.recompute == "0-4"
     assert decide("backbone", 2, memory, 1000, 640) == Decision("backbone", 2)
-    with pytest.raises(PlanError, match=r"is below batch=1's estimated need of .* with recompute=all"):
+    with pytest.raises(PlanError, match=r"below batch=1's estimated need of 100 bytes at imgsz=640 with recompute=all; it fits no imgsz"):
         decide("auto", -1, memory, 50, 640)
 
 

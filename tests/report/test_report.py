@@ -59,9 +59,11 @@ def test_other_reports_are_refused(tmp_path, change, message):
 
 
 def test_headline():
+    """Issue 43, item 5: the run's last line leads with what recompute bought, the estimated peak as a ratio of none's at
+    the same step, and says every size in one unit (MiB below 10 GiB, else GiB), all named once."""
     record = RunReport.from_dict(SCHEMA_2)
     assert record.headline() == (
-        "recompute=backbone: training peak 3072.0 MiB (3.00 GiB, CPU live tensors of one step of 8 images, 40 objects at imgsz 640); "
+        "recompute=backbone: training peak 3072 MiB (CPU live tensors of one step of 8 images, 40 objects at imgsz 640); "
         "median step 1.250 s"
     )
     # a planned run: the saving is the plan's estimate against none's, of the same step (the planner's objects, not
@@ -71,20 +73,23 @@ def test_headline():
         "memory_probe_images": None, "memory_probe_objects": None, "train_step_time_median_s": None,
     })
     assert planned.headline() == (
-        "recompute=backbone: training peak 3072.0 MiB (3.00 GiB, CUDA allocated); estimated at batch 8, imgsz 640, 80 objects "
-        "per image: this policy ~2861 MiB, none ~3815 MiB (planned for memory_budget=3815 MiB); step time not measured (too few steps)"
+        "recompute=backbone: 0.75x of recompute=none's estimated peak (~2861 MiB of ~3815 MiB) at batch 8, imgsz 640, 80 objects "
+        "per image; training peak 3072 MiB (CUDA allocated); planned for memory_budget=3815 MiB; step time not measured (too few steps)"
     )
     # schema 4: every run estimates its step at set-up, for none, all and its policy; or says why not
     estimated = RunReport.from_dict({
         **planned.to_dict(), "plan": None, "estimated_all_peak_bytes": 2**30, "estimated_policy_peak_bytes": 3 * 2**30,
         "estimated_step": {"batch": 16, "imgsz": 1024, "objects": 0, "device": "cuda", "amp": True},
     })
-    assert (
-        "CUDA allocated); estimated at batch 16, imgsz 1024: this policy ~3072 MiB, none ~3815 MiB, all ~1024 MiB; step"
-        in estimated.headline()
+    assert estimated.headline().startswith(
+        "recompute=backbone: 0.81x of recompute=none's estimated peak (~3072 MiB of ~3815 MiB; all ~1024 MiB) at batch 16, imgsz 1024; "
+        "training peak 3072 MiB (CUDA allocated); step"
     )
+    large = RunReport.from_dict({**estimated.to_dict(), "estimated_none_peak_bytes": 12 * 2**30, "recompute": "all"}).headline()
+    assert large.startswith("recompute=all: 0.25x of recompute=none's estimated peak (~3.00 GiB of ~12.00 GiB) at batch 16")
+    assert "training peak 3.00 GiB (CUDA" in large and "MiB" not in large
     skipped = RunReport.from_dict({**estimated.to_dict(), "estimated_none_peak_bytes": None, "estimate_skipped": "estimate=False"})
-    assert "CUDA allocated); no estimate (estimate=False); step time" in skipped.headline()
+    assert skipped.headline().startswith("recompute=backbone: no estimate (estimate=False); training peak 3072 MiB (CUDA allocated); step")
 
 
 def test_headline_says_when_the_estimates_are_of_another_step():
@@ -94,14 +99,14 @@ def test_headline_says_when_the_estimates_are_of_another_step():
               "estimated_policy_peak_bytes": 1992 * 2**20}
     at = {"imgsz": 640, "objects": 2144, "device": "cpu", "amp": False}
     other = RunReport.from_dict({**probed, "estimated_step": {**at, "batch": 16}}).headline()
-    assert "; estimated at batch 16, imgsz 640, 2144 objects per image (not the measured step: 2 images at imgsz 640): this policy" in other
+    assert " at batch 16, imgsz 640, 2144 objects per image (not the measured step: 2 images at imgsz 640); training peak" in other
     same = RunReport.from_dict({**probed, "estimated_step": {**at, "batch": 2}}).headline()
-    assert (
-        "; estimated at batch 2, imgsz 640, 2144 objects per image (the data's densest image x its augmentation; the measured step "
-        "had 293 per image): this policy ~1992 MiB, none ~7345 MiB, all ~1099 MiB; median step" in same
+    assert same.startswith(
+        "recompute=backbone: 0.27x of recompute=none's estimated peak (~1992 MiB of ~7345 MiB; all ~1099 MiB) at batch 2, imgsz 640, "
+        "2144 objects per image (the data's densest image x its augmentation; the measured step had 293 per image); training peak"
     )
     alike = RunReport.from_dict({**probed, "estimated_step": {**at, "batch": 2, "objects": 293}}).headline()
-    assert "; estimated at batch 2, imgsz 640, 293 objects per image: this policy" in alike
+    assert " at batch 2, imgsz 640, 293 objects per image; training peak" in alike
 
 
 def test_compare_reads_as_a_person_reads(tmp_path, capsys):

@@ -25,20 +25,21 @@ def _plan_budget(config: CkptConfig) -> int:
 
 def plan_setup(args: list[str]):
     """The :class:`~yolo_ckpt.memory.planner.MemoryModel` ``yolo-ckpt plan`` plans with, for its arguments: the run
-    :func:`~yolo_ckpt.cli.estimate.estimate_setup` makes of them (its headroom on the assumed device, ``loss_chunk=``).
+    :func:`~yolo_ckpt.cli.estimate.estimate_setup` makes of them (its headroom on the assumed device, ``loss_chunk=``),
+    and the batch train would run with them, by train's function (:func:`yolo_ckpt.memory.planned_run.decide`).
 
     Returns:
         ``(memory, budget, opts, spec)``: the memory model, ``memory_budget=`` in bytes, the keys with defaults and
-        the :class:`~yolo_ckpt.memory.runspec.RunSpec`.
+        the :class:`~yolo_ckpt.memory.runspec.RunSpec`; ``opts["recompute"]`` is ``recompute=`` as train takes it, with the
+        task's default (``backbone,loss`` for detect).
 
     With ``batch=-1``, ``opts["batch"]`` becomes the batch train would pick for ``memory_budget=`` off CUDA, by the same
-    function (:func:`yolo_ckpt.memory.planned_run.decide`: with the run's policy, ``all`` for ``recompute=auto``,
-    capped by the training set's images); on CUDA train measures with AutoBatch instead (and keeps the smaller of the two
-    for segment models), which needs the GPU itself.
+    function (with the run's policy, ``all`` for ``recompute=auto``, capped by the training set's images); on CUDA train
+    measures with AutoBatch instead (and keeps the smaller of the two for segment models), which needs the GPU itself.
 
     Raises:
-        ConfigError: as :func:`~yolo_ckpt.cli.estimate.estimate_setup` raises (without ``memory_budget=``, for a fraction); PlanError: with
-            ``batch=-1`` where not even batch 1 fits.
+        ConfigError: as :func:`~yolo_ckpt.cli.estimate.estimate_setup` raises (without ``memory_budget=``, for a fraction); PlanError:
+            where train refuses: with ``batch=-1`` where not even batch 1 fits.
     """
     from ..memory.planned_run import decide
 
@@ -46,69 +47,76 @@ def plan_setup(args: list[str]):
     budget = _plan_budget(run.config)
     print("yolo-ckpt plan: estimating the model (calibrating its loss formula, one fake pass)", file=sys.stderr)
     memory = run.memory_model()
+    opts["recompute"] = run.config.recompute
     if opts["autobatch"]:
         images = run.counts.images if run.counts else None
-        decision = decide(run.config.recompute, -1, memory, budget, opts["imgsz"], images)  # train's, for batch=-1
-        opts["batch"], recompute = decision.batch, decision.recompute
+        decision = decide(opts["recompute"], -1, memory, budget, opts["imgsz"], images)  # train's, for batch=-1
+        opts["batch"] = decision.batch
         cap = f", at most the {images} training images" if images else ""
-        how = (
-            f"the estimate's largest batch that fits{cap}; train on CUDA measures its own with AutoBatch"
-            if run.spec.device == "cuda"
-            else f"train's pick for recompute={recompute}: the estimate's largest batch that fits{cap}"
+        how = "; train on CUDA measures its own with AutoBatch" if run.spec.device == "cuda" else ", train's pick"
+        print(
+            f"yolo-ckpt plan: batch=-1 -> batch={opts['batch']} for recompute={decision.recompute}: the estimate's largest batch that "
+            f"fits{cap}{how}",
+            file=sys.stderr,
         )
-        print(f"yolo-ckpt plan: batch=-1 -> batch={opts['batch']}, {how}", file=sys.stderr)
     return memory, budget, opts, run.spec
 
 
 def plan(args: list[str]) -> list[dict]:
-    """``yolo-ckpt plan``: for none, backbone, head, loss (segment models), all (layers, head branches and loss) and
-    auto, the estimated peak at ``imgsz=`` (the largest size it trains at) and ``batch=``, the headroom kept on top of
-    it (CUDA, against a budget in
-    bytes) and the margin left in ``memory_budget=``, the largest imgsz (at ``batch``) and batch (at ``imgsz``) that
-    fit, and each policy's recompute cost; for the run the keys describe (see :func:`~yolo_ckpt.cli.estimate.estimate_setup`). Every peak is
-    a fake pass's (the largest imgsz and batch: the composed answer, checked by one; ``MemoryModel.largest_imgsz``).
-    The result on stdout, progress and logs on stderr.
+    """``yolo-ckpt plan``: for none, backbone, head, loss (where the head has the loss region), all (layers, head
+    branches and loss), auto (as train decides it: its plan at the batch, ``all`` with ``batch=-1``) and the policy train
+    runs with these keys (``recompute=``, the task's default: a row of its own where no other is it; the ``train`` column
+    marks it), the estimated peak at ``imgsz=`` (the largest size it trains at) and ``batch=``, the headroom kept on top
+    of it (CUDA, against a budget in bytes) and the margin left in ``memory_budget=``, the largest imgsz (at ``batch``)
+    and batch (at ``imgsz``) that fit, and each policy's recompute cost; for the run the keys describe (see
+    :func:`~yolo_ckpt.cli.estimate.estimate_setup`). Every figure is a fake pass's (the largest imgsz and batch: searched
+    by fake passes, ``MemoryModel.largest_imgsz``). The result on stdout, progress and logs on stderr.
+
+    Raises:
+        PlanError: where train refuses the same keys (:func:`plan_setup`), and where even ``all`` does not fit at
+            ``imgsz`` and ``batch``: one line with ``all``'s need and the largest imgsz and batch it fits
+            (:meth:`~yolo_ckpt.memory.planner.MemoryModel.nothing_fits`).
 
     Examples:
         >>> rows = plan(["model=yolo11n-seg.yaml", "imgsz=1536", "batch=2", "objects=800", "memory_budget=8GB", "format=json"])
-        >>> [row["recompute"] for row in rows]  # none, backbone, head, loss, all, then auto's choice
+        >>> [row["recompute"] for row in rows]  # none, backbone, head, loss, all, auto's choice; the train column marks train's
     """
     check_words(args, train_keys(estimate_keys("plan")), TASKS)  # argument errors before torch is imported
     import json
 
     import pandas as pd
-    from ultralytics.utils import TQDM
 
-    from ..memory.planned_run import decide
-    from ..memory.planner import PlanError
-    from ..memory.ultralytics_rules import grid_size
+    from ..checkpointing.policy import is_auto
 
-    with diagnostics_to_stderr():
+    with diagnostics_to_stderr():  # before Ultralytics is imported: its first import on a machine prints a banner
+        from ultralytics.utils import TQDM
+
+        from ..memory.planned_run import decide
+        from ..memory.planner import size_text
+
         memory, budget, opts, spec = plan_setup(args)
-        stride = grid_size(memory.model.stride)  # the training size's grid (train_imgsz: Ultralytics' gs)
         imgsz, batch, headroom = opts["imgsz"], opts["batch"], memory.headroom
-        print("yolo-ckpt plan: planning auto", file=sys.stderr)
-        try:
-            auto = decide("auto", batch, memory, budget, imgsz).plan
-        except PlanError:
-            auto = None  # even 'all' does not fit at this imgsz and batch
+        print(f"yolo-ckpt plan: planning recompute=auto at batch={batch}", file=sys.stderr)
+        # train's auto: all under batch=-1, else the plan at the batch (PlanError, exit 2, where even all does not fit)
+        auto = decide("auto", -1) if opts["autobatch"] else decide("auto", batch, memory, budget, imgsz)
+        names = ["none", "backbone", "head", *(["loss"] if "loss" in memory.candidates else []), "all", "auto"]
+        trains = "auto" if is_auto(opts["recompute"]) else opts["recompute"]
+        names += [trains] * (trains not in names)  # a row of its own (backbone,loss), where no other row is it
         rows = []
-        names = ("none", "backbone", "head") + (("loss",) if "loss" in memory.candidates else ()) + ("all", "auto")
         for name in TQDM(names, desc="yolo-ckpt plan: checking each policy's peak, largest imgsz and batch"):
-            units = memory.units(name if name != "auto" else (auto.recompute if auto else "all"))
+            units = memory.units(auto.recompute if name == "auto" else name)
             # each row's peak from its fake pass, the check that decides (the composition is close, not exact)
-            cost = (
-                auto
-                if name == "auto" and auto
-                else memory.as_plan(units, memory.estimate(memory.spec(units), batch, imgsz).peak_bytes, budget, batch, imgsz)
+            cost = auto.plan if name == "auto" and auto.plan else memory.as_plan(
+                units, memory.estimate(memory.spec(units), batch, imgsz).peak_bytes, budget, batch, imgsz
             )
             rows.append({
-                "recompute": name if name != "auto" else f"auto ({cost.recompute})",
+                "recompute": name if name != "auto" else f"auto ({auto.recompute})",  # the plan's units, or all
+                "train": name == trains,
                 "estimated_peak_MiB": cost.estimated_peak_bytes / 2**20,
                 "headroom_MiB": cost.headroom_bytes / 2**20,
                 "margin_MiB": cost.margin_bytes / 2**20,
                 "fits": cost.fits,
-                f"max_imgsz_at_batch_{batch}": memory.largest_imgsz(units, budget, batch, stride),
+                f"max_imgsz_at_batch_{batch}": memory.largest_imgsz(units, budget, batch),
                 f"max_batch_at_imgsz_{imgsz}": memory.largest_batch(units, budget, imgsz),
                 "recompute_GFLOPs": cost.recompute_flops / 1e9,
                 "recompute_pct_of_step": 100 * cost.recompute_cost,
@@ -120,6 +128,7 @@ def plan(args: list[str]) -> list[dict]:
         "imgsz": imgsz,
         "imgsz_given": opts["imgsz_given"],
         "batch": batch,
+        "recompute": opts["recompute"],
         "assumed": spec.to_dict(),
         "policies": rows,
     }
@@ -127,9 +136,16 @@ def plan(args: list[str]) -> list[dict]:
         print(json.dumps(result, indent=2))
     else:
         print(
-            f"{opts['model']} at imgsz={imgsz}{trained_at(opts)} batch={batch}, memory_budget={budget / 2**20:.0f} MiB, "
+            f"{opts['model']} at imgsz={imgsz}{trained_at(opts)} batch={batch}, memory_budget={size_text(budget)}, "
             f"memory_headroom={headroom}"
         )
         print(spec.describe())
-        print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+        table = pd.DataFrame(rows).assign(train=lambda t: t["train"].map({True: "yes", False: ""}))
+        print(table.to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+        if spec.device == "cuda":
+            print(
+                f"headroom: memory_headroom={headroom} on top of each estimate, for what a CUDA process holds beside its live tensors "
+                "(the CUDA context, the allocator's reserve, cuDNN/cuBLAS workspaces); the CUDA and AMP figures are estimates "
+                "until a run on a GPU measures them (train's report: the allocator's peak)"
+            )
     return rows

@@ -54,13 +54,13 @@ def profile(args: list[str]) -> dict:
     check_words(args, train_keys(estimate_keys("profile")), TASKS)  # argument errors before torch is imported
     import json
 
-    from ultralytics.utils import TQDM
+    with diagnostics_to_stderr():  # before Ultralytics is imported: its first import on a machine prints a banner
+        from ultralytics.utils import TQDM
 
-    from ..checkpointing.policy import ModelLayout, resolve
-    from ..memory.estimate import estimate_step
-    from ..memory.loss_calibration import loss_models
+        from ..checkpointing.policy import ModelLayout, resolve
+        from ..memory.estimate import estimate_step
+        from ..memory.loss_calibration import loss_models
 
-    with diagnostics_to_stderr():
         run, opts = estimate_setup(args, "profile")
         model, config, spec = run.model, run.config, run.spec
         recompute, mode = config.recompute, config.recompute_mode

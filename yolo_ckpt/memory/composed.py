@@ -251,15 +251,17 @@ class ComposedEstimate:
 
         The fake pass backpropagates a stand-in of the loss (:func:`yolo_ckpt.memory.estimate.estimate_step`), so
         the loss region does not change it: one pass per units but ``"loss"``, batch and trained imgsz serves a
-        policy with and without the region (the plan, ``plan``'s rows and the checks of the largest imgsz and batch
-        ask for the same steps), kept across processes (:mod:`yolo_ckpt.memory.estimate_cache`); the loss's phases
-        are composed on it by :func:`yolo_ckpt.memory.estimate.with_loss_phases`, as ``estimate_step`` composes them."""
+        policy with and without the region (the plan, ``plan``'s rows and the searches of the largest imgsz and batch
+        ask for the same steps), kept across processes (:mod:`yolo_ckpt.memory.estimate_cache`) and shared by memory
+        models of other base passes (the base lends it only its optimizer phase, which ``optimizer_from`` makes equal
+        to the pass's own); the loss's phases are composed on it by
+        :func:`yolo_ckpt.memory.estimate.with_loss_phases`, as ``estimate_step`` composes them."""
         imgsz = train_imgsz(imgsz, self.model.stride)
         units = self.units(recompute)
         layers = tuple(u for u in units if u != "loss")
         key = (layers, batch, imgsz)
         if key not in self._passes:
-            self._passes[key] = _cached_step((*self._key, *key, repr(self._no_loss), self._base_key), lambda: estimate_step(
+            self._passes[key] = _cached_step((*self._key, *key, repr(self._no_loss)), lambda: estimate_step(
                 self.model, imgsz, batch, self.objects, self.spec(layers), optimizer=self.optimizer, amp=self.amp,
                 loss_model=self._no_loss, flops=False, optimizer_from=self.base,
             ))

@@ -263,7 +263,8 @@ def decide(recompute, batch: int, memory=None, budget: int | None = None, imgsz:
         images: the training set's images (None: no data, no cap).
 
     Raises:
-        PlanError: when not even batch 1 fits (saying the need), or no plan fits at the batch.
+        PlanError: when not even batch 1 fits (saying the need and the largest imgsz batch 1 fits), or no plan fits at
+            the batch (:meth:`~yolo_ckpt.memory.planner.MemoryModel.nothing_fits`).
     """
     auto = is_auto(recompute)
     if batch < 1 and auto:
@@ -275,11 +276,12 @@ def decide(recompute, batch: int, memory=None, budget: int | None = None, imgsz:
 
         units = memory.units(recompute)
         batch = memory.largest_batch(units, budget, imgsz)
-        if batch < 1:
-            need = memory.headroom.need(memory.peak(units, 1, imgsz))
+        if batch < 1:  # the search's fake pass of batch 1 did not fit: its need, and the largest imgsz batch 1 fits
+            need = memory.headroom.need(memory.estimate(memory.spec(units), 1, imgsz).peak_bytes)
+            sizes = memory.largest_imgsz(units, budget, 1)
             raise PlanError(
                 f"memory_budget={size_text(budget)} is below batch=1's estimated need of {size_text(need)} at imgsz={imgsz} with "
-                f"recompute={memory.spec(units)}"
+                f"recompute={memory.spec(units)}; it fits " + (f"imgsz={sizes} at batch=1" if sizes else "no imgsz at batch=1")
             )
         return Decision(recompute, batch if images is None else min(batch, images))
     if not auto:

@@ -8,8 +8,9 @@ greedily by bytes freed per FLOP, then dropping units that are no longer needed,
 named policy (backbone, neck, all) that fits. ``loss`` is in every plan where the model has it: the assigner's part
 recomputes nothing, and it bounds the loss's memory where objects are many. The chosen plan is checked with one more
 fake pass of that policy. A plan is a ``recompute=`` value, ``"2,4,6,head,loss"``, that
-:func:`yolo_ckpt.checkpointing.policy.resolve` reads back to its units. The largest batch and imgsz are the composed
-peak's answers by bisection, checked and lowered with fake passes.
+:func:`yolo_ckpt.checkpointing.policy.resolve` reads back to its units. The largest batch and imgsz are searched by
+fake passes from the composed peak's answer: the largest that fits, the next one up shown not to, whatever size the
+base pass was estimated at.
 
 :class:`MemoryModel` is the one planning entry: ``recompute=auto`` and ``batch=-1`` in the trainers,
 ``yolo-ckpt plan`` and the benchmark's planned cells (:mod:`yolo_ckpt.bench.planning`) all plan through it.
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from ..config import NO_HEADROOM, Headroom
 from ..errors import ConfigError
 from .composed import ComposedEstimate
-from .ultralytics_rules import train_imgsz
+from .ultralytics_rules import grid_size, train_imgsz
 
 
 def size_text(n: int) -> str:
@@ -206,7 +207,7 @@ class MemoryModel(ComposedEstimate):
         composition is close, not exact, the fake pass decides.
 
         Raises:
-            PlanError: when even recomputing every unit (``all``) does not fit, saying the minimum and the headroom.
+            PlanError: when even recomputing every unit (``all``) does not fit (:meth:`nothing_fits`).
         """
         imgsz = train_imgsz(imgsz, self.model.stride)
         units = self.cheapest(budget, batch, imgsz)
@@ -221,22 +222,28 @@ class MemoryModel(ComposedEstimate):
         order = self._order(batch, imgsz)
         while True:
             if units is None:
-                need = self.estimate("all", batch, imgsz).peak_bytes
-                raise PlanError(
-                    f"memory_budget={size_text(budget)} is below the smallest plan's need at batch={batch} "
-                    f"imgsz={imgsz}: recompute=all needs {size_text(need)} ({need} bytes)"
-                    + (
-                        f" and {size_text(self.headroom.need(need))} with memory_headroom={self.headroom}"
-                        if self.headroom != NO_HEADROOM
-                        else ""
-                    )
-                    + ". Raise the budget, or lower batch or imgsz"
-                )
+                raise self.nothing_fits(budget, batch, imgsz)
             check = self.estimate(self.spec(units), batch, imgsz)
             if self.fits(check.peak_bytes, budget):
                 return self.as_plan(units, check.peak_bytes, budget, batch, imgsz)
             rest = [u for u in order if u not in units]
             units = self._sorted((*units, rest[0])) if rest else None
+
+    def nothing_fits(self, budget: int, batch: int, imgsz) -> PlanError:
+        """The refusal where even recomputing every unit (``all``) does not fit ``budget`` at ``batch`` and ``imgsz``, in
+        one line: ``all``'s need there by its fake pass (and with the headroom), and the largest imgsz at ``batch`` and
+        the largest batch at ``imgsz`` that ``all`` fits (:meth:`largest_imgsz`, :meth:`largest_batch`), where any does."""
+        imgsz = train_imgsz(imgsz, self.model.stride)
+        need = self.estimate("all", batch, imgsz).peak_bytes
+        sizes, batches = self.largest_imgsz(self.candidates, budget, batch), self.largest_batch(self.candidates, budget, imgsz)
+        fit = [f"imgsz={sizes} at batch={batch}"] * bool(sizes) + [f"batch={batches} at imgsz={imgsz}"] * bool(batches)
+        return PlanError(
+            f"memory_budget={size_text(budget)} is below the smallest plan's need at batch={batch} imgsz={imgsz}: recompute=all "
+            f"needs {size_text(need)} ({need} bytes)"
+            + (f" and {size_text(self.headroom.need(need))} with memory_headroom={self.headroom}" if self.headroom != NO_HEADROOM else "")
+            + (f"; it fits {' or '.join(fit)}" if fit else f"; it fits no imgsz at batch={batch} nor any batch at imgsz={imgsz}")
+            + ". Raise the budget, or lower batch or imgsz"
+        )
 
     def as_plan(self, units, peak_bytes: int, budget: int, batch: int, imgsz) -> Plan:
         """A :class:`Plan` of these units, with their recompute FLOPs and the headroom at this batch and imgsz. The
@@ -256,28 +263,50 @@ class MemoryModel(ComposedEstimate):
         )
 
     def largest_batch(self, units, budget: int, imgsz, limit: int = 1024) -> int:
-        """The largest batch (>= 0, at most ``limit``, AutoBatch's cap) whose estimate with ``units`` and the headroom
-        fits ``budget`` at ``imgsz``: the composed peak's answer, checked with a fake pass (:meth:`_checked`)."""
+        """The largest batch (>= 0, at most ``limit``, AutoBatch's cap) whose fake pass with ``units`` and the headroom
+        fits ``budget`` at ``imgsz``, the next batch shown not to fit (:meth:`_largest_by_fake_pass`): the same answer
+        whatever batch the memory model's base pass was estimated at."""
         imgsz = train_imgsz(imgsz, self.model.stride)
-        batch = _largest(lambda b: self.fits(self.peak(units, b, imgsz), budget), limit)
-        return self._checked(units, budget, batch, lambda b: (b, imgsz), exponent=1, step=1)
+        guess = _largest(lambda b: self.fits(self.peak(units, b, imgsz), budget), limit)
+        return self._largest_by_fake_pass(units, budget, guess, lambda b: (b, imgsz), step=1, limit=limit)
 
-    def largest_imgsz(self, units, budget: int, batch: int, stride: int = 32, limit: int = 8192) -> int:
-        """The largest imgsz (a multiple of ``stride``, 0 if none) whose estimate with ``units`` and the headroom fits
-        at ``batch``: the composed peak's answer, checked with a fake pass (:meth:`_checked`)."""
-        steps = _largest(lambda n: self.fits(self.peak(units, batch, n * stride), budget), limit // stride)
-        return self._checked(units, budget, steps * stride, lambda s: (batch, s), exponent=2, step=stride)
+    def largest_imgsz(self, units, budget: int, batch: int, stride: int | None = None, limit: int = 8192) -> int:
+        """The largest imgsz (a multiple of ``stride``, by default the training size's grid:
+        :func:`~yolo_ckpt.memory.ultralytics_rules.grid_size`; at most ``limit``, 0 if none) whose fake pass with
+        ``units`` and the headroom fits ``budget`` at ``batch``, the next multiple shown not to fit
+        (:meth:`_largest_by_fake_pass`): the same answer whatever imgsz the memory model's base pass was estimated at."""
+        stride = stride or grid_size(self.strides)
+        guess = _largest(lambda n: self.fits(self.peak(units, batch, n * stride), budget), limit // stride) * stride
+        return self._largest_by_fake_pass(units, budget, guess, lambda s: (batch, s), step=stride, limit=limit)
 
-    def _checked(self, units, budget: int, value: int, step_at, exponent: int, step: int) -> int:
-        """``value`` (a batch or an imgsz from the composed peak) lowered until the fake pass of ``units`` at
-        ``step_at(value)`` (batch, imgsz) fits ``budget`` with the headroom: the composition scales activations
-        with batch x imgsz^2, which attention (its token count squared) and the loss's own terms outgrow. Each try
-        shrinks ``value`` by the overshoot, ``(budget / need)^(1/exponent)``, in multiples of ``step``, at least
-        one step."""
-        spec = self.spec(units)
-        while value > 0:
-            peak = self.estimate(spec, *step_at(value)).peak_bytes
-            if self.fits(peak, budget):
-                return value
-            value = min(value - step, int(value * (budget / self.headroom.need(peak)) ** (1 / exponent)) // step * step)
-        return 0
+    def _largest_by_fake_pass(self, units, budget: int, guess: int, step_at, step: int, limit: int) -> int:
+        """The largest multiple of ``step`` in [0, ``limit``] whose fake pass of ``units`` at ``step_at(value)`` (batch,
+        imgsz) fits ``budget`` with the headroom, the next multiple up shown not to fit by its own fake pass (unless
+        the answer is ``limit``'s multiple); 0 where even ``step`` does not fit.
+
+        ``guess`` is the composed peak's answer: close, but it scales activations with batch x imgsz^2, which attention
+        (its tokens squared: imgsz^4) and the loss's own terms outgrow, and it depends on the base pass's size. From it,
+        steps of 1, 2, 4, ... multiples go up while the fake pass fits (or down while it does not), then bisection
+        between the last that fits and the first that does not: two passes where the guess is right, about
+        2 log2(steps off) + 1 where it is not (each cached: :meth:`~yolo_ckpt.memory.composed.ComposedEstimate.estimate`).
+        Assumes the peak grows with the value (monotone), as it does with batch and imgsz."""
+        spec, top = self.spec(units), limit // step * step
+
+        def fits(value: int) -> bool:
+            return value == 0 or self.fits(self.estimate(spec, *step_at(value)).peak_bytes, budget)
+
+        guess = min(max(guess // step * step, step), top)
+        lo, hi = (guess, None) if fits(guess) else (None, guess)
+        jump = step
+        while lo is None:  # down from a guess that does not fit: 0 always fits (nothing asked)
+            value = max(hi - jump, 0)
+            lo, hi, jump = (value, hi, jump) if fits(value) else (None, value, 2 * jump)
+        while hi is None:  # up from one that fits, to the limit
+            if lo == top:
+                return lo
+            value = min(lo + jump, top)
+            lo, hi, jump = (value, None, 2 * jump) if fits(value) else (lo, value, jump)
+        while hi - lo > step:
+            mid = (lo + hi) // (2 * step) * step
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        return lo

@@ -31,6 +31,14 @@ FINAL_VALIDATION, MEMORY_PROBE, STEP_TIMES = "final_validation", "memory_probe",
 _SUFFIX = {"(B)": "box", "(M)": "mask", "(P)": "pose"}
 
 
+def one_unit(largest: int):
+    """The formatter of the byte counts of one line, in one unit chosen by its ``largest`` figure (bytes): MiB (whole)
+    below 10 GiB, else GiB (2 decimals); ``one_unit(3 * 2**30)(797 * 2**20)`` -> ``"797 MiB"``."""
+    if largest >= 10 * 2**30:
+        return lambda n: f"{n / 2**30:.2f} GiB"
+    return lambda n: f"{n / 2**20:.0f} MiB"
+
+
 @dataclass
 class PlanRecord:
     """What a run planned (``recompute=auto``, ``batch=-1``): the ``plan`` object of ``ckpt_report.json``.
@@ -174,13 +182,31 @@ class RunReport:
         return cls(**{**data, "plan": PlanRecord(**data["plan"]) if data.get("plan") else None})
 
     def headline(self) -> str:
-        """One line a person reads at the end of a run: the training peak in MiB and GiB and what measured it (for the
-        CPU probe, its batch); what recompute bought: the estimated peaks of this policy, ``none`` and ``all`` at the
-        step this run trains (its batch and imgsz, the planner's objects: the data's densest, which a measured batch
-        need not have), and for a planned run its budget; and the median step time."""
-        peak = self.train_peak_allocated_bytes
+        """One line a person reads at the end of a run, its sizes in one unit (:func:`one_unit`): first what recompute
+        bought, the policy's estimated peak as a ratio of ``none``'s at the step this run trains (its batch and imgsz,
+        the planner's objects: the data's densest, which a measured batch need not have; ``all``'s beside them), or why
+        there is no estimate; then the training peak and what measured it (for the CPU probe, its batch), a planned
+        run's budget and the median step time."""
+        peak, plan, step_time = self.train_peak_allocated_bytes, self.plan, self.train_step_time_median_s
+        policy, step = self.estimated_policy_peak_bytes, self.estimated_step
+        if step is None and plan:  # schema 3: only a planned run estimated, at its planned step
+            step = {"batch": plan.batch, "imgsz": plan.imgsz, "objects": (plan.assumed or {}).get("objects")}
+            policy = plan.estimated_peak_bytes
+        none, every = self.estimated_none_peak_bytes, self.estimated_all_peak_bytes
+        figures = [n for n in (peak, policy, none, every, plan.budget_bytes if plan else None) if n is not None]
+        size, parts = one_unit(max(figures, default=0)), []
+        if none is not None and policy is not None:
+            step = step or {}
+            objects = f", {step['objects']} objects per image" if step.get("objects") else ""
+            also = f"; all ~{size(every)}" if every is not None and self.recompute != "all" else ""
+            parts.append(
+                f"{policy / none:.2f}x of recompute=none's estimated peak (~{size(policy)} of ~{size(none)}{also}) at batch "
+                f"{step.get('batch')}, imgsz {step.get('imgsz')}{objects}{self._unlike(step)}"
+            )
+        elif self.estimate_skipped:
+            parts.append(f"no estimate ({self.estimate_skipped})")
         if peak is None:
-            text = "training peak not measured" + (" (probe=False)" if self.memory_source == PROBE_SKIPPED else "")
+            parts.append("training peak not measured" + (" (probe=False)" if self.memory_source == PROBE_SKIPPED else ""))
         else:
             source = {"cuda_allocator": "CUDA allocated", "cpu_probe_live_tensors": "CPU live tensors of one step"}.get(
                 self.memory_source, self.memory_source
@@ -188,34 +214,13 @@ class RunReport:
             if self.memory_probe_images:
                 objects = f", {self.memory_probe_objects} objects" if self.memory_probe_objects is not None else ""
                 source += f" of {self.memory_probe_images} images{objects} at imgsz {self.memory_probe_imgsz}"
-            text = f"training peak {peak / 2**20:.1f} MiB ({peak / 2**30:.2f} GiB, {source})"
-            text += self._estimates()
-        step = self.train_step_time_median_s
-        text += f"; median step {step:.3f} s" if step is not None else "; step time not measured (too few steps)"
-        if self.not_measured:
-            text += f"; not measured: {', '.join(self.not_measured)}"
-        return f"recompute={self.recompute}: {text}"
-
-    def _estimates(self) -> str:
-        """The headline's estimates: ``; estimated at batch 16, imgsz 640, 80 objects per image: this policy ~X MiB,
-        none ~Y MiB, all ~Z MiB``, the plan's budget where it planned, or why there is none."""
-        if self.estimated_none_peak_bytes is None:
-            return f"; no estimate ({self.estimate_skipped})" if self.estimate_skipped else ""
-        plan, mib = self.plan, lambda n: f"~{n / 2**20:.0f} MiB"
-        step, policy = self.estimated_step, self.estimated_policy_peak_bytes
-        if step is None and plan:  # schema 3: only a planned run estimated, at its planned step
-            step, policy = (
-                {"batch": plan.batch, "imgsz": plan.imgsz, "objects": (plan.assumed or {}).get("objects")},
-                plan.estimated_peak_bytes,
-            )
-        step = step or {}
-        objects = f", {step['objects']} objects per image" if step.get("objects") else ""
-        where = f"batch {step.get('batch')}, imgsz {step.get('imgsz')}{objects}" + self._unlike(step)
-        peaks = [("this policy", policy), ("none", self.estimated_none_peak_bytes), ("all", self.estimated_all_peak_bytes)]
-        text = f"; estimated at {where}: " + ", ".join(f"{name} {mib(n)}" for name, n in peaks if n is not None)
+            parts.append(f"training peak {size(peak)} ({source})")
         if plan:
-            text += f" (planned for memory_budget={plan.budget_bytes / 2**20:.0f} MiB)"
-        return text
+            parts.append(f"planned for memory_budget={size(plan.budget_bytes)}")
+        parts.append(f"median step {step_time:.3f} s" if step_time is not None else "step time not measured (too few steps)")
+        if self.not_measured:
+            parts.append(f"not measured: {', '.join(self.not_measured)}")
+        return f"recompute={self.recompute}: " + "; ".join(parts)
 
     def _unlike(self, step: dict) -> str:
         """Where the estimated step is not the CPU probe's measured one, what differs, said plainly: `` (not the

@@ -25,6 +25,7 @@ from ..errors import ConfigError, one_line
 from ..memory.planned_run import ESTIMATE_BASE_BATCH, decide
 from ..memory.planner import PlanError, size_text
 from ..memory.ultralytics_rules import TASKS, autobatch_fraction, device_type
+from ..report.record import one_unit
 from .log import PREFIX
 
 # Trainers of a planned task (detect, segment) whose models and losses the estimate does not know: named policies only
@@ -138,8 +139,9 @@ def plan_recompute(trainer) -> str:
         plan = trainer.ckpt_state.plan = decide("auto", trainer.args.batch, memory, budget_bytes(trainer), imgsz).plan
     LOGGER.info(
         f"{PREFIX}plan for memory_budget={size_text(plan.budget_bytes)}: recompute={plan.recompute}, "
-        f"estimated peak {size_text(plan.estimated_peak_bytes)} + headroom {size_text(plan.headroom_bytes)} "
-        f"at batch={plan.batch} imgsz={imgsz}, recompute cost {plan.recompute_cost:.1%} of a step's FLOPs"
+        f"estimated peak {size_text(plan.estimated_peak_bytes)}"
+        + (f" + headroom {size_text(plan.headroom_bytes)}" if plan.headroom_bytes else "")  # none off CUDA
+        + f" at batch={plan.batch} imgsz={imgsz}, recompute cost {plan.recompute_cost:.1%} of a step's FLOPs"
     )
     return plan.recompute
 
@@ -171,7 +173,7 @@ def planned_batch(trainer) -> int:
     batch = estimated
     if cuda:
         batch = autobatch(trainer, budget)
-        LOGGER.info(f"{PREFIX}AutoBatch measured batch={batch}; the estimate's batch for {size_text(budget)} is {estimated}")
+        LOGGER.info(f"{PREFIX}AutoBatch measured batch={batch} ({policy.spec}); the estimate's for {size_text(budget)} is {estimated}")
         if isinstance(trainer, SegmentationTrainer) and estimated < batch:  # AutoBatch never sees a mask loss
             LOGGER.info(f"{PREFIX}batch={max(estimated, 1)}: the estimate counts the mask loss, AutoBatch does not")
             batch = max(estimated, 1)
@@ -242,8 +244,9 @@ def _estimate_step_peaks(trainer) -> None:
         "device": run.spec.device,
         "amp": run.spec.amp,
     }
+    size = one_unit(max(peaks.values()))
+    named = {policy.spec: peaks["policy"], "none": peaks["none"], "all": peaks["all"]}  # none's or all's policy named once
     LOGGER.info(
-        f"{PREFIX}estimated at batch {batch}, imgsz {run.imgsz}: {policy.spec} {size_text(peaks['policy'])}, "
-        f"none {size_text(peaks['none'])}, all {size_text(peaks['all'])} "
-        f"({time.process_time() - start:.1f} CPU s; estimate=False skips it)"
+        f"{PREFIX}estimated at batch {batch}, imgsz {run.imgsz}: " + ", ".join(f"{name} {size(n)}" for name, n in named.items())
+        + f" ({time.process_time() - start:.1f} CPU s; estimate=False skips it)"
     )
