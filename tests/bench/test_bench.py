@@ -242,7 +242,7 @@ def test_killed_train_cell_resumes_to_the_uninterrupted_weights(tmp_path, one_th
     with logged_messages() as log:
         resumed = matrix.run_matrix(write_matrix(tmp_path, spec), out).iloc[0]
     assert any("resume: exact from resume_state.pt" in m for m in log)
-    assert resumed["status"] == "ok" and resumed["epochs_run"] == 2 and resumed["run_dir"] == str(run_dir)
+    assert resumed["status"] == "ok" and resumed["epochs_run"] == 2 and out / resumed["run_dir"] == run_dir
     assert resumed["weights_sha256"] == whole["weights_sha256"]
     assert resumed["wall_s"] > first
     # the whole run's epochs, pixels and best epoch (val=False: best.pt is written every epoch); its time split in two
@@ -297,11 +297,11 @@ def test_segment_tiles_cell_trains_on_polygon_tiles_and_validates_on_full_images
     assert main(["bench", f"matrix={write_matrix(tmp_path, spec)}", f"out={out}"]) == 0
     row = pd.read_csv(out / "results.csv").iloc[0]
     assert row["status"] == "ok" and row["imgsz_used"] == 64 and row["val_imgsz"] == 128 and row["train_images"] == 8
-    assert (Path(row["run_dir"]) / "val-full").is_dir() and 0 <= row["mAP50-95"] <= row["mAP50"] <= 1  # the masks' figures
+    assert (out / row["run_dir"] / "val-full").is_dir() and 0 <= row["mAP50-95"] <= row["mAP50"] <= 1  # the masks' figures
     # per-arm figures (issue 46): time split into training and validation, pixels trained, best and last epochs' masks and
     # boxes (a tiles cell's both validated on the full images), per-class AP
     assert row["val_s"] > 0 and row["train_s"] > 0 and row["train_s"] + row["val_s"] == pytest.approx(row["wall_s"])
-    assert row["pixels_M"] == 1 * 8 * 64**2 / 1e6 and row["best_epoch"] == 1 and (Path(row["run_dir"]) / "val-full-last").is_dir()
+    assert row["pixels_M"] == 1 * 8 * 64**2 / 1e6 and row["best_epoch"] == 1 and (out / row["run_dir"] / "val-full-last").is_dir()
     figures = ("last_mAP50", "last_mAP50-95", "box_mAP50", "box_mAP50-95", "last_box_mAP50", "last_box_mAP50-95")
     assert all(0 <= row[c] <= 1 for c in figures)
     assert row["last_mAP50"] == row["mAP50"] and list(json.loads(row["class_AP50-95"])) == ["nucleus"]  # one epoch: best is last
