@@ -67,8 +67,10 @@ def main(out: str = "benchmarks/results/attention-exactness/exactness.csv") -> N
                     got, t = _run(patched, x)
                     dev = deviation(got, ref)
                     tokens = side * side // getattr(stock, "area", 1)
-                    rows.append({"module": name, "imgsz": imgsz, "batch": batch, "tokens": tokens, "attn_chunk": chunk,
-                                 "chunked": chunk < tokens, "max_abs_diff": dev, "seconds": round(t, 3), "stock_seconds": round(t_stock, 3)})
+                    rows.append({
+                        "module": name, "imgsz": imgsz, "batch": batch, "tokens": tokens, "attn_chunk": chunk, "chunked": chunk < tokens,
+                        "max_abs_diff": dev, "seconds": round(t, 3), "stock_seconds": round(t_stock, 3),
+                    })
                     print(rows[-1], flush=True)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", newline="") as f:

@@ -1,9 +1,9 @@
 """yolo-ckpt's keys as one typed config, validated once where it is built.
 
 :class:`CkptConfig` holds the train keys of ``cfg/default.yaml`` (``recompute``, ``recompute_mode``,
-``memory_budget``, ``memory_headroom``, ``loss_chunk``, ``assign_chunk``, ``attn_chunk``) with their types: a budget is a :class:`Budget`, a headroom a
-:class:`Headroom`. :meth:`CkptConfig.from_args` is the one constructor: it fills the defaults from the YAML (and
-:data:`TASK_DEFAULTS`) and checks every key, before anything is built or written. The trainers
+``memory_budget``, ``memory_headroom``, ``loss_chunk``, ``assign_chunk``, ``attn_chunk``) with their types: a budget is a
+:class:`Budget`, a headroom a :class:`Headroom`. :meth:`CkptConfig.from_args` is the one constructor: it fills the defaults
+from the YAML (and :data:`TASK_DEFAULTS`) and checks every key, before anything is built or written. The trainers
 (:mod:`yolo_ckpt.train.trainer`), the CLI (:mod:`yolo_ckpt.cli`) and the benchmark matrix (``benchmarks/matrix.py``) read
 their keys through it; ``Budget.parse`` is the one place a budget's form is read and ``Headroom.parse`` a headroom's.
 :class:`EstimateOptions` holds ``yolo-ckpt profile``/``plan``'s own keys, defaults from ``cfg/estimate.yaml``;

@@ -37,7 +37,6 @@ from torch import nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from .attention import in_chunked_attention
-
 from .patching import (
     ACTIVE_COUNTERS,
     RECOMPUTE_NAME,
@@ -310,8 +309,8 @@ def apply_checkpointing(
 
     Raises:
         ValueError: for an invalid ``recompute=`` value (see :func:`yolo_ckpt.checkpointing.policy.resolve`), ``mode``, ``frozen``
-            ``loss_chunk``, ``assign_chunk`` or ``attn_chunk``, or a fused model (``model.fuse()``, for inference) with anything to recompute; the
-            model is then left unchanged.
+            ``loss_chunk``, ``assign_chunk`` or ``attn_chunk``, or a fused model (``model.fuse()``, for inference) with
+            anything to recompute; the model is then left unchanged.
         TypeError: if ``model`` is not an Ultralytics ``BaseModel``.
     """
     from .attention import apply_attention_region

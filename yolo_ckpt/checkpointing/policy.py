@@ -258,8 +258,8 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
     Raises:
         ValueError: naming the bad value, the model's sections and the valid choices, for an unknown name (with
             close matches), an index out of range, ``neck`` on a model without one, or ``loss`` on a model whose
-            head has no loss region (naming the heads that have one), ``attention`` on a model without attention layers; naming the valid modes for a bad ``mode``; or
-            for ``frozen`` that is not a collection of ints.
+            head has no loss region (naming the heads that have one), ``attention`` on a model without attention
+            layers; naming the valid modes for a bad ``mode``; or for ``frozen`` that is not a collection of ints.
     """
     check_spec(spec, layout.describe())
     check_mode(mode)
