@@ -60,10 +60,8 @@ def main(out: str = "benchmarks/results/attention-exactness/exactness.csv") -> N
                 for chunk in CHUNKS:
                     patched = copy.deepcopy(stock)
                     patched.zero_grad(set_to_none=True)
-                    # set the class directly: the study also measures chunk sizes check_attn_chunk refuses
-                    stock_cls = type(stock)
-                    mixin = attention._MIXINS[stock_cls]
-                    patched.__class__ = attention.patching.patched_class(mixin, stock_cls, f"Chunked{stock_cls.__name__}", attn_chunk=chunk)
+                    # the class set directly: the study also measures chunk sizes check_attn_chunk refuses
+                    patched.__class__ = attention.chunked_class(type(stock), chunk)
                     got, t = _run(patched, x)
                     dev = deviation(got, ref)
                     tokens = side * side // getattr(stock, "area", 1)

@@ -320,10 +320,16 @@ def apply_attention_region(model: nn.Module, chunk: int = DEFAULT_ATTN_CHUNK) ->
     check_attn_chunk(chunk)
     modules = attention_modules(model)
     for m in modules:
-        stock = patching.stock_class(type(m))
-        base = next(s for s in _MIXINS if issubclass(stock, s))
-        m.__class__ = patching.patched_class(_MIXINS[base], stock, f"Chunked{stock.__name__}", attn_chunk=chunk)
+        m.__class__ = chunked_class(type(m), chunk)
     return len(modules)
+
+
+def chunked_class(cls: type, chunk: int) -> type:
+    """The chunked class of an ``Attention``/``AAttn`` class (stock or patched) with ``chunk`` queries per chunk,
+    unchecked: :func:`apply_attention_region` checks ``chunk`` first; the exactness study measures refused sizes."""
+    stock = patching.stock_class(cls)
+    base = next(s for s in _MIXINS if issubclass(stock, s))
+    return patching.patched_class(_MIXINS[base], stock, f"Chunked{stock.__name__}", attn_chunk=chunk)
 
 
 def remove_attention_region(model: nn.Module) -> None:
