@@ -12,7 +12,7 @@ from ultralytics.nn.modules.block import AAttn, Attention
 from ultralytics.nn.tasks import yaml_model_load
 
 from yolo_ckpt import apply_checkpointing, count_recomputations
-from yolo_ckpt.checkpointing.attention import apply_attention_region, chunks, row_dot, softmax_exp
+from yolo_ckpt.checkpointing.attention import _fma, apply_attention_region, chunks, row_dot, softmax_exp
 from yolo_ckpt.checkpointing.chunks import DEFAULT_ATTN_CHUNK, MIN_ATTN_CHUNK, check_attn_chunk
 from yolo_ckpt.checkpointing.policy import ModelLayout, resolve
 from yolo_ckpt.config import CkptConfig
@@ -97,6 +97,18 @@ def test_kernel_parts_reproduce_aten(n):
     d_probs = torch.randn(64, n, generator=g)
     d_scores = (d_probs - row_dot(d_probs, probs).unsqueeze(-1)) * probs
     assert torch.equal(d_scores, torch._softmax_backward_data(d_probs, probs, -1, torch.float32))
+
+
+@pytest.mark.parametrize("a,b,c,expected", [
+    # products of two float32 a tiny bit above and below a float32 tie of the sum, which float64 rounds onto the tie
+    (8391483 * 2.0**-23, 8385734 * 2.0**-23, 2.0**24, 2.0**24 + 2),  # 2^24 + 1 + 1.8e-9: up, where ties-to-even goes down
+    (8388609 * 2.0**-23, 16777214 * 2.0**-23, 2.0**25 + 4, 2.0**25 + 4),  # 2^25 + 6 - 2^-45: down, where ties go up
+])
+def test_fused_multiply_add_rounds_once(a, b, c, expected):
+    """The emulated FMA rounds a * b + c once, where rounding the float64 sum to float32 would round twice."""
+    a, b, c = (torch.tensor([x], dtype=torch.float64) for x in (a, b, c))
+    assert (a * b + c).float().item() != expected
+    assert _fma(a, b, c).item() == expected
 
 
 def test_inert_in_eval_and_pickled_as_stock():

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import is_fake
 from torch.utils.checkpoint import checkpoint
 from ultralytics.nn.modules.block import AAttn, Attention
 
@@ -52,6 +53,9 @@ from .chunks import DEFAULT_ATTN_CHUNK, MIN_ATTN_CHUNK, check_attn_chunk
 
 MIN_CHUNK = MIN_ATTN_CHUNK
 ATTENTION_CLASSES = (Attention, AAttn)
+# elements (all images and heads) of a block of rebuilt softmax columns: its float64 temporaries stay in the CPU's
+# L2 cache (~1 MiB), 4x faster than whole chunks, measured; at least 16 query rows a block
+EXP_BLOCK = 1 << 15
 
 
 def _lanes() -> int:
@@ -61,29 +65,40 @@ def _lanes() -> int:
 
 LANES = _lanes()
 
+def _f32(x: float) -> float:
+    return float(torch.tensor(x, dtype=torch.float32))  # a C float literal: the double rounded to float
+
+
 # SLEEF 3's xexpf (src/libm/sleefsimdsp.c), the exponential of ATen's vectorized CPU softmax (Vectorized<float>::exp
-# = Sleef_expf16_u10 with AVX-512, Sleef_expf8_u10 with AVX2, both with FMA).
-_R_LN2F = 1.442695040888963407359924681001892137426645954152985934135449406931
-_L2UF = 0.693145751953125
-_L2LF = 1.428606765330187045e-06
-_EXP_POLY = (
+# = Sleef_expf16_u10 with AVX-512, Sleef_expf8_u10 with AVX2, both with FMA); its constants are floats.
+_R_LN2F = _f32(1.442695040888963407359924681001892137426645954152985934135449406931)
+_L2UF = _f32(0.693145751953125)
+_L2LF = _f32(1.428606765330187045e-06)
+_EXP_POLY = tuple(_f32(c) for c in (
     0.000198527617612853646278381, 0.00139304355252534151077271, 0.00833336077630519866943359,
     0.0416664853692054748535156, 0.166666671633720397949219, 0.5,
-)
+))
+_LOW_BITS, _MIDPOINT = (1 << 29) - 1, 1 << 28  # float64 fraction bits below float32's; a float32 tie among them
 
 
 def _fma(a: torch.Tensor, b, c) -> torch.Tensor:
-    """float32 ``a * b + c`` rounded once, as a fused multiply-add: the product is exact in float64, the sum is
-    rounded to odd in float64 (made odd where it was inexact) and then to float32, which rounds correctly (Boldo and
-    Melquiond, "Emulation of FMA and correctly rounded sums: proved algorithms using rounding to odd", 2008)."""
-    p = a.double() * (b.double() if torch.is_tensor(b) else b)
-    c = c.double() if torch.is_tensor(c) else c
-    s = p + c
-    bb = s - p
-    err = (p - (s - bb)) + (c - bb)  # TwoSum: s + err == p + c exactly
-    inexact_even = (err != 0) & ((s.view(torch.int64) & 1) == 0)
-    s = torch.where(inexact_even, torch.nextafter(s, torch.where(err > 0, torch.inf, -torch.inf).to(s)), s)
-    return s.float()
+    """``a * b + c`` rounded once to float32, as a fused multiply-add, for float64 ``a`` and float64 tensors or floats
+    ``b``, ``c`` holding float32 values; returns float64 holding the float32 result.
+
+    The product is exact in float64 (24 + 24 bits) and the sum is rounded once there; rounding that to float32 gives
+    the correctly rounded sum unless the float64 sum is a float32 tie that the exact sum is not (double rounding).
+    Where that happens (rarely) the float64 sum is rounded to odd instead, moved one unit towards the exact sum known
+    from TwoSum, which rounds correctly (Boldo and Melquiond, "Emulation of FMA and correctly rounded sums: proved
+    algorithms using rounding to odd", 2008)."""
+    p = a * b
+    s = (p + c).contiguous()  # for the bit views
+    # fake tensors (the memory model's pass) have no values: they take the tie path, as its temporaries may be needed
+    if is_fake(s) or ((s.view(torch.int64) & _LOW_BITS) == _MIDPOINT).any():
+        bb = s - p
+        err = (p - (s - bb)) + (c - bb)  # TwoSum (Knuth): s + err == p + c exactly
+        tie = ((s.view(torch.int64) & _LOW_BITS) == _MIDPOINT) & (err != 0)
+        s = torch.where(tie, torch.nextafter(s, torch.where(err > 0, torch.inf, -torch.inf).to(s)), s)
+    return s.float().double()
 
 
 def _pow2(e: torch.Tensor) -> torch.Tensor:
@@ -92,17 +107,20 @@ def _pow2(e: torch.Tensor) -> torch.Tensor:
 
 
 def softmax_exp(d: torch.Tensor) -> torch.Tensor:
-    """``exp(d)`` of float32 ``d <= 0`` with the bits of ATen's CPU softmax kernel (:data:`_EXP_POLY`; ``torch.exp``
-    uses MKL's and differs in ~9% of elements, measured); on other devices ``torch.exp``."""
+    """``exp(d)`` of float32 ``d <= 0`` with the bits of ATen's CPU softmax kernel (SLEEF's ``xexpf``, float32 with
+    fused multiply-adds, :func:`_fma`; ``torch.exp`` uses MKL's and differs in ~9% of elements, measured); on other
+    devices ``torch.exp``."""
     if d.device.type != "cpu":
         return torch.exp(d)
-    q = torch.round(d * torch.tensor(_R_LN2F, dtype=torch.float32))  # vrint: to nearest, ties to even
-    s = _fma(q, -_L2UF, d)
-    s = _fma(q, -_L2LF, s)
-    u = torch.full_like(s, _EXP_POLY[0])
-    for coefficient in _EXP_POLY[1:]:
+    q = torch.round(d * _R_LN2F)  # vrint: to nearest, ties to even
+    q64 = q.double()
+    s = _fma(q64, -_L2UF, d.double())
+    s = _fma(q64, -_L2LF, s)
+    del q64
+    u = _fma(s, _EXP_POLY[0], _EXP_POLY[1])
+    for coefficient in _EXP_POLY[2:]:
         u = _fma(u, s, coefficient)
-    u = 1.0 + _fma(s * s, u, s)
+    u = _fma((s * s).float().double(), u, s).float().add_(1.0)
     qi = q.to(torch.int32)
     half = qi >> 1
     u = u * _pow2(half) * _pow2(qi - half)  # vldexp2
@@ -121,7 +139,8 @@ def row_dot(a: torch.Tensor, b: torch.Tensor, lanes: int = LANES) -> torch.Tenso
         acc = acc + a[..., j : j + lanes] * b[..., j : j + lanes]
     if full < n:
         tail = n - full
-        acc = torch.cat([_fma(a[..., full:], b[..., full:], acc[..., :tail]), acc[..., tail:]], dim=-1)
+        fused = _fma(a[..., full:].double(), b[..., full:].double(), acc[..., :tail].double()).float()
+        acc = torch.cat([fused, acc[..., tail:]], dim=-1)
     while lanes > 1:
         lanes //= 2
         acc = acc[..., :lanes] + acc[..., lanes : 2 * lanes]
@@ -205,15 +224,17 @@ class ChunkedAttention(torch.autograd.Function):
             d_probs = (v.transpose(-2, -1) @ grad[..., c]).transpose(-2, -1)
             s = row_dot(d_probs, probs)
             row_sum[..., c] = s
-            d_qs_t[..., c, :] = ((d_probs - s.unsqueeze(-1)) * probs) @ k.transpose(-2, -1)
+            d_qs_t[..., c, :] = d_probs.sub_(s.unsqueeze(-1)).mul_(probs) @ k.transpose(-2, -1)
         # pass 2, key columns: the key and value gradients, each column a whole product over all queries
+        blocks = chunks(n, max(16, EXP_BLOCK // (chunk * q.shape[:-2].numel())))
         dk = torch.empty_like(k, memory_format=torch.contiguous_format)
         dv = torch.empty_like(v, memory_format=torch.contiguous_format)
         for c in parts:
-            scores = qs.transpose(-2, -1) @ k[..., c]
-            probs = softmax_exp(scores - row_max.unsqueeze(-1)) * row_inv.unsqueeze(-1)
+            probs = (qs.transpose(-2, -1) @ k[..., c]).sub_(row_max.unsqueeze(-1))  # (B, h, N, keys): S - max
+            for r in blocks:  # elementwise, in query blocks: the exponential's float64 temporaries stay small
+                probs[..., r, :] = softmax_exp(probs[..., r, :]).mul_(row_inv[..., r, None])
             d_probs = (v[..., c].transpose(-2, -1) @ grad).transpose(-2, -1)
-            d_scores = (d_probs - row_sum.unsqueeze(-1)) * probs
+            d_scores = d_probs.sub_(row_sum.unsqueeze(-1)).mul_(probs)
             dk[..., c] = qs @ d_scores
             dv[..., c] = grad @ probs
         return d_qs_t.transpose(-2, -1) * scale, dk, dv
