@@ -1,9 +1,9 @@
 """yolo-ckpt's keys as one typed config, validated once where it is built.
 
 :class:`CkptConfig` holds the train keys of ``cfg/default.yaml`` (``recompute``, ``recompute_mode``,
-``memory_budget``, ``memory_headroom``, ``loss_chunk``, ``assign_chunk``) with their types: a budget is a :class:`Budget`, a headroom a
-:class:`Headroom`. :meth:`CkptConfig.from_args` is the one constructor: it fills the defaults from the YAML (and
-:data:`TASK_DEFAULTS`) and checks every key, before anything is built or written. The trainers
+``memory_budget``, ``memory_headroom``, ``loss_chunk``, ``assign_chunk``, ``attn_chunk``) with their types: a budget is a
+:class:`Budget`, a headroom a :class:`Headroom`. :meth:`CkptConfig.from_args` is the one constructor: it fills the defaults
+from the YAML (and :data:`TASK_DEFAULTS`) and checks every key, before anything is built or written. The trainers
 (:mod:`yolo_ckpt.train.trainer`), the CLI (:mod:`yolo_ckpt.cli`) and the benchmark matrix (``benchmarks/matrix.py``) read
 their keys through it; ``Budget.parse`` is the one place a budget's form is read and ``Headroom.parse`` a headroom's.
 :class:`EstimateOptions` holds ``yolo-ckpt profile``/``plan``'s own keys, defaults from ``cfg/estimate.yaml``;
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from .checkpointing.chunks import check_assign_chunk, check_loss_chunk
+from .checkpointing.chunks import check_assign_chunk, check_attn_chunk, check_loss_chunk
 from .checkpointing.policy import check_mode, check_spec, spec_string
 from .errors import ConfigError
 
@@ -210,6 +210,7 @@ class CkptConfig:
         memory_headroom: the :class:`Headroom` a CUDA plan against a budget in bytes keeps.
         loss_chunk: anchors per chunk of the loss region's mask loss forward (a positive int).
         assign_chunk: objects per chunk of the loss region's assigner (a positive int).
+        attn_chunk: queries (and keys) per chunk of the attention region (an int >= 32).
         estimate: whether a run estimates its peak for none, all and its policy at set-up (the run report's).
         probe: whether a CPU run measures one training step and one validation batch at its end (the report's peaks).
     """
@@ -220,6 +221,7 @@ class CkptConfig:
     memory_headroom: Headroom
     loss_chunk: int
     assign_chunk: int
+    attn_chunk: int
     estimate: bool = True
     probe: bool = True
 
@@ -235,7 +237,8 @@ class CkptConfig:
                 (:func:`yolo_ckpt.checkpointing.policy.check_mode`),
                 ``memory_budget=`` (:meth:`Budget.parse`), ``memory_headroom=`` (:meth:`Headroom.parse`) or
                 ``loss_chunk=`` (:func:`yolo_ckpt.checkpointing.chunks.check_loss_chunk`), ``assign_chunk=``
-                (:func:`yolo_ckpt.checkpointing.chunks.check_assign_chunk`), or
+                (:func:`yolo_ckpt.checkpointing.chunks.check_assign_chunk`), ``attn_chunk=``
+                (:func:`yolo_ckpt.checkpointing.chunks.check_attn_chunk`), or
                 ``estimate=`` or ``probe=`` (:func:`check_bool`).
         """
         values = {**DEFAULTS, **TASK_DEFAULTS.get(task, {}), **{k: args[k] for k in DEFAULTS if k in args}}
@@ -256,6 +259,7 @@ class CkptConfig:
             memory_headroom=Headroom.parse(values["memory_headroom"]),
             loss_chunk=check_loss_chunk(values["loss_chunk"]),
             assign_chunk=check_assign_chunk(values["assign_chunk"]),
+            attn_chunk=check_attn_chunk(values["attn_chunk"]),
             estimate=check_bool("estimate", values["estimate"]),
             probe=check_bool("probe", values["probe"]),
         )

@@ -258,7 +258,7 @@ def test_policy_str_and_layers():
     assert str(resolve("none", layout())).endswith("-> 0 layers [no layers]")
     assert str(resolve("SPPF,head", layout())).endswith("-> 1 layers [9:SPPF] + head")
     seg = resolve("all", layout("yolo11n-seg.yaml"))
-    assert seg.regions() == ["head", "loss"] and str(seg).endswith(" + head + loss")
+    assert seg.regions() == ["head", "loss", "attention"] and str(seg).endswith(" + head + loss + attention")
     assert seg.layers() == resolve("all", layout()).layers()  # layers only: the head and the loss are regions
 
 
@@ -419,6 +419,6 @@ def test_every_section_and_region_offered_resolves():
     assert set(policy.SECTIONS + policy.REGIONS) <= set(offered)
     got = {token: resolve(token, layout("yolo11n-seg.yaml")) for token in policy.SECTIONS + policy.REGIONS}
     assert got["backbone"].indices == Y11_BACKBONE and got["neck"].indices == Y11_NECK and got["all"].indices == Y11_ALL
-    assert got["all"].regions() == ["head", "loss"] and not got["backbone"].regions() and not got["neck"].regions()
-    assert got["head"].regions() == ["head"] and got["loss"].regions() == ["loss"]
-    assert got["head"].indices == got["loss"].indices == ()
+    assert got["all"].regions() == ["head", "loss", "attention"] and not got["backbone"].regions() and not got["neck"].regions()
+    assert got["head"].regions() == ["head"] and got["loss"].regions() == ["loss"] and got["attention"].regions() == ["attention"]
+    assert got["head"].indices == got["loss"].indices == got["attention"].indices == ()

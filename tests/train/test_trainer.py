@@ -253,7 +253,7 @@ def test_run_report(trained):
     assert report["recompute"] == "all"
     assert [r["index"] for r in report["recomputed_layers"]] == list(trained.policy.indices)
     assert report["recomputed_layers"][2] == {"index": 2, "type": "C3k2"}
-    assert report["recomputed_regions"] == ["head", "loss"]  # a detect model's loss region: the chunked assigner
+    assert report["recomputed_regions"] == ["head", "loss", "attention"]  # a detect model's loss region: the chunked assigner
     assert (report["device"], report["imgsz"], report["batch"], report["batch_at_start"], report["amp"]) == ("cpu", 64, 2, 2, False)
     probe = trained.ckpt_state.probe_batch  # the first full-size batch (at 64 px mosaic crops may hold no object)
     assert (report["memory_probe_images"], report["memory_probe_imgsz"], report["memory_probe_objects"]) == (2, 64, len(probe["bboxes"]))

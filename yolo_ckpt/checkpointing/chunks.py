@@ -1,5 +1,6 @@
-"""The loss region's chunk sizes: ``loss_chunk=`` (:mod:`yolo_ckpt.checkpointing.losses`, anchors per chunk of the mask
-loss) and ``assign_chunk=`` (:mod:`yolo_ckpt.checkpointing.assigner`, objects per chunk of the assigner), their defaults
+"""The chunk sizes of the loss and attention regions: ``loss_chunk=`` (:mod:`yolo_ckpt.checkpointing.losses`, anchors
+per chunk of the mask loss), ``assign_chunk=`` (:mod:`yolo_ckpt.checkpointing.assigner`, objects per chunk of the
+assigner) and ``attn_chunk=`` (:mod:`yolo_ckpt.checkpointing.attention`, queries and keys per chunk), their defaults
 and their checks. Without torch: :class:`yolo_ckpt.config.CkptConfig` checks the keys with them before anything heavy
 loads, and the mechanism checks what a training loop passes it with the same functions."""
 
@@ -9,6 +10,12 @@ from ..errors import ConfigError
 
 DEFAULT_CHUNK = 256  # anchors per forward chunk: 256 x 65536 mask pixels (imgsz 1024) x 4 B = 64 MiB per temporary
 DEFAULT_ASSIGN_CHUNK = 64  # objects per chunk: 64 x 21504 anchors (imgsz 1024) x 4 B = 5.5 MB per float row block
+# queries (and keys) per chunk: 256 x 9216 tokens (imgsz 3072, stride 32) x 4 B = 9 MiB per head and image per float
+# temporary; the float64 ones of the exponential's emulation are twice that
+DEFAULT_ATTN_CHUNK = 256
+# the smallest attn_chunk: chunks are spread evenly over the tokens, so each holds at least half of attn_chunk rows, and
+# MKL's sgemm gives the whole product's bits from 16 rows up (1 and 7 rows measured otherwise)
+MIN_ATTN_CHUNK = 32
 
 
 def check_chunk(key: str, chunk, unit: str, default: int) -> int:
@@ -30,3 +37,20 @@ def check_loss_chunk(chunk) -> int:
 def check_assign_chunk(chunk) -> int:
     """``assign_chunk=``: objects per chunk of the loss region's task-aligned assigner (:func:`check_chunk`)."""
     return check_chunk("assign_chunk", chunk, "objects", DEFAULT_ASSIGN_CHUNK)
+
+
+def check_attn_chunk(chunk) -> int:
+    """``attn_chunk=``: queries (and keys) per chunk of the attention region (:func:`check_chunk`), at least
+    :data:`MIN_ATTN_CHUNK`: smaller chunks would give some matrix products other bits than the whole product.
+
+    Raises:
+        ConfigError: for a value that is not an int >= :data:`MIN_ATTN_CHUNK`, naming it, the smallest value and the
+            default.
+    """
+    check_chunk("attn_chunk", chunk, "queries", DEFAULT_ATTN_CHUNK)
+    if chunk < MIN_ATTN_CHUNK:
+        raise ConfigError(
+            f"attn_chunk={chunk!r} is not valid; give an int >= {MIN_ATTN_CHUNK} (queries per chunk, default {DEFAULT_ATTN_CHUNK}): "
+            f"smaller chunks would not give stock's bits"
+        )
+    return chunk

@@ -34,8 +34,9 @@ import functools
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
+from .attention import in_chunked_attention
 from .patching import (
     ACTIVE_COUNTERS,
     RECOMPUTE_NAME,
@@ -57,7 +58,8 @@ HEAD_BRANCHES = ("proto", "conv")
 # What recompute_mode="selective" keeps: the outputs of convolutions, matrix products and attention, which are
 # expensive to recompute; BatchNorm, activations, elementwise ops and cat/split are recomputed (Chen et al. 2016,
 # section 4.2). Kept as data, as in torchtitan's activation_checkpoint.py op save-list, and given to PyTorch as a list
-# (create_selective_checkpoint_contexts: MUST_SAVE the ops listed, PREFER_RECOMPUTE the rest). The attention ops are
+# (create_selective_checkpoint_contexts: MUST_SAVE the ops listed, PREFER_RECOMPUTE the rest, and the products
+# inside the attention region's Function, see _selective_policy). The attention ops are
 # private and differ between torch builds: the list is built from the ones this build has (:func:`_save_ops`).
 SELECTIVE_SAVE_OP_NAMES = (
     "convolution",
@@ -108,8 +110,16 @@ def _entered(*managers):
         yield
 
 
+def _selective_policy(ctx, op, *args, **kwargs) -> CheckpointPolicy:
+    # The attention region's chunk products are temporaries of its own Function (which keeps O(N) for backward):
+    # saving them would keep the N x N matrix the region exists to free.
+    if op in SELECTIVE_SAVE_OPS and not in_chunked_attention():
+        return CheckpointPolicy.MUST_SAVE
+    return CheckpointPolicy.PREFER_RECOMPUTE
+
+
 def _selective_contexts(layer: nn.Module):
-    forward, recompute = create_selective_checkpoint_contexts(list(SELECTIVE_SAVE_OPS))
+    forward, recompute = create_selective_checkpoint_contexts(_selective_policy)
     return forward, _entered(_recompute_context(layer), recompute)  # BN snapshot outside the SAC mode
 
 
@@ -248,7 +258,9 @@ def _regions(inner: nn.Module, policy: RecomputePolicy) -> list[tuple[str, nn.Mo
 
 
 def remove_checkpointing(model: nn.Module) -> None:
-    """Restore every module of ``model`` and its loss to their stock classes (a no-op for an unpatched model)."""
+    """Restore every module of ``model``, its attention and its loss to their stock classes (a no-op for an unpatched
+    model)."""
+    from .attention import remove_attention_region
     from .losses import remove_loss_region
 
     for m in model_layers(model).model.modules():
@@ -256,6 +268,7 @@ def remove_checkpointing(model: nn.Module) -> None:
             m.__class__ = stock_class(type(m))
             del m.__dict__[RECOMPUTE_NAME]
     remove_loss_region(model)
+    remove_attention_region(model)
 
 
 def apply_checkpointing(
@@ -265,6 +278,7 @@ def apply_checkpointing(
     mode: str = "full",
     loss_chunk: int | None = None,
     assign_chunk: int | None = None,
+    attn_chunk: int | None = None,
 ) -> RecomputePolicy:
     """Recompute the regions selected by ``recompute=`` in backward instead of keeping their activations.
 
@@ -286,6 +300,9 @@ def apply_checkpointing(
             (:func:`yolo_ckpt.checkpointing.losses.apply_loss_region`); ``None``: its default. Every value gives the same bits.
         assign_chunk: with ``policy.loss``, objects per chunk of the task-aligned assigner
             (:mod:`yolo_ckpt.checkpointing.assigner`); ``None``: its default. Every value gives the same bits.
+        attn_chunk: with ``policy.attention``, queries (and keys) per chunk of the attention region
+            (:func:`yolo_ckpt.checkpointing.attention.apply_attention_region`); ``None``: its default. Every value it
+            accepts gives stock's bits on the CPU.
 
     Returns:
         The resolved :class:`~yolo_ckpt.checkpointing.policy.RecomputePolicy` (parameter-free and frozen layers dropped).
@@ -300,19 +317,21 @@ def apply_checkpointing(
 
     Raises:
         ValueError: for an invalid ``recompute=`` value (see :func:`yolo_ckpt.checkpointing.policy.resolve`), ``mode``, ``frozen``
-            ``loss_chunk`` or ``assign_chunk``, or a fused model (``model.fuse()``, for inference) with anything to recompute; the
-            model is then left unchanged.
+            ``loss_chunk``, ``assign_chunk`` or ``attn_chunk``, or a fused model (``model.fuse()``, for inference) with
+            anything to recompute; the model is then left unchanged.
         TypeError: if ``model`` is not an Ultralytics ``BaseModel``.
     """
-    from .chunks import DEFAULT_ASSIGN_CHUNK, DEFAULT_CHUNK, check_assign_chunk, check_loss_chunk
+    from .attention import apply_attention_region
+    from .chunks import DEFAULT_ASSIGN_CHUNK, DEFAULT_ATTN_CHUNK, DEFAULT_CHUNK, check_assign_chunk, check_attn_chunk, check_loss_chunk
     from .losses import apply_loss_region
 
     inner = model_layers(model)
     policy = resolve(recompute, ModelLayout.from_model(inner), frozen, mode)
     chunk = check_loss_chunk(DEFAULT_CHUNK if loss_chunk is None else loss_chunk)
     objects = check_assign_chunk(DEFAULT_ASSIGN_CHUNK if assign_chunk is None else assign_chunk)
+    queries = check_attn_chunk(DEFAULT_ATTN_CHUNK if attn_chunk is None else attn_chunk)
     fused = sorted({n.split(".")[0] for n, m in inner.model.named_modules() if "forward" in m.__dict__}, key=int)
-    if fused and (policy.indices or policy.head or policy.loss):
+    if fused and (policy.indices or policy.head or policy.loss or policy.attention):
         # BaseModel.fuse() sets forward = forward_fuse on each fused module, which would bypass the recomputed class
         raise ValueError(
             f"recompute={policy.spec!r}: the model is fused (model.fuse() folded BatchNorm into the convolutions of "
@@ -325,4 +344,6 @@ def apply_checkpointing(
         module.__dict__[RECOMPUTE_NAME] = name
     if policy.loss:
         apply_loss_region(inner, chunk, objects)
+    if policy.attention:
+        apply_attention_region(inner, queries)
     return policy

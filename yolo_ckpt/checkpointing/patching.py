@@ -29,6 +29,8 @@ class RecomputeCounter:
         loss_images: number of images whose mask loss the loss region recomputed in backward
             (:mod:`yolo_ckpt.checkpointing.losses`).
         assignments: number of task-aligned assignments that ran in chunks of objects (:mod:`yolo_ckpt.checkpointing.assigner`).
+        attention_chunks: number of chunk passes of the attention region (:mod:`yolo_ckpt.checkpointing.attention`):
+            two per chunk in each exact backward (query rows, key columns), one per chunk in each forward under autocast.
     """
 
     def __init__(self):
@@ -36,6 +38,7 @@ class RecomputeCounter:
         self.per_module: Counter[str] = Counter()
         self.loss_images = 0
         self.assignments = 0
+        self.attention_chunks = 0
 
     @property
     def total(self) -> int:

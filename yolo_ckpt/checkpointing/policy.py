@@ -13,7 +13,10 @@ a union of
 - ``loss``: the loss region (detect, obb, pose and segment models: heads in :data:`LOSS_HEADS`): the task-aligned
   assigner in chunks of objects (:mod:`yolo_ckpt.checkpointing.assigner`) and, for segment models (:data:`MASK_LOSS_HEADS`), the
   mask loss recomputed in backward (:mod:`yolo_ckpt.checkpointing.losses`);
-- ``all``: every layer, the head's branches and, where the head has one, the loss;
+- ``attention``: the attention region (models with Ultralytics' ``Attention`` or ``AAttn``: YOLO11's and YOLO26's
+  ``C2PSA``, YOLO26's attention ``C3k2``, YOLOv10's ``PSA``, YOLO12's ``A2C2f``): self-attention in chunks of
+  ``attn_chunk`` queries and keys, O(N x chunk) memory instead of O(N^2), exact (:mod:`yolo_ckpt.checkpointing.attention`);
+- ``all``: every layer, the head's branches and, where the model has them, the loss and the attention regions;
 - layer indices and inclusive ranges, ``0-4,6,8``;
 - Ultralytics module class names, the last part of ``layer.type``, ``C3k2,SPPF``.
 
@@ -35,16 +38,20 @@ from ..suggest import did_you_mean
 SECTIONS = ("backbone", "neck", "all")
 _INDEX = re.compile(r"[0-9]+")  # ASCII digits: str.isdigit also accepts '²', which int() rejects
 # recomputed regions beyond the layers of model.model (yolo_ckpt.checkpointing.engine, yolo_ckpt.checkpointing.losses)
-REGIONS = ("head", "loss")
+REGIONS = ("head", "loss", "attention")
 # Heads whose loss has a task-aligned assigner (ultralytics/utils/tal.py, built in ultralytics/utils/loss.py by
 # v8DetectionLoss, v8OBBLoss, v8PoseLoss, PoseLoss26, v8SegmentationLoss, SegmentLoss26 and E2ELoss): they have a
 # loss region. RT-DETR, YOLO-World and YOLOE heads are left out (their own losses; YOLOE does not train offline).
 LOSS_HEADS = ("Detect", "v10Detect", "OBB", "OBB26", "Pose", "Pose26", "Segment", "Segment26")
 # Of those, the heads whose loss region also holds the segmentation mask loss (v8SegmentationLoss, SegmentLoss26).
 MASK_LOSS_HEADS = ("Segment", "Segment26")
+# Layer types that hold Ultralytics' Attention or AAttn (yolo_ckpt.checkpointing.attention), read from a model YAML row
+# [from, repeats, module, args]: always, or where the args' flag at that index is true (A2C2f's a2, C3k2's attn).
+ATTENTION_LAYERS = {"C2PSA": None, "C2fPSA": None, "PSA": None, "A2C2f": 1, "C3k2": 3}
 MODES = ("full", "selective")  # recompute_mode=: whole layers, or only their cheap ops (yolo_ckpt.checkpointing.engine)
 CHOICES = (
-    "valid choices: none, backbone, neck, all, head, loss (detect, obb, pose, segment models), layer indices and ranges ('0-4,6'), "
+    "valid choices: none, backbone, neck, all, head, loss (detect, obb, pose, segment models), attention (models with "
+    "attention layers), layer indices and ranges ('0-4,6'), "
     "module names ('C3k2,SPPF'), joined by commas, or auto (with memory_budget=)"
 )
 
@@ -57,20 +64,25 @@ class ModelLayout:
         types: the last part of each layer's ``type`` (``"C3k2"``), one per layer of ``model.model``.
         n_backbone: the number of layers in the YAML's ``backbone:`` section.
         param_free: indices of layers without parameters (empty when built from a YAML alone).
+        has_attention: whether the model has an ``Attention`` or ``AAttn`` module (the attention region's).
     """
 
     types: tuple[str, ...]
     n_backbone: int
     param_free: frozenset[int] = frozenset()
+    has_attention: bool = False
 
     @classmethod
     def from_model(cls, model) -> ModelLayout:
         """Layout of a built Ultralytics ``BaseModel`` (``model.model`` layers, ``model.yaml`` sections)."""
+        from ultralytics.nn.modules.block import AAttn, Attention
+
         layers = list(model.model)
         return cls(
             types=tuple(str(m.type).rsplit(".", 1)[-1] for m in layers),
             n_backbone=len(model.yaml["backbone"]),
             param_free=frozenset(i for i, m in enumerate(layers) if not any(True for _ in m.parameters())),
+            has_attention=any(isinstance(m, (Attention, AAttn)) for m in model.model.modules()),
         )
 
     @classmethod
@@ -88,7 +100,15 @@ class ModelLayout:
                 f"(keys: {sorted(cfg)}); an Ultralytics model YAML lists its layers under backbone: and head:"
             )
         rows = list(cfg["backbone"]) + list(cfg["head"])
-        return cls(types=tuple(str(r[2]).rsplit(".", 1)[-1] for r in rows), n_backbone=len(cfg["backbone"]))
+        types = tuple(str(r[2]).rsplit(".", 1)[-1] for r in rows)
+
+        def attends(t: str, row) -> bool:
+            flag = ATTENTION_LAYERS[t]
+            args = row[3] if len(row) > 3 and isinstance(row[3], list) else []
+            return flag is None or (len(args) > flag and bool(args[flag]))
+
+        has_attention = any(t in ATTENTION_LAYERS and attends(t, r) for t, r in zip(types, rows))
+        return cls(types=types, n_backbone=len(cfg["backbone"]), has_attention=has_attention)
 
     @property
     def head(self) -> int:
@@ -123,6 +143,8 @@ class ModelLayout:
         loss = "with a loss region ('loss')" if self.has_loss_region else (
             f"without a loss region (only detect, obb, pose and segment models have one: heads {', '.join(LOSS_HEADS)})"
         )
+        loss += ", with an attention region ('attention')" if self.has_attention else ", without attention layers"
+
         return (
             f"this model has backbone ({span(self.section('backbone'))}), neck ({span(self.section('neck'))}) "
             f"and the final head (layer {self.head}, {self.types[self.head]}: 'head' recomputes its branches), "
@@ -143,6 +165,7 @@ class RecomputePolicy:
         head: whether the final head's branches are recomputed.
         loss: whether the loss region is applied (only where the head is in :data:`LOSS_HEADS`): the chunked
             assigner and, for segment models, the recomputed mask loss.
+        attention: whether the attention region is applied (only to models with attention layers).
     """
 
     spec: str
@@ -151,6 +174,7 @@ class RecomputePolicy:
     mode: str = "full"
     head: bool = False
     loss: bool = False
+    attention: bool = False
 
     def layers(self) -> list[dict]:
         """``[{"index": i, "type": "C3k2"}, ...]`` for the recomputed layers, as written into run reports (the head
@@ -158,8 +182,9 @@ class RecomputePolicy:
         return [{"index": i, "type": t} for i, t in zip(self.indices, self.types)]
 
     def regions(self) -> list[str]:
-        """The regions recomputed beyond the layers, among :data:`REGIONS`: ``["head", "loss"]``, ``["head"]``, ``[]``."""
-        return [r for r, on in zip(REGIONS, (self.head, self.loss)) if on]
+        """The regions recomputed beyond the layers, among :data:`REGIONS`: ``["head", "loss", "attention"]``,
+        ``["head"]``, ``[]``."""
+        return [r for r, on in zip(REGIONS, (self.head, self.loss, self.attention)) if on]
 
     def __str__(self) -> str:
         body = ", ".join(f"{i}:{t}" for i, t in zip(self.indices, self.types)) or "no layers"
@@ -227,14 +252,14 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
 
     Returns:
         The :class:`RecomputePolicy`; parameter-free and frozen layers are dropped. The head's index or class
-        name, alone or in a range, sets ``head``; ``all`` sets ``head`` and, where the head is in
-        :data:`LOSS_HEADS`, ``loss``.
+        name, alone or in a range, sets ``head``; ``all`` sets ``head``, ``loss`` where the head is in
+        :data:`LOSS_HEADS` and ``attention`` where the model has attention layers.
 
     Raises:
         ValueError: naming the bad value, the model's sections and the valid choices, for an unknown name (with
             close matches), an index out of range, ``neck`` on a model without one, or ``loss`` on a model whose
-            head has no loss region (naming the heads that have one); naming the valid modes for a bad ``mode``; or
-            for ``frozen`` that is not a collection of ints.
+            head has no loss region (naming the heads that have one), ``attention`` on a model without attention
+            layers; naming the valid modes for a bad ``mode``; or for ``frozen`` that is not a collection of ints.
     """
     check_spec(spec, layout.describe())
     check_mode(mode)
@@ -244,10 +269,15 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
                          "Checkpoint*Trainer, or use yolo_ckpt.memory.planner.MemoryModel.plan() on a bare model")
     head = layout.head
     chosen: set[int] = set()  # layer indices, the head's included (it stands for the head's branches)
-    loss = False
+    loss = attention = False
     for token in _tokens(spec):
         key = token.lower()
         if key == "none":
+            continue
+        if key == "attention":
+            if not layout.has_attention:
+                raise ConfigError(f"recompute={text!r}: this model has no attention layer; {layout.describe()}")
+            attention = True
             continue
         if key == "loss":
             if not layout.has_loss_region:
@@ -264,9 +294,10 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
             if key == "neck" and not len(layout.section("neck")):
                 raise ConfigError(f"recompute={text!r}: this model has no neck; {layout.describe()}")
             chosen.update(layout.section(key))
-            if key == "all":  # every region: the head's branches and, where there is one, the loss
+            if key == "all":  # every region: the head's branches and, where there are, the loss and attention
                 chosen.add(head)
                 loss = loss or layout.has_loss_region
+                attention = attention or layout.has_attention
             continue
         lo, sep, hi = token.partition("-")
         if _INDEX.fullmatch(lo) and (not sep or _INDEX.fullmatch(hi)):
@@ -291,7 +322,8 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
     chosen -= layout.param_free | set(frozen)
     indices = tuple(sorted(chosen - {head}))
     return RecomputePolicy(
-        spec=text, indices=indices, types=tuple(layout.types[i] for i in indices), mode=mode, head=head in chosen, loss=loss
+        spec=text, indices=indices, types=tuple(layout.types[i] for i in indices), mode=mode, head=head in chosen, loss=loss,
+        attention=attention,
     )
 
 

@@ -72,7 +72,7 @@ def profile(args: list[str]) -> dict:
         for name, spec_name, loss in (("none", "none", False), ("policy", recompute, policy.loss)):
             results[name] = estimate_step(
                 model, opts["imgsz"], opts["batch"], spec.objects, spec_name, mode, spec.optimizer, spec.amp, formulas[loss],
-                sizes=run.sizes,
+                sizes=run.sizes, attn_chunk=config.attn_chunk,
             )
             steps.update()
         steps.close()

@@ -129,6 +129,10 @@ class ComposedEstimate:
         self.freed["head"] = sum(b.freeable_bytes for b in branches)
         self.rebuilt["head"] = max((b.freeable_bytes for b in branches), default=0)
         self.flops["head"] = sum(b.forward_flops for b in branches)
+        # The attention region's working set grows with tokens^2, which this batch x imgsz^2 composition cannot scale:
+        # composed, it frees nothing and costs nothing (an over-estimate where it is on); estimate()'s fake pass and
+        # the plan's check count it as it runs (yolo_ckpt.checkpointing.attention).
+        self.freed["attention"] = self.rebuilt["attention"] = self.flops["attention"] = 0
         self.step_flops = 3 * sum(r.forward_flops for r in rows)  # backward costs about twice the forward
         # estimate()'s fake passes, by units but the loss region, batch and imgsz; the base pass is none's at its own
         # batch and imgsz (its optimizer step run, as optimizer_from reproduces it; its FLOPs dropped, as estimate's have none)
@@ -201,7 +205,7 @@ class ComposedEstimate:
         recomputing ``units`` at this batch and imgsz, static bytes included."""
         imgsz = train_imgsz(imgsz, self.model.stride)
         base, k = self.base, self._scale(batch, imgsz)
-        layers = {self.layout.head if u == "head" else u: u for u in units if u != "loss"}  # layer index -> unit
+        layers = {self.layout.head if u == "head" else u: u for u in units if u not in ("loss", "attention")}  # index -> unit
         freed = sum(self.freed[u] for u in layers.values())
         loss, loss_backward, kept = self._loss_peaks("loss" in units, batch, imgsz)
         static = self._static_bytes(k) + kept

@@ -52,6 +52,7 @@ def estimate_step(
     flops: bool = True,
     optimizer_from: StepProfile | None = None,
     sizes=None,
+    attn_chunk: int | None = None,
 ) -> StepProfile:
     """Estimate one training step's peak memory (bytes) for ``model`` without computing anything.
 
@@ -75,6 +76,8 @@ def estimate_step(
         sizes: the training set's :class:`~yolo_ckpt.memory.foreground.ObjectSizes`, which bound a segmentation loss's
             foreground anchors by its boxes' sizes (:meth:`~yolo_ckpt.memory.loss_model.LossModel.foreground`); None:
             ``objects * topk`` per image.
+        attn_chunk: the attention region's chunk where ``recompute`` applies it (``attn_chunk=``); None: its default.
+            The fake pass runs the region's chunk loops, so its working set is counted as it runs.
 
     Returns:
         A :class:`~yolo_ckpt.memory.step.StepProfile` with ``source="fake_estimate"`` and ``imgsz`` the trained size.
@@ -84,7 +87,7 @@ def estimate_step(
     """
     imgsz = train_imgsz(imgsz, model.stride)
     with fake_copy(model) as (fake_mode, fake):
-        policy = apply_checkpointing(fake, recompute, mode=mode)
+        policy = apply_checkpointing(fake, recompute, mode=mode, attn_chunk=attn_chunk)
         if loss_model is None:
             region = model
             if getattr(fake, "loss_chunk", None) != getattr(model, "loss_chunk", None):  # the policy sets a loss region

@@ -144,6 +144,7 @@ def profile_step(
     flops: bool = True,
     loss_chunk: int | None = None,
     assign_chunk: int | None = None,
+    attn_chunk: int | None = None,
 ) -> StepProfile:
     """Measure one real training step of a copy of ``model``: forward and loss (under autocast for ``amp``),
     backward, optimizer step; per phase and per layer. The one step-measurement harness, any task, any device.
@@ -166,8 +167,8 @@ def profile_step(
             ``auto`` meaning AdamW.
         amp: autocast the forward and loss (:func:`~yolo_ckpt.memory.ultralytics_rules.autocast_for`).
         flops: count per-layer forward FLOPs (one more forward pass); 0 when False.
-        loss_chunk, assign_chunk: the loss region's chunks where ``recompute`` applies it
-            (:func:`yolo_ckpt.checkpointing.engine.apply_checkpointing`); None: their defaults.
+        loss_chunk, assign_chunk, attn_chunk: the loss and attention regions' chunks where ``recompute`` applies
+            them (:func:`yolo_ckpt.checkpointing.engine.apply_checkpointing`); None: their defaults.
 
     Returns:
         The :class:`StepProfile` (``source`` says which counter; ``recompute`` the layers recomputed).
@@ -179,7 +180,9 @@ def profile_step(
     probe = copy.deepcopy(model).train()
     spec = ",".join(map(str, checkpointed_layers(probe))) or "none"
     if recompute is not None:
-        spec = apply_checkpointing(probe, recompute, mode=mode, loss_chunk=loss_chunk, assign_chunk=assign_chunk).spec
+        spec = apply_checkpointing(
+            probe, recompute, mode=mode, loss_chunk=loss_chunk, assign_chunk=assign_chunk, attn_chunk=attn_chunk
+        ).spec
     opt = build_optimizer(probe, optimizer)
     flop_counts = module_flops(probe, batch["img"]) if flops else {}
     autocast = autocast_for(amp, batch["img"].device.type)

@@ -79,7 +79,7 @@ class RunReport:
     Attributes:
         versions: ``yolo_ckpt``, ``ultralytics`` and ``torch`` versions. task, model, data: as the run was given.
         recompute, recompute_mode: the policy that trained (``recompute`` its spec, the planned layers for auto);
-            recomputed_layers: ``{"index", "type"}`` per layer; recomputed_regions: ``head``, ``loss``.
+            recomputed_layers: ``{"index", "type"}`` per layer; recomputed_regions: ``head``, ``loss``, ``attention``.
         device, imgsz, batch, batch_at_start, amp, epochs: as the run trained (imgsz in px; batch in images, after
             Ultralytics' out-of-memory halvings).
         memory_source: ``cuda_allocator``, ``cpu_probe_live_tensors`` (a live-tensor probe of one step at the end),

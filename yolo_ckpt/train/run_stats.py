@@ -208,7 +208,7 @@ def memory_probes(trainer):
     config = trainer.ckpt_config
     step = profile_step(  # flops=False: neither the report nor the picture reads per-layer FLOPs (one forward less)
         model, batch, trainer.policy.spec, trainer.policy.mode, optimizer_for(trainer.args.optimizer), flops=False,
-        loss_chunk=config.loss_chunk, assign_chunk=config.assign_chunk,
+        loss_chunk=config.loss_chunk, assign_chunk=config.assign_chunk, attn_chunk=config.attn_chunk,
     )
     return step, probe_validation_step(trainer.ema.ema, images)
 

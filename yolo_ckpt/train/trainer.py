@@ -106,7 +106,7 @@ class CheckpointTrainerMixin(exact_resume.ExactResume, run_dir.RunFolder):
             ``(config, yolo-ckpt's keys given, the other overrides)``.
 
         Raises:
-            ConfigError: for an invalid ``recompute=``, ``recompute_mode=``, ``loss_chunk=``, ``assign_chunk=``,
+            ConfigError: for an invalid ``recompute=``, ``recompute_mode=``, ``loss_chunk=``, ``assign_chunk=``, ``attn_chunk=``,
                 ``memory_budget=`` or ``memory_headroom=``, a ``recompute=`` the model does not have
                 (:func:`yolo_ckpt.checkpointing.policy.resolve`), a planning request this task or device cannot
                 honour (:func:`~yolo_ckpt.train.planning.check_planning`), an RT-DETR model given to a trainer other
@@ -139,7 +139,7 @@ class CheckpointTrainerMixin(exact_resume.ExactResume, run_dir.RunFolder):
         recompute = plan_recompute(self) if is_auto(config.recompute) else config.recompute
         self.policy = apply_checkpointing(
             self.model, recompute, frozen=frozen_layers(self.args.freeze), mode=config.recompute_mode,
-            loss_chunk=config.loss_chunk, assign_chunk=config.assign_chunk,
+            loss_chunk=config.loss_chunk, assign_chunk=config.assign_chunk, attn_chunk=config.attn_chunk,
         )
         if RANK in {-1, 0}:
             LOGGER.info(f"{PREFIX}activation checkpointing {self.policy}")

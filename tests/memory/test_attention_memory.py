@@ -1,0 +1,51 @@
+"""The memory model sees the attention region (yolo_ckpt.checkpointing.attention): its temporaries are counted by the
+live-tensor tracker on real tensors and in the fake pass on fake tensors (which, having no values, also counts the
+exponential's rare exact-tie path: never under, a few percent over); and its peak is a fraction of stock's N x N
+working set."""
+
+import copy
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeCopyMode, FakeTensorMode
+from ultralytics.nn.modules.block import Attention
+
+from yolo_ckpt.checkpointing.attention import chunked_class
+from yolo_ckpt.memory.tracker import LiveTensorTracker
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _step_peak(module, x) -> int:
+    """Peak bytes of one forward and backward of ``module`` on ``x`` (parameters and input counted)."""
+    x = x.clone().requires_grad_()
+    with LiveTensorTracker() as tracker:
+        tracker.track(list(module.parameters()), x)
+        out = module(x)
+        out.backward(torch.ones_like(out))
+    return tracker.peak_bytes
+
+
+def _fake_step_peak(module, shape) -> int:
+    fake_mode = FakeTensorMode()
+    with FakeCopyMode(fake_mode):
+        fake = copy.deepcopy(module)
+    with fake_mode:
+        return _step_peak(fake, torch.zeros(shape))
+
+
+def test_tracker_and_fake_pass_count_the_region():
+    """yolo11n's C2PSA attention at 1024 tokens (imgsz 1024), attn_chunk 64: the fake pass's peak equals the live
+    tracker's for stock and is within 0-5% above it for the region, whose peak is under half of stock's (stock keeps
+    N x N matrices, 4 MiB each per head)."""
+    torch.manual_seed(0)
+    stock = Attention(128, 2, 0.5).train()
+    chunked = copy.deepcopy(stock)
+    chunked.__class__ = chunked_class(Attention, 64)
+    x = torch.randn(1, 128, 32, 32)
+    real = {name: _step_peak(m, x) for name, m in (("stock", stock), ("chunked", chunked))}
+    fake = {name: _fake_step_peak(m, x.shape) for name, m in (("stock", stock), ("chunked", chunked))}
+    assert fake["stock"] == real["stock"]
+    assert real["chunked"] <= fake["chunked"] <= 1.05 * real["chunked"]
+    assert real["chunked"] < 0.5 * real["stock"]
+    assert real["stock"] > 3 * 2 * 1024**2 * 4  # at least three N x N float matrices of the two heads alive at once
