@@ -12,7 +12,7 @@ from ultralytics.nn.modules.block import AAttn, Attention
 from ultralytics.nn.tasks import yaml_model_load
 
 from yolo_ckpt import apply_checkpointing, count_recomputations
-from yolo_ckpt.checkpointing.attention import _fma, apply_attention_region, chunks, row_dot, softmax_exp
+from yolo_ckpt.checkpointing.attention import _fma, apply_attention_region, chunks, kernel_reproduced, softmax_parts
 from yolo_ckpt.checkpointing.chunks import DEFAULT_ATTN_CHUNK, MIN_ATTN_CHUNK, check_attn_chunk
 from yolo_ckpt.checkpointing.policy import ModelLayout, resolve
 from yolo_ckpt.config import CkptConfig
@@ -90,13 +90,26 @@ def test_kernel_parts_reproduce_aten(n):
     """The exponential and the row sum reproduce ATen's CPU softmax forward and backward kernels bit for bit, on
     rows with and without a tail."""
     g = torch.Generator().manual_seed(n)
-    scores = torch.randn(64, n, generator=g) * 4
+    scores, d_probs = torch.randn(64, n, generator=g) * 4, torch.randn(64, n, generator=g)
+    rebuilt, d_scores = softmax_parts(scores, d_probs)
     probs = scores.softmax(-1)
-    rebuilt = softmax_exp(scores - scores.amax(-1, keepdim=True)) * probs.amax(-1, keepdim=True)
     assert torch.equal(rebuilt, probs)
-    d_probs = torch.randn(64, n, generator=g)
-    d_scores = (d_probs - row_dot(d_probs, probs).unsqueeze(-1)) * probs
     assert torch.equal(d_scores, torch._softmax_backward_data(d_probs, probs, -1, torch.float32))
+    assert kernel_reproduced()  # the check the region makes once per process agrees
+
+
+def test_a_kernel_not_reproduced_runs_stock(monkeypatch):
+    """Where the softmax kernel is not the one reproduced (another CPU or torch build), the region runs stock's product:
+    the same bits as stock, no chunk counted (the memory bound is what is lost)."""
+    from yolo_ckpt.checkpointing import attention as region
+
+    monkeypatch.setattr(region, "kernel_reproduced", lambda: False)
+    stock, patched, x = _pair("Attention")
+    apply_attention_region(_Holder(patched), MIN_ATTN_CHUNK)
+    expected = _step(stock, x)
+    with count_recomputations() as counter:
+        got = _step(patched, x)
+    assert all(torch.equal(a, b) for a, b in zip(expected, got)) and counter.attention_chunks == 0
 
 
 @pytest.mark.parametrize("a,b,c,expected", [

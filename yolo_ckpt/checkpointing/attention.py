@@ -27,9 +27,11 @@ reciprocal sum, taken from the softmax's own output) and works on chunks of at m
 Chunks are spread evenly over N (lengths differ by at most one) and hold at least :data:`MIN_CHUNK` rows: MKL's
 ``sgemm`` rounds some small shapes differently (1 and 7 rows measured). Each chunk's matrix products then give the
 whole product's bits: outputs, every gradient and hence the BatchNorm statistics around equal stock's, measured
-with ``torch.equal`` on AVX-512 (``benchmarks/attention_exactness.py``, ``tests/checkpointing/test_attention.py``).
-Elsewhere (another vector width, CUDA's exponential and reductions) the values agree to float rounding, not bit for
-bit. Under autocast, or for inputs that are not float32, the region runs the stock expression on query chunks under
+with ``torch.equal`` on AVX-512 and on ATen's AVX2 kernels (``ATEN_CPU_CAPABILITY=avx2``), torch 2.14.1 and 2.15.0
+(``benchmarks/attention_exactness.py``, ``tests/checkpointing/test_attention.py``). A CPU or torch build whose
+softmax kernel is not the one reproduced is found once per process (:func:`kernel_reproduced`): the region then runs
+stock's product, exact without the memory bound, and says so. On CUDA (its own exponential and reductions) the
+values agree to float rounding, not bit for bit. Under autocast, or for inputs that are not float32, the region runs the stock expression on query chunks under
 ``torch.utils.checkpoint``: the same dtypes as stock, the same memory bound, gradients of k and v summed over chunks
 (not bit-equal; autocast is not bit-reproducible across kernels anyway). Layers with N <= ``attn_chunk`` run stock.
 
@@ -42,11 +44,14 @@ pickles as its stock class (:class:`yolo_ckpt.checkpointing.patching.PickledAsSt
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 from torch._subclasses.fake_tensor import is_fake
 from torch.utils.checkpoint import checkpoint
 from ultralytics.nn.modules.block import AAttn, Attention
+from ultralytics.utils import LOGGER
 
 from . import patching
 from .chunks import DEFAULT_ATTN_CHUNK, MIN_ATTN_CHUNK, check_attn_chunk
@@ -145,6 +150,35 @@ def row_dot(a: torch.Tensor, b: torch.Tensor, lanes: int = LANES) -> torch.Tenso
         lanes //= 2
         acc = acc[..., :lanes] + acc[..., lanes : 2 * lanes]
     return acc[..., 0]
+
+
+def softmax_parts(scores: torch.Tensor, d_probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(softmax(scores), its backward for d_probs)`` rebuilt as :class:`ChunkedAttention` rebuilds them (rows of
+    ``scores`` and ``d_probs``, float32, at least :data:`LANES` long): :func:`softmax_exp` times the reciprocal sum read
+    from the kernel's own output, and :func:`row_dot`'s row sum."""
+    probs = scores.softmax(-1)
+    rebuilt = softmax_exp(scores - scores.amax(-1, keepdim=True)) * probs.amax(-1, keepdim=True)
+    return rebuilt, (d_probs - row_dot(d_probs, probs).unsqueeze(-1)) * probs
+
+
+@functools.cache
+def kernel_reproduced() -> bool:
+    """Whether this torch build's CPU softmax kernel is the one :func:`softmax_exp` and :func:`row_dot` reproduce:
+    :func:`softmax_parts` against ``torch.softmax`` and ``torch._softmax_backward_data`` on rows with and without a
+    tail, scores up to ~+-120 (a few ms, once per process). Where it is not (another CPU's vectors, another build), the
+    region's exactness would not hold: :func:`attention` then runs stock's product and says so once."""
+    g = torch.Generator().manual_seed(0)
+    for n in (36, 100, 257):
+        scores, d_probs = torch.randn(64, n, generator=g) * 30, torch.randn(64, n, generator=g)
+        rebuilt, d_scores = softmax_parts(scores, d_probs)
+        probs = scores.softmax(-1)
+        if not (torch.equal(rebuilt, probs) and torch.equal(d_scores, torch._softmax_backward_data(d_probs, probs, -1, torch.float32))):
+            LOGGER.warning(
+                f"yolo-ckpt: the attention region runs stock's attention (exact, O(N^2) memory): this torch build's CPU "
+                f"softmax kernel ({torch.__version__}, {torch.backends.cpu.get_cpu_capability()}) is not the one it reproduces"
+            )
+            return False
+    return True
 
 
 def chunks(n: int, chunk: int) -> list[slice]:
@@ -249,12 +283,15 @@ def _stock_core(q, k, v, scale):
 def attention(q, k, v, scale: float, chunk: int = DEFAULT_ATTN_CHUNK) -> torch.Tensor:
     """Stock's ``v @ softmax((q * scale)^T @ k)^T`` (q, k (B, h, d, N), v (B, h, e, N)) with O(N x chunk) memory:
     :class:`ChunkedAttention` for float32 outside autocast (bit-equal on the CPU), else query chunks under
-    ``torch.utils.checkpoint`` (stock's dtypes); stock's expression where N <= ``chunk``."""
+    ``torch.utils.checkpoint`` (stock's dtypes); stock's expression where N <= ``chunk``, and on a CPU whose softmax
+    kernel the region does not reproduce (:func:`kernel_reproduced`: exactness first, the memory bound lost)."""
     n = q.shape[-1]
     if n <= chunk:
         return _stock_core(q, k, v, scale)
     device = q.device.type
     if q.dtype == k.dtype == v.dtype == torch.float32 and not torch.is_autocast_enabled(device):
+        if device == "cpu" and not is_fake(q) and not kernel_reproduced():
+            return _stock_core(q, k, v, scale)
         return ChunkedAttention.apply(q, k, v, scale, chunk)
     parts = chunks(n, chunk)
     _count(len(parts))
