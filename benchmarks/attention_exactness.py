@@ -3,24 +3,29 @@ shapes YOLO trains: the output and every gradient (input, parameters) of an ``At
 class swapped, ``torch.equal`` to the stock module's, per ``attn_chunk`` (including sizes the key refuses, to
 report their deviation), float32 on the CPU.
 
-    python -m benchmarks.attention_exactness [out=benchmarks/results/attention-exactness/exactness.csv]
+    python -m benchmarks.attention_exactness [out=benchmarks/results/attention-exactness]
 
 Shapes: yolo11n's C2PSA ``Attention(128, heads 2)`` (layer 10; YOLO26n's layers 10 and 22 are the same) at stride 32,
 yolo12n's ``AAttn(64, heads 2, area 4)`` at stride 16 (layer 6) and ``AAttn(128, heads 4, area 1)`` at stride 32
 (layer 8), at imgsz 256-1024 and batch 1 and 2. Writes one row per (module, imgsz, batch, chunk): the largest
-absolute difference of the output and of all gradients (0 where bit-equal) and the seconds of forward+backward.
+absolute difference of the output and of all gradients (0 where bit-equal) and the seconds of forward+backward. With
+``out=`` (a folder) the rows go to ``exactness.csv`` there, ``result.md`` sums them up per module and chunk and
+``record.json`` ties the run to its commit.
 """
 
 from __future__ import annotations
 
 import copy
 import csv
-import platform
 import sys
 import time
 from pathlib import Path
 
 import torch
+
+from yolo_ckpt.bench.results_io import provenance, publish
+from yolo_ckpt.cli.args import parse_keys
+from yolo_ckpt.cli.main import run_command
 
 SHAPES = {  # name -> (module factory, stride)
     "yolo11n.10.Attention": (lambda: __import__("ultralytics").nn.modules.block.Attention(128, 2, 0.5), 32),
@@ -29,6 +34,7 @@ SHAPES = {  # name -> (module factory, stride)
 }
 IMGSZ = (256, 320, 640, 1024)
 CHUNKS = (7, 16, 32, 48, 64, 100, 256, 1024)
+KEYS = ("out",)  # the key=value words main takes
 
 
 def _run(module, x):
@@ -45,7 +51,8 @@ def deviation(a: list, b: list) -> float:
     return max((x - y).abs().max().item() for x, y in zip(a, b))
 
 
-def main(out: str = "benchmarks/results/attention-exactness/exactness.csv") -> None:
+def main(argv: list[str]) -> dict:
+    out = parse_keys(argv, KEYS, "benchmarks.attention_exactness").get("out")
     from yolo_ckpt.checkpointing import attention
 
     rows = []
@@ -70,16 +77,36 @@ def main(out: str = "benchmarks/results/attention-exactness/exactness.csv") -> N
                         "max_abs_diff": dev, "seconds": round(t, 3), "stock_seconds": round(t_stock, 3),
                     })
                     print(rows[-1], flush=True)
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    (Path(out).parent / "machine.txt").write_text(
-        f"{platform.processor() or platform.machine()}, torch {torch.__version__}, capability "
-        f"{torch.backends.cpu.get_cpu_capability()}, threads {torch.get_num_threads()}\n"
-    )
+    result = provenance(["python -m benchmarks.attention_exactness", *argv], seeds=[0])
+    if out:
+        result["csv"] = ["exactness.csv"]
+        Path(out).mkdir(parents=True, exist_ok=True)
+        with open(Path(out) / "exactness.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    publish(result, summary(rows), out)
+    return result
+
+
+def summary(rows: list[dict]) -> list[str]:
+    """``result.md``'s lines: per module and ``attn_chunk``, the cases, those chunked, those bit-equal among them and
+    the largest absolute difference (``rows`` as :func:`main` measures them or ``exactness.csv`` holds them)."""
+    lines = [
+        "Chunked attention against stock Ultralytics: output, input and parameter gradients, float32 on the CPU, "
+        f"imgsz {', '.join(map(str, IMGSZ))}, batch 1 and 2 (every case in `exactness.csv`).",
+        "",
+        "| module | attn_chunk | cases | chunked | bit-equal of chunked | largest abs difference |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key in dict.fromkeys((r["module"], int(r["attn_chunk"])) for r in rows):
+        group = [r for r in rows if (r["module"], int(r["attn_chunk"])) == key]
+        chunked = [r for r in group if str(r["chunked"]) == "True"]
+        equal = sum(float(r["max_abs_diff"]) == 0 for r in chunked)
+        largest = max(float(r["max_abs_diff"]) for r in group)
+        lines.append(f"| {key[0]} | {key[1]} | {len(group)} | {len(chunked)} | {equal} | {largest:.3g} |")
+    return lines
 
 
 if __name__ == "__main__":
-    main(*[a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("out=")])
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.attention_exactness"))

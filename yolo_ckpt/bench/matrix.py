@@ -30,7 +30,7 @@ from yolo_ckpt.errors import ConfigError
 from . import plots, step_cell, tables, train_cell
 from .cells import CELL_KEYS, cell_budget, cell_id, failed, run_name
 from .matrix_file import Matrix, load_matrix, select_cells
-from .results_io import LEG, measured_on, provenance, read_record, write_record
+from .results_io import measured_on, provenance, with_earlier_runs, write_record
 
 
 def read_results(out: Path) -> pd.DataFrame:
@@ -97,10 +97,9 @@ def run_matrix(
         return done
     out.mkdir(parents=True, exist_ok=True)
     seeds = [int(matrix.settings.get("seed") or 0)]  # a train matrix's seed= setting; Ultralytics' default is 0
+    # a run that adds cells to a folder: its record keeps each earlier run's commit, date and command
     record = {"matrix": matrix.name, "kind": matrix.kind, **provenance(command or f"yolo-ckpt bench matrix={path} out={out}", seeds)}
-    earlier = read_record(out)
-    if earlier:  # this run adds cells to a folder: its record keeps each earlier run's commit, date and command
-        record["earlier_runs"] = [*earlier.get("earlier_runs", []), {k: earlier.get(k) for k in LEG}]
+    record = with_earlier_runs(record, out)
     rows = {r["cell"]: r for r in done.to_dict("records")}
     with TQDM(total=len(todo), desc=f"bench {matrix.name}") as bar:
         for group in _groups(matrix, todo):

@@ -11,8 +11,8 @@ One schema for every folder, matrix or study (MLPerf-style: the code's commit, t
   ``machine``; ``versions``; ``seeds``: the seeds the measurement drew with;
 - ``command``: the command line, its paths relative to the repository root, a dataset folder named against a
   ``datasets=$DATASETS`` root (``datasets`` says what the root held) and never an absolute or climbing path;
-- a matrix's record adds ``matrix``, ``kind`` and ``earlier_runs`` (the same fields of each earlier leg that added
-  cells to the folder); a study's adds its figures.
+- a matrix's record adds ``matrix`` and ``kind``; a study's adds its figures (or names its CSV files); a run that adds
+  to a folder already holding a record adds ``earlier_runs``, the same fields of each earlier leg (:func:`with_earlier_runs`).
 """
 
 from __future__ import annotations
@@ -117,6 +117,15 @@ def read_record(folder: Path) -> dict:
     """``folder``'s :data:`RECORD` ({} where there is none yet)."""
     path = Path(folder) / RECORD
     return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def with_earlier_runs(record: dict, folder: Path) -> dict:
+    """``record`` with ``earlier_runs``: the :data:`LEG` fields of each run that wrote into ``folder`` before this one
+    (its :data:`RECORD`'s, after that record's own earlier runs); ``record`` as given where ``folder`` has none."""
+    earlier = read_record(folder)
+    if earlier:
+        record["earlier_runs"] = [*earlier.get("earlier_runs", []), {k: earlier.get(k) for k in LEG}]
+    return record
 
 
 def write_record(folder: Path, record: dict) -> None:
