@@ -31,9 +31,10 @@ with ``torch.equal`` on AVX-512 and on ATen's AVX2 kernels (``ATEN_CPU_CAPABILIT
 (``benchmarks/attention_exactness.py``, ``tests/checkpointing/test_attention.py``). A CPU or torch build whose
 softmax kernel is not the one reproduced is found once per process (:func:`kernel_reproduced`): the region then runs
 stock's product, exact without the memory bound, and says so. On CUDA (its own exponential and reductions) the
-values agree to float rounding, not bit for bit. Under autocast, or for inputs that are not float32, the region runs the stock expression on query chunks under
-``torch.utils.checkpoint``: the same dtypes as stock, the same memory bound, gradients of k and v summed over chunks
-(not bit-equal; autocast is not bit-reproducible across kernels anyway). Layers with N <= ``attn_chunk`` run stock.
+values agree to float rounding, not bit for bit. Under autocast, or for inputs that are not float32, the region
+runs the stock expression on query chunks under ``torch.utils.checkpoint``: the same dtypes as stock, the same memory
+bound, gradients of k and v summed over chunks (not bit-equal; autocast is not bit-reproducible across kernels
+anyway). Layers with N <= ``attn_chunk`` run stock.
 
 How it is hooked: each ``Attention``/``AAttn`` module's class is swapped (:func:`apply_attention_region`) for a
 subclass whose ``forward`` mirrors stock's and calls :func:`attention` where stock builds the N x N matrix; it
