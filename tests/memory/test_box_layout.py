@@ -85,20 +85,26 @@ def test_layout_bound_never_under_ultralytics_samples(keys, tmp_path):
     assert most[0] > 0.3 * topk, (most, topk)  # the samples come near it: the bound is not vacuous
 
 
-@pytest.mark.parametrize("layout", ["tiny", "identical", "edge", "mixed"])
+@pytest.mark.parametrize("layout", ["tiny", "identical", "edge", "mixed", "grid"])
 def test_alignment_bound_never_under_any_shift(layout):
     """One image's boxes (no mosaic, at scale 1) shifted together by every offset on a 1/8 px grid within the anchor
     grid's period (and 60 random ones), clipped at the border: the real assigner's sum of min(topk, candidates) never
-    exceeds the alignment bound, and comes near it."""
+    exceeds the alignment bound, and comes near it. ``grid``: dense small squares, all under ``stride_val`` (16 px),
+    one per 32 px cell at the same place in it: each is 16 px in the assigner, 2 x 2 + 1 + 1 anchors at its best
+    shift, and the bound is exactly that (the hull half a pixel wider gave 3 per axis at strides 8 and 16: 10)."""
     from yolo_ckpt.memory.box_layout import most_per_sample
     from yolo_ckpt.memory.foreground import AUGMENT_KEYS, ObjectSizes, candidates
 
     imgsz, g = 128, np.random.default_rng(3)
-    n = 40
-    w = {"tiny": g.uniform(1, 6, n), "identical": np.full(n, 21.0), "edge": g.uniform(8, 40, n), "mixed": g.uniform(1, 60, n)}[layout]
-    h = w if layout == "identical" else g.uniform(1, 60, n) if layout == "mixed" else w * g.uniform(0.5, 1.5, n)
-    x = np.full(n, 64.0) if layout == "identical" else g.uniform(0, 128, n)
-    y = np.full(n, 64.0) if layout == "identical" else g.uniform(0, 128, n)
+    n = 16 if layout == "grid" else 40
+    if layout == "grid":  # one square per 32 px cell, each at the same place in its cell
+        w = h = g.uniform(2, 14, n)
+        x, y = (np.arange(n) % 4) * 32 + 16.0, (np.arange(n) // 4) * 32 + 16.0
+    else:
+        w = {"tiny": g.uniform(1, 6, n), "identical": np.full(n, 21.0), "edge": g.uniform(8, 40, n), "mixed": g.uniform(1, 60, n)}[layout]
+        h = w if layout == "identical" else g.uniform(1, 60, n) if layout == "mixed" else w * g.uniform(0.5, 1.5, n)
+        x = np.full(n, 64.0) if layout == "identical" else g.uniform(0, 128, n)
+        y = np.full(n, 64.0) if layout == "identical" else g.uniform(0, 128, n)
     if layout == "edge":
         x = np.where(g.random(n) < 0.5, g.uniform(-5, 5, n), g.uniform(123, 133, n))
     keys = tuple((k, 0.0) for k in (*AUGMENT_KEYS, "mosaic"))
@@ -115,3 +121,5 @@ def test_alignment_bound_never_under_any_shift(layout):
         most = max(most, int(per_object.clamp(max=10).sum()))
     assert most <= bound, (most, bound)
     assert most >= 0.7 * bound, (most, bound)  # and near it (boxes across the border: counted whole)
+    if layout == "grid":
+        assert most == bound == 6 * n, (most, bound)

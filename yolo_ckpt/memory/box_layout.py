@@ -84,6 +84,22 @@ def _worst(lo, hi, strides) -> np.ndarray:
     return np.stack([np.ceil(length / float(s) + 2 * _ROUNDING) for s in strides], -1)
 
 
+def _box_most(side, scales, strides, rounding) -> np.ndarray:
+    """The most anchors along one axis one box holds wherever it lies (boxes, levels), whatever the hull over
+    offsets and scales adds: a box of side ``side`` (px at scale 1) at a scale up to ``scales[1]``, its ends moved
+    by up to ``rounding`` px (``load_image``), is at most ``l = scales[1] * (side + 2 * rounding)`` long, and an
+    interval of length l holds at most ``ceil(l / stride)`` lattice points (:data:`_ROUNDING` more, as
+    :func:`_lattice`). A box shorter than ``stride_val`` is exactly ``stride_val`` long in the assigner
+    (``select_candidates_in_gts`` sets its side to it, then ``xywh2xyxy`` makes its ends ``x -+ stride_val / 2``
+    from one float32 centre x): rounding cannot admit a point past either end (an anchor centre a is representable,
+    so ``fl(x - stride_val / 2) < a`` needs ``x - stride_val / 2 < a``), so it holds at most
+    ``ceil(stride_val / stride)``, which the hull, half a pixel wider (:data:`OFFSET_STEP`), exceeds where
+    ``stride_val`` is a whole number of strides: every small object of dense data counted one anchor wider per
+    axis."""
+    sv, length = stride_val(strides), scales[1] * (side + 2 * rounding)
+    return np.stack([np.where(length < sv, np.ceil(sv / float(s)), np.ceil(length / float(s) + 2 * _ROUNDING)) for s in strides], -1)
+
+
 def _tables(cx: np.ndarray, cy: np.ndarray, cap: float):
     """Each object's count as a table of its axis states: (objects, 2^levels, 2^levels) with ``min(cap, sum over
     levels of (bx + x_state) * (by + y_state))``; and the states per offset (offsets, objects), for ``cx``, ``cy``
@@ -139,7 +155,10 @@ class _Sample:
         s, n = self.sizes, self.images
         x = _hull(self.centre[0], s.w * self.imgsz, scales, self.strides, self.rounding)
         y = _hull(self.centre[1], s.h * self.imgsz, scales, self.strides, self.rounding)
-        worst = np.minimum(self.cap, (_worst(*x, self.strides) * _worst(*y, self.strides)).sum(-1))  # anywhere
+        most_x = _box_most(s.w * self.imgsz, scales, self.strides, self.rounding)
+        most_y = _box_most(s.h * self.imgsz, scales, self.strides, self.rounding)
+        worst_x, worst_y = np.minimum(_worst(*x, self.strides), most_x), np.minimum(_worst(*y, self.strides), most_y)
+        worst = np.minimum(self.cap, (worst_x * worst_y).sum(-1))  # anywhere
         whole = np.bincount(s.image, weights=worst, minlength=n)
         # the densest images by their worst sum: the windows of the others hold no more than their whole
         top = np.argsort(-whole)[:WINDOW_IMAGES]
@@ -158,8 +177,8 @@ class _Sample:
             values = np.minimum(whole, window.max((0, 1)) + grid[-1])
             while align and not aligned[k := int(values.argmax())] and values[k] > rest:  # the one holding the most
                 objects = s.image == top[k]
-                cx = _axis_counts(x[0][objects], x[1][objects], self.strides)
-                cy = _axis_counts(y[0][objects], y[1][objects], self.strides)
+                cx = np.minimum(_axis_counts(x[0][objects], x[1][objects], self.strides), most_x[objects])
+                cy = np.minimum(_axis_counts(y[0][objects], y[1][objects], self.strides), most_y[objects])
                 whole[k] = min(whole[k], _aligned(*_tables(cx, cy, self.cap)))
                 aligned[k] = True
                 values[k] = min(values[k], whole[k])
