@@ -706,7 +706,9 @@ def test_cli_profile_and_plan_json(tmp_path, capsys, monkeypatch):
     layout = result["assumed"]["layout"]
     assert "every box the whole image, the worst (give data=" in layout and "object_size=" in layout
     rows = {r["recompute"].split(" ")[0]: r for r in result["policies"]}
-    assert list(rows) == ["none", "backbone", "head", "loss", "all", "auto"] and "not_planned_regions" not in result
+    # the last row is the policy train runs with these keys (detect's default), marked as train's (issue 43)
+    assert list(rows) == ["none", "backbone", "head", "loss", "all", "auto", "backbone,loss"] and "not_planned_regions" not in result
+    assert [r["recompute"] for r in result["policies"] if r["train"]] == ["backbone,loss"]
     assert rows["loss"]["recompute_GFLOPs"] == 0  # detect's loss region is the chunked assigner: no recomputation
     assert rows["all"]["max_imgsz_at_batch_2"] >= rows["backbone"]["max_imgsz_at_batch_2"] > rows["none"]["max_imgsz_at_batch_2"]
     assert rows["all"]["max_batch_at_imgsz_352"] > rows["none"]["max_batch_at_imgsz_352"]

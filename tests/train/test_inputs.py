@@ -238,3 +238,25 @@ def test_damaged_reports_and_matrices_are_one_line(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"yolo-ckpt: error: {tmp_path / name}: not a readable matrix YAML: {line}"), err
     assert not (tmp_path / "cmp").exists() and not (tmp_path / "bench").exists() and not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize("command", ["plan", "profile"])
+def test_plan_and_profile_refuse_what_train_refuses(command, tmp_path, capsys, monkeypatch):
+    """plan and profile refuse a bad imgsz= (abc, 0: once a traceback and a plan of a 32 px floor), a device= of no form
+    Ultralytics takes (7x: once planned as CUDA) and a recompute= the model lacks (bogus: once a budget error that never
+    named it), each in one line naming the value, exit 2, before any fake pass; device=0 still plans a GPU from here."""
+    monkeypatch.chdir(tmp_path)
+    lines = {
+        "imgsz=abc": "imgsz='abc' is not a training size",
+        "imgsz=0": "imgsz=0 is not a training size",
+        "device=7x": "device='7x' is not a device the memory model plans for; valid: cpu, mps, a CUDA index or list",
+        "recompute=bogus": "recompute='bogus': unknown layer name or section 'bogus'",
+    }
+    for word, line in lines.items():
+        assert main([command, "model=yolo11n.yaml", "batch=1", *(["memory_budget=1GB"] if command == "plan" else []), word]) == 2, word
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"yolo-ckpt: error: {line}"), (word, err)
+    from yolo_ckpt.memory.ultralytics_rules import device_type
+
+    assert [device_type(d) for d in ("0", "cuda:0", "0,1", "[0, 1]", "-1", "cpu", "mps")] == ["cuda"] * 5 + ["cpu", "mps"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -22,7 +22,9 @@ def estimate_setup(args: list[str], command: str = "plan", early=None):
     loads them, the device train would use), refusing what train refuses: a ``data=`` of the wrong form for the task
     (:func:`yolo_ckpt.train.inputs.check_data_for_task`), a training set train's checks refuse
     (:func:`yolo_ckpt.train.data_check.check_labels`: no labels, all images corrupt, ...), a ``model=`` train refuses
-    (:func:`yolo_ckpt.train.inputs.check_model_path`: a folder; offline, a checkpoint that is not here). The temporary files killed
+    (:func:`yolo_ckpt.train.inputs.check_model_path`: a folder; offline, a checkpoint that is not here), an ``imgsz=``
+    train refuses (:func:`yolo_ckpt.train.inputs.check_imgsz`: abc, 0, -5), a ``recompute=`` the model lacks, a
+    ``device=`` of no form Ultralytics takes (:func:`yolo_ckpt.memory.ultralytics_rules.device_type`). The temporary files killed
     saves left beside a ``model=`` checkpoint are removed first (:func:`yolo_ckpt.cli.train.tidy_beside`).
     ``early(config)``: the command's own checks of yolo-ckpt's keys, made before the model is built (plan's budget).
 
@@ -40,13 +42,15 @@ def estimate_setup(args: list[str], command: str = "plan", early=None):
     given = parse_train_args(args, estimate_keys(command))
     from ..memory.planned_run import PlannedRun
     from ..train.data_check import CHECKED_TASKS, check_labels
-    from ..train.inputs import check_data_for_task, check_model_path
+    from ..train.inputs import check_data_for_task, check_imgsz, check_model_path
     from .train import tidy_beside
 
     def labels(data: dict, task: str, cfg) -> None:  # train's checks of the training set, for the tasks it checks
         if task in CHECKED_TASKS:
             check_labels(data, task, cfg.fraction, cfg.single_cls)
 
+    if given.get("imgsz") is not None:
+        check_imgsz(given["imgsz"])  # as train checks it: abc, 0 and -5 are no training size
     check_model_path(given.get("model"))  # as train checks it: a folder, or offline a checkpoint that is not here
     tidy_beside(given.get("model"))
     run = PlannedRun.from_keys(given, plans_batch=command == "plan", early=early, check_task=check_data_for_task, check_labels=labels)

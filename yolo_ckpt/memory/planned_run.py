@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..checkpointing.policy import is_auto
+from ..checkpointing.policy import is_auto, resolve
 from ..config import DEFAULT_MODELS, ESTIMATE_DEFAULTS, CkptConfig, EstimateOptions
 from ..errors import ConfigError, user_input
 from .runspec import RunSpec, count_data, layout_rule, objects_rule, optimizer_rule
@@ -139,7 +139,11 @@ class PlannedRun:
         if yolo.task not in TASKS:
             raise ConfigError(f"profile and plan estimate {', '.join(TASKS)} models; model={opts['model']} is a {yolo.task} model")
         # the task's defaults, as train takes them: its loss region where the head has one (not RT-DETR's, ...)
-        config = config.for_task(yolo.task if ModelLayout.from_model(yolo.model).has_loss_region else None, keys)
+        layout = ModelLayout.from_model(yolo.model)
+        config = config.for_task(yolo.task if layout.has_loss_region else None, keys)
+        if not is_auto(config.recompute):  # a recompute= this model lacks, named before any fake pass (as train names it)
+            with user_input():
+                resolve(config.recompute, layout)
         args = get_cfg(DEFAULT_CFG, {k: v for k, v in opts.items() if k in DEFAULT_CFG_DICT and k != "format"} | {"task": yolo.task})
         model, data = yolo.model, None
         if opts["data"]:

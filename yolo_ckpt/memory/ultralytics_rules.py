@@ -98,10 +98,20 @@ def device_type(device) -> str:
     """The device type a ``device=`` value trains on, without selecting it (mirrored: ``select_device``,
     ``utils/torch_utils.py`` lines 325-327, selects and fails for a CUDA device this machine lacks): ``"cpu"``,
     ``"mps"``, or ``"cuda"`` for a CUDA index or list (``0``, ``cuda:0``, ``0,1``, ``-1``: a plan for a GPU from any
-    machine); no value is the device ``train`` would use, CUDA where torch sees one, else the CPU."""
+    machine); no value is the device ``train`` would use, CUDA where torch sees one, else the CPU.
+
+    Raises:
+        ConfigError: for any other value (``device=7x``), naming the valid forms.
+    """
     value = str(device if device is not None else "").strip().lower()
     if value in {"cpu", "mps", "mps:0"}:
         return value[:3]
+    cuda = value.removeprefix("cuda").removeprefix(":").strip("[]() ")
+    if value and value != "-1" and not all(x.strip().isdigit() for x in cuda.split(",") if cuda):
+        raise ConfigError(
+            f"device={device!r} is not a device the memory model plans for; valid: cpu, mps, a CUDA index or list "
+            "(0, cuda:0, 0,1) or -1 (an idle GPU)"
+        )
     return "cuda" if value or torch.cuda.is_available() else "cpu"
 
 
