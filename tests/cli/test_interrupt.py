@@ -176,3 +176,30 @@ def test_sigterm_stops_a_run_as_ctrl_c_does(synthetic, tmp_path, monkeypatch, ca
         f"yolo-ckpt: interrupted: {last} holds epoch 1 of 2; resume: yolo-ckpt train resume model={last}"
     )
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL and torch.load(last, weights_only=False)["epoch"] == 0
+
+
+def test_ctrl_c_in_the_save_waits_for_the_resume_state(synthetic, tmp_path, monkeypatch, capsys):
+    """SIGINT while last.pt is being written (sent from inside Ultralytics' save_model, before resume_state.pt): the run
+    stops after both are written, so the state holds last.pt's epoch and the resume is exact (a new user's Ctrl-C once
+    left last.pt of epoch 4 beside the state of epoch 3, and the resume fell back to stock's)."""
+    import os
+
+    from ultralytics.engine.trainer import BaseTrainer
+
+    from yolo_ckpt.train.exact_resume import state_path
+
+    save = BaseTrainer.save_model
+
+    def interrupted_save(self):
+        if self.epoch == 0:
+            os.kill(os.getpid(), signal.SIGINT)
+        return save(self)
+
+    monkeypatch.setattr(BaseTrainer, "save_model", interrupted_save)
+    keys = [f"model={tiny_yaml(tmp_path)}", f"data={synthetic()}", f"project={tmp_path}", "name=run", "epochs=3", "batch=2",
+            "imgsz=32", "fraction=0.5", "plots=False", "val=False", "estimate=False", "probe=False"]
+    assert main(["train", *keys]) == 130
+    last = tmp_path / "run" / "weights" / "last.pt"
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"yolo-ckpt: interrupted: {last} holds epoch 1 of 3")
+    state = torch.load(state_path(last.parent), weights_only=True)
+    assert state["epoch"] == torch.load(last, weights_only=False)["epoch"] == 0

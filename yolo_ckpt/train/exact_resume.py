@@ -330,9 +330,14 @@ class ExactResume:
     """The trainer's hooks of exact resume (a base of :class:`~yolo_ckpt.train.trainer.CheckpointTrainerMixin`)."""
 
     def save_model(self):
-        """Ultralytics' ``save_model``, then the exact resume state beside ``last.pt`` (:func:`save_state`)."""
-        saved = super().save_model()
-        save_state(self)
+        """Ultralytics' ``save_model``, then the exact resume state beside ``last.pt`` (:func:`save_state`), as one
+        pair: a Ctrl-C or SIGTERM meanwhile stops the run after both (``ckpt_state.saving``), never between them."""
+        self.ckpt_state.saving = True
+        try:
+            saved = super().save_model()
+            save_state(self)
+        finally:
+            self.ckpt_state.saving = False
         return saved
 
     def final_eval(self):

@@ -194,7 +194,9 @@ def stop_on_interrupt(trainer):
     callback or a ``__del__`` (activation checkpointing frees its saved tensors through weakref callbacks many times
     a step) the exception is printed as "Exception ignored in ..." and dropped, and the run trains on to its end. So
     the handler also remembers the signal, and the trainer's callbacks at :data:`INTERRUPT_POINTS` raise it again:
-    the run stops within one training step or validation batch at worst. SIGTERM, where its handler is the
+    the run stops within one training step or validation batch at worst. A signal during the save of ``last.pt``
+    and its exact resume state waits for both (``trainer.ckpt_state.saving``): a resume then finds the pair of one
+    epoch. SIGTERM, where its handler is the
     default (the process ends at once), stops the run the same way, as :class:`~yolo_ckpt.errors.Terminated`. A stop
     in the run's end (its final validation, its memory probe) still writes the run report with what is known
     (:func:`~yolo_ckpt.train.run_stats.report_interrupted_end`). Not in a thread other than the main one
@@ -211,7 +213,8 @@ def stop_on_interrupt(trainer):
 
     def handler(signum, frame):
         pending.append(signum)
-        stop()
+        if not trainer.ckpt_state.saving:  # mid-save: the next interrupt point raises it, once last.pt and its state are whole
+            stop()
 
     def check(_):
         if pending:

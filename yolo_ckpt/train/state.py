@@ -56,6 +56,8 @@ class RunState:
         ending: where the run's end is: ``"final_validation"`` while ``final_eval`` runs, ``"memory_probe"`` until the run
             report is written, ``"written"`` after (:func:`~yolo_ckpt.train.run_stats.report_interrupted_end`); None
             before the end.
+        saving: while ``last.pt`` and ``resume_state.pt`` are being written (one epoch's pair): a Ctrl-C or SIGTERM then
+            waits for both (:func:`~yolo_ckpt.train.resume.stop_on_interrupt`).
     """
 
     run_dir_before: RunDirState | None = None
@@ -83,6 +85,7 @@ class RunState:
     chain_batches: int = 0
     replay: tuple | None = None
     ending: str | None = None
+    saving: bool = False
 
     @property
     def run_spec(self):
