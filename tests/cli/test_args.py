@@ -67,8 +67,8 @@ def test_python_m_cli_help_imports_no_torch():
         (
             "densest_mosaic",
             ["imgsz=512"],
-            "data= is required; benchmarks.densest_mosaic takes data, model, imgsz, batch, recompute, repeat, rank, objects, "
-            "predictions, out",
+            "data= is required; benchmarks.densest_mosaic takes data, datasets, model, imgsz, batch, recompute, repeat, rank, "
+            "objects, predictions, out",
         ),
         ("pilot_curve", ["run=x", "threads"], "'threads' is not a key=value word; benchmarks.pilot_curve takes run, threads, out"),
         ("densest_mosaic", ["data=x", "predictions=trained"], "predictions=trained: valid values are initial, overlapping"),

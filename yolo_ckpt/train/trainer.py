@@ -196,10 +196,9 @@ class CheckpointTrainerMixin(exact_resume.ExactResume, run_dir.RunFolder):
             return super().validate()
 
     def final_eval(self):
-        """Ultralytics' final validation of ``best.pt``, with its time and CUDA peak counted as validation's
-        (:func:`validating`), and its ``strip_optimizer`` rewrites of ``last.pt`` and ``best.pt`` atomic
-        (:mod:`yolo_ckpt.train.atomic`); the end's stage kept (:func:`~yolo_ckpt.train.run_stats.ending`: an interrupted
-        end still writes the run report)."""
+        """Ultralytics' final validation of ``best.pt``: its time and CUDA peak counted as validation's (:func:`validating`),
+        its ``strip_optimizer`` rewrites of ``last.pt`` and ``best.pt`` atomic (:mod:`yolo_ckpt.train.atomic`), the end's
+        stage kept (:func:`~yolo_ckpt.train.run_stats.ending`: an interrupted end still writes the run report)."""
         ranks = distributed.cpu_validation() if self.device.type == "cpu" and self.world_size > 1 else contextlib.nullcontext()
         with run_stats.ending(self), validating(self), atomic_saves(self.wdir), ranks:
             super().final_eval()
