@@ -250,6 +250,20 @@ def test_killed_train_cell_resumes_to_the_uninterrupted_weights(tmp_path, one_th
     assert resumed["train_s"] + resumed["val_s"] == pytest.approx(resumed["wall_s"]) and resumed["val_s"] > 0
 
 
+@pytest.mark.parametrize("asked", [-1, 0.6])
+def test_interrupted_autobatch_cell_resumes(tmp_path, asked):
+    """A cell of batch=-1 (or an AutoBatch fraction) saves the batch AutoBatch chose; its rerun resumes that run.
+    Before, the saved 2 never equalled the asked -1 and a 30-epoch cell restarted from epoch 1 in a folder of its own."""
+    weights = tmp_path / "run" / "weights"
+    weights.mkdir(parents=True)
+    saved = {"epochs": 50, "imgsz": 640, "batch": 2, "nbs": 64, "data": "d.yaml"}
+    torch.save({"epoch": 29, "train_args": saved, "optimizer": {"state": {}}, "model": None}, weights / "last.pt")
+    run = tmp_path / "run"
+    assert train_cell.interrupted_run(run, {"imgsz": 640, "batch": asked, "nbs": 64}) == weights / "last.pt"
+    assert train_cell.interrupted_run(run, {"imgsz": 640, "batch": 4, "nbs": 64}) is None  # a fixed batch must match
+    assert train_cell.interrupted_run(run, {"imgsz": 640, "batch": asked, "nbs": 16}) is None  # other settings
+
+
 @pytest.mark.slow
 def test_tiles_cell_trains_on_tiles_and_validates_on_full_images(tmp_path, one_thread):
     from yolo_ckpt.data.small_objects import small_object_dataset

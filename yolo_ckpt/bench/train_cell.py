@@ -184,7 +184,8 @@ def epoch_figures(task: str, best: dict, last: dict) -> dict:
 def interrupted_run(run_dir: Path, args: dict) -> Path | None:
     """``run_dir``'s ``last.pt`` if a kill stopped the run before its end and it was started with ``args`` (the
     cell's imgsz, batch and settings, as saved in its ``train_args``); else None (no run, a finished one, or one of
-    other settings: the cell trains anew, in a folder of its own)."""
+    other settings: the cell trains anew, in a folder of its own). A cell's AutoBatch batch (``-1``, or a fraction
+    in (0, 1)) matches any batch saved: the run saves the batch AutoBatch chose, not the one asked."""
     from ultralytics.nn.tasks import torch_safe_load
 
     from yolo_ckpt import check_resumable
@@ -199,6 +200,8 @@ def interrupted_run(run_dir: Path, args: dict) -> Path | None:
     except FinishedRunError:
         return None
     saved = ckpt.get("train_args") or {}
+    if float(args.get("batch", 1)) < 1:  # ultralytics/engine/trainer.py _setup_train: self.args.batch = self.auto_batch()
+        args = {k: v for k, v in args.items() if k != "batch"}
     return None if any(saved.get(k) != v for k, v in args.items()) else last
 
 
