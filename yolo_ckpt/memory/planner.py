@@ -132,7 +132,7 @@ class MemoryModel(ComposedEstimate):
             them.
         headroom: kept on top of every estimate when it is held against a budget
             (:meth:`yolo_ckpt.config.CkptConfig.headroom_on`).
-        loss_chunk, assign_chunk, sizes: as :class:`~yolo_ckpt.memory.composed.ComposedEstimate` takes them.
+        loss_chunk, assign_chunk, sizes, attn_chunk: as :class:`~yolo_ckpt.memory.composed.ComposedEstimate` takes them.
 
     Examples:
         >>> from ultralytics import YOLO
@@ -148,8 +148,9 @@ class MemoryModel(ComposedEstimate):
     def __init__(
         self, model, imgsz, batch: int, objects: int = 20, optimizer: str = "AdamW", amp: bool = False,
         headroom: Headroom = NO_HEADROOM, loss_chunk: int | None = None, assign_chunk: int | None = None, sizes=None,
+        attn_chunk: int | None = None,
     ):
-        super().__init__(model, imgsz, batch, objects, optimizer, amp, loss_chunk, assign_chunk, sizes)
+        super().__init__(model, imgsz, batch, objects, optimizer, amp, loss_chunk, assign_chunk, sizes, attn_chunk)
         self.headroom = headroom
         self.always = tuple(u for u in self.candidates if u == "loss")  # in every plan (module docstring)
 
@@ -159,10 +160,12 @@ class MemoryModel(ComposedEstimate):
 
     def _order(self, batch: int, imgsz: int) -> list:
         """The candidates by bytes freed per recomputed FLOP at this batch and imgsz, most first (the loss region's
-        bytes: how much lower its loss peaks are)."""
+        bytes: how much lower its loss peaks are; the attention region's: how much lower the composed peak is)."""
         k = self._scale(batch, imgsz)
 
         def freed(u) -> float:
+            if u == "attention":  # what it takes off the peak: stock's N x N matrices grow faster than any layer's bytes
+                return self.peak((), batch, imgsz) - self.peak(("attention",), batch, imgsz)
             if u != "loss":
                 return k * self.freed[u]
             return max(self._loss_peaks(False, batch, imgsz)[:2]) - max(self._loss_peaks(True, batch, imgsz)[:2])
