@@ -54,7 +54,8 @@ def attention_modules(model) -> tuple[AttentionShape, ...]:
 
     def record(module, args):
         heads, key_dim = module.num_heads, getattr(module, "key_dim", None) or module.head_dim
-        shapes.append(AttentionShape(int(names[module].split(".")[0]), probe // args[0].shape[-1], getattr(module, "area", 1), heads, key_dim))
+        index, stride = int(names[module].split(".")[0]), probe // args[0].shape[-1]
+        shapes.append(AttentionShape(index, stride, getattr(module, "area", 1), heads, key_dim))
 
     handles = [m.register_forward_pre_hook(record) for m in names]
     training = model.training

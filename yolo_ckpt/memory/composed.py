@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..checkpointing.chunks import DEFAULT_ATTN_CHUNK, check_attn_chunk
 from ..checkpointing.engine import sub_regions
 from ..checkpointing.policy import REGIONS, ModelLayout, RecomputePolicy, resolve, spec_string
-from ..checkpointing.chunks import DEFAULT_ATTN_CHUNK, check_attn_chunk
 from . import estimate_cache
 from .attention_terms import attention_modules
 from .estimate import estimate_step, with_loss_phases
@@ -316,8 +316,10 @@ class ComposedEstimate:
         def held(key) -> float:
             i = key[1]
             before = sum(freed(u) for j, u in layers.items() if j < i)
-            own = k * (self.freed[layers[i]] - self.rebuilt[layers[i]]) - (0.0 if on else k4 * self._rebuilt_quad.get(key, 0.0)) if i in layers else 0
-            return grown(key) - before - own
+            if i not in layers:
+                return grown(key) - before
+            rebuilt_quad = 0.0 if on else k4 * self._rebuilt_quad.get(key, 0.0)
+            return grown(key) - before - k * (self.freed[layers[i]] - self.rebuilt[layers[i]]) + rebuilt_quad
 
         out = {key: held(key) for key in self._lin if key != "end"}
         out["end"] = grown("end")
