@@ -423,7 +423,7 @@ def test_composed_attention_region_against_fake_pass_and_auto_takes_it():
     matrices grow with batch x imgsz^4, split from the rest by fake passes at a reference imgsz (1536). Composed peaks
     of none and of attention alone against the fake pass of the same policy at 1024 (N = 1024 tokens) and 2048
     (N = 4096, 2x the base: extrapolated): within 0.5% (measured -0.01% to +0.01%; before, with every term scaled by
-    imgsz^2, none at 2048 was composed 13% under, and attention freed nothing). Its cost: the scores rebuilt twice,
+    imgsz^2, none at 2048 was composed 3.5% under and attention freed nothing, 1.3% over). Its cost: the scores rebuilt twice,
     2 x 2 N^2 x 32 x 2 heads FLOPs. At 2048 attention bounds all's peak (fake pass: 819 MiB with it, 896 without):
     auto under a budget halfway between plans with attention and without every layer, and its fake pass fits."""
     model = _task_model(DetectionModel, "yolo11n.yaml", 80)
