@@ -3,7 +3,8 @@
 A unit is what a plan recomputes or not: a layer of ``model.model`` (a nested layer with its inner blocks one at a
 time, :data:`yolo_ckpt.checkpointing.engine.NESTED_BLOCKS`), ``head`` (the final head's branches) and, for detect,
 obb, pose and segment models (:data:`yolo_ckpt.checkpointing.policy.LOSS_HEADS`), ``loss`` (the loss region,
-:mod:`yolo_ckpt.checkpointing.losses`: the chunked assigner and the segmentation mask loss).
+:mod:`yolo_ckpt.checkpointing.losses`: the chunked assigner and the segmentation mask loss) and, for models with
+attention layers, ``attention`` (:mod:`yolo_ckpt.checkpointing.attention`: chunks of ``attn_chunk`` queries).
 :class:`ComposedEstimate` composes the per-layer and per-module figures of one fake-tensor estimate of
 ``recompute=none`` (:func:`yolo_ckpt.memory.estimate.estimate_step`) instead of running a fake pass per candidate:
 
@@ -17,8 +18,10 @@ obb, pose and segment models (:data:`yolo_ckpt.checkpointing.policy.LOSS_HEADS`)
 - the loss's forward and backward peaks are a formula (:class:`yolo_ckpt.memory.loss_model.LossModel`), the stock
   loss's or, with ``loss``, the loss region's, calibrated with the region applied in ``loss_chunk`` anchors and
   ``assign_chunk`` objects per chunk;
-- activations and the training batch scale with batch x imgsz^2, the loss by its own formula, parameters and
-  optimizer state not at all;
+- activations and the training batch scale with batch x imgsz^2, stock attention's N x N matrices with
+  batch x imgsz^4 (split from the rest by fake passes at a reference imgsz, :meth:`ComposedEstimate._split_attention_terms`;
+  with ``attention`` on, its chunks' N x attn_chunk with batch x imgsz^2), the loss by its own formula, parameters
+  and optimizer state not at all;
 - an imgsz is planned at the size it trains at (:func:`yolo_ckpt.memory.ultralytics_rules.train_imgsz`: 2736 -> 2752).
 
 In the tests (``tests/memory/test_memory_model.py``) the composed peak equals the fake pass's of the same policy for
@@ -68,8 +71,9 @@ class ComposedEstimate:
     fake pass of any policy, cached.
 
     A unit is a layer index (a nested layer, :data:`yolo_ckpt.checkpointing.engine.NESTED_BLOCKS`, with its inner
-    blocks), ``"head"`` (the final head's branches) or, where the head has a loss region
-    (:data:`yolo_ckpt.checkpointing.policy.LOSS_HEADS`), ``"loss"``. Per unit, from the fake pass's per-layer and
+    blocks), ``"head"`` (the final head's branches), where the head has a loss region
+    (:data:`yolo_ckpt.checkpointing.policy.LOSS_HEADS`), ``"loss"`` and, where the model has attention layers,
+    ``"attention"``. Per unit, from the fake pass's per-layer and
     per-module accounting (:class:`yolo_ckpt.memory.layer_accounting.LayerRow`,
     :class:`yolo_ckpt.memory.layer_accounting.ModuleRow`):
 
@@ -79,10 +83,13 @@ class ComposedEstimate:
     - ``head`` frees what its branches free and holds again what the largest branch frees;
     - these are composed with the per-layer forward and backward peaks of the ``none`` pass (module docstring);
     - ``loss`` swaps the loss's forward and backward peaks for those of the loss-region formula (calibrated with the
-      region applied, in ``loss_chunk`` anchors per chunk).
+      region applied, in ``loss_chunk`` anchors per chunk);
+    - ``attention`` swaps each layer's peaks for those of the region's pass at the reference imgsz, and stops the
+      attention layers' saved N x N softmax (:meth:`_split_attention_terms`); where no module has more tokens than
+      ``attn_chunk`` the region runs stock's product and changes nothing.
 
     Recompute cost (forward FLOPs recomputed per step): a layer's or the head branches' forward FLOPs
-    (``torch.utils.flop_counter``); the loss region's, :meth:`loss_flops`.
+    (``torch.utils.flop_counter``); the loss region's, :meth:`loss_flops`; the attention region's, :meth:`attention_flops`.
 
     Args:
         model: an Ultralytics ``BaseModel`` of any task in :data:`yolo_ckpt.memory.ultralytics_rules.TASKS`, with
@@ -94,9 +101,11 @@ class ComposedEstimate:
         assign_chunk: objects per chunk of the loss region's assigner (``assign_chunk=``); None: its default.
         sizes: the training set's :class:`~yolo_ckpt.memory.foreground.ObjectSizes` (the loss's foreground anchors
             bounded by its boxes' sizes); None: the worst size, ``objects * topk`` anchors per image.
+        attn_chunk: queries (and keys) per chunk of the attention region (``attn_chunk=``); None: its default.
 
     Raises:
-        ValueError: for a bad ``loss_chunk`` or ``assign_chunk``, and as
+        ValueError: for a bad ``loss_chunk`` or ``assign_chunk`` (:class:`yolo_ckpt.errors.ConfigError` for a bad
+            ``attn_chunk``), and as
             :func:`yolo_ckpt.memory.estimate.estimate_step` raises.
     """
 
