@@ -44,12 +44,12 @@ class AttentionShape:
 
 def attention_modules(model) -> tuple[AttentionShape, ...]:
     """The :class:`AttentionShape` of each ``Attention``/``AAttn`` module of an Ultralytics ``BaseModel``, in forward
-    order, read from one forward of a blank image at 4x the largest stride (``no_grad``, eval mode: the BatchNorm
+    order, read from one forward of a blank image of 128 px or 4x the largest stride (``no_grad``, eval mode: the BatchNorm
     statistics are not touched; the model's mode is restored); ``()`` for a model without attention."""
     names = {m: name for name, m in model.model.named_modules() if isinstance(m, ATTENTION_CLASSES)}
     if not names:
         return ()
-    probe = 4 * int(max(model.stride))
+    probe = max(128, 4 * int(max(model.stride)))  # a classifier's stride is 1: its layers still halve the image 5 times
     shapes: list[AttentionShape] = []
 
     def record(module, args):
