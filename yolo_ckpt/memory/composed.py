@@ -152,12 +152,15 @@ class ComposedEstimate:
         """Split the base pass's per-layer forward and backward peaks (above the static bytes) and its held bytes at the
         loss into a term that grows with batch x imgsz^2 (``_lin``) and one with batch x imgsz^4 (``_quad``: stock's
         N x N matrices), and give what they are with the attention region on (``_on``, all batch x imgsz^2: its
-        chunks hold N x chunk); and per layer the saved N x N bytes a recomputed layer frees (``_saved_quad``).
+        chunks hold N x chunk); per layer the saved N x N bytes a recomputed layer frees (``_saved_quad``); and per
+        attention layer what its recomputation holds beyond that composition (``_rebuilt_quad``, by batch x imgsz^4).
 
-        Measured, not assumed: two more fake passes at a reference imgsz ``s`` (at least 1.5x the base's, and where
+        Measured, not assumed: three more fake passes at a reference imgsz ``s`` (at least 1.5x the base's, and where
         every module has more tokens than ``attn_chunk``, so the region runs its chunks): ``none`` there gives, per
         layer, ``P(s) = r2 lin + r4 quad`` against the base's ``P = lin + quad`` (``r2 = (s / base)^2``, ``r4 = r2^2``);
-        ``attention`` there gives the region's peaks, ``/ r2``. Layers before the first attention layer, and models
+        ``attention`` there gives the region's peaks, ``/ r2``; the attention layers recomputed there, their rebuild.
+        A layer's peak is the largest of several moments: the split is exact at the two sizes, close between and
+        near them, an approximation far above (which moment is largest changes). Layers before the first attention layer, and models
         without one, keep the base pass's peaks as they are (``_quad`` 0, ``_on`` = ``_lin``)."""
         base, rows = self.base, self.base.layers
         peaks = {("f", r.index): r.forward_peak_bytes - base.static_bytes for r in rows}
