@@ -3,7 +3,8 @@
 A unit is what a plan recomputes or not: a layer of ``model.model`` (a nested layer with its inner blocks one at a
 time, :data:`yolo_ckpt.checkpointing.engine.NESTED_BLOCKS`), ``head`` (the final head's branches) and, for detect,
 obb, pose and segment models (:data:`yolo_ckpt.checkpointing.policy.LOSS_HEADS`), ``loss`` (the loss region,
-:mod:`yolo_ckpt.checkpointing.losses`: the chunked assigner and the segmentation mask loss).
+:mod:`yolo_ckpt.checkpointing.losses`: the chunked assigner and the segmentation mask loss) and, for models with
+attention layers, ``attention`` (:mod:`yolo_ckpt.checkpointing.attention`: chunks of ``attn_chunk`` queries).
 :class:`ComposedEstimate` composes the per-layer and per-module figures of one fake-tensor estimate of
 ``recompute=none`` (:func:`yolo_ckpt.memory.estimate.estimate_step`) instead of running a fake pass per candidate:
 
@@ -17,8 +18,10 @@ obb, pose and segment models (:data:`yolo_ckpt.checkpointing.policy.LOSS_HEADS`)
 - the loss's forward and backward peaks are a formula (:class:`yolo_ckpt.memory.loss_model.LossModel`), the stock
   loss's or, with ``loss``, the loss region's, calibrated with the region applied in ``loss_chunk`` anchors and
   ``assign_chunk`` objects per chunk;
-- activations and the training batch scale with batch x imgsz^2, the loss by its own formula, parameters and
-  optimizer state not at all;
+- activations and the training batch scale with batch x imgsz^2, stock attention's N x N matrices with
+  batch x imgsz^4 (split from the rest by fake passes at a reference imgsz, :meth:`ComposedEstimate._split_attention_terms`;
+  with ``attention`` on, its chunks' N x attn_chunk with batch x imgsz^2), the loss by its own formula, parameters
+  and optimizer state not at all;
 - an imgsz is planned at the size it trains at (:func:`yolo_ckpt.memory.ultralytics_rules.train_imgsz`: 2736 -> 2752).
 
 In the tests (``tests/memory/test_memory_model.py``) the composed peak equals the fake pass's of the same policy for
@@ -33,9 +36,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..checkpointing.chunks import DEFAULT_ATTN_CHUNK, check_attn_chunk
 from ..checkpointing.engine import sub_regions
 from ..checkpointing.policy import REGIONS, ModelLayout, RecomputePolicy, resolve, spec_string
 from . import estimate_cache
+from .attention_terms import attention_modules
 from .estimate import estimate_step, with_loss_phases
 from .loss_calibration import loss_models
 from .step import StepProfile
@@ -66,8 +71,9 @@ class ComposedEstimate:
     fake pass of any policy, cached.
 
     A unit is a layer index (a nested layer, :data:`yolo_ckpt.checkpointing.engine.NESTED_BLOCKS`, with its inner
-    blocks), ``"head"`` (the final head's branches) or, where the head has a loss region
-    (:data:`yolo_ckpt.checkpointing.policy.LOSS_HEADS`), ``"loss"``. Per unit, from the fake pass's per-layer and
+    blocks), ``"head"`` (the final head's branches), where the head has a loss region
+    (:data:`yolo_ckpt.checkpointing.policy.LOSS_HEADS`), ``"loss"`` and, where the model has attention layers,
+    ``"attention"``. Per unit, from the fake pass's per-layer and
     per-module accounting (:class:`yolo_ckpt.memory.layer_accounting.LayerRow`,
     :class:`yolo_ckpt.memory.layer_accounting.ModuleRow`):
 
@@ -77,10 +83,13 @@ class ComposedEstimate:
     - ``head`` frees what its branches free and holds again what the largest branch frees;
     - these are composed with the per-layer forward and backward peaks of the ``none`` pass (module docstring);
     - ``loss`` swaps the loss's forward and backward peaks for those of the loss-region formula (calibrated with the
-      region applied, in ``loss_chunk`` anchors per chunk).
+      region applied, in ``loss_chunk`` anchors per chunk);
+    - ``attention`` swaps each layer's peaks for those of the region's pass at the reference imgsz, and stops the
+      attention layers' saved N x N softmax (:meth:`_split_attention_terms`); where no module has more tokens than
+      ``attn_chunk`` the region runs stock's product and changes nothing.
 
     Recompute cost (forward FLOPs recomputed per step): a layer's or the head branches' forward FLOPs
-    (``torch.utils.flop_counter``); the loss region's, :meth:`loss_flops`.
+    (``torch.utils.flop_counter``); the loss region's, :meth:`loss_flops`; the attention region's, :meth:`attention_flops`.
 
     Args:
         model: an Ultralytics ``BaseModel`` of any task in :data:`yolo_ckpt.memory.ultralytics_rules.TASKS`, with
@@ -92,16 +101,19 @@ class ComposedEstimate:
         assign_chunk: objects per chunk of the loss region's assigner (``assign_chunk=``); None: its default.
         sizes: the training set's :class:`~yolo_ckpt.memory.foreground.ObjectSizes` (the loss's foreground anchors
             bounded by its boxes' sizes); None: the worst size, ``objects * topk`` anchors per image.
+        attn_chunk: queries (and keys) per chunk of the attention region (``attn_chunk=``); None: its default.
 
     Raises:
-        ValueError: for a bad ``loss_chunk`` or ``assign_chunk``, and as
+        ValueError: for a bad ``loss_chunk`` or ``assign_chunk`` (:class:`yolo_ckpt.errors.ConfigError` for a bad
+            ``attn_chunk``), and as
             :func:`yolo_ckpt.memory.estimate.estimate_step` raises.
     """
 
     def __init__(
         self, model, imgsz, batch: int, objects: int = 20, optimizer: str = "AdamW", amp: bool = False,
-        loss_chunk: int | None = None, assign_chunk: int | None = None, sizes=None,
+        loss_chunk: int | None = None, assign_chunk: int | None = None, sizes=None, attn_chunk: int | None = None,
     ):
+        self.attn_chunk = check_attn_chunk(DEFAULT_ATTN_CHUNK if attn_chunk is None else attn_chunk)
         self.model, self.objects, self.optimizer, self.amp = model, objects, optimizer, amp
         self.sizes = sizes
         self.layout = ModelLayout.from_model(model)
@@ -129,14 +141,87 @@ class ComposedEstimate:
         self.freed["head"] = sum(b.freeable_bytes for b in branches)
         self.rebuilt["head"] = max((b.freeable_bytes for b in branches), default=0)
         self.flops["head"] = sum(b.forward_flops for b in branches)
-        # The attention region's working set grows with tokens^2, which this batch x imgsz^2 composition cannot scale:
-        # composed, it frees nothing and costs nothing (an over-estimate where it is on); estimate()'s fake pass and
-        # the plan's check count it as it runs (yolo_ckpt.checkpointing.attention).
-        self.freed["attention"] = self.rebuilt["attention"] = self.flops["attention"] = 0
         self.step_flops = 3 * sum(r.forward_flops for r in rows)  # backward costs about twice the forward
         # estimate()'s fake passes, by units but the loss region, batch and imgsz; the base pass is none's at its own
         # batch and imgsz (its optimizer step run, as optimizer_from reproduces it; its FLOPs dropped, as estimate's have none)
         self._passes: dict[tuple, StepProfile] = {((), self.base.batch, self.base.imgsz): _without_flops(self.base)}
+        self.attention = attention_modules(model) if "attention" in self.candidates else ()
+        self._split_attention_terms()
+
+    def _split_attention_terms(self) -> None:
+        """Split the base pass's per-layer forward and backward peaks (above the static bytes) and its held bytes at the
+        loss into a term that grows with batch x imgsz^2 (``_lin``) and one with batch x imgsz^4 (``_quad``: stock's
+        N x N matrices), and give what they are with the attention region on (``_on``, all batch x imgsz^2: its
+        chunks hold N x chunk); per layer the saved N x N bytes a recomputed layer frees (``_saved_quad``); and per
+        attention layer what its recomputation holds beyond that composition (``_rebuilt_quad``, by batch x imgsz^4).
+
+        Measured, not assumed: three more fake passes at a reference imgsz ``s`` (at least 1.5x the base's, and where
+        every module has more tokens than ``attn_chunk``, so the region runs its chunks): ``none`` there gives, per
+        layer, ``P(s) = r2 lin + r4 quad`` against the base's ``P = lin + quad`` (``r2 = (s / base)^2``, ``r4 = r2^2``);
+        ``attention`` there gives the region's peaks, ``/ r2``; the attention layers recomputed there, their rebuild.
+        A layer's peak is the largest of several moments: the split is exact at the two sizes, close between and
+        near them, an approximation far above (which moment is largest changes). Layers before the first attention layer, and models
+        without one, keep the base pass's peaks as they are (``_quad`` 0, ``_on`` = ``_lin``)."""
+        base, rows = self.base, self.base.layers
+        peaks = {("f", r.index): r.forward_peak_bytes - base.static_bytes for r in rows}
+        peaks |= {("b", r.index): r.backward_peak_bytes - base.static_bytes for r in rows}
+        peaks["end"] = base.phase_peak_bytes["loss"] - base.loss_bytes - base.static_bytes
+        self._lin, self._quad, self._on = dict(peaks), dict.fromkeys(peaks, 0.0), dict(peaks)
+        self._saved_quad = dict.fromkeys(range(len(rows)), 0.0)
+        self._rebuilt_quad: dict = {}
+        self.attention_imgsz = None
+        if not self.attention:
+            return
+        grid = int(max(self.strides))
+        # the smallest multiple of the grid at which every module's tokens exceed the chunk, and at least 1.5x the base
+        least = max(int(a.stride * (a.groups * (self.attn_chunk + 1)) ** 0.5) + 1 for a in self.attention)
+        s = self.attention_imgsz = -(-max(least, 3 * base.imgsz // 2) // grid) * grid
+        off, on = self._pass((), base.batch, s), self._pass(("attention",), base.batch, s)
+        r2 = (s / base.imgsz) ** 2
+        first = min(a.index for a in self.attention)
+
+        def above_static(step):
+            out = {("f", r.index): r.forward_peak_bytes - step.static_bytes for r in step.layers}
+            out |= {("b", r.index): r.backward_peak_bytes - step.static_bytes for r in step.layers}
+            out["end"] = step.phase_peak_bytes["loss"] - step.loss_bytes - step.static_bytes
+            return out
+
+        p_off, p_on = above_static(off), above_static(on)
+        for key, p in peaks.items():
+            if key != "end" and key[1] < first:
+                continue
+            quad = max((p_off[key] - r2 * p) / (r2 * r2 - r2), 0.0)
+            self._lin[key], self._quad[key], self._on[key] = p - quad, quad, p_on[key] / r2
+        layers = sorted({a.index for a in self.attention})
+        for a in layers:  # the N x N softmax stock saves and the region does not
+            self._saved_quad[a] = max(off.layers[a].saved_bytes - on.layers[a].saved_bytes, 0) / (r2 * r2)
+        # a recomputed attention layer's backward runs its forward again: more N x N bytes at once than the none pass
+        # held there, measured by a third pass recomputing the attention layers (what this composition lacks there)
+        rebuilt, composed = above_static(self._pass(tuple(layers), base.batch, s)), self._held(layers, base.batch, s)[0]
+        self._rebuilt_quad = {(ph, a): max(rebuilt[ph, a] - composed[ph, a], 0.0) / (r2 * r2) for ph in "fb" for a in layers}
+
+    def _pass(self, units: tuple, batch: int, imgsz: int) -> StepProfile:
+        """The fake pass of ``units`` (not ``"loss"``) at this batch and trained imgsz, without the loss's share, kept
+        per units, batch and imgsz (:meth:`estimate`)."""
+        key = (units, batch, imgsz)
+        if key not in self._passes:
+            self._passes[key] = _cached_step((*self._key, *key, repr(self._no_loss), self.attn_chunk), lambda: estimate_step(
+                self.model, imgsz, batch, self.objects, self.spec(units), optimizer=self.optimizer, amp=self.amp,
+                loss_model=self._no_loss, flops=False, optimizer_from=self.base, attn_chunk=self.attn_chunk,
+            ))
+        return self._passes[key]
+
+    def attention_on(self, units, imgsz: int) -> bool:
+        """Whether ``units`` bound attention at this trained imgsz: ``"attention"`` among them and a module with more
+        tokens than ``attn_chunk`` (fewer run stock's product)."""
+        return "attention" in units and any(a.tokens(imgsz) > self.attn_chunk for a in self.attention)
+
+    def attention_flops(self, batch: int, imgsz) -> int:
+        """Forward FLOPs the attention region recomputes per step: its backward rebuilds each chunked module's scores
+        twice (by query rows, then by key columns: :class:`yolo_ckpt.checkpointing.attention.ChunkedAttention`),
+        ``2 x`` :meth:`~yolo_ckpt.memory.attention_terms.AttentionShape.score_flops`; 0 where no module is chunked."""
+        imgsz = train_imgsz(imgsz, self.model.stride)
+        return sum(2 * a.score_flops(batch, imgsz) for a in self.attention if a.tokens(imgsz) > self.attn_chunk)
 
     def units(self, recompute) -> tuple:
         """The units of a ``recompute=`` value or a :class:`~yolo_ckpt.checkpointing.policy.RecomputePolicy`: its layer indices,
@@ -179,10 +264,15 @@ class ComposedEstimate:
         return 4 * int(self.model.model[-1].nm) * batch_foreground * (imgsz // 4) ** 2
 
     def cost(self, units, batch: int, imgsz) -> int:
-        """Forward FLOPs recomputed per step by ``units`` at this batch and imgsz."""
+        """Forward FLOPs recomputed per step by ``units`` at this batch and imgsz (the loss region's,
+        :meth:`loss_flops`; the attention region's, :meth:`attention_flops`)."""
         imgsz = train_imgsz(imgsz, self.model.stride)
         k = self._scale(batch, imgsz)
-        return int(k * sum(self.flops[u] for u in units if u != "loss")) + (self.loss_flops(batch, imgsz) if "loss" in units else 0)
+        return (
+            int(k * sum(self.flops[u] for u in units if u not in ("loss", "attention")))
+            + (self.loss_flops(batch, imgsz) if "loss" in units else 0)
+            + (self.attention_flops(batch, imgsz) if "attention" in units else 0)
+        )
 
     def flops_of(self, recompute) -> int:
         """Forward FLOPs recomputed per step by a ``recompute=`` value (at the base batch and imgsz)."""
@@ -204,27 +294,48 @@ class ComposedEstimate:
         """Composed peak bytes inside each phase (``forward``, ``loss``, ``backward``, ``optimizer``) of a step
         recomputing ``units`` at this batch and imgsz, static bytes included."""
         imgsz = train_imgsz(imgsz, self.model.stride)
-        base, k = self.base, self._scale(batch, imgsz)
-        layers = {self.layout.head if u == "head" else u: u for u in units if u not in ("loss", "attention")}  # index -> unit
-        freed = sum(self.freed[u] for u in layers.values())
+        k = self._scale(batch, imgsz)
+        held, freed = self._held(units, batch, imgsz)
         loss, loss_backward, kept = self._loss_peaks("loss" in units, batch, imgsz)
-        static = self._static_bytes(k) + kept
-        fwd_end = base.phase_peak_bytes["loss"] - base.loss_bytes - base.static_bytes
-        # In the backward of layer i the none pass held what the layers before it saved: a recomputed one among them
-        # holds only its inputs; a recomputed layer i itself rebuilds its freed bytes (a nested one block at a time).
-        # The same in its forward (a recomputed layer's runs whole, a nested one's or the head's a block at a time).
-        def held(r, peak: int) -> int:
-            before = sum(self.freed[u] for i, u in layers.items() if i < r.index)
-            own = self.freed[layers[r.index]] - self.rebuilt[layers[r.index]] if r.index in layers else 0
-            return peak - base.static_bytes - before - own
-
         above_static = {
-            "forward": k * max(held(r, r.forward_peak_bytes) for r in base.layers),
-            "loss": k * (fwd_end - freed) + max(loss, loss_backward),
-            "backward": k * max(held(r, r.backward_peak_bytes) for r in base.layers),
-            "optimizer": base.phase_peak_bytes["optimizer"] - base.static_bytes,
+            "forward": max(v for key, v in held.items() if key[0] == "f"),
+            "loss": held["end"] - freed + max(loss, loss_backward),
+            "backward": max(v for key, v in held.items() if key[0] == "b"),
+            "optimizer": self.base.phase_peak_bytes["optimizer"] - self.base.static_bytes,
         }
-        return {phase: int(static + bytes_) for phase, bytes_ in above_static.items()}
+        return {phase: int(self._static_bytes(k) + kept + bytes_) for phase, bytes_ in above_static.items()}
+
+    def _held(self, units, batch: int, imgsz: int) -> tuple[dict, float]:
+        """Bytes above the static ones held at each layer's forward (``("f", i)``) and backward (``("b", i)``) peak and
+        at the loss (``"end"``, before what the recomputed units free) of a step recomputing ``units``, and what they
+        free; ``imgsz`` trained."""
+        base, k = self.base, self._scale(batch, imgsz)
+        k4 = k * imgsz**2 / base.imgsz**2  # batch x imgsz^4: stock's N x N matrices
+        layers = {self.layout.head if u == "head" else u: u for u in units if u not in ("loss", "attention")}  # index -> unit
+        on = self.attention_on(units, imgsz)
+
+        def grown(key) -> float:  # a peak of the base pass, above the static bytes, at this batch and imgsz
+            return k * self._on[key] if on else k * self._lin[key] + k4 * self._quad[key]
+
+        def freed(u) -> float:  # what recomputing u frees: its N x N softmax grows with k4, and is not saved with the region on
+            quad = self._saved_quad[u] if isinstance(u, int) else 0.0
+            return k * (self.freed[u] - quad) + (0.0 if on else k4 * quad)
+
+        # In the backward of layer i the none pass held what the layers before it saved: a recomputed one among them
+        # holds only its inputs; a recomputed layer i itself rebuilds its freed bytes (a nested one block at a time),
+        # and a recomputed stock attention layer its N x N matrices beyond the none pass's (``_rebuilt_quad``).
+        # The same in its forward (a recomputed layer's runs whole, a nested one's or the head's a block at a time).
+        def held(key) -> float:
+            i = key[1]
+            before = sum(freed(u) for j, u in layers.items() if j < i)
+            if i not in layers:
+                return grown(key) - before
+            rebuilt_quad = 0.0 if on else k4 * self._rebuilt_quad.get(key, 0.0)
+            return grown(key) - before - k * (self.freed[layers[i]] - self.rebuilt[layers[i]]) + rebuilt_quad
+
+        out = {key: held(key) for key in self._lin if key != "end"}
+        out["end"] = grown("end")
+        return out, sum(freed(u) for u in layers.values())
 
     def step(self, units, batch: int, imgsz) -> StepProfile:
         """The composed step of ``units`` at this batch and imgsz as a :class:`~yolo_ckpt.memory.step.StepProfile`
@@ -262,13 +373,6 @@ class ComposedEstimate:
         :func:`yolo_ckpt.memory.estimate.with_loss_phases`, as ``estimate_step`` composes them."""
         imgsz = train_imgsz(imgsz, self.model.stride)
         units = self.units(recompute)
-        layers = tuple(u for u in units if u != "loss")
-        key = (layers, batch, imgsz)
-        if key not in self._passes:
-            self._passes[key] = _cached_step((*self._key, *key, repr(self._no_loss)), lambda: estimate_step(
-                self.model, imgsz, batch, self.objects, self.spec(layers), optimizer=self.optimizer, amp=self.amp,
-                loss_model=self._no_loss, flops=False, optimizer_from=self.base,
-            ))
         spec = recompute.spec if isinstance(recompute, RecomputePolicy) else spec_string(recompute)  # as estimate_step's policy.spec
-        step = dataclasses.replace(self._passes[key], recompute=spec)
+        step = dataclasses.replace(self._pass(tuple(u for u in units if u != "loss"), batch, imgsz), recompute=spec)
         return with_loss_phases(step, *self._loss_peaks("loss" in units, batch, imgsz))

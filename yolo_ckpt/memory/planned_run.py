@@ -70,7 +70,7 @@ class PlannedRun:
             spec = self.spec
             self._memory = MemoryModel(
                 self.model, self.imgsz, self.batch, spec.objects, spec.optimizer, spec.amp, self.headroom, self.config.loss_chunk,
-                self.config.assign_chunk, self.sizes,
+                self.config.assign_chunk, self.sizes, self.config.attn_chunk,
             )
         return self._memory
 

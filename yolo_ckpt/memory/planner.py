@@ -1,9 +1,11 @@
 """Plan recomputation for a memory budget: which units (``recompute=auto``), and the largest batch or imgsz.
 
 The planner searches the figures of :class:`yolo_ckpt.memory.composed.ComposedEstimate` (one fake pass of
-``recompute=none``, composed for any set of units, batch and imgsz; a unit is a layer, ``head`` or ``loss``). Among the
-unit sets that fit, it picks the one with the least recompute cost (forward FLOPs of the recomputed layers and head
-branches, and the loss region's mask products, :meth:`~yolo_ckpt.memory.composed.ComposedEstimate.loss_flops`):
+``recompute=none``, composed for any set of units, batch and imgsz; a unit is a layer, ``head``, ``loss`` or
+``attention``). Among the unit sets that fit, it picks the one with the least recompute cost (forward FLOPs of the
+recomputed layers and head branches, the loss region's mask products,
+:meth:`~yolo_ckpt.memory.composed.ComposedEstimate.loss_flops`, and the attention region's rebuilt scores,
+:meth:`~yolo_ckpt.memory.composed.ComposedEstimate.attention_flops`):
 greedily by bytes freed per FLOP, then dropping units that are no longer needed, and never worse than the cheapest
 named policy (backbone, neck, all) that fits. ``loss`` is in every plan where the model has it: the assigner's part
 recomputes nothing, and it bounds the loss's memory where objects are many. The chosen plan is checked with one more
@@ -132,7 +134,7 @@ class MemoryModel(ComposedEstimate):
             them.
         headroom: kept on top of every estimate when it is held against a budget
             (:meth:`yolo_ckpt.config.CkptConfig.headroom_on`).
-        loss_chunk, assign_chunk, sizes: as :class:`~yolo_ckpt.memory.composed.ComposedEstimate` takes them.
+        loss_chunk, assign_chunk, sizes, attn_chunk: as :class:`~yolo_ckpt.memory.composed.ComposedEstimate` takes them.
 
     Examples:
         >>> from ultralytics import YOLO
@@ -148,8 +150,9 @@ class MemoryModel(ComposedEstimate):
     def __init__(
         self, model, imgsz, batch: int, objects: int = 20, optimizer: str = "AdamW", amp: bool = False,
         headroom: Headroom = NO_HEADROOM, loss_chunk: int | None = None, assign_chunk: int | None = None, sizes=None,
+        attn_chunk: int | None = None,
     ):
-        super().__init__(model, imgsz, batch, objects, optimizer, amp, loss_chunk, assign_chunk, sizes)
+        super().__init__(model, imgsz, batch, objects, optimizer, amp, loss_chunk, assign_chunk, sizes, attn_chunk)
         self.headroom = headroom
         self.always = tuple(u for u in self.candidates if u == "loss")  # in every plan (module docstring)
 
@@ -159,10 +162,12 @@ class MemoryModel(ComposedEstimate):
 
     def _order(self, batch: int, imgsz: int) -> list:
         """The candidates by bytes freed per recomputed FLOP at this batch and imgsz, most first (the loss region's
-        bytes: how much lower its loss peaks are)."""
+        bytes: how much lower its loss peaks are; the attention region's: how much lower the composed peak is)."""
         k = self._scale(batch, imgsz)
 
         def freed(u) -> float:
+            if u == "attention":  # what it takes off the peak: stock's N x N matrices grow faster than any layer's bytes
+                return self.peak((), batch, imgsz) - self.peak(("attention",), batch, imgsz)
             if u != "loss":
                 return k * self.freed[u]
             return max(self._loss_peaks(False, batch, imgsz)[:2]) - max(self._loss_peaks(True, batch, imgsz)[:2])
@@ -284,8 +289,9 @@ class MemoryModel(ComposedEstimate):
         imgsz) fits ``budget`` with the headroom, the next multiple up shown not to fit by its own fake pass (unless
         the answer is ``limit``'s multiple); 0 where even ``step`` does not fit.
 
-        ``guess`` is the composed peak's answer: close, but it scales activations with batch x imgsz^2, which attention
-        (its tokens squared: imgsz^4) and the loss's own terms outgrow, and it depends on the base pass's size. From it,
+        ``guess`` is the composed peak's answer: close, but its split of batch x imgsz^2 and x imgsz^4 terms is measured
+        at two sizes (a layer's peak is the largest of several moments, which one changes with size), the loss's own
+        terms outgrow it, and it depends on the base pass's size. From it,
         steps of 1, 2, 4, ... multiples go up while the fake pass fits (or down while it does not), then bisection
         between the last that fits and the first that does not: two passes where the guess is right, about
         2 log2(steps off) + 1 where it is not (each cached: :meth:`~yolo_ckpt.memory.composed.ComposedEstimate.estimate`).
