@@ -139,12 +139,12 @@ def test_record_writer_ties_a_run_to_its_commit(tmp_path):
         assert state["commit"] == results_index.git("rev-parse", "HEAD") and isinstance(state["dirty"], bool)
     assert git_state(tmp_path) == {"commit": None, "commit_inferred": False, "dirty": None}
     inside = results_index.ROOT / "benchmarks" / "results" / "x"
-    assert recorded_command(["python -m benchmarks.soak", f"out={inside}", "datasets=/data/sets", "epochs=3"]) == (
-        "python -m benchmarks.soak out=benchmarks/results/x datasets=$DATASETS epochs=3"
+    assert recorded_command(["python -m benchmarks.mechanism.soak", f"out={inside}", "datasets=/data/sets", "epochs=3"]) == (
+        "python -m benchmarks.mechanism.soak out=benchmarks/results/x datasets=$DATASETS epochs=3"
     )
     assert dataset_yaml("monuseg/data.yaml", "/data/sets") == "/data/sets/monuseg/data.yaml"  # a study's data= against datasets=
     assert dataset_yaml("/elsewhere/data.yaml", "/data/sets") == dataset_yaml("/elsewhere/data.yaml") == "/elsewhere/data.yaml"
-    rec = provenance(["python -m benchmarks.soak", "epochs=3"], seeds=[7])
+    rec = provenance(["python -m benchmarks.mechanism.soak", "epochs=3"], seeds=[7])
     assert RECORD_KEYS <= set(rec) and rec["seeds"] == [7] and rec["commit"] == state["commit"]
 
 
