@@ -21,7 +21,8 @@ backward tile of the loss region, the largest, for ``recompute=all``);
         [repeat=True] [rank=foreground] [objects=K] [predictions=overlapping]
         [model=yolo11n-seg.yaml] out=benchmarks/results/densest-mosaic
 
-The task is the model's (``model=yolo11n.yaml`` for a detection set).
+The task is the model's (``model=yolo11n.yaml`` for a detection set). Run it on a copy of a shared dataset: Ultralytics
+writes a label cache beside the labels.
 """
 
 from __future__ import annotations
