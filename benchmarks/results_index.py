@@ -13,10 +13,10 @@ A folder's entry (``index.yaml`` says how to add one)::
       status: current                 # or {superseded_by: folder}, {stale: commit}, {holds: commit or folder}
 
 ``status``: ``current`` (the code of ``measures`` is the same at HEAD as at the record's commit, docstrings and
-comments aside: :func:`code_changed`), ``stale: <commit>`` (a commit after the record's that changed that code),
-``superseded_by: <folder>``,
-or ``holds: <commit or folder>`` (current although ``measures`` changed later: the re-measurement or commit that
-shows the figures still hold). tests/bench/test_results_index.py keeps every entry true.
+comments aside, a file moved since read under its former name: :func:`code_changed`, :func:`former_path`),
+``stale: <commit>`` (a commit after the record's that changed that code), ``superseded_by: <folder>``, or
+``holds: <commit or folder>`` (current although ``measures`` changed later: the re-measurement or commit that shows
+the figures still hold). tests/bench/test_results_index.py keeps every entry true.
 """
 
 from __future__ import annotations
