@@ -28,7 +28,7 @@ Chunks are spread evenly over N (lengths differ by at most one) and hold at leas
 ``sgemm`` rounds some small shapes differently (1 and 7 rows measured). Each chunk's matrix products then give the
 whole product's bits: outputs, every gradient and hence the BatchNorm statistics around equal stock's, measured
 with ``torch.equal`` on AVX-512 and on ATen's AVX2 kernels (``ATEN_CPU_CAPABILITY=avx2``), torch 2.14.1 and 2.15.0
-(``benchmarks/attention_exactness.py``, ``tests/checkpointing/test_attention.py``). A CPU or torch build whose
+(``benchmarks/mechanism/attention_exactness.py``, ``tests/checkpointing/test_attention.py``). A CPU or torch build whose
 softmax kernel is not the one reproduced is found once per process (:func:`kernel_reproduced`): the region then runs
 stock's product, exact without the memory bound, and says so. On CUDA (its own exponential and reductions) the
 values agree to float rounding, not bit for bit. Under autocast, or for inputs that are not float32, the region
