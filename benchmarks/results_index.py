@@ -6,17 +6,17 @@ A folder's entry (``index.yaml`` says how to add one)::
     equal-memory-bccd-seed0:
       question: equal-memory          # one of QUESTIONS: the results page's group
       answers: one line               # the question this folder answers
-      matrix: equal-memory-bccd       # or study: benchmarks/<study>.py
+      matrix: equal-memory-bccd       # or study: benchmarks/<question>/<study>.py
       measures: [yolo_ckpt/...py]     # the modules whose change can change its figures
       cited_in: [README.md, ...]      # where the README and docs cite it (kept equal to citations())
       quality: free text              # how far to trust it: timings under load, one seed, ...
       status: current                 # or {superseded_by: folder}, {stale: commit}, {holds: commit or folder}
 
 ``status``: ``current`` (the code of ``measures`` is the same at HEAD as at the record's commit, docstrings and
-comments aside: :func:`code_changed`), ``stale: <commit>`` (a commit after the record's that changed that code),
-``superseded_by: <folder>``,
-or ``holds: <commit or folder>`` (current although ``measures`` changed later: the re-measurement or commit that
-shows the figures still hold). tests/bench/test_results_index.py keeps every entry true.
+comments aside, a file moved since read under its former name: :func:`code_changed`, :func:`former_path`),
+``stale: <commit>`` (a commit after the record's that changed that code), ``superseded_by: <folder>``, or
+``holds: <commit or folder>`` (current although ``measures`` changed later: the re-measurement or commit that shows
+the figures still hold). tests/bench/test_results_index.py keeps every entry true.
 """
 
 from __future__ import annotations
@@ -76,11 +76,39 @@ def git(*args: str) -> str:
 
 
 @functools.cache
+def renames() -> list[tuple[str, str, str]]:
+    """Every rename in HEAD's history as ``(commit, old path, new path)``, newest first (``git log -M``)."""
+    found, commit = [], None
+    for line in git("log", "-M", "--diff-filter=R", "--name-status", "--format=%H", "HEAD").splitlines():
+        if re.fullmatch(r"[0-9a-f]{40}", line):
+            commit = line
+        elif line.startswith("R"):
+            found.append((commit, *line.split("\t")[1:3]))
+    return found
+
+
+@functools.cache
+def former_path(commit: str, path: str) -> str:
+    """The name at ``commit`` of the file that is ``path`` at HEAD: ``path`` where it exists there under that name,
+    else its name before the renames after ``commit`` (:func:`renames`, newest first): a moved module keeps its
+    history, and a move alone changes no code (a study moved into its question's sub-package, a module of the
+    package renamed)."""
+    if subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{commit}:{path}"], capture_output=True).returncode == 0:
+        return path
+    after = set(git("rev-list", f"{commit}..HEAD").split())
+    for rename, old, new in renames():
+        if new == path and rename in after:
+            path = old
+    return path
+
+
+@functools.cache
 def code_of(commit: str, path: str) -> str | None:
-    """``path``'s code at ``commit`` (None where it did not exist): a Python file's syntax tree without docstrings (a
-    change of wording or comments is no change of the code it measures), any other file's text."""
+    """The code at ``commit`` of the file that is ``path`` at HEAD, under its name there (:func:`former_path`; None
+    where it did not exist): a Python file's syntax tree without docstrings (a change of wording or comments is no
+    change of the code it measures), any other file's text."""
     try:
-        text = git("show", f"{commit}:{path}")
+        text = git("show", f"{commit}:{former_path(commit, path)}")
     except subprocess.CalledProcessError:
         return None
     if not path.endswith(".py"):
@@ -100,9 +128,11 @@ def code_changed(before: str, after: str, paths: list[str]) -> bool:
 
 
 def changes_since(commit: str, paths: list[str]) -> list[str]:
-    """The commits after ``commit`` (not in its history) up to HEAD that changed the code of any of ``paths``
-    (:func:`code_changed` against their first parent), oldest first."""
-    touched = git("log", "--reverse", "--format=%H", f"{commit}..HEAD", "--", *paths).splitlines()
+    """The commits after ``commit`` (not in its history) up to HEAD that changed the code of any of ``paths`` (named as
+    at HEAD, their former names followed: :func:`former_path`), by :func:`code_changed` against their first parent,
+    oldest first."""
+    names = sorted({former_path(commit, p) for p in paths} | set(paths))
+    touched = git("log", "--reverse", "--format=%H", f"{commit}..HEAD", "--", *names).splitlines()
     return [c for c in touched if code_changed(f"{c}^", c, paths)]
 
 

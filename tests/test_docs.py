@@ -60,6 +60,44 @@ def test_benchmark_results_page_is_current():
     assert committed.count("](plots/") == len(plots)
 
 
+def test_benchmarks_readme_lists_every_study_under_its_question():
+    """benchmarks/README.md's table of studies is what docs/gen_benchmarks.py makes of the studies' docstrings now
+    (issue 47): every study module under its question's heading, with a command naming a module that imports and the
+    results folders the index names for it; the prose about matrices around it kept."""
+    gen = _generator("gen_benchmarks")
+    committed = gen.README.read_text()
+    assert committed == gen.render_readme(committed), "benchmarks/README.md is stale: run python docs/gen_benchmarks.py"
+    modules = sorted(p for p in gen.STUDIES.rglob("*.py") if p.name not in {"__init__.py", "results_index.py"})
+    assert sorted(p for paths in gen.studies().values() for p in paths) == modules
+    for question, paths in gen.studies().items():
+        section = committed.split(f"### {gen.results_index.QUESTIONS[question]}\n")[1].split("###")[0]
+        for path in paths:
+            row = next(line for line in section.splitlines() if line.startswith(f"| [`{path.name}`]"))
+            _, commands = gen.study_summary(path)
+            assert all(f"`{c}`".replace("|", "\\|") in row and importlib.util.find_spec(c.split()[2]) for c in commands), row
+            for folder, entry in gen.results_index.load().items():
+                assert (f"[{folder}](results/{folder}/)" in row) == (entry.get("study") == path.relative_to(ROOT).as_posix())
+    assert "Matrix files are in `yolo_ckpt/cfg/bench/`" in committed
+
+
+def test_benchmarks_readme_refuses_a_study_it_cannot_place(tmp_path, monkeypatch):
+    """A study outside a question's sub-package, or whose docstring gives no ``python -m`` command, is an error that
+    names it, not a row left out."""
+    gen = _generator("gen_benchmarks")
+    monkeypatch.setattr(gen, "ROOT", tmp_path)
+    monkeypatch.setattr(gen, "STUDIES", tmp_path / "benchmarks")
+    (tmp_path / "benchmarks" / "mechanism").mkdir(parents=True)
+    study = tmp_path / "benchmarks" / "mechanism" / "leak.py"
+    study.write_text('"""Does it leak?\n\n    python -m benchmarks.mechanism.leak out=x\n"""\n')
+    assert gen.study_summary(study) == ("Does it leak?", ["python -m benchmarks.mechanism.leak out=x"])
+    study.write_text('"""Does it leak?"""\n')
+    with pytest.raises(ValueError, match="benchmarks/mechanism/leak.py: its docstring gives no 'python -m benchmarks.mechanism.leak"):
+        gen.study_summary(study)
+    (tmp_path / "benchmarks" / "stray.py").write_text('"""Stray."""\n')
+    with pytest.raises(ValueError, match=r"outside a question's sub-package .*benchmarks/stray.py"):
+        gen.studies()
+
+
 def test_api_page_documents_every_public_name():
     """Every name of yolo_ckpt.__all__ has a mkdocstrings entry on the API page."""
     import yolo_ckpt

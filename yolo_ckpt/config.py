@@ -4,7 +4,7 @@
 ``memory_budget``, ``memory_headroom``, ``loss_chunk``, ``assign_chunk``, ``attn_chunk``) with their types: a budget is a
 :class:`Budget`, a headroom a :class:`Headroom`. :meth:`CkptConfig.from_args` is the one constructor: it fills the defaults
 from the YAML (and :data:`TASK_DEFAULTS`) and checks every key, before anything is built or written. The trainers
-(:mod:`yolo_ckpt.train.trainer`), the CLI (:mod:`yolo_ckpt.cli`) and the benchmark matrix (``benchmarks/matrix.py``) read
+(:mod:`yolo_ckpt.train.trainer`), the CLI (:mod:`yolo_ckpt.cli`) and the benchmark matrix (:mod:`yolo_ckpt.bench.matrix`) read
 their keys through it; ``Budget.parse`` is the one place a budget's form is read and ``Headroom.parse`` a headroom's.
 :class:`EstimateOptions` holds ``yolo-ckpt profile``/``plan``'s own keys, defaults from ``cfg/estimate.yaml``;
 :data:`BENCH_DEFAULTS` ``yolo-ckpt bench``'s, from ``cfg/bench.yaml`` (their values are checked by the bench).

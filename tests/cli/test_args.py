@@ -63,19 +63,25 @@ def test_python_m_cli_help_imports_no_torch():
 @pytest.mark.parametrize(
     ("study", "words", "message"),
     [
-        ("soak", ["epoch=3"], "unknown key 'epoch' (did you mean 'epochs'?); benchmarks.soak takes epochs, out"),
+        ("mechanism.soak", ["epoch=3"], "unknown key 'epoch' (did you mean 'epochs'?); benchmarks.mechanism.soak takes epochs, out"),
         (
-            "densest_mosaic",
+            "dense_scenes.densest_mosaic",
             ["imgsz=512"],
-            "data= is required; benchmarks.densest_mosaic takes data, datasets, model, imgsz, batch, recompute, repeat, rank, "
+            "data= is required; benchmarks.dense_scenes.densest_mosaic takes data, datasets, model, imgsz, batch, recompute, repeat, rank, "
             "objects, predictions, out",
         ),
-        ("pilot_curve", ["run=x", "threads"], "'threads' is not a key=value word; benchmarks.pilot_curve takes run, threads, out"),
-        ("densest_mosaic", ["data=x", "predictions=trained"], "predictions=trained: valid values are initial, overlapping"),
-        ("densest_mosaic", ["data=x", "rank=area"], "rank=area is not one of objects, foreground"),
-        ("densest_mosaic", ["data=x", "objects=0"], "objects=0: give a whole number of objects per image, at least 1"),
-        ("epoch_peaks", ["data=x", "predictions=trained"], "predictions=trained: valid values are initial, overlapping"),
-        ("breaker", ["case=detect-large"], "unknown key 'case' (did you mean 'cases'?); benchmarks.breaker takes render, out, cases"),
+        (
+            "equal_memory.pilot_curve", ["run=x", "threads"],
+            "'threads' is not a key=value word; benchmarks.equal_memory.pilot_curve takes run, threads, out",
+        ),
+        ("dense_scenes.densest_mosaic", ["data=x", "predictions=trained"], "predictions=trained: valid values are initial, overlapping"),
+        ("dense_scenes.densest_mosaic", ["data=x", "rank=area"], "rank=area is not one of objects, foreground"),
+        ("dense_scenes.densest_mosaic", ["data=x", "objects=0"], "objects=0: give a whole number of objects per image, at least 1"),
+        ("memory_model.epoch_peaks", ["data=x", "predictions=trained"], "predictions=trained: valid values are initial, overlapping"),
+        (
+            "memory_model.breaker", ["case=detect-large"],
+            "unknown key 'case' (did you mean 'cases'?); benchmarks.memory_model.breaker takes render, out, cases",
+        ),
     ],
 )
 def test_a_study_refuses_an_unknown_key_in_one_line(study, words, message, capsys):
@@ -91,12 +97,12 @@ def test_a_study_refuses_an_unknown_key_in_one_line(study, words, message, capsy
 
 @pytest.mark.slow
 def test_python_m_a_study_exits_2():
-    """``python -m benchmarks.soak`` with an unknown key: exit 2, one line, nothing measured."""
-    result = subprocess.run([sys.executable, "-m", "benchmarks.soak", "epoch=3"], capture_output=True, text=True, cwd=ROOT,
+    """``python -m benchmarks.mechanism.soak`` with an unknown key: exit 2, one line, nothing measured."""
+    result = subprocess.run([sys.executable, "-m", "benchmarks.mechanism.soak", "epoch=3"], capture_output=True, text=True, cwd=ROOT,
                             timeout=SUBPROCESS_TIMEOUT_S)
     assert (result.returncode, result.stdout) == (2, "")
-    message = "unknown key 'epoch' (did you mean 'epochs'?); benchmarks.soak takes epochs, out"
-    assert result.stderr.splitlines()[-1] == f"benchmarks.soak: error: {message}"
+    message = "unknown key 'epoch' (did you mean 'epochs'?); benchmarks.mechanism.soak takes epochs, out"
+    assert result.stderr.splitlines()[-1] == f"benchmarks.mechanism.soak: error: {message}"
 
 
 def test_compare_and_bench_refuse_unknown_keys(tmp_path, capsys):

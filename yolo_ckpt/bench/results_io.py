@@ -56,8 +56,8 @@ def recorded_command(words: list[str], root: Path | None = None) -> str:
     """A command as a record holds it: each ``key=value`` whose value is a path inside the repository ``root``
     (default: this checkout) made relative to it, and a ``datasets=`` value replaced by :data:`DATASETS`.
 
-    >>> recorded_command(["python -m benchmarks.epoch_peaks", "datasets=/data/sets", "data=monuseg/data.yaml"])
-    'python -m benchmarks.epoch_peaks datasets=$DATASETS data=monuseg/data.yaml'
+    >>> recorded_command(["python -m benchmarks.memory_model.epoch_peaks", "datasets=/data/sets", "data=monuseg/data.yaml"])
+    'python -m benchmarks.memory_model.epoch_peaks datasets=$DATASETS data=monuseg/data.yaml'
     """
     fixed = []
     for word in words:
@@ -91,7 +91,7 @@ def provenance(command: str | list[str], seeds: list[int]) -> dict:
     ``/proc/cpuinfo`` on Linux, without ``(R)`` and ``(TM)``; the platform's processor or machine elsewhere).
 
     Examples:
-        >>> record = provenance(["python -m benchmarks.dense", "out=benchmarks/results/dense"], seeds=[0])
+        >>> record = provenance(["python -m benchmarks.dense_scenes.dense", "out=benchmarks/results/dense"], seeds=[0])
         >>> sorted(record)[:4]
         ['command', 'commit', 'commit_inferred', 'date']
     """

@@ -28,7 +28,7 @@ Chunks are spread evenly over N (lengths differ by at most one) and hold at leas
 ``sgemm`` rounds some small shapes differently (1 and 7 rows measured). Each chunk's matrix products then give the
 whole product's bits: outputs, every gradient and hence the BatchNorm statistics around equal stock's, measured
 with ``torch.equal`` on AVX-512 and on ATen's AVX2 kernels (``ATEN_CPU_CAPABILITY=avx2``), torch 2.14.1 and 2.15.0
-(``benchmarks/attention_exactness.py``, ``tests/checkpointing/test_attention.py``). A CPU or torch build whose
+(``benchmarks/mechanism/attention_exactness.py``, ``tests/checkpointing/test_attention.py``). A CPU or torch build whose
 softmax kernel is not the one reproduced is found once per process (:func:`kernel_reproduced`): the region then runs
 stock's product, exact without the memory bound, and says so. On CUDA (its own exponential and reductions) the
 values agree to float rounding, not bit for bit. Under autocast, or for inputs that are not float32, the region
@@ -62,6 +62,7 @@ ATTENTION_CLASSES = (Attention, AAttn)
 # elements (all images and heads) of a block of rebuilt softmax columns: its float64 temporaries stay in the CPU's
 # L2 cache (~1 MiB), 4x faster than whole chunks, measured; at least 16 query rows a block
 EXP_BLOCK = 1 << 15
+FAKE_ONCE = True  # fake passes run one step of the row-sum and exponential loops (_fake_once); tests turn it off
 
 
 def _lanes() -> int:
@@ -133,6 +134,17 @@ def softmax_exp(d: torch.Tensor) -> torch.Tensor:
     return u.masked_fill_(d < -104, 0.0)
 
 
+def _fake_once(steps, t: torch.Tensor):
+    """``steps`` (ints, or slices of :func:`chunks`) of a loop whose every step frees its temporaries before the next,
+    its steps alike but for their length; where ``t`` is a fake tensor (the memory model's pass,
+    :mod:`yolo_ckpt.memory.estimate`), the longest step alone: fake tensors have no values to compute, and the peak
+    is that step's, reached in a few operations instead of thousands (N / lanes row-sum steps, N / 32 exponential
+    blocks per key chunk: a fake pass of yolo12n at 2048 px took minutes)."""
+    if not (FAKE_ONCE and is_fake(t)) or len(steps) == 0:
+        return steps
+    return [max(steps, key=lambda step: step.stop - step.start if isinstance(step, slice) else 0)]
+
+
 def row_dot(a: torch.Tensor, b: torch.Tensor, lanes: int = LANES) -> torch.Tensor:
     """``(a * b).sum(-1)`` in the order of ATen's CPU softmax backward (``vec::map2_reduce_all``): ``lanes``-wide
     partial sums over the row, the tail (``n % lanes`` elements) added to the first lanes with one rounding (the
@@ -141,7 +153,7 @@ def row_dot(a: torch.Tensor, b: torch.Tensor, lanes: int = LANES) -> torch.Tenso
     n = a.shape[-1]
     full = n - n % lanes
     acc = a[..., :lanes] * b[..., :lanes]
-    for j in range(lanes, full, lanes):
+    for j in _fake_once(range(lanes, full, lanes), a):
         acc = acc + a[..., j : j + lanes] * b[..., j : j + lanes]
     if full < n:
         tail = n - full
@@ -266,7 +278,7 @@ class ChunkedAttention(torch.autograd.Function):
         dv = torch.empty_like(v, memory_format=torch.contiguous_format)
         for c in parts:
             probs = (qs.transpose(-2, -1) @ k[..., c]).sub_(row_max.unsqueeze(-1))  # (B, h, N, keys): S - max
-            for r in blocks:  # elementwise, in query blocks: the exponential's float64 temporaries stay small
+            for r in _fake_once(blocks, probs):  # elementwise, in query blocks: the exponential's float64 temporaries stay small
                 probs[..., r, :] = softmax_exp(probs[..., r, :]).mul_(row_inv[..., r, None])
             d_probs = (v[..., c].transpose(-2, -1) @ grad).transpose(-2, -1)
             d_scores = d_probs.sub_(row_sum.unsqueeze(-1)).mul_(probs)

@@ -11,7 +11,7 @@ checks them with its ``check_cfg``.
 - :func:`parse_train_args`: the words of ``train``, ``profile`` and ``plan`` (Ultralytics' keys, yolo-ckpt's, a task,
   a bare boolean key, ``cfg=``);
 - :func:`parse_keys`: the ``key=value`` words of a command or study with its own keys (``compare``, ``bench``,
-  ``python -m benchmarks.soak``).
+  ``python -m benchmarks.mechanism.soak``).
 
 Importing this module imports neither torch nor Ultralytics.
 """
@@ -120,7 +120,7 @@ def check_words(args: list[str], valid: dict, tasks: tuple[str, ...] = (), comma
         args: the words after the command.
         valid: the keys taken, with their defaults (a bare word that is a boolean key sets it True).
         tasks: the bare words taken as a task (``train``'s: :data:`TASKS`); none for a command with its own keys.
-        command: a command or study with its own keys (``compare``, ``benchmarks.soak``): its errors list ``valid``
+        command: a command or study with its own keys (``compare``, ``benchmarks.mechanism.soak``): its errors list ``valid``
             (:func:`takes`) or say ``valid_text``; None for ``train``, ``profile`` and ``plan`` (Ultralytics' wording).
         required: the keys that must be given.
 
@@ -174,7 +174,7 @@ def parse_keys(args: list[str], valid: Iterable[str], command: str, valid_text: 
     Args:
         args: the words (``sys.argv[1:]`` of a study; a command's ``key=value`` words).
         valid: every key the command or study takes.
-        command: its name, in errors (``compare``, ``benchmarks.soak``).
+        command: its name, in errors (``compare``, ``benchmarks.mechanism.soak``).
         valid_text: what the errors say is valid where listing ``valid`` would not fit a line (``bench``'s settings).
         required: the keys that must be given (a study's ``data=``).
 

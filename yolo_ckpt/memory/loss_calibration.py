@@ -20,8 +20,7 @@ loss and, where its head has one, its loss region.
 A calibration is kept per model YAML, class count, mask settings, loss region and AMP, in this process and on disk
 (:mod:`yolo_ckpt.memory.estimate_cache`). Under AMP (Ultralytics runs it on CUDA only) the loss runs under CUDA fp16
 autocast's dtypes, emulated on the CPU (:func:`yolo_ckpt.memory.amp.cuda_amp_emulated`). The measurements behind the
-points, the margin and the floor: the memory-model guide (``docs/guides/memory-model.md``, "The loss formula and its
-calibration").
+points, the margin and the floor: ``docs/benchmarks/memory-model.md``, "The loss formula's terms, measured".
 """
 
 from __future__ import annotations

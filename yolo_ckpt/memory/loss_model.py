@@ -41,7 +41,7 @@ anchors A (:func:`~yolo_ckpt.memory.ultralytics_rules.anchors`), objects per ima
 
 Two formulas per model: the loss's forward peak and its backward peak (above what was alive before the loss), since
 the mask loss's backward peaks above its forward. Why the formula has each term, with the measurements that showed
-it was needed: the memory-model guide (``docs/guides/memory-model.md``, "The loss formula and its calibration").
+it was needed: ``docs/benchmarks/memory-model.md``, "The loss formula's terms, measured".
 """
 
 from __future__ import annotations

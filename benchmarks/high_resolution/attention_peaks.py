@@ -3,7 +3,8 @@
 tensor tracker (:func:`yolo_ckpt.memory.step.profile_step`), on a grid of boxes (:func:`training_batch`), with the
 chunk passes counted that prove the region ran.
 
-    python -m benchmarks.attention_peaks model=yolo11n.yaml imgsz=3072 [batch=1] [attn_chunk=256] [policies=...] [out=folder]
+    python -m benchmarks.high_resolution.attention_peaks model=yolo11n.yaml imgsz=3072 [batch=1] [attn_chunk=256] [policies=...] \\
+        [out=folder]
 
 Writes one row per policy (``policies=``: some of ``none``, ``all without attention``, ``all``, joined by commas;
 default all three): peak MiB, its ratio to ``none``, step seconds, chunk passes. With ``out=`` (a folder,
@@ -30,7 +31,7 @@ POLICIES = ("none", "all without attention", "all")
 
 
 def main(argv: list[str]) -> dict:
-    opts = parse_keys(argv, KEYS, "benchmarks.attention_peaks")
+    opts = parse_keys(argv, KEYS, "benchmarks.high_resolution.attention_peaks")
     model, imgsz, batch = str(opts.get("model", "yolo11n.yaml")), int(opts.get("imgsz", 3072)), int(opts.get("batch", 1))
     attn_chunk, out = int(opts.get("attn_chunk", 256)), opts.get("out")
     chosen = str(opts["policies"]).split(",") if "policies" in opts else list(POLICIES)
@@ -67,7 +68,7 @@ def main(argv: list[str]) -> dict:
     none = next((float(r["peak_MiB"]) for r in rows if r["policy"] == "none"), None)
     for r in rows:
         r["ratio_to_none"] = round(float(r["peak_MiB"]) / none, 3) if none else ""
-    result = provenance(["python -m benchmarks.attention_peaks", *argv], seeds=[0])
+    result = provenance(["python -m benchmarks.high_resolution.attention_peaks", *argv], seeds=[0])
     if path:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w", newline="") as f:
@@ -100,4 +101,4 @@ def table(rows: list[dict]) -> list[str]:
 
 
 if __name__ == "__main__":
-    sys.exit(run_command(main, sys.argv[1:], "benchmarks.attention_peaks"))
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.high_resolution.attention_peaks"))

@@ -3,7 +3,7 @@ the accuracy-at-equal-memory study trains on (the first epoch count at which (d)
 
     yolo train model=yolo11n.yaml data=<copy of ../shared/datasets/deeppcb>/data.yaml imgsz=640 epochs=80 batch=8 \\
         workers=0 seed=0 deterministic=True plots=False project=<dir> name=<run>      # OMP_NUM_THREADS=1, in the background
-    python -m benchmarks.pilot_curve run=<dir>/<run> [threads=1] out=benchmarks/results/accuracy-pilot-deeppcb
+    python -m benchmarks.equal_memory.pilot_curve run=<dir>/<run> [threads=1] out=benchmarks/results/accuracy-pilot-deeppcb
 
 Reads the run's ``results.csv`` (Ultralytics writes a row per finished epoch, so a run still going is read as far as it
 got) and ``args.yaml``, and publishes the curve: epoch, wall seconds, mAP50, mAP50-95, with the epoch mAP50 first
@@ -57,14 +57,14 @@ KEYS = ("run", "threads", "out")  # the key=value words main takes
 
 
 def main(argv: list[str]) -> dict:
-    opts = parse_keys(argv, KEYS, "benchmarks.pilot_curve", required=("run",))
+    opts = parse_keys(argv, KEYS, "benchmarks.equal_memory.pilot_curve", required=("run",))
     run = Path(opts["run"])
     args = yaml.safe_load((run / "args.yaml").read_text())
     args["model"] = model_of(run, args.get("model"))
     rows = curve(run)
     reached = next((r["epoch"] for r in rows if r["mAP50"] >= TARGET), None)
     keys = ("model", "data", "imgsz", "epochs", "batch", "optimizer", "seed", "workers", "deterministic")
-    record = provenance(["python -m benchmarks.pilot_curve", *argv], seeds=[args.get("seed")])
+    record = provenance(["python -m benchmarks.equal_memory.pilot_curve", *argv], seeds=[args.get("seed")])
     run_args = {k: args.get(k) for k in keys}
     if run_args["data"]:  # the data.yaml against its datasets root (<name>/data.yaml), not the reading machine's path
         run_args["data"] = Path(*Path(str(run_args["data"])).parts[-2:]).as_posix()
@@ -92,4 +92,4 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(run_command(main, sys.argv[1:], "benchmarks.pilot_curve"))
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.equal_memory.pilot_curve"))

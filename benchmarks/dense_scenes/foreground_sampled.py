@@ -16,7 +16,7 @@ sample, on the anchor grid of the model at ``imgsz``:
 and puts the largest of the first epoch and of all epochs beside the bound, with the loss's forward peak the loss
 formula gives at each (``LossModel.terms`` at that foreground). Labels and images only: no step is run::
 
-    python -m benchmarks.foreground_sampled datasets=DIR data=monuseg/data.yaml model=yolo11n-seg.yaml imgsz=1024
+    python -m benchmarks.dense_scenes.foreground_sampled datasets=DIR data=monuseg/data.yaml model=yolo11n-seg.yaml imgsz=1024
         [epochs=100] [seed=0] out=benchmarks/results/foreground-sampled-monuseg
 
 Run it on a copy of a shared dataset: Ultralytics writes a label cache beside the labels.
@@ -59,7 +59,7 @@ def sample_counts(assigner, bboxes: torch.Tensor, imgsz: int, strides) -> tuple[
 
 
 def main(argv: list[str]) -> dict:
-    opts = parse_keys(argv, KEYS, "benchmarks.foreground_sampled", required=("data",))
+    opts = parse_keys(argv, KEYS, "benchmarks.dense_scenes.foreground_sampled", required=("data",))
     model_cfg, data = opts.get("model", "yolo11n-seg.yaml"), dataset_yaml(opts["data"], opts.get("datasets"))
     imgsz, epochs, seed = int(opts.get("imgsz", 1024)), int(opts.get("epochs", 100)), int(opts.get("seed", 0))
     start = time.perf_counter()
@@ -91,7 +91,7 @@ def main(argv: list[str]) -> dict:
         return float(formula.terms(1, imgsz, counts.planned_objects, (fg, fg)) @ np.array(formula.forward) / MiB)
 
     result = {
-        **provenance(["python -m benchmarks.foreground_sampled", *argv], seeds=[seed]),
+        **provenance(["python -m benchmarks.dense_scenes.foreground_sampled", *argv], seeds=[seed]),
         "model": model_cfg, "data": opts["data"], "task": task, "imgsz": imgsz, "epochs": epochs, "samples": epochs * len(dataset),
         "topk": topk, "planned_objects": counts.planned_objects,
         "bound": {"foreground": bound_fg, "pairs": bound_pairs, "loss_forward_mib": loss_mib(bound_fg)},
@@ -130,4 +130,4 @@ def _mib(value: float | None) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(run_command(main, sys.argv[1:], "benchmarks.foreground_sampled"))
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.dense_scenes.foreground_sampled"))

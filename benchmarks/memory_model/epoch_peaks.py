@@ -11,7 +11,7 @@ bounds those too). ``predictions=overlapping`` measures the steps as a trained m
 prediction overlaps every object whose box holds its anchor (:func:`overlapping_predictions`), so each object claims
 ``min(topk, its in-box anchors)`` anchors, the most foreground of a long run::
 
-    python -m benchmarks.epoch_peaks datasets=DIR data=deeppcb/data.yaml model=yolo11n.yaml imgsz=640 batch=4
+    python -m benchmarks.memory_model.epoch_peaks datasets=DIR data=deeppcb/data.yaml model=yolo11n.yaml imgsz=640 batch=4
         [recompute=none] [fraction=1.0] [predictions=initial|overlapping] out=benchmarks/results/epoch-peaks-deeppcb
 
 Run it on a copy of a shared dataset: Ultralytics writes a label cache beside the labels.
@@ -79,7 +79,7 @@ def predictions_context(name: str):
 
 
 def main(argv: list[str]) -> dict:
-    opts = parse_keys(argv, KEYS, "benchmarks.epoch_peaks", required=("data",))
+    opts = parse_keys(argv, KEYS, "benchmarks.memory_model.epoch_peaks", required=("data",))
     model_cfg, data = opts.get("model", "yolo11n.yaml"), dataset_yaml(opts["data"], opts.get("datasets"))
     imgsz, batch_size, recompute = int(opts.get("imgsz", 640)), int(opts.get("batch", 2)), opts.get("recompute") or "none"
     fraction, predictions = float(opts.get("fraction", 1.0)), opts.get("predictions", "initial")
@@ -103,7 +103,7 @@ def main(argv: list[str]) -> dict:
     seconds = time.perf_counter() - start
     largest, median = max(peaks), statistics.median(peaks)
     result = {
-        **provenance(["python -m benchmarks.epoch_peaks", *argv], seeds=[0]),
+        **provenance(["python -m benchmarks.memory_model.epoch_peaks", *argv], seeds=[0]),
         "model": model_cfg, "task": task, "data": opts["data"], "imgsz": imgsz, "batch": batch_size, "recompute": recompute,
         "fraction": fraction, "predictions": predictions, "seed": 0, "steps": len(peaks), "step_peak_bytes": peaks,
         "objects_in_densest_image": objects,
@@ -131,4 +131,4 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(run_command(main, sys.argv[1:], "benchmarks.epoch_peaks"))
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.memory_model.epoch_peaks"))

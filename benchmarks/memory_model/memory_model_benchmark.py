@@ -5,7 +5,7 @@ take on this machine, and the recompute cost of the auto plan against the cheape
 same budget (a budget halfway between the 'all' and 'none' estimates). Then the timing targets (:data:`TIMING_TARGETS`):
 a plan for yolo11x at imgsz 2048 batch 16, and for yolov9e-seg at imgsz 1280 batch 1 with 800 objects per image.
 
-    python -m benchmarks.memory_model_benchmark out=benchmarks/results/memory-model
+    python -m benchmarks.memory_model.memory_model_benchmark out=benchmarks/results/memory-model
 """
 
 from __future__ import annotations
@@ -96,11 +96,11 @@ KEYS = ("out",)  # the key=value words main takes
 
 
 def main(argv: list[str]) -> dict:
-    opts = parse_keys(argv, KEYS, "benchmarks.memory_model_benchmark")
+    opts = parse_keys(argv, KEYS, "benchmarks.memory_model.memory_model_benchmark")
     cases = [case("yolo11n.yaml", 1536, 8), case("yolo11s.yaml", 1536, 8)]
     targets = [timed_plan(*t) for t in TIMING_TARGETS]
     result = {
-        **provenance(["python -m benchmarks.memory_model_benchmark", *argv], seeds=[0]),
+        **provenance(["python -m benchmarks.memory_model.memory_model_benchmark", *argv], seeds=[0]),
         "load_average_1_5_15min": os.getloadavg(),  # the machine is shared: the seconds depend on it
         "cases": cases,
         "plan_timing_targets": targets,
@@ -133,4 +133,4 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(run_command(main, sys.argv[1:], "benchmarks.memory_model_benchmark"))
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.memory_model.memory_model_benchmark"))

@@ -7,7 +7,7 @@ through the engine (counters, the recomputed classes' caches, callbacks, saved t
 make the recomputed run's slopes steeper than stock's. Each arm runs in a fresh interpreter, so one cannot inherit
 the other's memory.
 
-    python -m benchmarks.soak out=benchmarks/results/soak [epochs=30]
+    python -m benchmarks.mechanism.soak out=benchmarks/results/soak [epochs=30]
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ KEYS = ("epochs", "out")  # the key=value words main takes
 
 
 def main(argv: list[str]) -> None:
-    options = parse_keys(argv, KEYS, "benchmarks.soak")
+    options = parse_keys(argv, KEYS, "benchmarks.mechanism.soak")
     epochs, out = int(options.get("epochs", 30)), options.get("out")
     import tempfile
 
@@ -108,10 +108,10 @@ def main(argv: list[str]) -> None:
             f"{rows[-1]['tensors']} |"
         )
     lines += ["", "Within the limits: " + ", ".join(f"recompute={arm} {'yes' if ok else 'NO'}" for arm, ok in verdict.items()) + "."]
-    result = {**provenance(["python -m benchmarks.soak", *argv], seeds=[0]), "epochs": epochs, "limits": LIMITS,
+    result = {**provenance(["python -m benchmarks.mechanism.soak", *argv], seeds=[0]), "epochs": epochs, "limits": LIMITS,
               "slopes": slopes, "within_limits": verdict, "per_epoch": runs}
     publish(result, lines, out)
 
 
 if __name__ == "__main__":
-    sys.exit(run_command(main, sys.argv[1:], "benchmarks.soak"))
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.mechanism.soak"))

@@ -6,7 +6,7 @@ anchors at a time, so its loss peak stops growing with the objects past one chun
 and 1500 objects of 8-28 px, ``recompute=all`` (one class, fp32): the measured step
 (:func:`yolo_ckpt.memory.step.profile_step`) and the estimate, the loss's own peak and the step's.
 
-    python -m benchmarks.chunked_assigner_estimate out=benchmarks/results/chunked-assigner-estimate
+    python -m benchmarks.memory_model.chunked_assigner_estimate out=benchmarks/results/chunked-assigner-estimate
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ KEYS = ("imgsz", "recompute", "out")  # the key=value words main takes
 
 
 def main(argv: list[str]) -> dict:
-    opts = parse_keys(argv, KEYS, "benchmarks.chunked_assigner_estimate")
+    opts = parse_keys(argv, KEYS, "benchmarks.memory_model.chunked_assigner_estimate")
     imgsz, recompute = int(opts.get("imgsz", 1024)), opts.get("recompute", "all")
     torch.manual_seed(0)
     model = DetectionModel("yolo11n.yaml", nc=1, verbose=False)
@@ -48,7 +48,7 @@ def main(argv: list[str]) -> dict:
             "estimated_loss_phase_bytes": estimated.phase_peak_bytes["loss"],
         })
     result = {
-        **provenance(["python -m benchmarks.chunked_assigner_estimate", *argv], seeds=[0]),
+        **provenance(["python -m benchmarks.memory_model.chunked_assigner_estimate", *argv], seeds=[0]),
         "imgsz": imgsz, "batch": 1, "recompute": recompute, "rows": rows,
     }
     lines = [
@@ -69,4 +69,4 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(run_command(main, sys.argv[1:], "benchmarks.chunked_assigner_estimate"))
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.memory_model.chunked_assigner_estimate"))

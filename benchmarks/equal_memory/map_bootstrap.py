@@ -1,7 +1,7 @@
 """Issue 33's noise: a bootstrap interval over the val images for each arm's mAP, and for the difference between each
 arm and a baseline arm, from one validation per arm::
 
-    python -m benchmarks.map_bootstrap results=benchmarks/results/equal-memory-deeppcb-seed0 datasets=DIR \\
+    python -m benchmarks.equal_memory.map_bootstrap results=benchmarks/results/equal-memory-deeppcb-seed0 datasets=DIR \\
         baseline=auto [resamples=2000] [seed=0] out=benchmarks/results/equal-memory-deeppcb-seed0-noise
 
 ``results``: one bench results folder, or several separated by commas (arms of other schedules on the same val set;
@@ -128,7 +128,7 @@ KEYS = ("results", "datasets", "baseline", "resamples", "seed", "out")  # the ke
 
 
 def main(argv: list[str]) -> dict:
-    opts = parse_keys(argv, KEYS, "benchmarks.map_bootstrap", required=("results", "datasets"))
+    opts = parse_keys(argv, KEYS, "benchmarks.equal_memory.map_bootstrap", required=("results", "datasets"))
     folders, datasets = [Path(f) for f in str(opts["results"]).split(",")], Path(opts["datasets"])
     where = ", ".join(map(str, folders))
     rows = [{**r, "folder": f.name, "folder_path": f} for f in folders for r in read_results(f).to_dict("records") if r["status"] == "ok"]
@@ -156,7 +156,7 @@ def main(argv: list[str]) -> dict:
         }
         for a, name in enumerate(arms)
     ]
-    command = shlex.join(["python", "-m", "benchmarks.map_bootstrap", *argv])  # quoted: an arm name has a space
+    command = shlex.join(["python", "-m", "benchmarks.equal_memory.map_bootstrap", *argv])  # quoted: an arm name has a space
     result = {**provenance(command, seeds=[seed]), "results": [repo_relative(f) for f in folders], "images": len(names),
               "resamples": resamples, "seed": seed, "baseline": named[base], "arms": table}
     fmt = lambda lo_hi: f"[{lo_hi[0]:+.3f}, {lo_hi[1]:+.3f}]"  # noqa: E731
@@ -185,4 +185,4 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(run_command(main, sys.argv[1:], "benchmarks.map_bootstrap"))
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.equal_memory.map_bootstrap"))

@@ -6,8 +6,8 @@ import torch
 from helpers import write_dataset
 from ultralytics.utils.tal import TaskAlignedAssigner
 
-from benchmarks.densest_mosaic import densest_mosaic
-from benchmarks.foreground_sampled import sample_counts
+from benchmarks.dense_scenes.densest_mosaic import densest_mosaic
+from benchmarks.dense_scenes.foreground_sampled import sample_counts
 
 
 def test_rank_by_foreground_picks_the_image_of_large_objects(tmp_path):

@@ -12,8 +12,8 @@ boxes' sizes (:class:`yolo_ckpt.memory.foreground.ObjectSizes`, what ``data=`` g
 measured, and the step's estimate with each. With
 ``recompute=all`` (or ``loss``) the loss formula is the loss region's (:func:`yolo_ckpt.memory.loss_calibration.loss_models`).
 
-    python -m benchmarks.foreground_decomposition out=benchmarks/results/foreground-decomposition
-    python -m benchmarks.foreground_decomposition recompute=all out=benchmarks/results/foreground-decomposition-all
+    python -m benchmarks.memory_model.foreground_decomposition out=benchmarks/results/foreground-decomposition
+    python -m benchmarks.memory_model.foreground_decomposition recompute=all out=benchmarks/results/foreground-decomposition-all
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ KEYS = ("model", "imgsz", "batch", "objects", "sides", "recompute", "out")  # th
 
 
 def main(argv: list[str]) -> dict:
-    opts = parse_keys(argv, KEYS, "benchmarks.foreground_decomposition")
+    opts = parse_keys(argv, KEYS, "benchmarks.memory_model.foreground_decomposition")
     cfg, imgsz, batch, objects = opts.get("model", "yolo11n-seg.yaml"), int(opts.get("imgsz", 640)), int(opts.get("batch", 2)), int(
         opts.get("objects", 400)
     )
@@ -88,7 +88,7 @@ def main(argv: list[str]) -> dict:
         for i, name in enumerate(fitted.term_names())
     ]
     result = {
-        **provenance(["python -m benchmarks.foreground_decomposition", *argv], seeds=[0]),
+        **provenance(["python -m benchmarks.memory_model.foreground_decomposition", *argv], seeds=[0]),
         "model": cfg, "imgsz": imgsz, "batch": batch, "objects": objects, "sides": sides, "recompute": recompute,
         **{f"foreground_{k}": v for k, v in foreground.items()}, "foreground_per_image": per_image.tolist(),
         "measured_peak_bytes": measured.peak_bytes, "measured_loss_bytes": measured.loss_bytes,
@@ -144,4 +144,4 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(run_command(main, sys.argv[1:], "benchmarks.foreground_decomposition"))
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.memory_model.foreground_decomposition"))

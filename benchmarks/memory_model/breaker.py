@@ -1,7 +1,7 @@
 """Issue 30's breaker suite: the memory model on box layouts it was not fitted on, one CPU thread::
 
-    python -m benchmarks.breaker out=benchmarks/results/breaker [cases=detect-large,obb-nested] [imgsz=512] [batch=2]
-    python -m benchmarks.breaker render=benchmarks/results/breaker/record.json out=benchmarks/results/breaker  # tables again
+    python -m benchmarks.memory_model.breaker out=benchmarks/results/breaker [cases=detect-large,obb-nested] [imgsz=512] [batch=2]
+    python -m benchmarks.memory_model.breaker render=benchmarks/results/breaker/record.json out=benchmarks/results/breaker  # tables again
 
 Layouts (``objects`` boxes per image, normalised xywh, the same layout in every image of the batch): ``grid`` (one
 box per cell, as :func:`yolo_ckpt.memory.training_batch.training_batch` lays them and the calibration measures), ``small``
@@ -164,7 +164,7 @@ KEYS = ("render", "out", "cases", "imgsz", "batch")  # the key=value words main 
 
 
 def main(argv: list[str]) -> dict:
-    opts = parse_keys(argv, KEYS, "benchmarks.breaker")
+    opts = parse_keys(argv, KEYS, "benchmarks.memory_model.breaker")
     if "render" in opts:  # the tables again from a run's record.json (no measurement)
         result = json.loads(Path(opts["render"]).read_text())
         result["summary"] = summary(result["rows"])
@@ -182,7 +182,7 @@ def main(argv: list[str]) -> dict:
         for row in case(model_key, lay, imgsz, batch):
             rows.append(row)
             print(row, flush=True)
-    result = {**provenance(["python -m benchmarks.breaker", *argv], seeds=[0]), "load_average_1_5_15min": os.getloadavg(),
+    result = {**provenance(["python -m benchmarks.memory_model.breaker", *argv], seeds=[0]), "load_average_1_5_15min": os.getloadavg(),
               "torch_threads": 1, "rows": rows, "summary": summary(rows)}
     publish(result, report(result), opts.get("out"))
     return result
@@ -220,4 +220,4 @@ def report(result: dict) -> list[str]:
 
 
 if __name__ == "__main__":
-    sys.exit(run_command(main, sys.argv[1:], "benchmarks.breaker"))
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.memory_model.breaker"))

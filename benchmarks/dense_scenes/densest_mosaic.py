@@ -11,17 +11,18 @@ fp32, with ``recompute=``) and puts the estimate beside it, at the batch's own o
 bound (what ``yolo-ckpt plan`` and ``train`` estimate for these keys). ``repeat=True`` lays the densest image in all
 four places (a mosaic draws its other three images at random, so it may draw that one four times);
 ``rank=foreground`` takes the densest images by the foreground their boxes can give at imgsz / 2 (any predictions:
-:func:`benchmarks.foreground_sampled.sample_counts`) rather than by their objects (larger objects claim more anchors);
+:func:`benchmarks.dense_scenes.foreground_sampled.sample_counts`) rather than by their objects (larger objects claim more anchors);
 ``objects=K`` keeps each image's first K objects (a sparser batch of the same layout: one whose foreground fills one
 backward tile of the loss region, the largest, for ``recompute=all``);
 ``predictions=overlapping`` measures the step as a trained model's predictions make it
-(:func:`benchmarks.epoch_peaks.overlapping_predictions`)::
+(:func:`benchmarks.memory_model.epoch_peaks.overlapping_predictions`)::
 
-    python -m benchmarks.densest_mosaic datasets=DIR data=monuseg/data.yaml [imgsz=1024] [batch=1] [recompute=none]
+    python -m benchmarks.dense_scenes.densest_mosaic datasets=DIR data=monuseg/data.yaml [imgsz=1024] [batch=1] [recompute=none]
         [repeat=True] [rank=foreground] [objects=K] [predictions=overlapping]
         [model=yolo11n-seg.yaml] out=benchmarks/results/densest-mosaic
 
-The task is the model's (``model=yolo11n.yaml`` for a detection set).
+The task is the model's (``model=yolo11n.yaml`` for a detection set). Run it on a copy of a shared dataset: Ultralytics
+writes a label cache beside the labels.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ from ultralytics.cfg import get_cfg
 from ultralytics.data import YOLODataset
 from ultralytics.data.utils import check_det_dataset
 
-from benchmarks.epoch_peaks import predictions_context
-from benchmarks.foreground_sampled import sample_counts
+from benchmarks.dense_scenes.foreground_sampled import sample_counts
+from benchmarks.memory_model.epoch_peaks import predictions_context
 from yolo_ckpt.bench.results_io import dataset_yaml, provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
@@ -94,7 +95,7 @@ RANKS = ("objects", "foreground")  # rank=: what makes an image dense
 
 
 def main(argv: list[str]) -> dict:
-    opts = parse_keys(argv, KEYS, "benchmarks.densest_mosaic", required=("data",))
+    opts = parse_keys(argv, KEYS, "benchmarks.dense_scenes.densest_mosaic", required=("data",))
     measured_in = predictions_context(opts.get("predictions", "initial"))
     by = opts.get("rank", "objects")
     if by not in RANKS:
@@ -123,7 +124,7 @@ def main(argv: list[str]) -> dict:
     at_objects = estimate_step(model, imgsz, batch_size, objects, recompute, flops=False, sizes=run.sizes).peak_bytes
     model_cfg = run.keys["model"]
     result = {
-        **provenance(["python -m benchmarks.densest_mosaic", *argv], seeds=[0]),
+        **provenance(["python -m benchmarks.dense_scenes.densest_mosaic", *argv], seeds=[0]),
         "model": model_cfg, "task": task, "data": opts["data"], "imgsz": imgsz, "batch": batch_size, "recompute": recompute,
         "amp": False, "device": "cpu", "repeat": repeat, "rank": by, "objects_kept": kept, "predictions": predictions,
         "foreground": foreground,
@@ -154,4 +155,4 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(run_command(main, sys.argv[1:], "benchmarks.densest_mosaic"))
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.dense_scenes.densest_mosaic"))

@@ -1,7 +1,7 @@
 """Issue 33's pilot curve reader: training time added up across resumes (Ultralytics' results.csv restarts its
 clock at a resume)."""
 
-from benchmarks.pilot_curve import curve
+from benchmarks.equal_memory.pilot_curve import curve
 
 
 def test_curve_adds_up_time_across_resumes(tmp_path):

@@ -8,7 +8,7 @@ import torch
 from helpers import tiny_yaml, write_dataset
 from ultralytics import YOLO
 
-from benchmarks.map_bootstrap import PerImage, bootstrap, mean_ap
+from benchmarks.equal_memory.map_bootstrap import PerImage, bootstrap, mean_ap
 
 
 def _validated(tmp_path) -> tuple[dict, object]:
@@ -73,7 +73,7 @@ def test_baseline_names_one_arm_before_any_validation(tmp_path, monkeypatch):
     """baseline= is an arm's name or a recompute that one arm alone has; two arms of one name, or a recompute that
     several arms share, is refused with the valid choices before any arm is validated; over several results folders
     each arm is named by its folder."""
-    import benchmarks.map_bootstrap as mb
+    import benchmarks.equal_memory.map_bootstrap as mb
     from yolo_ckpt.errors import ConfigError
 
     monkeypatch.setattr(mb, "validate", lambda *a: pytest.fail("validated before the baseline was checked"))

@@ -1,7 +1,7 @@
 """Issue 21's ``dense`` matrix: dense scenes' training steps with the loss region (the chunked assigner and, for
 segmentation, the recomputed mask loss) against stock, one CPU thread::
 
-    python -m benchmarks.dense out=benchmarks/results/dense [steps=5] [cases=detect-600,seg-400]
+    python -m benchmarks.dense_scenes.dense out=benchmarks/results/dense [steps=5] [cases=detect-600,seg-400]
 
 Cases: yolo11n detect at imgsz 1024, batch 1, with 20, 200, 600 and 1500 objects of 8-28 px; yolo11n-obb at 1024,
 batch 1, 600 objects of 8-28 px; yolo26n-seg at 640, batch 2, 400 objects of 1-3 % of the side (the small-object
@@ -127,7 +127,7 @@ KEYS = ("steps", "cases", "out")  # the key=value words main takes
 
 
 def main(argv: list[str]) -> dict:
-    opts = parse_keys(argv, KEYS, "benchmarks.dense")
+    opts = parse_keys(argv, KEYS, "benchmarks.dense_scenes.dense")
     steps = int(opts.get("steps", 5))
     names = opts["cases"].split(",") if "cases" in opts else list(CASES)
     unknown = [n for n in names if n not in CASES]
@@ -139,7 +139,7 @@ def main(argv: list[str]) -> dict:
         rows.append(case(name, steps))
         print(rows[-1], flush=True)
     result = {
-        **provenance(["python -m benchmarks.dense", *argv], seeds=[0]),
+        **provenance(["python -m benchmarks.dense_scenes.dense", *argv], seeds=[0]),
         "load_average_1_5_15min": os.getloadavg(),
         "torch_threads": 1,
         "rows": rows,
@@ -173,4 +173,4 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(run_command(main, sys.argv[1:], "benchmarks.dense"))
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.dense_scenes.dense"))

@@ -4,7 +4,7 @@
 (``yolo_ckpt.memory.planned_run.PlannedRun.from_keys``: the data's most objects per image x its augmentation's factors). Estimates
 only: no step is measured.
 
-    python -m benchmarks.foreground_bound datasets=DIR data=monuseg/data.yaml imgsz=1024 \
+    python -m benchmarks.memory_model.foreground_bound datasets=DIR data=monuseg/data.yaml imgsz=1024 \
         out=benchmarks/results/foreground-bound-monuseg
 """
 
@@ -28,7 +28,7 @@ KEYS = ("data", "datasets", "model", "imgsz", "batch", "recompute", "out")  # th
 
 
 def main(argv: list[str]) -> dict:
-    opts = parse_keys(argv, KEYS, "benchmarks.foreground_bound", required=("data",))
+    opts = parse_keys(argv, KEYS, "benchmarks.memory_model.foreground_bound", required=("data",))
     imgsz, batch, recompute = int(opts.get("imgsz", 1024)), int(opts.get("batch", 1)), opts.get("recompute", "none")
     data = dataset_yaml(opts["data"], opts.get("datasets"))  # read against datasets= (a record names no machine's path)
     keys = {"model": opts.get("model", "yolo11n-seg.yaml"), "data": data, "imgsz": imgsz, "batch": batch, "device": "cpu"}
@@ -43,7 +43,7 @@ def main(argv: list[str]) -> dict:
     }
     side = np.sqrt(sizes.w * sizes.h) * run.imgsz if sizes is not None else np.zeros(1)
     result = {
-        **provenance(["python -m benchmarks.foreground_bound", *argv], seeds=[0]),
+        **provenance(["python -m benchmarks.memory_model.foreground_bound", *argv], seeds=[0]),
         "keys": words, "recompute": recompute, "imgsz": run.imgsz, "objects": spec.objects, "assumed": spec.describe(),
         "median_side_px": float(np.median(side)), "p90_side_px": float(np.percentile(side, 90)),
         "foreground_worst": worst, "foreground_bounded": bounded,
@@ -65,4 +65,4 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(run_command(main, sys.argv[1:], "benchmarks.foreground_bound"))
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.memory_model.foreground_bound"))

@@ -5,8 +5,8 @@ imgsz 256, 384 and 512 (up to 3.2x the loss calibration's largest size) and 20 t
 (:func:`yolo_ckpt.memory.training_batch.training_batch`): :func:`yolo_ckpt.memory.estimate.estimate_step` against
 :func:`yolo_ckpt.memory.step.profile_step`. The segmentation estimate must never fall under the measurement.
 
-    python -m benchmarks.estimate_accuracy [recompute=none] out=benchmarks/results/estimate-accuracy
-    python -m benchmarks.estimate_accuracy recompute=all out=benchmarks/results/estimate-accuracy-all  # the loss region's formula
+    python -m benchmarks.memory_model.estimate_accuracy [recompute=none] out=benchmarks/results/estimate-accuracy
+    python -m benchmarks.memory_model.estimate_accuracy recompute=all out=benchmarks/results/estimate-accuracy-all  # loss region's formula
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ KEYS = ("recompute", "out")  # the key=value words main takes
 
 
 def main(argv: list[str]) -> dict:
-    opts = parse_keys(argv, KEYS, "benchmarks.estimate_accuracy")
+    opts = parse_keys(argv, KEYS, "benchmarks.memory_model.estimate_accuracy")
     recompute = opts.get("recompute", "none")
     rows = []
     for cfg in MODELS:
@@ -49,7 +49,7 @@ def main(argv: list[str]) -> dict:
                 "measured_loss_share": measured.loss_bytes / measured.peak_bytes,
                 "error": estimated.peak_bytes / measured.peak_bytes - 1,
             })
-    result = {**provenance(["python -m benchmarks.estimate_accuracy", *argv], seeds=[0]), "steps": rows}
+    result = {**provenance(["python -m benchmarks.memory_model.estimate_accuracy", *argv], seeds=[0]), "steps": rows}
     lines = ["| model | batch | imgsz | objects | measured MiB | loss share | estimated MiB | error |", "|---|---|---|---|---|---|---|---|"]
     lines += [
         f"| {r['model']} | {r['batch']} | {r['imgsz']} | {r['objects']} | {r['measured_peak_bytes'] / 2**20:.0f} | "
@@ -65,4 +65,4 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(run_command(main, sys.argv[1:], "benchmarks.estimate_accuracy"))
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.memory_model.estimate_accuracy"))

@@ -3,7 +3,7 @@ shapes YOLO trains: the output and every gradient (input, parameters) of an ``At
 class swapped, ``torch.equal`` to the stock module's, per ``attn_chunk`` (including sizes the key refuses, to
 report their deviation), float32 on the CPU.
 
-    python -m benchmarks.attention_exactness [out=benchmarks/results/attention-exactness]
+    python -m benchmarks.mechanism.attention_exactness [out=benchmarks/results/attention-exactness]
 
 Shapes: yolo11n's C2PSA ``Attention(128, heads 2)`` (layer 10; YOLO26n's layers 10 and 22 are the same) at stride 32,
 yolo12n's ``AAttn(64, heads 2, area 4)`` at stride 16 (layer 6) and ``AAttn(128, heads 4, area 1)`` at stride 32
@@ -52,7 +52,7 @@ def deviation(a: list, b: list) -> float:
 
 
 def main(argv: list[str]) -> dict:
-    out = parse_keys(argv, KEYS, "benchmarks.attention_exactness").get("out")
+    out = parse_keys(argv, KEYS, "benchmarks.mechanism.attention_exactness").get("out")
     from yolo_ckpt.checkpointing import attention
 
     rows = []
@@ -77,7 +77,7 @@ def main(argv: list[str]) -> dict:
                         "max_abs_diff": dev, "seconds": round(t, 3), "stock_seconds": round(t_stock, 3),
                     })
                     print(rows[-1], flush=True)
-    result = provenance(["python -m benchmarks.attention_exactness", *argv], seeds=[0])
+    result = provenance(["python -m benchmarks.mechanism.attention_exactness", *argv], seeds=[0])
     if out:
         result["csv"] = ["exactness.csv"]
         Path(out).mkdir(parents=True, exist_ok=True)
@@ -109,4 +109,4 @@ def summary(rows: list[dict]) -> list[str]:
 
 
 if __name__ == "__main__":
-    sys.exit(run_command(main, sys.argv[1:], "benchmarks.attention_exactness"))
+    sys.exit(run_command(main, sys.argv[1:], "benchmarks.mechanism.attention_exactness"))
