@@ -163,3 +163,20 @@ def test_compare_warns_on_different_data_or_task(tmp_path, capsys):
         ["other.yaml", "backbone", "full", "640"],
         ["data.yaml", "backbone", "full", "1024"],
     ]
+
+
+def test_compare_names_a_missing_folder(tmp_path, capsys):
+    """A run folder that is not there (a typo): one line saying so, exit 2, not that it "has no ckpt_report.json";
+    a folder that exists without a report still says that."""
+    from yolo_ckpt.cli import main
+
+    (tmp_path / "empty").mkdir()
+    assert main(["compare", str(tmp_path / "missing"), str(tmp_path / "empty"), f"out={tmp_path / 'cmp'}"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"yolo-ckpt: error: {tmp_path / 'missing'} does not exist: give run directories of finished yolo-ckpt runs"
+    ]
+    assert main(["compare", str(tmp_path / "empty"), str(tmp_path / "empty"), f"out={tmp_path / 'cmp'}"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"yolo-ckpt: error: {tmp_path / 'empty'} has no {REPORT_NAME}: give run directories of finished yolo-ckpt runs"
+    ]
+    assert not (tmp_path / "cmp").exists()

@@ -281,11 +281,14 @@ def load_report(run_dir) -> RunReport:
     """The :class:`RunReport` in a run directory's ``ckpt_report.json`` (schemas in :data:`READABLE_SCHEMAS`).
 
     Raises:
-        FileNotFoundError: naming the directory, when it holds no report (not a yolo-ckpt run, or unfinished).
+        FileNotFoundError: naming the directory, when it does not exist, or holds no report (not a yolo-ckpt run, or
+            unfinished).
         ConfigError: for a report of another schema or not a report's object (:meth:`RunReport.from_dict`), or one that
             is not JSON or not UTF-8 text (a truncated, edited or damaged file), naming the file.
     """
     path = Path(run_dir) / REPORT_NAME
+    if not Path(run_dir).is_dir():
+        raise MissingFileError(f"{run_dir} does not exist: give run directories of finished yolo-ckpt runs")
     if not path.is_file():
         raise MissingFileError(f"{run_dir} has no {REPORT_NAME}: give run directories of finished yolo-ckpt runs")
     try:
