@@ -207,6 +207,20 @@ def test_profile_and_plan_bad_keys_exit_2(args, message, capsys):
 
 
 @pytest.mark.parametrize("command", ["train", "profile", "plan"])
+def test_bad_attn_chunk_one_message(command, tmp_path, capfd):
+    """Issue 43: attn_chunk= below 32, 0 and abc get one message naming the value and the valid ones (16 said '>= 32',
+    0 and abc 'a positive int'), on train, profile and plan alike: one line, exit 2, no run folder."""
+    for bad, shown in (("16", "16"), ("0", "0"), ("abc", "'abc'")):
+        assert main([command, f"attn_chunk={bad}", "memory_budget=1GB", f"project={tmp_path}"]) == 2
+        out, err = capfd.readouterr()
+        assert out == "" and err.splitlines() == [
+            f"yolo-ckpt: error: attn_chunk={shown} is not valid; give an int >= 32 (queries per chunk, default 256; "
+            "smaller chunks would not give stock's bits)"
+        ]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["train", "profile", "plan"])
 def test_a_misspelt_model_yaml_is_named(command, tmp_path, capfd):
     """Issue 31, item 11: Ultralytics names the scale-less YAML it tried last ('yolo11n.yaml' does not exist, a valid
     name); yolo-ckpt names the typo and the YAMLs close to it."""
