@@ -478,3 +478,20 @@ def test_mixin_holds_only_the_hooks():
 
     lines = inspect.getsource(CheckpointTrainerMixin).splitlines()
     assert len(lines) <= 150, f"CheckpointTrainerMixin is {len(lines)} lines; move what is not a hook into yolo_ckpt.train's modules"
+
+
+@pytest.mark.slow
+def test_a_chunk_key_without_its_region_warns_in_train(synthetic, tmp_path):
+    """Issue 43: train warns of attn_chunk= without an attention region as plan and profile do (the wording is
+    test_planned_run's), once the policy is applied; the run stops once set up."""
+    from helpers import tiny_yaml
+
+    def stop(trainer):
+        raise Interrupted
+
+    with logged_messages() as records, pytest.raises(Interrupted):
+        train(tiny_yaml(tmp_path), synthetic(), tmp_path, "chunk", trainer=CheckpointDetectionTrainer, recompute="backbone,loss",
+              attn_chunk=64, callbacks=[("on_pretrain_routine_end", stop)])
+    assert [r[r.index("attn_chunk"):].split(" (")[0] for r in records if "no effect" in r] == [
+        "attn_chunk=64 has no effect: recompute=backbone,loss runs no attention region"
+    ]

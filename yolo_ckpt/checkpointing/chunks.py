@@ -16,6 +16,13 @@ DEFAULT_ATTN_CHUNK = 256
 # the smallest attn_chunk: chunks are spread evenly over the tokens, so each holds at least half of attn_chunk rows, and
 # MKL's sgemm gives the whole product's bits from 16 rows up (1 and 7 rows measured otherwise)
 MIN_ATTN_CHUNK = 32
+# each chunk key: the recompute= region that reads it, and which policies run that region (for the warning that the
+# key has no effect: yolo_ckpt.config.CkptConfig.policy_warnings)
+CHUNK_REGIONS = {
+    "loss_chunk": ("loss", "loss, or all, on a detect, obb, pose or segment model"),
+    "assign_chunk": ("loss", "loss, or all, on a detect, obb, pose or segment model"),
+    "attn_chunk": ("attention", "attention, or all, on a model with attention layers"),
+}
 
 
 def check_chunk(key: str, chunk, unit: str, default: int, minimum: int = 1, why: str = "") -> int:

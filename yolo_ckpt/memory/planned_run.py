@@ -112,7 +112,7 @@ class PlannedRun:
         """
         from ultralytics import YOLO
         from ultralytics.cfg import get_cfg
-        from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT
+        from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT, LOGGER
 
         from ..checkpointing.policy import ModelLayout, layout_of
         from .ultralytics_rules import TASKS
@@ -143,7 +143,9 @@ class PlannedRun:
         config = config.for_task(yolo.task if layout.has_loss_region else None, keys)
         if not is_auto(config.recompute):  # a recompute= this model lacks, named before any fake pass (as train names it)
             with user_input():
-                resolve(config.recompute, layout)
+                policy = resolve(config.recompute, layout)
+            for line in config.policy_warnings(policy):  # as train warns
+                LOGGER.warning(f"yolo-ckpt: {line}")
         args = get_cfg(DEFAULT_CFG, {k: v for k, v in opts.items() if k in DEFAULT_CFG_DICT and k != "format"} | {"task": yolo.task})
         model, data = yolo.model, None
         if opts["data"]:
