@@ -72,6 +72,13 @@ def plan(args: list[str]) -> list[dict]:
     :func:`~yolo_ckpt.cli.estimate.estimate_setup`). Every figure is a fake pass's (the largest imgsz and batch: searched
     by fake passes, ``MemoryModel.largest_imgsz``). The result on stdout, progress and logs on stderr.
 
+    Returns:
+        The rows, one per policy, each with the same keys (``format=json`` prints them under ``policies``): ``recompute``,
+        ``train`` (the policy train runs), ``estimated_peak_MiB``, ``headroom_MiB``, ``margin_MiB``, ``fits``,
+        ``max_imgsz`` (the largest imgsz at the batch planned, the JSON's ``batch``), ``max_batch`` (the largest batch
+        at the imgsz planned, its ``imgsz``), ``recompute_GFLOPs``, ``recompute_pct_of_step`` (%). The text table names
+        ``max_imgsz`` and ``max_batch`` with their size (``max_imgsz_at_batch_8``).
+
     Raises:
         PlanError: where train refuses the same keys (:func:`plan_setup`), and where even ``all`` does not fit at
             ``imgsz`` and ``batch``: one line with ``all``'s need and the largest imgsz and batch it fits
@@ -116,8 +123,8 @@ def plan(args: list[str]) -> list[dict]:
                 "headroom_MiB": cost.headroom_bytes / 2**20,
                 "margin_MiB": cost.margin_bytes / 2**20,
                 "fits": cost.fits,
-                f"max_imgsz_at_batch_{batch}": memory.largest_imgsz(units, budget, batch),
-                f"max_batch_at_imgsz_{imgsz}": memory.largest_batch(units, budget, imgsz),
+                "max_imgsz": memory.largest_imgsz(units, budget, batch),  # at the batch planned (the result's batch)
+                "max_batch": memory.largest_batch(units, budget, imgsz),  # at the result's imgsz
                 "recompute_GFLOPs": cost.recompute_flops / 1e9,
                 "recompute_pct_of_step": 100 * cost.recompute_cost,
             })
@@ -141,6 +148,7 @@ def plan(args: list[str]) -> list[dict]:
         )
         print(spec.describe())
         table = pd.DataFrame(rows).assign(train=lambda t: t["train"].map({True: "yes", False: ""}))
+        table = table.rename(columns={"max_imgsz": f"max_imgsz_at_batch_{batch}", "max_batch": f"max_batch_at_imgsz_{imgsz}"})
         print(table.to_string(index=False, float_format=lambda v: f"{v:.1f}"))
         if spec.device == "cuda":
             print(
