@@ -340,6 +340,22 @@ def test_plan_json_row_keys_are_names(tmp_path, capsys):
     assert all(row["max_batch"] >= 2 and row["max_imgsz"] >= 64 for row in result["policies"])  # they fit at 64, batch 2
 
 
+@pytest.mark.slow  # ~10 CPU s: plan's searches of 7 policies
+def test_plan_max_batch_is_capped_as_batch_minus_1_caps(tmp_path, capsys):
+    """Issue 43: plan's max_batch, in the JSON as in the table (the same rows), is the largest batch train would take:
+    at most the training set's images, as batch=-1's pick is (one rule: MemoryModel.largest_batch); it said 10 for
+    backbone,loss on a 3-image set, where batch=-1 picks 3."""
+    from helpers import tiny_yaml, write_dataset
+
+    data = write_dataset(tmp_path / "data", {"train": [["0 0.5 0.5 0.4 0.4"]] * 3, "val": [["0 0.5 0.5 0.4 0.4"]]})
+    keys = [f"model={tiny_yaml(tmp_path)}", f"data={data}", "imgsz=64", "batch=-1", "memory_budget=8MB", "device=cpu"]
+    assert main(["plan", *keys, "format=json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    rows = {row["recompute"]: row for row in result["policies"]}
+    assert result["batch"] == rows["backbone,loss"]["max_batch"] == 3 and rows["backbone,loss"]["train"]
+    assert {row["max_batch"] for row in rows.values()} == {3}  # each fits more than 3 images at 64 px in 8 MB
+
+
 @pytest.mark.slow
 def test_plan_batch_minus_1_answers_trains_batch_and_policy(synthetic, tmp_path, capsys):
     """Issue 31, item 2: plan takes train's keys; with batch=-1 it answers the batch train picks for the same keys (on

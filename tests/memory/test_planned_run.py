@@ -142,8 +142,8 @@ class _Memory:
     def units(self, recompute):
         return (str(recompute),)
 
-    def largest_batch(self, units, budget, imgsz):
-        return min(budget // 100, 1024)
+    def largest_batch(self, units, budget, imgsz, images=None):  # capped as MemoryModel.largest_batch caps
+        return min(budget // 100, 1024, images or 1024)
 
     def largest_imgsz(self, units, budget, batch):
         return 0 if budget < 100 * batch else 640
@@ -163,7 +163,7 @@ def test_decide_is_the_one_rule_of_auto_and_batch_minus_1():
     memory = _Memory()
     assert decide("auto", -1) == Decision("all", -1)  # no estimate needed: auto with batch=-1 recomputes everything
     assert decide("auto", 4) == Decision("auto", 4) and decide("backbone", -1) == Decision("backbone", -1)  # kept as given
-    assert decide("auto", -1, memory, 1000, 640, images=7) == Decision("all", 7)  # then the largest batch, capped by the images
+    assert decide("auto", -1, memory, 1000, 640, images=7) == Decision("all", 7)  # then the largest batch, of the images
     assert decide("backbone", -1, memory, 1000, 640) == Decision("backbone", 10)
     auto = decide("auto", 2, memory, 1000, 640)
     assert auto.recompute == "0-4" and auto.batch == 2 and auto.plan.recompute == "0-4"

@@ -281,7 +281,7 @@ def decide(recompute, batch: int, memory=None, budget: int | None = None, imgsz:
         from .planner import PlanError, size_text
 
         units = memory.units(recompute)
-        batch = memory.largest_batch(units, budget, imgsz)
+        batch = memory.largest_batch(units, budget, imgsz, images)
         if batch < 1:  # the search's fake pass of batch 1 did not fit: its need, and the largest imgsz batch 1 fits
             need = memory.headroom.need(memory.estimate(memory.spec(units), 1, imgsz).peak_bytes)
             sizes = memory.largest_imgsz(units, budget, 1)
@@ -289,7 +289,7 @@ def decide(recompute, batch: int, memory=None, budget: int | None = None, imgsz:
                 f"memory_budget={size_text(budget)} is below batch=1's estimated need of {size_text(need)} at imgsz={imgsz} with "
                 f"recompute={memory.spec(units)}; it fits " + (f"imgsz={sizes} at batch=1" if sizes else "no imgsz at batch=1")
             )
-        return Decision(recompute, batch if images is None else min(batch, images))
+        return Decision(recompute, batch)
     if not auto:
         return Decision(recompute, batch)
     plan = memory.plan(budget, batch, imgsz)
