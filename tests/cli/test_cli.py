@@ -677,3 +677,17 @@ def test_plan_and_a_train_refusal_leave_the_dataset_folder_as_they_found_it(synt
         assert files() == before, name
     assert "is below the smallest plan's need" in out.stderr.strip().splitlines()[-1]
     assert not list((tmp_path / "runs").glob("*"))  # the run folder put back (the project folder stays, empty)
+
+
+@pytest.mark.slow  # ~6 s: profile's two estimates
+def test_profile_shows_the_attention_chunking(tmp_path, capsys):
+    """Issue 43: with the attention region on, profile names its attn_chunk and each attention module's layer and
+    tokens, chunked or not (the result's attention; the text's line is attention_text's, tested with the tokens). The
+    small model of helpers with a C2PSA: 8 x 8 = 64 tokens at 64 px, chunked at attn_chunk=32."""
+    from helpers import tiny_yaml
+
+    keys = ["profile", f"model={tiny_yaml(tmp_path, 'attention')}", "imgsz=64", "batch=1", "device=cpu", "format=json"]
+    assert main([*keys, "recompute=attention", "attn_chunk=32"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["attention"] == {"attn_chunk": 32, "modules": [{"layer": 4, "module": "Attention", "tokens": 64, "chunked": True}]}
+    assert result["recomputed_regions"] == ["attention"]

@@ -59,7 +59,7 @@ def test_run_picture_draws_the_policy_beside_none(tmp_path, monkeypatch):
         policy=RecomputePolicy("0", (0,), ("Conv",)),
         ckpt_state=RunState(estimated_steps={"none": none, "policy": policy}, estimated_step={"batch": 2, "imgsz": 64}),
     )
-    record = SimpleNamespace(recompute="0", write=lambda folder: folder / "ckpt_report.json", headline=lambda: "headline")
+    record = SimpleNamespace(recompute="0", write=lambda folder: folder / "ckpt_report.json", headline=lambda: "headline", attention=None)
     trainer.run_report = lambda not_measured: record
     run_stats._on_train_end(trainer)
     ((data, path),) = drawn

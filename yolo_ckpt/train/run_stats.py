@@ -14,6 +14,7 @@ import torch
 from ultralytics.utils import LOGGER, RANK
 from ultralytics.utils.torch_utils import unwrap_model
 
+from ..memory.attention_tokens import attention_tokens
 from ..report.compare import class_ap
 from ..report.layer_plot import LayerPlot, layer_plot, write_layer_plot
 from ..report.record import (
@@ -25,6 +26,7 @@ from ..report.record import (
     WARMUP_STEPS,
     PlanRecord,
     RunReport,
+    attention_text,
     probe_counts,
     task_metrics,
 )
@@ -59,11 +61,13 @@ def _on_train_end(trainer) -> None:
 
 def write_run_report(trainer, not_measured: tuple = ()) -> RunReport:
     """Write the trainer's run report (``trainer.run_report``, without what ``not_measured`` names) to
-    ``ckpt_report.json`` in its run folder, log where and its headline; returns it."""
+    ``ckpt_report.json`` in its run folder, log where, its headline and, where the attention region ran, its chunking
+    (:func:`~yolo_ckpt.report.record.attention_text`); returns it."""
     record = trainer.run_report(not_measured)
     path = record.write(trainer.save_dir)
     trainer.ckpt_state.ending = "written"
-    LOGGER.info(f"{PREFIX}run report {path}\n{PREFIX}{record.headline()}")
+    attention = f"\n{PREFIX}{attention_text(record.attention)}" if record.attention else ""
+    LOGGER.info(f"{PREFIX}run report {path}\n{PREFIX}{record.headline()}{attention}")
     return record
 
 
@@ -218,7 +222,9 @@ def run_report(trainer, not_measured: tuple = ()) -> RunReport:
     allocator's peaks (CPU: :func:`memory_probes` on the kept batch, whose step profile is kept as
     ``trainer.ckpt_state.train_probe`` for the picture; none with ``probe=False``, nor where ``not_measured`` names
     the memory probe), the median step time after :data:`~yolo_ckpt.report.record.WARMUP_STEPS`, the seconds spent
-    validating, the plan and the final metrics (the last epoch's where ``not_measured`` names the final validation)."""
+    validating, the plan, the final metrics (the last epoch's where ``not_measured`` names the final validation) and,
+    where the policy runs the attention region, its chunking at the trained imgsz
+    (:func:`~yolo_ckpt.memory.attention_tokens.attention_tokens`)."""
     args, state, policy = trainer.args, trainer.ckpt_state, trainer.policy
     if trainer.device.type == "cuda":
         bank_cuda_peak(trainer, "train")
@@ -259,7 +265,19 @@ def run_report(trainer, not_measured: tuple = ()) -> RunReport:
         plan=None if state.plan is None else PlanRecord.of(state.plan, state.run_spec.to_dict() if state.run_spec else None),
         best_epoch=state.best_epoch,
         class_ap=class_ap(args.task, getattr(trainer.validator, "metrics", None)),  # final_eval's: best.pt's
+        attention=run_attention(trainer) if policy and policy.attention else None,
     )
+
+
+def run_attention(trainer) -> dict | None:
+    """The attention region's chunking at the trained imgsz for the report
+    (:func:`~yolo_ckpt.memory.attention_tokens.attention_tokens`); None, with a warning, where its fake forward fails:
+    the report is written without it."""
+    try:
+        return attention_tokens(unwrap_model(trainer.model), trainer.args.imgsz, trainer.ckpt_config.attn_chunk)
+    except Exception as e:  # a report, not a gate: the run's report still gets written
+        LOGGER.warning(f"{PREFIX}the run report leaves out the attention region's chunking: {type(e).__name__}: {e}")
+        return None
 
 
 def build_report(args: dict, policy, step_s: list | None, metrics: dict | None, not_measured, **measured) -> RunReport:
