@@ -146,15 +146,20 @@ TINY_DETECT = {
 TINY_SEGMENT = {**TINY_DETECT, "head": [[[3], 1, "Segment", ["nc", 32, 32]]]}
 
 
+# The detection network with a C2PSA (one Attention module, 1 head) on its last feature map: 64 tokens at imgsz 64,
+# for tests of the attention region's chunking (attn_chunk=32 chunks it).
+TINY_ATTENTION = {**TINY_DETECT, "backbone": [*TINY_DETECT["backbone"], [-1, 1, "C2PSA", [64]]], "head": [[[4], 1, "Detect", ["nc"]]]}
+
+
 def tiny_yaml(folder, task: str = "detect") -> str:
-    """:data:`TINY_DETECT` (``task="detect"``) or :data:`TINY_SEGMENT` (``"segment"``) written as
-    ``folder/tiny-<task>.yaml``; returns its path (for ``model=``)."""
+    """:data:`TINY_DETECT` (``task="detect"``), :data:`TINY_SEGMENT` (``"segment"``) or :data:`TINY_ATTENTION`
+    (``"attention"``, a detect model) written as ``folder/tiny-<task>.yaml``; returns its path (for ``model=``)."""
     from pathlib import Path
 
     import yaml
 
     path = Path(folder) / f"tiny-{task}.yaml"
-    path.write_text(yaml.safe_dump({"detect": TINY_DETECT, "segment": TINY_SEGMENT}[task]))
+    path.write_text(yaml.safe_dump({"detect": TINY_DETECT, "segment": TINY_SEGMENT, "attention": TINY_ATTENTION}[task]))
     return str(path)
 
 

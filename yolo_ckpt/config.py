@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from .checkpointing.chunks import check_assign_chunk, check_attn_chunk, check_loss_chunk
+from .checkpointing.chunks import CHUNK_REGIONS, check_assign_chunk, check_attn_chunk, check_loss_chunk
 from .checkpointing.policy import check_mode, check_spec, spec_string
 from .errors import ConfigError
 
@@ -269,6 +269,20 @@ class CkptConfig:
         does not set: what :meth:`from_args` builds for ``task``, where the task is known only once the model is loaded."""
         defaults = {k: v for k, v in TASK_DEFAULTS.get(task, {}).items() if k not in given}
         return replace(self, **{k: spec_string(v) if k == "recompute" else v for k, v in defaults.items()})
+
+    def policy_warnings(self, policy) -> list[str]:
+        """The warning lines of these keys against ``policy`` (a :class:`~yolo_ckpt.checkpointing.policy.RecomputePolicy`
+        applied to the model): a ``recompute=`` that selects nothing (its layers all frozen), and one line for each chunk
+        key set to other than its default whose region ``policy`` does not run, so that the key has no effect:
+        ``attn_chunk=64`` with ``recompute=backbone``, or with ``all`` on a model without attention layers;
+        ``loss_chunk=`` or ``assign_chunk=`` without the loss region. Warnings, not errors: the run is what it would be
+        without the key, ``auto`` takes a region or not by the budget, and a sweep over policies keeps its keys."""
+        empty = not (policy.indices or policy.regions()) and policy.spec != "none"
+        return [f"recompute={policy.spec} selects no layer with trainable parameters"] * empty + [
+            f"{key}={getattr(self, key)} has no effect: recompute={policy.spec} runs no {region} region ({runs_it} runs it)"
+            for key, (region, runs_it) in CHUNK_REGIONS.items()
+            if getattr(self, key) != DEFAULTS[key] and region not in policy.regions()
+        ]
 
     def headroom_on(self, device: str) -> Headroom:
         """The headroom a plan keeps on ``device`` (``"cuda"``, ``"cpu"``, ``"mps"``): ``memory_headroom`` on CUDA

@@ -326,36 +326,50 @@ def test_segment_tiles_cell_trains_on_polygon_tiles_and_validates_on_full_images
     assert any({"0.000000", "1.000000"} & set(fields[1:]) for fields in lines)  # some clipped at a tile's edge
 
 
-@pytest.mark.slow
-def test_regime_arms_matrix(tmp_path, one_thread):
-    """Issue 46's regime arms (``regime-monuseg``'s shape), end to end at a tiny size on dense synthetic nuclei: a budget
-    below stock's batch-1 peak at full size, (a) stock at the largest imgsz that fits, (b) recompute=auto with batch=-1
-    (all, then the largest batch: 2), (c) stock on polygon tiles that fit, validated on the full images, (d) stock at
-    full size with (b)'s batch and no budget. (a)-(c) are measured within the budget, (d) above it, and (b)'s weights are
-    (d)'s: batch=-1's planning leaves the training as it was."""
-    from yolo_ckpt.data.dense import dense_segment_dataset
-
-    data, budget = str(dense_segment_dataset(60, 256, 2, root=tmp_path / "cache")), 120  # MiB; plan: none 269 at batch 2
-    arm = {"model": "yolo11n-seg.yaml", "dataset": data, "imgsz": 256, "batch": 2}
+def four_arms(tmp_path, arm: dict, budget: int, baseline_keys: list, auto: dict, overlap: int, **settings):
+    """The four arms of a study under one budget of ``budget`` MiB (issues 33 and 46), run by ``bench`` at a tiny size:
+    (a) stock at the largest imgsz that fits (imgsz=fit), (b) ``arm`` with ``auto`` (recompute=auto, ...), (c) stock on
+    tiles of the size that fits (``overlap`` px), validated on the full images, (d) stock at full size with no budget,
+    every arm against (d) (``baseline_keys``); ``settings`` added to the matrix's. Asserts what every such study shows:
+    each arm ran; (a) and (c) below the full size, (c) validated at it on more images than it has; (b) recomputed, and
+    its weights are (d)'s (recomputation and planning leave the training as it was); (a)-(c) are measured within the
+    budget, (d) above it. Returns the four result rows, the output folder and the matrix."""
+    imgsz, limit = arm["imgsz"], f"{budget}MiB"
     spec = {
         "kind": "train",
-        "baseline_keys": ["dataset", "model"],  # every arm against (d), (b)'s batch being -1
-        "settings": {"epochs": 1, "nbs": 2, "max_det": 1000, "seed": 0, "workers": 0, "device": "cpu", "plots": False, "estimate": False},
+        "baseline_keys": baseline_keys,
+        "settings": {"epochs": 1, "nbs": 2, "seed": 0, "workers": 0, "device": "cpu", "plots": False, "estimate": False, **settings},
         "grid": [
-            {**arm, "imgsz": "fit", "recompute": "none", "memory_budget": f"{budget}MiB"},
-            {**arm, "batch": -1, "recompute": "auto", "memory_budget": f"{budget}MiB"},
-            {**arm, "recompute": "none", "memory_budget": f"{budget}MiB", "tiles": {"size": "fit", "overlap": 16}},
+            {**arm, "imgsz": "fit", "recompute": "none", "memory_budget": limit},
+            {**arm, **auto, "memory_budget": limit},
+            {**arm, "recompute": "none", "memory_budget": limit, "tiles": {"size": "fit", "overlap": overlap}},
             {**arm, "recompute": "none"},
         ],
     }
     out = tmp_path / "out"
     assert main(["bench", f"matrix={write_matrix(tmp_path, spec)}", f"out={out}"]) == 0
-    fit, auto, tiles, full = pd.read_csv(out / "results.csv").to_dict("records")
-    assert [r["status"] for r in (fit, auto, tiles, full)] == ["ok"] * 4
-    assert fit["imgsz_used"] < 256 and tiles["imgsz_used"] < 256 and tiles["val_imgsz"] == 256 and tiles["train_images"] > 2
-    assert auto["recomputed"] == "all" and auto["batch_used"] == full["batch_used"] == 2 and auto["recomputations"] > 0
-    assert auto["weights_sha256"] == full["weights_sha256"]  # (b) trained as (d) did
-    assert max(fit["peak_MiB"], auto["peak_MiB"], tiles["peak_MiB"]) <= budget < full["peak_MiB"], (fit, auto, tiles, full)
+    rows = fit, auto_row, tiles, full = pd.read_csv(out / "results.csv").to_dict("records")
+    assert [r["status"] for r in rows] == ["ok"] * 4
+    assert fit["imgsz_used"] < imgsz and tiles["imgsz_used"] < imgsz and tiles["val_imgsz"] == imgsz and tiles["train_images"] > 2
+    assert auto_row["recomputations"] > 0 and auto_row["weights_sha256"] == full["weights_sha256"]  # (b) trained as (d) did
+    assert max(fit["peak_MiB"], auto_row["peak_MiB"], tiles["peak_MiB"]) <= budget < full["peak_MiB"], rows
+    return rows, out, bench.load_matrix(write_matrix(tmp_path, spec))
+
+
+@pytest.mark.slow
+def test_regime_arms_matrix(tmp_path, one_thread):
+    """Issue 46's regime arms (``regime-monuseg``'s shape) on dense synthetic nuclei (:func:`four_arms`): a budget below
+    stock's batch-1 peak at full size; (b) is recompute=auto with batch=-1 (all, then the largest batch: 2), and (d)
+    has (b)'s batch: batch=-1's planning leaves the training as it was."""
+    from yolo_ckpt.data.dense import dense_segment_dataset
+
+    data = str(dense_segment_dataset(60, 256, 2, root=tmp_path / "cache"))  # plan at 120 MiB: none 269 at batch 2
+    arm = {"model": "yolo11n-seg.yaml", "dataset": data, "imgsz": 256, "batch": 2}
+    # every arm against (d), (b)'s batch being -1
+    (fit, auto, tiles, full), _, _ = four_arms(
+        tmp_path, arm, 120, ["dataset", "model"], {"batch": -1, "recompute": "auto"}, 16, max_det=1000
+    )
+    assert auto["recomputed"] == "all" and auto["batch_used"] == full["batch_used"] == 2
 
 
 def test_curves_keep_cells_whose_run_folder_is_gone(tmp_path):
@@ -559,36 +573,17 @@ def test_provenance_names_the_cpu_as_ultralytics_does(monkeypatch):
 
 @pytest.mark.slow
 def test_equal_memory_arms_matrix(tmp_path, one_thread):
-    """Issue 33's four arms under one budget, end to end at a tiny size on the built-in small-object data: (a) stock at
-    the largest imgsz that fits (imgsz=fit), (b) recompute=auto at full resolution, (c) stock on tiles of the size that
-    fits, validated on the full images, (d) stock at full resolution with no budget. (a)-(c) are measured within the
-    budget, (d) above it, and (b)'s weights are (d)'s: (b) stands for full-resolution training."""
+    """Issue 33's four arms under one budget on the built-in small-object data (:func:`four_arms`): (b) is
+    recompute=auto at full resolution, standing for full-resolution training; (a) downscales, (c) takes more optimizer
+    steps."""
     from yolo_ckpt.data.small_objects import small_object_dataset
 
-    data, budget = str(small_object_dataset(320, 2, 1, root=tmp_path / "cache")), 120  # MiB: stock at 320 needs more
+    data = str(small_object_dataset(320, 2, 1, root=tmp_path / "cache"))  # stock at 320 needs more than 120 MiB
     arm = {"model": "yolo26n.yaml", "dataset": data, "imgsz": 320, "batch": 2}
-    spec = {
-        "kind": "train",
-        "baseline_keys": ["dataset", "model", "batch"],  # every arm against (d)
-        "settings": {"epochs": 1, "nbs": 2, "seed": 0, "workers": 0, "device": "cpu", "plots": False, "estimate": False},
-        "grid": [
-            {**arm, "imgsz": "fit", "recompute": "none", "memory_budget": f"{budget}MiB"},
-            {**arm, "recompute": "auto", "memory_budget": f"{budget}MiB"},
-            {**arm, "recompute": "none", "memory_budget": f"{budget}MiB", "tiles": {"size": "fit", "overlap": 32}},
-            {**arm, "recompute": "none"},
-        ],
-    }
-    out = tmp_path / "out"
-    assert main(["bench", f"matrix={write_matrix(tmp_path, spec)}", f"out={out}"]) == 0
-    fit, auto, tiles, full = pd.read_csv(out / "results.csv").to_dict("records")
-    assert [r["status"] for r in (fit, auto, tiles, full)] == ["ok"] * 4
-    assert fit["imgsz_used"] < 320 and fit["recomputed"] == "none"  # downscaled to fit
-    assert auto["imgsz_used"] == 320 and auto["recomputed"] not in ("none", "") and auto["recomputations"] > 0
-    assert tiles["imgsz_used"] < 320 and tiles["val_imgsz"] == 320 and tiles["train_images"] > 2  # tiles, full-image val
-    assert auto["weights_sha256"] == full["weights_sha256"]  # recomputation is exact: (b) trained as (d) did
-    assert max(fit["peak_MiB"], auto["peak_MiB"], tiles["peak_MiB"]) <= budget < full["peak_MiB"], (fit, auto, tiles, full)
+    (fit, auto, tiles, full), out, matrix_ = four_arms(tmp_path, arm, 120, ["dataset", "model", "batch"], {"recompute": "auto"}, 32)
+    assert fit["recomputed"] == "none"  # downscaled to fit
+    assert auto["imgsz_used"] == 320 and auto["recomputed"] not in ("none", "")
     # optimizer steps: one an image pair (nbs=2), 2 images at full size and 4 images' tiles or more for (c)
     assert fit["optimizer_steps"] == auto["optimizer_steps"] == full["optimizer_steps"] == 1 < tiles["optimizer_steps"]
     assert (out / "map_vs_memory.png").is_file() and "| steps |" in (out / "results.md").read_text()
-    matrix_ = bench.load_matrix(write_matrix(tmp_path, spec))
     assert all(matrix_.baseline_of(c) is matrix_.cells[3] for c in matrix_.cells)  # every arm against (d)

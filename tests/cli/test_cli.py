@@ -207,6 +207,20 @@ def test_profile_and_plan_bad_keys_exit_2(args, message, capsys):
 
 
 @pytest.mark.parametrize("command", ["train", "profile", "plan"])
+def test_bad_attn_chunk_one_message(command, tmp_path, capfd):
+    """Issue 43: attn_chunk= below 32, 0 and abc get one message naming the value and the valid ones (16 said '>= 32',
+    0 and abc 'a positive int'), on train, profile and plan alike: one line, exit 2, no run folder."""
+    for bad, shown in (("16", "16"), ("0", "0"), ("abc", "'abc'")):
+        assert main([command, f"attn_chunk={bad}", "memory_budget=1GB", f"project={tmp_path}"]) == 2
+        out, err = capfd.readouterr()
+        assert out == "" and err.splitlines() == [
+            f"yolo-ckpt: error: attn_chunk={shown} is not valid; give an int >= 32 (queries per chunk, default 256; "
+            "smaller chunks would not give stock's bits)"
+        ]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["train", "profile", "plan"])
 def test_a_misspelt_model_yaml_is_named(command, tmp_path, capfd):
     """Issue 31, item 11: Ultralytics names the scale-less YAML it tried last ('yolo11n.yaml' does not exist, a valid
     name); yolo-ckpt names the typo and the YAMLs close to it."""
@@ -307,6 +321,41 @@ def _cli(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
                           timeout=SUBPROCESS_TIMEOUT_S)
 
 
+PLAN_ROW_KEYS = ["recompute", "train", "estimated_peak_MiB", "headroom_MiB", "margin_MiB", "fits", "max_imgsz", "max_batch",
+                 "recompute_GFLOPs", "recompute_pct_of_step"]
+
+
+@pytest.mark.slow  # ~10 CPU s: plan's searches of 7 policies
+def test_plan_json_row_keys_are_names(tmp_path, capsys):
+    """Issue 43: plan format=json's rows named keys by values (max_imgsz_at_batch_2, max_batch_at_imgsz_64): the keys
+    are the same names at any size, the sizes in the values (the result's batch and imgsz). The small model of helpers
+    in 8 MB: a few fake passes."""
+    from helpers import tiny_yaml
+
+    keys = ["plan", f"model={tiny_yaml(tmp_path)}", "imgsz=64", "batch=2", "memory_budget=8MB", "device=cpu"]
+    assert main([*keys, "format=json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["imgsz"], result["batch"]) == (64, 2)
+    assert [list(row) for row in result["policies"]] == [PLAN_ROW_KEYS] * len(result["policies"])
+    assert all(row["max_batch"] >= 2 and row["max_imgsz"] >= 64 for row in result["policies"])  # they fit at 64, batch 2
+
+
+@pytest.mark.slow  # ~10 CPU s: plan's searches of 7 policies
+def test_plan_max_batch_is_capped_as_batch_minus_1_caps(tmp_path, capsys):
+    """Issue 43: plan's max_batch, in the JSON as in the table (the same rows), is the largest batch train would take:
+    at most the training set's images, as batch=-1's pick is (one rule: MemoryModel.largest_batch); it said 10 for
+    backbone,loss on a 3-image set, where batch=-1 picks 3."""
+    from helpers import tiny_yaml, write_dataset
+
+    data = write_dataset(tmp_path / "data", {"train": [["0 0.5 0.5 0.4 0.4"]] * 3, "val": [["0 0.5 0.5 0.4 0.4"]]})
+    keys = [f"model={tiny_yaml(tmp_path)}", f"data={data}", "imgsz=64", "batch=-1", "memory_budget=8MB", "device=cpu"]
+    assert main(["plan", *keys, "format=json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    rows = {row["recompute"]: row for row in result["policies"]}
+    assert result["batch"] == rows["backbone,loss"]["max_batch"] == 3 and rows["backbone,loss"]["train"]
+    assert {row["max_batch"] for row in rows.values()} == {3}  # each fits more than 3 images at 64 px in 8 MB
+
+
 @pytest.mark.slow
 def test_plan_batch_minus_1_answers_trains_batch_and_policy(synthetic, tmp_path, capsys):
     """Issue 31, item 2: plan takes train's keys; with batch=-1 it answers the batch train picks for the same keys (on
@@ -328,7 +377,7 @@ def test_plan_batch_minus_1_answers_trains_batch_and_policy(synthetic, tmp_path,
     assert f"batch=-1 -> batch={picked} for recompute=backbone,loss: the estimate's largest batch that fits" in child.stderr
     rows = {row["recompute"]: row for row in result["policies"]}
     assert [name for name, row in rows.items() if row["train"]] == ["backbone,loss"] and rows["backbone,loss"]["fits"]
-    assert "auto (all)" in rows and all(f"max_imgsz_at_batch_{picked}" in row for row in rows.values())
+    assert "auto (all)" in rows and all(row["max_imgsz"] > 0 for row in rows.values())
     # recompute=auto with batch=-1 on a CUDA device: train runs all, at AutoBatch's batch; the line names the policy
     assert main(["plan", *keys[:3], "memory_budget=700MB", "device=0", "recompute=auto", "format=json"]) == 0
     out, err = capsys.readouterr()
@@ -628,3 +677,17 @@ def test_plan_and_a_train_refusal_leave_the_dataset_folder_as_they_found_it(synt
         assert files() == before, name
     assert "is below the smallest plan's need" in out.stderr.strip().splitlines()[-1]
     assert not list((tmp_path / "runs").glob("*"))  # the run folder put back (the project folder stays, empty)
+
+
+@pytest.mark.slow  # ~6 s: profile's two estimates
+def test_profile_shows_the_attention_chunking(tmp_path, capsys):
+    """Issue 43: with the attention region on, profile names its attn_chunk and each attention module's layer and
+    tokens, chunked or not (the result's attention; the text's line is attention_text's, tested with the tokens). The
+    small model of helpers with a C2PSA: 8 x 8 = 64 tokens at 64 px, chunked at attn_chunk=32."""
+    from helpers import tiny_yaml
+
+    keys = ["profile", f"model={tiny_yaml(tmp_path, 'attention')}", "imgsz=64", "batch=1", "device=cpu", "format=json"]
+    assert main([*keys, "recompute=attention", "attn_chunk=32"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["attention"] == {"attn_chunk": 32, "modules": [{"layer": 4, "module": "Attention", "tokens": 64, "chunked": True}]}
+    assert result["recomputed_regions"] == ["attention"]

@@ -77,3 +77,29 @@ def test_fake_pass_runs_one_step_of_the_region_loops_at_the_same_peak(monkeypatc
             blocks = len(region.chunks(shape[2] * shape[3], max(16, region.EXP_BLOCK // (64 * 2))))
             assert counted == len(region.chunks(shape[2] * shape[3], 64)) * blocks
     assert peaks[True] == peaks[False]
+
+
+@pytest.mark.slow  # ~6 s: fake copies of three models
+def test_attention_tokens_name_each_module_and_its_chunking():
+    """What profile and the run report show of the attention region (issue 43): each attention module's layer and its
+    tokens N at the imgsz, chunked where N > attn_chunk. yolo11n's C2PSA (layer 10, stride 32): 20 x 20 = 400 tokens at
+    640, chunked at 256, 10 x 10 = 100 at 320, stock; yolo12n's A2C2f at stride 16 split in 4 areas: 40 x 40 / 4 = 400
+    per area; a model without attention: none."""
+    from helpers import build_model
+
+    from yolo_ckpt.memory.attention_tokens import attention_tokens
+    from yolo_ckpt.report.record import attention_text
+
+    yolo11n = build_model("yolo11n.yaml")
+    at_640 = attention_tokens(yolo11n, 640, 256)
+    assert at_640 == {"attn_chunk": 256, "modules": [{"layer": 10, "module": "Attention", "tokens": 400, "chunked": True}]}
+    assert attention_text(at_640) == "attention region, attn_chunk=256: layer 10 1 x Attention of 400 tokens, chunked"
+    assert attention_text(attention_tokens(yolo11n, 320, 256)) == (
+        "attention region, attn_chunk=256: layer 10 1 x Attention of 100 tokens, stock (at most attn_chunk tokens)"
+    )
+    yolo12n = attention_tokens(build_model("yolo12n.yaml"), 640, 256)
+    assert attention_text(yolo12n) == (
+        "attention region, attn_chunk=256: layer 6 4 x AAttn of 400 tokens per area, chunked; "
+        "layer 8 4 x AAttn of 400 tokens per area, chunked"
+    )
+    assert attention_tokens(build_model("yolov8n.yaml"), 64, 256)["modules"] == []

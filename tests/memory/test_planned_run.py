@@ -142,8 +142,8 @@ class _Memory:
     def units(self, recompute):
         return (str(recompute),)
 
-    def largest_batch(self, units, budget, imgsz):
-        return min(budget // 100, 1024)
+    def largest_batch(self, units, budget, imgsz, images=None):  # capped as MemoryModel.largest_batch caps
+        return min(budget // 100, 1024, images or 1024)
 
     def largest_imgsz(self, units, budget, batch):
         return 0 if budget < 100 * batch else 640
@@ -163,7 +163,7 @@ def test_decide_is_the_one_rule_of_auto_and_batch_minus_1():
     memory = _Memory()
     assert decide("auto", -1) == Decision("all", -1)  # no estimate needed: auto with batch=-1 recomputes everything
     assert decide("auto", 4) == Decision("auto", 4) and decide("backbone", -1) == Decision("backbone", -1)  # kept as given
-    assert decide("auto", -1, memory, 1000, 640, images=7) == Decision("all", 7)  # then the largest batch, capped by the images
+    assert decide("auto", -1, memory, 1000, 640, images=7) == Decision("all", 7)  # then the largest batch, of the images
     assert decide("backbone", -1, memory, 1000, 640) == Decision("backbone", 10)
     auto = decide("auto", 2, memory, 1000, 640)
     assert auto.recompute == "0-4" and auto.batch == 2 and auto.plan.recompute == "0-4"
@@ -179,3 +179,26 @@ def test_from_keys_loads_the_model_the_keys_name(tmp_path):
     assert (run.imgsz, run.batch, run.spec.device, run.spec.objects, run.counts) == (64, 1, "cpu", 3, None)
     with pytest.raises(ConfigError, match="profile estimates a given batch"):
         PlannedRun.from_keys({"model": tiny_yaml(tmp_path), "batch": -1})  # plans_batch=False: batch=-1 is plan's
+
+
+def test_a_chunk_key_without_its_region_warns(tmp_path):
+    """Issue 43: attn_chunk= with a policy that runs no attention region (backbone; all on a model without attention
+    layers) was taken in silence, as assign_chunk= without the loss region: both warn, one line each, naming the key,
+    the policy and what runs the region; plan and profile (from_keys) as train (test_trainer). The defaults say nothing."""
+    from helpers import logged_messages
+
+    keys = {"model": tiny_yaml(tmp_path), "imgsz": 64, "batch": 1, "device": "cpu", "objects": 3}
+    with logged_messages() as messages:
+        PlannedRun.from_keys({**keys, "recompute": "backbone", "attn_chunk": 64, "assign_chunk": 8})
+    assert [m.split("yolo-ckpt: ")[1] for m in messages if "no effect" in m] == [
+        "assign_chunk=8 has no effect: recompute=backbone runs no loss region (loss, or all, on a detect, obb, pose or "
+        "segment model runs it)",
+        "attn_chunk=64 has no effect: recompute=backbone runs no attention region (attention, or all, on a model with "
+        "attention layers runs it)",
+    ]
+    with logged_messages() as messages:
+        PlannedRun.from_keys({**keys, "recompute": "all", "attn_chunk": 64, "assign_chunk": 8})  # the tiny model: no attention
+    assert [m.split("yolo-ckpt: ")[1].split(":")[0] for m in messages if "no effect" in m] == ["attn_chunk=64 has no effect"]
+    with logged_messages() as messages:
+        PlannedRun.from_keys({**keys, "recompute": "backbone"})
+    assert not [m for m in messages if "no effect" in m]

@@ -20,14 +20,15 @@ SCHEMA_2 = {
 }
 
 
-def test_schema_2_reads_and_writes_back_as_5(tmp_path):
+def test_schema_2_reads_and_writes_back_as_6(tmp_path):
     (tmp_path / REPORT_NAME).write_text(json.dumps(SCHEMA_2))
     record = load_report(tmp_path)
     assert (record.schema_version, record.train_peak_allocated_bytes, record.estimated_none_peak_bytes) == (2, 3 * 2**30, None)
-    written = RunReport(**{**vars(record), "schema_version": 5}).to_dict()
+    written = RunReport(**{**vars(record), "schema_version": 6}).to_dict()
     added = ("estimated_none_peak_bytes", "estimated_all_peak_bytes", "estimated_policy_peak_bytes", "estimated_step", "estimate_skipped")
     assert list(written)[0] == "schema_version" and written == {
-        **SCHEMA_2, "schema_version": 5, "val_time_s": None, "best_epoch": None, "class_ap": {}, **dict.fromkeys(added), "not_measured": []
+        **SCHEMA_2, "schema_version": 6, "val_time_s": None, "best_epoch": None, "class_ap": {}, **dict.fromkeys(added), "not_measured": [],
+        "attention": None,
     }
 
 
@@ -163,3 +164,20 @@ def test_compare_warns_on_different_data_or_task(tmp_path, capsys):
         ["other.yaml", "backbone", "full", "640"],
         ["data.yaml", "backbone", "full", "1024"],
     ]
+
+
+def test_compare_names_a_missing_folder(tmp_path, capsys):
+    """A run folder that is not there (a typo): one line saying so, exit 2, not that it "has no ckpt_report.json";
+    a folder that exists without a report still says that."""
+    from yolo_ckpt.cli import main
+
+    (tmp_path / "empty").mkdir()
+    assert main(["compare", str(tmp_path / "missing"), str(tmp_path / "empty"), f"out={tmp_path / 'cmp'}"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"yolo-ckpt: error: {tmp_path / 'missing'} does not exist: give run directories of finished yolo-ckpt runs"
+    ]
+    assert main(["compare", str(tmp_path / "empty"), str(tmp_path / "empty"), f"out={tmp_path / 'cmp'}"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"yolo-ckpt: error: {tmp_path / 'empty'} has no {REPORT_NAME}: give run directories of finished yolo-ckpt runs"
+    ]
+    assert not (tmp_path / "cmp").exists()

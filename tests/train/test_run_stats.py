@@ -59,7 +59,7 @@ def test_run_picture_draws_the_policy_beside_none(tmp_path, monkeypatch):
         policy=RecomputePolicy("0", (0,), ("Conv",)),
         ckpt_state=RunState(estimated_steps={"none": none, "policy": policy}, estimated_step={"batch": 2, "imgsz": 64}),
     )
-    record = SimpleNamespace(recompute="0", write=lambda folder: folder / "ckpt_report.json", headline=lambda: "headline")
+    record = SimpleNamespace(recompute="0", write=lambda folder: folder / "ckpt_report.json", headline=lambda: "headline", attention=None)
     trainer.run_report = lambda not_measured: record
     run_stats._on_train_end(trainer)
     ((data, path),) = drawn
@@ -86,3 +86,26 @@ def test_run_state_is_plain_data():
     assert state.run_spec is None and state.plan is None and state.estimate_skipped is None
     state.planned, state.step_s = SimpleNamespace(spec="the run assumed"), [0.5]
     assert state.run_spec == "the run assumed" and pickle.loads(pickle.dumps(state)) == state
+
+
+def test_one_report_builder(tmp_path):
+    """The trainer's report (run_report) and the one of a run `resume` finishes (finished_run_report) were twin
+    builders of RunReport, free to drift: one builder (build_report) makes both. The finished one, from a last.pt's
+    model and the run's args, holds the policy resolved on the saved model, the median step after the warm-up steps,
+    the task's metrics, and what was not measured."""
+    import inspect
+    import re
+
+    from helpers import tiny_yaml
+    from ultralytics import YOLO
+
+    assert len(re.findall(r"\bRunReport\(", inspect.getsource(run_stats))) == 1
+    args = {"task": "detect", "model": tiny_yaml(tmp_path), "data": "data.yaml", "recompute": "backbone", "imgsz": 64, "batch": 2,
+            "epochs": 3, "device": "cpu", "amp": False}
+    ckpt = {"model": YOLO(args["model"]).model}
+    report = run_stats.finished_run_report(ckpt, args, {"metrics/mAP50-95(B)": 0.25}, [9.0, 9.0, 9.0, 1.0, 2.0, 4.0])
+    assert (report.recompute, [r["index"] for r in report.recomputed_layers], report.recomputed_regions) == ("backbone", [0, 1, 2, 3], [])
+    assert (report.train_step_time_median_s, report.train_steps_timed) == (2.0, 3)
+    assert report.metrics == {"box_mAP50-95": 0.25} and report.ultralytics_metrics == {"metrics/mAP50-95(B)": 0.25}
+    assert (report.memory_source, report.not_measured, report.epochs, report.task) == ("not_measured", ["memory_probe"], 3, "detect")
+    assert run_stats.finished_run_report({}, {**args, "recompute": "auto"}, {}, None).not_measured == ["memory_probe", "step_times"]

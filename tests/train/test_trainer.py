@@ -249,8 +249,10 @@ def test_run_state_is_one_attribute(trained, shared_run):
 @pytest.mark.slow
 def test_run_report(trained):
     report = json.loads((trained.save_dir / REPORT_NAME).read_text())
-    assert report["schema_version"] == 5
+    assert report["schema_version"] == 6
     assert report["recompute"] == "all"
+    # all runs the attention region: yolo11n's C2PSA at stride 32 has 2 x 2 tokens at 64 px, stock below attn_chunk
+    assert report["attention"] == {"attn_chunk": 256, "modules": [{"layer": 10, "module": "Attention", "tokens": 4, "chunked": False}]}
     assert [r["index"] for r in report["recomputed_layers"]] == list(trained.policy.indices)
     assert report["recomputed_layers"][2] == {"index": 2, "type": "C3k2"}
     assert report["recomputed_regions"] == ["head", "loss", "attention"]  # a detect model's loss region: the chunked assigner
@@ -478,3 +480,41 @@ def test_mixin_holds_only_the_hooks():
 
     lines = inspect.getsource(CheckpointTrainerMixin).splitlines()
     assert len(lines) <= 150, f"CheckpointTrainerMixin is {len(lines)} lines; move what is not a hook into yolo_ckpt.train's modules"
+
+
+@pytest.mark.slow
+def test_a_chunk_key_without_its_region_warns_in_train(synthetic, tmp_path):
+    """Issue 43: train warns of attn_chunk= without an attention region as plan and profile do (the wording is
+    test_planned_run's), once the policy is applied; the run stops once set up."""
+    from helpers import tiny_yaml
+
+    def stop(trainer):
+        raise Interrupted
+
+    with logged_messages() as records, pytest.raises(Interrupted):
+        train(tiny_yaml(tmp_path), synthetic(), tmp_path, "chunk", trainer=CheckpointDetectionTrainer, recompute="backbone,loss",
+              attn_chunk=64, callbacks=[("on_pretrain_routine_end", stop)])
+    assert [r[r.index("attn_chunk"):].split(" (")[0] for r in records if "no effect" in r] == [
+        "attn_chunk=64 has no effect: recompute=backbone,loss runs no attention region"
+    ]
+
+
+@pytest.mark.slow
+def test_the_run_report_shows_the_attention_chunking(synthetic, tmp_path):
+    """Issue 43: a run with the attention region on says its chunking in the report (attention: attn_chunk, each
+    module's layer and tokens at the trained imgsz, chunked or not) and in one log line after the headline; a run
+    without it has attention None. The small model of helpers with a C2PSA: 64 tokens at 64 px, chunked at 32."""
+    from helpers import tiny_yaml
+
+    model = tiny_yaml(tmp_path, "attention")
+    with logged_messages() as records:
+        trained, counter = train(model, synthetic(), tmp_path, "attn", trainer=CheckpointDetectionTrainer, recompute="attention",
+                                 attn_chunk=32, val=False, probe=False)
+    assert counter.attention_chunks > 0  # the region ran
+    assert load_report(trained.save_dir).attention == {
+        "attn_chunk": 32, "modules": [{"layer": 4, "module": "Attention", "tokens": 64, "chunked": True}]
+    }
+    assert sum("attention region, attn_chunk=32: layer 4 1 x Attention of 64 tokens, chunked" in r for r in records) == 1
+    trained, _ = train(model, synthetic(), tmp_path, "none", trainer=CheckpointDetectionTrainer, recompute="backbone", val=False,
+                       probe=False)
+    assert load_report(trained.save_dir).attention is None

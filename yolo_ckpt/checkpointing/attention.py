@@ -24,17 +24,17 @@ reciprocal sum, taken from the softmax's own output) and works on chunks of at m
   rounded once through float64 with round-to-odd (Boldo & Melquiond 2008)), and ``1 / sum_i`` read from the forward
   softmax's output (``P`` is ``exp(0) * (1/sum) = 1/sum`` at the row maximum).
 
-Chunks are spread evenly over N (lengths differ by at most one) and hold at least :data:`MIN_CHUNK` rows: MKL's
-``sgemm`` rounds some small shapes differently (1 and 7 rows measured). Each chunk's matrix products then give the
-whole product's bits: outputs, every gradient and hence the BatchNorm statistics around equal stock's, measured
-with ``torch.equal`` on AVX-512 and on ATen's AVX2 kernels (``ATEN_CPU_CAPABILITY=avx2``), torch 2.14.1 and 2.15.0
-(``benchmarks/mechanism/attention_exactness.py``, ``tests/checkpointing/test_attention.py``). A CPU or torch build whose
-softmax kernel is not the one reproduced is found once per process (:func:`kernel_reproduced`): the region then runs
-stock's product, exact without the memory bound, and says so. On CUDA (its own exponential and reductions) the
-values agree to float rounding, not bit for bit. Under autocast, or for inputs that are not float32, the region
-runs the stock expression on query chunks under ``torch.utils.checkpoint``: the same dtypes as stock, the same memory
-bound, gradients of k and v summed over chunks (not bit-equal; autocast is not bit-reproducible across kernels
-anyway). Layers with N <= ``attn_chunk`` run stock.
+Chunks are spread evenly over N (lengths differ by at most one) and hold at least
+:data:`~yolo_ckpt.checkpointing.chunks.MIN_ATTN_CHUNK` rows: MKL's ``sgemm`` rounds some small shapes differently (1
+and 7 rows measured). Each chunk's matrix products then give the whole product's bits: outputs, every gradient and
+hence the BatchNorm statistics around equal stock's, measured with ``torch.equal`` on AVX-512 and on ATen's AVX2
+kernels (``ATEN_CPU_CAPABILITY=avx2``), torch 2.14.1 and 2.15.0 (``benchmarks/mechanism/attention_exactness.py``,
+``tests/checkpointing/test_attention.py``). A CPU or torch build whose softmax kernel is not the one reproduced is
+found once per process (:func:`kernel_reproduced`): the region then runs stock's product, exact without the memory
+bound, and says so. On CUDA (its own exponential and reductions) the values agree to float rounding, not bit for bit.
+Under autocast, or for inputs that are not float32, the region runs the stock expression on query chunks under
+``torch.utils.checkpoint``: the same dtypes as stock, the same memory bound, gradients of k and v summed over chunks
+(not bit-equal; autocast is not bit-reproducible across kernels anyway). Layers with N <= ``attn_chunk`` run stock.
 
 How it is hooked: each ``Attention``/``AAttn`` module's class is swapped (:func:`apply_attention_region`) for a
 subclass whose ``forward`` mirrors stock's and calls :func:`attention` where stock builds the N x N matrix; it
@@ -55,9 +55,8 @@ from ultralytics.nn.modules.block import AAttn, Attention
 from ultralytics.utils import LOGGER
 
 from . import patching
-from .chunks import DEFAULT_ATTN_CHUNK, MIN_ATTN_CHUNK, check_attn_chunk
+from .chunks import DEFAULT_ATTN_CHUNK, check_attn_chunk
 
-MIN_CHUNK = MIN_ATTN_CHUNK
 ATTENTION_CLASSES = (Attention, AAttn)
 # elements (all images and heads) of a block of rebuilt softmax columns: its float64 temporaries stay in the CPU's
 # L2 cache (~1 MiB), 4x faster than whole chunks, measured; at least 16 query rows a block
@@ -196,7 +195,7 @@ def kernel_reproduced() -> bool:
 
 def chunks(n: int, chunk: int) -> list[slice]:
     """``range(n)`` in the fewest contiguous slices of at most ``chunk`` (lengths differing by at most one); all of
-    them hold at least :data:`MIN_CHUNK` where ``chunk >= MIN_CHUNK``."""
+    them hold at least :data:`~yolo_ckpt.checkpointing.chunks.MIN_ATTN_CHUNK` where ``chunk >= MIN_ATTN_CHUNK``."""
     parts = -(-n // chunk)
     bounds = [n * i // parts for i in range(parts + 1)]
     return [slice(lo, hi) for lo, hi in zip(bounds, bounds[1:])]

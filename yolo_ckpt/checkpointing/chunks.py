@@ -16,16 +16,27 @@ DEFAULT_ATTN_CHUNK = 256
 # the smallest attn_chunk: chunks are spread evenly over the tokens, so each holds at least half of attn_chunk rows, and
 # MKL's sgemm gives the whole product's bits from 16 rows up (1 and 7 rows measured otherwise)
 MIN_ATTN_CHUNK = 32
+# each chunk key: the recompute= region that reads it, and which policies run that region (for the warning that the
+# key has no effect: yolo_ckpt.config.CkptConfig.policy_warnings)
+CHUNK_REGIONS = {
+    "loss_chunk": ("loss", "loss, or all, on a detect, obb, pose or segment model"),
+    "assign_chunk": ("loss", "loss, or all, on a detect, obb, pose or segment model"),
+    "attn_chunk": ("attention", "attention, or all, on a model with attention layers"),
+}
 
 
-def check_chunk(key: str, chunk, unit: str, default: int) -> int:
-    """Return ``chunk`` if it is a valid value of the chunk key ``key`` (``unit`` per chunk, ``default`` when unset).
+def check_chunk(key: str, chunk, unit: str, default: int, minimum: int = 1, why: str = "") -> int:
+    """Return ``chunk`` if it is a valid value of the chunk key ``key`` (``unit`` per chunk, ``default`` when unset):
+    an int (a bool is not) >= ``minimum``. The one check, and the one message, of every chunk key.
 
     Raises:
-        ConfigError: unless ``chunk`` is a positive int (a bool is not), naming the key, the value and its default.
+        ConfigError: otherwise, naming the key, the value, the valid ones, the default and ``why`` the minimum (if
+            given), e.g. ``attn_chunk=16 is not valid; give an int >= 32 (queries per chunk, default 256; smaller chunks
+            would not give stock's bits)``.
     """
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise ConfigError(f"{key}={chunk!r} is not valid; give a positive int ({unit} per chunk, default {default})")
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < minimum:
+        valid = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+        raise ConfigError(f"{key}={chunk!r} is not valid; give {valid} ({unit} per chunk, default {default}{f'; {why}' if why else ''})")
     return chunk
 
 
@@ -44,13 +55,7 @@ def check_attn_chunk(chunk) -> int:
     :data:`MIN_ATTN_CHUNK`: smaller chunks would give some matrix products other bits than the whole product.
 
     Raises:
-        ConfigError: for a value that is not an int >= :data:`MIN_ATTN_CHUNK`, naming it, the smallest value and the
-            default.
+        ConfigError: for a value that is not an int >= :data:`MIN_ATTN_CHUNK` (0, 16, ``'abc'``, ``True``), naming it,
+            the smallest value, the default and why.
     """
-    check_chunk("attn_chunk", chunk, "queries", DEFAULT_ATTN_CHUNK)
-    if chunk < MIN_ATTN_CHUNK:
-        raise ConfigError(
-            f"attn_chunk={chunk!r} is not valid; give an int >= {MIN_ATTN_CHUNK} (queries per chunk, default {DEFAULT_ATTN_CHUNK}): "
-            f"smaller chunks would not give stock's bits"
-        )
-    return chunk
+    return check_chunk("attn_chunk", chunk, "queries", DEFAULT_ATTN_CHUNK, MIN_ATTN_CHUNK, "smaller chunks would not give stock's bits")

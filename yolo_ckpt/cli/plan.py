@@ -30,7 +30,8 @@ def plan_setup(args: list[str]):
 
     Returns:
         ``(memory, budget, opts, spec)``: the memory model, ``memory_budget=`` in bytes, the keys with defaults and
-        the :class:`~yolo_ckpt.memory.runspec.RunSpec`; ``opts["recompute"]`` is ``recompute=`` as train takes it, with the
+        the :class:`~yolo_ckpt.memory.runspec.RunSpec`; ``opts["images"]`` is the training set's images (None without
+        ``data=``), the cap of the largest batch; ``opts["recompute"]`` is ``recompute=`` as train takes it, with the
         task's default (``backbone,loss`` for detect).
 
     With ``batch=-1``, ``opts["batch"]`` becomes the batch train would pick for ``memory_budget=`` off CUDA, by the same
@@ -48,8 +49,8 @@ def plan_setup(args: list[str]):
     print("yolo-ckpt plan: estimating the model (calibrating its loss formula, one fake pass)", file=sys.stderr)
     memory = run.memory_model()
     opts["recompute"] = run.config.recompute
+    opts["images"] = images = run.counts.images if run.counts else None  # the cap of the largest batch, as train's
     if opts["autobatch"]:
-        images = run.counts.images if run.counts else None
         decision = decide(opts["recompute"], -1, memory, budget, opts["imgsz"], images)  # train's, for batch=-1
         opts["batch"] = decision.batch
         cap = f", at most the {images} training images" if images else ""
@@ -71,6 +72,14 @@ def plan(args: list[str]) -> list[dict]:
     and batch (at ``imgsz``) that fit, and each policy's recompute cost; for the run the keys describe (see
     :func:`~yolo_ckpt.cli.estimate.estimate_setup`). Every figure is a fake pass's (the largest imgsz and batch: searched
     by fake passes, ``MemoryModel.largest_imgsz``). The result on stdout, progress and logs on stderr.
+
+    Returns:
+        The rows, one per policy, each with the same keys (``format=json`` prints them under ``policies``): ``recompute``,
+        ``train`` (the policy train runs), ``estimated_peak_MiB``, ``headroom_MiB``, ``margin_MiB``, ``fits``,
+        ``max_imgsz`` (the largest imgsz at the batch planned, the JSON's ``batch``), ``max_batch`` (the largest batch
+        at the imgsz planned, its ``imgsz``, at most the training set's images as ``batch=-1``'s),
+        ``recompute_GFLOPs``, ``recompute_pct_of_step`` (%). The text table names ``max_imgsz`` and ``max_batch`` with
+        their size (``max_imgsz_at_batch_8``).
 
     Raises:
         PlanError: where train refuses the same keys (:func:`plan_setup`), and where even ``all`` does not fit at
@@ -116,8 +125,8 @@ def plan(args: list[str]) -> list[dict]:
                 "headroom_MiB": cost.headroom_bytes / 2**20,
                 "margin_MiB": cost.margin_bytes / 2**20,
                 "fits": cost.fits,
-                f"max_imgsz_at_batch_{batch}": memory.largest_imgsz(units, budget, batch),
-                f"max_batch_at_imgsz_{imgsz}": memory.largest_batch(units, budget, imgsz),
+                "max_imgsz": memory.largest_imgsz(units, budget, batch),  # at the batch planned (the result's batch)
+                "max_batch": memory.largest_batch(units, budget, imgsz, opts["images"]),  # at the result's imgsz
                 "recompute_GFLOPs": cost.recompute_flops / 1e9,
                 "recompute_pct_of_step": 100 * cost.recompute_cost,
             })
@@ -141,6 +150,7 @@ def plan(args: list[str]) -> list[dict]:
         )
         print(spec.describe())
         table = pd.DataFrame(rows).assign(train=lambda t: t["train"].map({True: "yes", False: ""}))
+        table = table.rename(columns={"max_imgsz": f"max_imgsz_at_batch_{batch}", "max_batch": f"max_batch_at_imgsz_{imgsz}"})
         print(table.to_string(index=False, float_format=lambda v: f"{v:.1f}"))
         if spec.device == "cuda":
             print(

@@ -46,7 +46,9 @@ def profile(args: list[str]) -> dict:
     ``plot=True`` the per-layer picture of the ``none`` estimate, ``recompute=``'s layers marked, beside the phases of
     the ``recompute=`` estimate (:mod:`yolo_ckpt.report.layer_plot`), goes to ``layers.png`` in a new folder named as
     ``yolo`` names runs (``project=``,
-    ``name=``; default ``<runs_dir>/profile/profile<N>``); its path is the result's ``plot``.
+    ``name=``; default ``<runs_dir>/profile/profile<N>``); its path is the result's ``plot``. Where ``recompute=`` runs
+    the attention region, one line (and the result's ``attention``) names its ``attn_chunk`` and each attention
+    module's layer and tokens N at ``imgsz``, chunked or stock (:func:`yolo_ckpt.memory.attention_tokens.attention_tokens`).
 
     Examples:
         >>> profile(["model=yolo11n.yaml", "imgsz=1024", "batch=2", "recompute=all", "plot=True"])["plot"]
@@ -54,10 +56,13 @@ def profile(args: list[str]) -> dict:
     check_words(args, train_keys(estimate_keys("profile")), TASKS)  # argument errors before torch is imported
     import json
 
+    from ..report.record import attention_text
+
     with diagnostics_to_stderr():  # before Ultralytics is imported: its first import on a machine prints a banner
         from ultralytics.utils import TQDM
 
         from ..checkpointing.policy import ModelLayout, resolve
+        from ..memory.attention_tokens import attention_tokens
         from ..memory.estimate import estimate_step
         from ..memory.loss_calibration import loss_models
 
@@ -76,6 +81,8 @@ def profile(args: list[str]) -> dict:
             )
             steps.update()
         steps.close()
+        # the attention region's chunking at this size, where the policy runs it (None elsewhere)
+        attention = attention_tokens(model, opts["imgsz"], config.attn_chunk) if policy.attention else None
     table = profile_table(results["none"], policy)
     summary = {
         "model": opts["model"],
@@ -92,6 +99,7 @@ def profile(args: list[str]) -> dict:
         "estimated_peak_bytes": {"none": results["none"].peak_bytes, "policy": results["policy"].peak_bytes},
         "phase_peak_bytes": {k: r.phase_peak_bytes for k, r in results.items()},
         "loss_bytes": results["none"].loss_bytes,
+        "attention": attention,
         "static_bytes": results["none"].static_bytes,
         "layers": table.to_dict("records"),
     }
@@ -121,6 +129,8 @@ def profile(args: list[str]) -> dict:
         none, pol = results["none"], results["policy"]
         print(f"\nparameters, buffers, optimizer state and the batch: {none.static_bytes / 2**20:.1f} MiB")
         print(f"loss/assigner ({spec.objects} objects per image): {none.loss_bytes / 2**20:.1f} MiB at its peak")
+        if attention:
+            print(attention_text(attention))
         print(f"estimated peak, recompute=none: {none.peak_bytes / 2**20:.1f} MiB")
         print(f"estimated peak, {policy}: {pol.peak_bytes / 2**20:.1f} MiB ({pol.peak_bytes / none.peak_bytes:.2f}x)")
     return summary

@@ -112,7 +112,7 @@ class PlannedRun:
         """
         from ultralytics import YOLO
         from ultralytics.cfg import get_cfg
-        from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT
+        from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT, LOGGER
 
         from ..checkpointing.policy import ModelLayout, layout_of
         from .ultralytics_rules import TASKS
@@ -143,7 +143,9 @@ class PlannedRun:
         config = config.for_task(yolo.task if layout.has_loss_region else None, keys)
         if not is_auto(config.recompute):  # a recompute= this model lacks, named before any fake pass (as train names it)
             with user_input():
-                resolve(config.recompute, layout)
+                policy = resolve(config.recompute, layout)
+            for line in config.policy_warnings(policy):  # as train warns
+                LOGGER.warning(f"yolo-ckpt: {line}")
         args = get_cfg(DEFAULT_CFG, {k: v for k, v in opts.items() if k in DEFAULT_CFG_DICT and k != "format"} | {"task": yolo.task})
         model, data = yolo.model, None
         if opts["data"]:
@@ -279,7 +281,7 @@ def decide(recompute, batch: int, memory=None, budget: int | None = None, imgsz:
         from .planner import PlanError, size_text
 
         units = memory.units(recompute)
-        batch = memory.largest_batch(units, budget, imgsz)
+        batch = memory.largest_batch(units, budget, imgsz, images)
         if batch < 1:  # the search's fake pass of batch 1 did not fit: its need, and the largest imgsz batch 1 fits
             need = memory.headroom.need(memory.estimate(memory.spec(units), 1, imgsz).peak_bytes)
             sizes = memory.largest_imgsz(units, budget, 1)
@@ -287,7 +289,7 @@ def decide(recompute, batch: int, memory=None, budget: int | None = None, imgsz:
                 f"memory_budget={size_text(budget)} is below batch=1's estimated need of {size_text(need)} at imgsz={imgsz} with "
                 f"recompute={memory.spec(units)}; it fits " + (f"imgsz={sizes} at batch=1" if sizes else "no imgsz at batch=1")
             )
-        return Decision(recompute, batch if images is None else min(batch, images))
+        return Decision(recompute, batch)
     if not auto:
         return Decision(recompute, batch)
     plan = memory.plan(budget, batch, imgsz)

@@ -267,10 +267,14 @@ class MemoryModel(ComposedEstimate):
             headroom,
         )
 
-    def largest_batch(self, units, budget: int, imgsz, limit: int = 1024) -> int:
-        """The largest batch (>= 0, at most ``limit``, AutoBatch's cap) whose fake pass with ``units`` and the headroom
-        fits ``budget`` at ``imgsz``, the next batch shown not to fit (:meth:`_largest_by_fake_pass`): the same answer
-        whatever batch the memory model's base pass was estimated at."""
+    def largest_batch(self, units, budget: int, imgsz, images: int | None = None, limit: int = 1024) -> int:
+        """The largest batch (>= 0, at most ``limit``, AutoBatch's cap, and at most the training set's ``images``, as
+        AutoBatch caps it by ``dataset_size``: ``ultralytics/utils/autobatch.py`` lines 124-126) whose fake pass with
+        ``units`` and the headroom fits ``budget`` at ``imgsz``, the next batch shown not to fit
+        (:meth:`_largest_by_fake_pass`): the same answer whatever batch the memory model's base pass was estimated at.
+        The one rule of the largest batch: ``batch=-1``'s pick (:func:`~yolo_ckpt.memory.planned_run.decide`) and
+        ``plan``'s ``max_batch``."""
+        limit = min(limit, images) if images else limit
         imgsz = train_imgsz(imgsz, self.model.stride)
         guess = _largest(lambda b: self.fits(self.peak(units, b, imgsz), budget), limit)
         return self._largest_by_fake_pass(units, budget, guess, lambda b: (b, imgsz), step=1, limit=limit)

@@ -8,21 +8,23 @@ Field names carry their units (``_bytes``, ``_s``). Bump :data:`SCHEMA_VERSION` 
 and what the estimate assumed. 3: ``estimated_none_peak_bytes``. 4: every run of a planned task estimates its step
 at set-up: ``estimated_step``, ``estimated_all_peak_bytes``, ``estimated_policy_peak_bytes``, ``estimate_skipped``.
 5: ``val_time_s``, ``best_epoch``, ``class_ap``, ``not_measured``: a run whose end was interrupted, or finished by
-``resume``, still has its report). :func:`load_report` reads schemas 2 to 5.
+``resume``, still has its report. 6: ``attention``, the attention region's chunking). :func:`load_report` reads schemas 2
+to 6.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError, MissingFileError
 
 REPORT_NAME = "ckpt_report.json"
-SCHEMA_VERSION = 5
-READABLE_SCHEMAS = (2, 3, 4, 5)  # 3 to 5 only added fields, which an older file lacks (None, or an empty list or dict)
+SCHEMA_VERSION = 6
+READABLE_SCHEMAS = (2, 3, 4, 5, 6)  # 3 to 6 only added fields, which an older file lacks (None, or an empty list or dict)
 WARMUP_STEPS = 3  # steps left out of the median step time: first-call allocations, lazy init
 PROBE_SKIPPED = "cpu_probe_skipped"  # memory_source of a CPU run with probe=False: no peak measured
 NOT_MEASURED = "not_measured"  # memory_source of a CPU run whose end-of-run probe did not run (interrupted, finished by resume)
@@ -106,6 +108,9 @@ class RunReport:
             last epoch's validation, not ``best.pt``'s), :data:`MEMORY_PROBE` (interrupted, or a run whose end
             ``resume`` finished), :data:`STEP_TIMES` (finished by ``resume`` without the exact resume state); empty for
             a run that ended as it should.
+        attention: where the attention region ran, ``{"attn_chunk", "modules": [{"layer", "module", "tokens",
+            "chunked"}]}`` at the trained imgsz (:func:`yolo_ckpt.memory.attention_tokens.attention_tokens`); None
+            where it did not (and before schema 6). :func:`attention_text` says it in one line.
     """
 
     versions: dict
@@ -144,6 +149,7 @@ class RunReport:
     best_epoch: int | None = None
     class_ap: dict = field(default_factory=dict)
     not_measured: list = field(default_factory=list)
+    attention: dict | None = None
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:
@@ -249,6 +255,19 @@ def _version() -> str:
     return __version__
 
 
+def attention_text(attention: dict) -> str:
+    """One line of the attention region's chunking (a :class:`RunReport`'s ``attention``, ``profile``'s): its
+    ``attn_chunk`` and, per layer, its attention modules' tokens N and whether they ran in chunks or stock (N at most
+    ``attn_chunk``): ``attention region, attn_chunk=256: layer 10 1 x Attention of 400 tokens, chunked``."""
+    counts = Counter((m["layer"], m["module"], m["tokens"], m["chunked"]) for m in attention["modules"])
+    parts = [
+        f"layer {layer} {n} x {module} of {tokens} tokens{' per area' if module == 'AAttn' else ''}, "
+        + ("chunked" if chunked else "stock (at most attn_chunk tokens)")
+        for (layer, module, tokens, chunked), n in counts.items()
+    ]
+    return f"attention region, attn_chunk={attention['attn_chunk']}: " + ("; ".join(parts) or "no attention layers")
+
+
 def task_metrics(metrics: dict) -> dict:
     """Ultralytics' metric names -> ``box_mAP50``, ``box_mAP50-95``, ``mask_mAP50-95``, ``pose_...``, ``top1_accuracy``."""
     out = {}
@@ -281,11 +300,14 @@ def load_report(run_dir) -> RunReport:
     """The :class:`RunReport` in a run directory's ``ckpt_report.json`` (schemas in :data:`READABLE_SCHEMAS`).
 
     Raises:
-        FileNotFoundError: naming the directory, when it holds no report (not a yolo-ckpt run, or unfinished).
+        FileNotFoundError: naming the directory, when it does not exist, or holds no report (not a yolo-ckpt run, or
+            unfinished).
         ConfigError: for a report of another schema or not a report's object (:meth:`RunReport.from_dict`), or one that
             is not JSON or not UTF-8 text (a truncated, edited or damaged file), naming the file.
     """
     path = Path(run_dir) / REPORT_NAME
+    if not Path(run_dir).is_dir():
+        raise MissingFileError(f"{run_dir} does not exist: give run directories of finished yolo-ckpt runs")
     if not path.is_file():
         raise MissingFileError(f"{run_dir} has no {REPORT_NAME}: give run directories of finished yolo-ckpt runs")
     try:

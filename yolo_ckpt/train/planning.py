@@ -167,7 +167,7 @@ def planned_batch(trainer) -> int:
         budget, imgsz, memory, images = budget_bytes(trainer), run.imgsz, run.memory_model(), run.counts.images
         units = memory.units(policy)
         if cuda:
-            estimated = min(memory.largest_batch(units, budget, imgsz), images)
+            estimated = memory.largest_batch(units, budget, imgsz, images)
         else:
             estimated = decide(policy, -1, memory, budget, imgsz, images).batch
     batch = estimated

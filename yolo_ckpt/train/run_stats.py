@@ -14,6 +14,7 @@ import torch
 from ultralytics.utils import LOGGER, RANK
 from ultralytics.utils.torch_utils import unwrap_model
 
+from ..memory.attention_tokens import attention_tokens
 from ..report.compare import class_ap
 from ..report.layer_plot import LayerPlot, layer_plot, write_layer_plot
 from ..report.record import (
@@ -25,6 +26,7 @@ from ..report.record import (
     WARMUP_STEPS,
     PlanRecord,
     RunReport,
+    attention_text,
     probe_counts,
     task_metrics,
 )
@@ -59,11 +61,13 @@ def _on_train_end(trainer) -> None:
 
 def write_run_report(trainer, not_measured: tuple = ()) -> RunReport:
     """Write the trainer's run report (``trainer.run_report``, without what ``not_measured`` names) to
-    ``ckpt_report.json`` in its run folder, log where and its headline; returns it."""
+    ``ckpt_report.json`` in its run folder, log where, its headline and, where the attention region ran, its chunking
+    (:func:`~yolo_ckpt.report.record.attention_text`); returns it."""
     record = trainer.run_report(not_measured)
     path = record.write(trainer.save_dir)
     trainer.ckpt_state.ending = "written"
-    LOGGER.info(f"{PREFIX}run report {path}\n{PREFIX}{record.headline()}")
+    attention = f"\n{PREFIX}{attention_text(record.attention)}" if record.attention else ""
+    LOGGER.info(f"{PREFIX}run report {path}\n{PREFIX}{record.headline()}{attention}")
     return record
 
 
@@ -218,9 +222,10 @@ def run_report(trainer, not_measured: tuple = ()) -> RunReport:
     allocator's peaks (CPU: :func:`memory_probes` on the kept batch, whose step profile is kept as
     ``trainer.ckpt_state.train_probe`` for the picture; none with ``probe=False``, nor where ``not_measured`` names
     the memory probe), the median step time after :data:`~yolo_ckpt.report.record.WARMUP_STEPS`, the seconds spent
-    validating, the plan and the final metrics (the last epoch's where ``not_measured`` names the final validation)."""
+    validating, the plan, the final metrics (the last epoch's where ``not_measured`` names the final validation) and,
+    where the policy runs the attention region, its chunking at the trained imgsz
+    (:func:`~yolo_ckpt.memory.attention_tokens.attention_tokens`)."""
     args, state, policy = trainer.args, trainer.ckpt_state, trainer.policy
-    steps = state.step_s[WARMUP_STEPS:]
     if trainer.device.type == "cuda":
         bank_cuda_peak(trainer, "train")
         source, train, val = "cuda_allocator", state.train_peak, state.val_peak
@@ -236,15 +241,9 @@ def run_report(trainer, not_measured: tuple = ()) -> RunReport:
                         "(probe=False skips it)")
         t = state.train_probe.peak_bytes if state.train_probe else None
         source, train, val = "cpu_probe_live_tensors", {"allocated": t}, {"allocated": v}
-    return RunReport(
-        versions=versions(),
-        task=args.task,
-        model=str(args.model),
-        data=str(args.data),
-        recompute=policy.spec if policy else None,
+    return build_report(
+        vars(args), policy, state.step_s, trainer.metrics, not_measured,
         recompute_mode=trainer.ckpt_config.recompute_mode,
-        recomputed_layers=policy.layers() if policy else [],
-        recomputed_regions=policy.regions() if policy else [],
         device=str(trainer.device),
         imgsz=args.imgsz,
         batch=trainer.batch_size,  # after Ultralytics' halvings on an out-of-memory error in the first epoch
@@ -257,8 +256,6 @@ def run_report(trainer, not_measured: tuple = ()) -> RunReport:
         train_peak_reserved_bytes=train.get("reserved"),
         val_peak_allocated_bytes=val.get("allocated"),
         val_peak_reserved_bytes=val.get("reserved"),
-        train_step_time_median_s=median(steps),
-        train_steps_timed=len(steps),
         val_time_s=sum(state.val_s),
         estimated_none_peak_bytes=state.estimated_peaks.get("none"),
         estimated_all_peak_bytes=state.estimated_peaks.get("all"),
@@ -266,11 +263,45 @@ def run_report(trainer, not_measured: tuple = ()) -> RunReport:
         estimated_step=state.estimated_step,
         estimate_skipped=state.estimate_skipped,
         plan=None if state.plan is None else PlanRecord.of(state.plan, state.run_spec.to_dict() if state.run_spec else None),
-        metrics=task_metrics(trainer.metrics),
-        ultralytics_metrics={k: float(v) for k, v in (trainer.metrics or {}).items()},
         best_epoch=state.best_epoch,
         class_ap=class_ap(args.task, getattr(trainer.validator, "metrics", None)),  # final_eval's: best.pt's
+        attention=run_attention(trainer) if policy and policy.attention else None,
+    )
+
+
+def run_attention(trainer) -> dict | None:
+    """The attention region's chunking at the trained imgsz for the report
+    (:func:`~yolo_ckpt.memory.attention_tokens.attention_tokens`); None, with a warning, where its fake forward fails:
+    the report is written without it."""
+    try:
+        return attention_tokens(unwrap_model(trainer.model), trainer.args.imgsz, trainer.ckpt_config.attn_chunk)
+    except Exception as e:  # a report, not a gate: the run's report still gets written
+        LOGGER.warning(f"{PREFIX}the run report leaves out the attention region's chunking: {type(e).__name__}: {e}")
+        return None
+
+
+def build_report(args: dict, policy, step_s: list | None, metrics: dict | None, not_measured, **measured) -> RunReport:
+    """The one builder of a :class:`~yolo_ckpt.report.record.RunReport`, for a run the trainer ends (:func:`run_report`)
+    and one ``resume`` finishes (:func:`finished_run_report`): what every report takes from the run's arguments
+    ``args`` (``task``, ``model``, ``data``; ``recompute`` where ``policy``, the
+    :class:`~yolo_ckpt.checkpointing.policy.RecomputePolicy` that trained, is None), the step times ``step_s`` (seconds
+    each; the median after :data:`~yolo_ckpt.report.record.WARMUP_STEPS`), ``metrics`` (Ultralytics' ``results_dict``,
+    None or empty without a validation) and ``not_measured``; the rest of the fields as ``measured`` gives them."""
+    steps, metrics = (step_s or [])[WARMUP_STEPS:], metrics or {}
+    return RunReport(
+        versions=versions(),
+        task=args.get("task"),
+        model=str(args.get("model")),
+        data=str(args.get("data")),
+        recompute=policy.spec if policy else args.get("recompute"),
+        recomputed_layers=policy.layers() if policy else [],
+        recomputed_regions=policy.regions() if policy else [],
+        train_step_time_median_s=median(steps),
+        train_steps_timed=len(steps),
+        metrics=task_metrics(metrics),
+        ultralytics_metrics={k: float(v) for k, v in metrics.items()},
         not_measured=list(not_measured),
+        **measured,
     )
 
 
@@ -306,16 +337,9 @@ def finished_run_report(ckpt: dict, args: dict, metrics: dict, step_s: list | No
     if model is not None and spec is not None and not is_auto(spec):
         with contextlib.suppress(Exception):  # a policy the saved model no longer resolves: the report says recompute= alone
             policy = resolve(spec, ModelLayout.from_model(model), frozen_layers(args.get("freeze")), mode)
-    steps = (step_s or [])[WARMUP_STEPS:]
-    return RunReport(
-        versions=versions(),
-        task=args.get("task"),
-        model=str(args.get("model")),
-        data=str(args.get("data")),
-        recompute=policy.spec if policy else spec,
+    return build_report(
+        args, policy, step_s, metrics, [MEMORY_PROBE] + ([STEP_TIMES] if step_s is None else []),
         recompute_mode=mode,
-        recomputed_layers=policy.layers() if policy else [],
-        recomputed_regions=policy.regions() if policy else [],
         device=str(args.get("device")),
         imgsz=args.get("imgsz"),
         batch=args.get("batch"),
@@ -323,9 +347,4 @@ def finished_run_report(ckpt: dict, args: dict, metrics: dict, step_s: list | No
         amp=bool(args.get("amp")),
         epochs=args.get("epochs"),
         memory_source=NOT_MEASURED,
-        train_step_time_median_s=median(steps),
-        train_steps_timed=len(steps),
-        metrics=task_metrics(metrics),
-        ultralytics_metrics={k: float(v) for k, v in metrics.items()},
-        not_measured=[MEMORY_PROBE] + ([STEP_TIMES] if step_s is None else []),
     )

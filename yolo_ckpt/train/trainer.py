@@ -143,8 +143,8 @@ class CheckpointTrainerMixin(exact_resume.ExactResume, run_dir.RunFolder):
         )
         if RANK in {-1, 0}:
             LOGGER.info(f"{PREFIX}activation checkpointing {self.policy}")
-            if not (self.policy.indices or self.policy.regions()) and self.policy.spec != "none":
-                LOGGER.warning(f"{PREFIX}recompute={self.policy.spec} selects no layer with trainable parameters")
+            for line in config.policy_warnings(self.policy):
+                LOGGER.warning(f"{PREFIX}{line}")
         return ckpt
 
     def preprocess_batch(self, batch):
