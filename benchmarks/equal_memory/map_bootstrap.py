@@ -9,7 +9,7 @@ each arm is then named ``<folder>: <arm>``). ``baseline``: an arm as the table n
 recompute policy that one arm alone has (``auto``).
 
 Reads the bench's ``results.csv`` (each ok row's run folder, dataset, ``val_imgsz``, recompute) and validates each
-run's ``weights/best.pt`` on the dataset's val split as its mAP was measured: at ``val_imgsz``, batch ``2 x batch``
+run's ``weights/best.pt`` on the dataset's val split as its mAP was measured: at ``val_imgsz``, batch ``2 x batch_used``
 as the trainer's final validation (a tiles cell's full-image validation: ``batch``). Ultralytics' own
 ``DetectionValidator`` matches the predictions; :class:`PerImage` keeps each image's matches (true positives at the 10
 IoU thresholds, confidences, classes), and mAP over any multiset of images is Ultralytics' ``ap_per_class`` on their
@@ -110,7 +110,8 @@ def validate(row: dict, datasets: Path) -> dict:
     from ultralytics import YOLO
 
     data = datasets / row["dataset"] / "data.yaml"
-    batch = int(row["batch"]) if tiles_setting(row) else 2 * int(row["batch"])
+    trained = int(row["batch_used"])  # the batch that trained: batch=-1's AutoBatch answer, not -1
+    batch = trained if tiles_setting(row) else 2 * trained
     validator = {}
 
     class Kept(PerImage):  # the instance Ultralytics builds, to read its images after
