@@ -378,6 +378,8 @@ def test_plan_batch_minus_1_answers_trains_batch_and_policy(synthetic, tmp_path,
     rows = {row["recompute"]: row for row in result["policies"]}
     assert [name for name, row in rows.items() if row["train"]] == ["backbone,loss"] and rows["backbone,loss"]["fits"]
     assert "auto (all)" in rows and all(row["max_imgsz"] > 0 for row in rows.values())
+    # yolo11n's C2PSA at 160 px: 5 x 5 tokens, below attn_chunk, so the region would run it stock (issue 45: plan names it)
+    assert result["attention"] == {"attn_chunk": 256, "modules": [{"layer": 10, "module": "Attention", "tokens": 25, "chunked": False}]}
     # recompute=auto with batch=-1 on a CUDA device: train runs all, at AutoBatch's batch; the line names the policy
     assert main(["plan", *keys[:3], "memory_budget=700MB", "device=0", "recompute=auto", "format=json"]) == 0
     out, err = capsys.readouterr()
@@ -389,6 +391,7 @@ def test_plan_batch_minus_1_answers_trains_batch_and_policy(synthetic, tmp_path,
     assert main(["plan", *keys[:3], "memory_budget=700MB", "device=0", "recompute=auto"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert [line.split()[:3] for line in lines if " yes " in line] == [["auto", "(all)", "yes"]]
+    assert lines[-2] == "attention region, attn_chunk=256: layer 10 1 x Attention of 25 tokens, stock (at most attn_chunk tokens) (in all; auto may take it)"  # noqa: E501
     assert lines[-1].startswith("headroom: memory_headroom=1.15x+500MiB on top of each estimate, for what a CUDA process holds")
     assert lines[-1].endswith("the CUDA and AMP figures are estimates until a run on a GPU measures them (train's report: the allocator's peak)")  # noqa: E501
 

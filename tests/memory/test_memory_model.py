@@ -737,7 +737,7 @@ def test_cli_profile_and_plan_json(tmp_path, capsys, monkeypatch):
     rows = {r["recompute"].split(" ")[0]: r for r in result["policies"]}
     # the last row is the policy train runs with these keys (detect's default), marked as train's (issue 43)
     assert list(rows) == ["none", "backbone", "head", "loss", "all", "auto", "backbone,loss"] and "not_planned_regions" not in result
-    assert [r["recompute"] for r in result["policies"] if r["train"]] == ["backbone,loss"]
+    assert [r["recompute"] for r in result["policies"] if r["train"]] == ["backbone,loss"] and result["attention"] is None
     assert rows["loss"]["recompute_GFLOPs"] == 0  # detect's loss region is the chunked assigner: no recomputation
     assert rows["all"]["max_imgsz"] >= rows["backbone"]["max_imgsz"] > rows["none"]["max_imgsz"]
     assert rows["all"]["max_batch"] > rows["none"]["max_batch"]

@@ -26,7 +26,7 @@ from ..suggest import did_you_mean
 COMMANDS = {
     "train": "train a model with activation checkpointing",
     "profile": "per-layer memory and FLOPs table and estimated peak of a training step: none against recompute=",
-    "plan": "largest imgsz and batch that fit memory_budget= for none, backbone, head, loss, all and auto",
+    "plan": "largest imgsz and batch that fit memory_budget= for none, backbone, head, loss, all and auto, and the attention chunking",
     "compare": "delta table of runs against the first: RUN_DIR_A RUN_DIR_B ... [out=DIR]",
     "bench": (
         "run a benchmark matrix: matrix=NAME|FILE [out=DIR] [datasets=DIR] [rerun=True] [dry=True] [setting=value] "

@@ -71,7 +71,9 @@ def plan(args: list[str]) -> list[dict]:
     of it (CUDA, against a budget in bytes) and the margin left in ``memory_budget=``, the largest imgsz (at ``batch``)
     and batch (at ``imgsz``) that fit, and each policy's recompute cost; for the run the keys describe (see
     :func:`~yolo_ckpt.cli.estimate.estimate_setup`). Every figure is a fake pass's (the largest imgsz and batch: searched
-    by fake passes, ``MemoryModel.largest_imgsz``). The result on stdout, progress and logs on stderr.
+    by fake passes, ``MemoryModel.largest_imgsz``). For a model with attention layers one line (and the JSON's
+    ``attention``) names the attention region's chunking at ``imgsz`` (in ``all``, and ``auto`` may take it; as
+    ``profile``'s: :func:`~yolo_ckpt.report.record.attention_text`). The result on stdout, progress and logs on stderr.
 
     Returns:
         The rows, one per policy, each with the same keys (``format=json`` prints them under ``policies``): ``recompute``,
@@ -100,8 +102,10 @@ def plan(args: list[str]) -> list[dict]:
     with diagnostics_to_stderr():  # before Ultralytics is imported: its first import on a machine prints a banner
         from ultralytics.utils import TQDM
 
+        from ..memory.attention_tokens import attention_tokens
         from ..memory.planned_run import decide
         from ..memory.planner import size_text
+        from ..report.record import attention_text
 
         memory, budget, opts, spec = plan_setup(args)
         imgsz, batch, headroom = opts["imgsz"], opts["batch"], memory.headroom
@@ -130,6 +134,8 @@ def plan(args: list[str]) -> list[dict]:
                 "recompute_GFLOPs": cost.recompute_flops / 1e9,
                 "recompute_pct_of_step": 100 * cost.recompute_cost,
             })
+        # the attention region's chunking at this size (None for a model without attention layers)
+        attention = attention_tokens(memory.model, imgsz, memory.attn_chunk) if memory.attention else None
     result = {
         "model": opts["model"],
         "memory_budget_bytes": budget,
@@ -140,6 +146,7 @@ def plan(args: list[str]) -> list[dict]:
         "recompute": opts["recompute"],
         "assumed": spec.to_dict(),
         "policies": rows,
+        "attention": attention,
     }
     if opts["format"] == "json":
         print(json.dumps(result, indent=2))
@@ -152,6 +159,8 @@ def plan(args: list[str]) -> list[dict]:
         table = pd.DataFrame(rows).assign(train=lambda t: t["train"].map({True: "yes", False: ""}))
         table = table.rename(columns={"max_imgsz": f"max_imgsz_at_batch_{batch}", "max_batch": f"max_batch_at_imgsz_{imgsz}"})
         print(table.to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+        if attention:
+            print(attention_text(attention) + " (in all; auto may take it)")
         if spec.device == "cuda":
             print(
                 f"headroom: memory_headroom={headroom} on top of each estimate, for what a CUDA process holds beside its live tensors "
