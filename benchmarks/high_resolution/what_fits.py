@@ -17,7 +17,9 @@ not used: at 1024-3072 px they were 13-19% under the fake pass for ``all`` on CU
 Cards are their memory as ``nvidia-smi`` reports it (``CARDS``: MiB); 20 boxes per image of the whole image is the
 memory model's worst case for the loss (give ``data=`` to ``plan`` for a dataset's own). Writes ``what_fits.csv``
 (model, imgsz, card, policy, largest batch, the batch-1 peak in MiB), ``result.md`` (one table per card: models by
-imgsz, ``none / all``) and ``record.json`` to ``out``. The docs' choosing page includes ``result.md``.
+imgsz, ``none / all``) and ``record.json`` to ``out``; the rows of models this run does not make are kept there
+(its earlier runs' records under ``earlier_runs``), so the models can be run apart. The docs' choosing page includes
+``result.md``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from yolo_ckpt.bench.results_io import provenance, publish
+from yolo_ckpt.bench.results_io import provenance, publish, read_record, with_earlier_runs
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
 
@@ -39,6 +41,7 @@ SIZES = (1536, 2048, 2560, 3072, 3584, 4096)
 CARDS = {"8 GB": 8192, "12 GB": 12288, "16 GB": 16384, "24 GB": 24564, "80 GB": 81559}
 POLICIES = ("none", "all")
 LIMIT = 256  # the largest batch looked for
+INTS = ("imgsz", "card_MiB", "largest_batch", "guess")  # what_fits.csv's integer columns
 
 
 def main(argv: list[str]) -> dict:
@@ -69,8 +72,15 @@ def main(argv: list[str]) -> dict:
         print(checks[-1], flush=True)
     result = {**provenance(["python -m benchmarks.high_resolution.what_fits", *argv], seeds=[]), "checks": checks}
     if out:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        with open(Path(out) / "what_fits.csv", "w", newline="") as f:
+        folder = Path(out)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / "what_fits.csv"
+        if path.is_file():  # earlier runs' models, kept in their order, this run's after them
+            kept = [r for r in csv.DictReader(open(path)) if r["model"] not in models]
+            rows = [{k: int(v) if k in INTS else float(v) if k == "peak_MiB_at_batch_1" else v for k, v in r.items()} for r in kept] + rows
+            checks[:0] = [c for c in (read_record(folder) or {}).get("checks", []) if c["model"] not in models]
+            result = {**with_earlier_runs(result, folder), "checks": checks}
+        with open(path, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)
