@@ -70,7 +70,15 @@ def main(argv: list[str]) -> dict:
                        "most_below": max((r["guess"] - r["largest_batch"] for r in walked), default=0),
                        "seconds": round(time.perf_counter() - t, 1)})
         print(checks[-1], flush=True)
-    result = {**provenance(["python -m benchmarks.high_resolution.what_fits", *argv], seeds=[]), "checks": checks}
+        result = save(rows, checks, argv, out)  # after each model: a stopped run keeps the models it made
+    return result
+
+
+def save(rows: list[dict], checks: list[dict], argv: list[str], out: str | None) -> dict:
+    """Write the rows and checks of the models made so far (with ``out``: beside the kept rows of the folder's other
+    models) and print the tables; returns the record."""
+    models = {c["model"] for c in checks}
+    result = {**provenance(["python -m benchmarks.high_resolution.what_fits", *argv], seeds=[]), "checks": list(checks)}
     if out:
         folder = Path(out)
         folder.mkdir(parents=True, exist_ok=True)
@@ -78,13 +86,17 @@ def main(argv: list[str]) -> dict:
         if path.is_file():  # earlier runs' models, kept in their order, this run's after them
             kept = [r for r in csv.DictReader(open(path)) if r["model"] not in models]
             rows = [{k: int(v) if k in INTS else float(v) if k == "peak_MiB_at_batch_1" else v for k, v in r.items()} for r in kept] + rows
-            checks[:0] = [c for c in (read_record(folder) or {}).get("checks", []) if c["model"] not in models]
-            result = {**with_earlier_runs(result, folder), "checks": checks}
+            earlier = read_record(folder) or {}
+            result["checks"][:0] = [c for c in earlier.get("checks", []) if c["model"] not in models]
+            if earlier.get("command") != result["command"]:  # this run's own earlier saves are not earlier runs
+                result = with_earlier_runs(result, folder)
+            else:
+                result["earlier_runs"] = earlier.get("earlier_runs", [])
         with open(path, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)
-    publish(result, table(rows, checks), out)
+    publish(result, table(rows, result["checks"]), out)
     return result
 
 
