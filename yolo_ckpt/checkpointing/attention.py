@@ -218,7 +218,9 @@ class _Working:
         _DEPTH[0] -= 1
 
 
-def _count(n: int) -> None:
+def _count(n: int, t: torch.Tensor) -> None:
+    if is_fake(t):  # the memory model's fake passes are not training
+        return
     for counter in patching.ACTIVE_COUNTERS:
         counter.attention_chunks += n
 
@@ -261,7 +263,7 @@ class ChunkedAttention(torch.autograd.Function):
         qs = q * scale
         n = q.shape[-1]
         parts = chunks(n, chunk)
-        _count(2 * len(parts))
+        _count(2 * len(parts), q)
         # pass 1, query rows: dS rows, the query gradient, the softmax backward's row sums
         d_qs_t = q.new_empty(*q.shape[:-2], n, q.shape[-2])  # (B, h, N, d): autograd's dS @ k^T, transposed after
         row_sum = q.new_empty(*q.shape[:-2], n)
@@ -306,7 +308,7 @@ def attention(q, k, v, scale: float, chunk: int = DEFAULT_ATTN_CHUNK) -> torch.T
             return _stock_core(q, k, v, scale)
         return ChunkedAttention.apply(q, k, v, scale, chunk)
     parts = chunks(n, chunk)
-    _count(len(parts))
+    _count(len(parts), q)
     outs = [checkpoint(_stock_core, q[..., c], k, v, scale, use_reentrant=False) for c in parts]
     return torch.cat(outs, dim=-1)
 

@@ -34,6 +34,7 @@ import functools
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import is_fake
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from .attention import in_chunked_attention
@@ -92,7 +93,8 @@ def _recompute_context(layer: nn.Module):
     # (Turning track_running_stats off instead changes what batch_norm saves for backward, which checkpoint rejects.)
     stats = [b for m in layer.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) for b in m.buffers()]
     saved = [b.clone() for b in stats]
-    for c in ACTIVE_COUNTERS:
+    first = next(layer.parameters(), None)
+    for c in ACTIVE_COUNTERS if first is None or not is_fake(first) else ():  # the memory model's fake passes are not training
         c._count(getattr(layer, RECOMPUTE_NAME, ""))
     try:
         yield

@@ -61,13 +61,13 @@ def _on_train_end(trainer) -> None:
 
 def write_run_report(trainer, not_measured: tuple = ()) -> RunReport:
     """Write the trainer's run report (``trainer.run_report``, without what ``not_measured`` names) to
-    ``ckpt_report.json`` in its run folder, log where, its headline and, where the attention region ran, its chunking
-    (:func:`~yolo_ckpt.report.record.attention_text`); returns it."""
+    ``ckpt_report.json`` in its run folder, log where, where the attention region ran its chunking
+    (:func:`~yolo_ckpt.report.record.attention_text`), and its headline, last; returns it."""
     record = trainer.run_report(not_measured)
     path = record.write(trainer.save_dir)
     trainer.ckpt_state.ending = "written"
-    attention = f"\n{PREFIX}{attention_text(record.attention)}" if record.attention else ""
-    LOGGER.info(f"{PREFIX}run report {path}\n{PREFIX}{record.headline()}{attention}")
+    attention = f"{PREFIX}{attention_text(record.attention)}\n" if record.attention else ""
+    LOGGER.info(f"{PREFIX}run report {path}\n{attention}{PREFIX}{record.headline()}")  # the headline last: the run's last line
     return record
 
 
