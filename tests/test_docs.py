@@ -60,6 +60,18 @@ def test_benchmark_results_page_is_current():
     assert committed.count("](plots/") == len(plots)
 
 
+def test_choosing_page_has_the_current_what_fits_table():
+    """docs/guides/choosing-recompute.md's tables of what fits at 1536-4096 px are what docs/gen_benchmarks.py makes of
+    benchmarks/results/what-fits now (issue 45): every model and card of the study, none / all per imgsz."""
+    gen = _generator("gen_benchmarks")
+    committed = gen.WHAT_FITS.read_text()
+    assert committed == gen.render_what_fits(committed), "the choosing page is stale: run python docs/gen_benchmarks.py"
+    block = committed.split(gen.WHAT_FITS_BEGIN)[1].split(gen.WHAT_FITS_END)[0]
+    assert all(f"**{card}**" in block for card in ("8 GB", "12 GB", "16 GB", "24 GB", "80 GB"))
+    made = {row.split(",")[0].removesuffix(".yaml") for row in (gen.RESULTS / "what-fits" / "what_fits.csv").read_text().splitlines()[1:]}
+    assert {"yolo11n", "yolo12n", "yolo26n-seg"} <= made and all(f"| {m} |" in block for m in made)
+
+
 def test_benchmarks_readme_lists_every_study_under_its_question():
     """benchmarks/README.md's table of studies is what docs/gen_benchmarks.py makes of the studies' docstrings now
     (issue 47): every study module under its question's heading, with a command naming a module that imports and the

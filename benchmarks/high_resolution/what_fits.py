@@ -78,7 +78,7 @@ def save(rows: list[dict], checks: list[dict], argv: list[str], out: str | None)
     """Write the rows and checks of the models made so far (with ``out``: beside the kept rows of the folder's other
     models) and print the tables; returns the record."""
     models = {c["model"] for c in checks}
-    result = {**provenance(["python -m benchmarks.high_resolution.what_fits", *argv], seeds=[]), "checks": list(checks)}
+    result = {**provenance(["python -m benchmarks.high_resolution.what_fits", *argv], seeds=[0]), "checks": list(checks)}  # no random draw
     if out:
         folder = Path(out)
         folder.mkdir(parents=True, exist_ok=True)
