@@ -11,6 +11,20 @@ from helpers import tiny_yaml
 
 from yolo_ckpt.cli import main
 
+
+@pytest.fixture(autouse=True)
+def python_signal_handlers():
+    """The handlers a user's `yolo-ckpt train` process starts with (Python's SIGINT handler, SIGTERM's default): the
+    run installs its own only over those (train/resume.py stop_on_interrupt). In a whole-suite worker an earlier test
+    left another SIGINT handler behind (found in CI, 2026-12-06: these three tests ran to exit 0, or the worker died of
+    the SIGTERM); the handlers are put back after each test."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    for s, handler in before.items():
+        signal.signal(s, handler)
+
 # `yolo-ckpt train` whose second epoch stalls in its first step inside a weakref callback (activation checkpointing
 # frees its saved tensors through such callbacks many times a step) until a SIGINT arrives: Python raises the
 # KeyboardInterrupt inside the callback, prints "Exception ignored in ..." and drops it, as it did for the issue's run
