@@ -135,7 +135,7 @@ def plan(args: list[str]) -> list[dict]:
                 "recompute_pct_of_step": 100 * cost.recompute_cost,
             })
         # the attention region's chunking at this size (None for a model without attention layers)
-        attention = attention_tokens(memory.model, imgsz, memory.attn_chunk) if memory.attention else None
+        attention = attention_tokens(memory.model, imgsz, memory.attn_chunk, memory.attention) if memory.attention else None
     result = {
         "model": opts["model"],
         "memory_budget_bytes": budget,

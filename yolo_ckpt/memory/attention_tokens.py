@@ -77,9 +77,9 @@ def attention_modules(model: torch.nn.Module) -> tuple[AttentionShape, ...]:
     return tuple(shapes)
 
 
-def attention_tokens(model: torch.nn.Module, imgsz: int, attn_chunk: int) -> dict:
-    """The attention region of ``model`` (an Ultralytics model) at a square trained ``imgsz`` (px) with ``attn_chunk``
-    (:func:`attention_modules`).
+def attention_tokens(model: torch.nn.Module, imgsz: int, attn_chunk: int, shapes: tuple[AttentionShape, ...] | None = None) -> dict:
+    """The attention region of ``model`` (an Ultralytics model) at a square trained ``imgsz`` (px) with ``attn_chunk``,
+    from ``shapes`` where the caller has them (a memory model's ``attention``), else :func:`attention_modules`.
 
     Returns:
         ``{"attn_chunk": attn_chunk, "modules": [{"layer", "module", "tokens", "chunked"}, ...]}``, a row per module in
@@ -90,6 +90,6 @@ def attention_tokens(model: torch.nn.Module, imgsz: int, attn_chunk: int) -> dic
     """
     rows = [
         {"layer": a.index, "module": a.module, "tokens": a.tokens(imgsz), "chunked": a.tokens(imgsz) > attn_chunk}
-        for a in attention_modules(model)
+        for a in (attention_modules(model) if shapes is None else shapes)
     ]
     return {"attn_chunk": attn_chunk, "modules": rows}
