@@ -156,6 +156,19 @@ def test_plan_fits_when_measured(model, measured, memory):
     assert memory.largest_batch(memory.candidates, budget, 640) >= 2 > memory.largest_batch((), budget, 640)
 
 
+@pytest.mark.slow
+def test_nothing_fits_names_the_largest_batch_the_data_allows(memory):
+    """Issue 43: the refusal where nothing fits named the largest batch uncapped (AutoBatch's 1024), while batch=-1
+    takes no more than the training set's images: with 3 images it names batch=3, as batch=-1 would train."""
+    budget = memory.headroom.need(memory.estimate("all", 6, 640).peak_bytes)  # all fits batch 6, not 16
+    free = memory.largest_batch(memory.candidates, budget, 640)
+    assert free >= 6 and str(memory.nothing_fits(budget, 16, 640)).count(f"batch={free} at imgsz=640") == 1
+    refusal = str(memory.nothing_fits(budget, 16, 640, images=3))
+    assert "or batch=3 at imgsz=640." in refusal and f"batch={free} at" not in refusal
+    with pytest.raises(ValueError, match=r"or batch=3 at imgsz=640\."):
+        memory.plan(budget, 16, 640, images=3)
+
+
 def _task_model(cls, yaml, nc):
     torch.manual_seed(0)
     m = cls(yaml, nc=nc, verbose=False)

@@ -154,8 +154,8 @@ class _Memory:
     def spec(self, units):
         return ",".join(units)
 
-    def plan(self, budget, batch, imgsz):
-        return SimpleNamespace(recompute="0-4", batch=batch)
+    def plan(self, budget, batch, imgsz, images=None):
+        return SimpleNamespace(recompute="0-4", batch=batch, images=images)
 
 
 def test_decide_is_the_one_rule_of_auto_and_batch_minus_1():
@@ -165,8 +165,8 @@ def test_decide_is_the_one_rule_of_auto_and_batch_minus_1():
     assert decide("auto", 4) == Decision("auto", 4) and decide("backbone", -1) == Decision("backbone", -1)  # kept as given
     assert decide("auto", -1, memory, 1000, 640, images=7) == Decision("all", 7)  # then the largest batch, of the images
     assert decide("backbone", -1, memory, 1000, 640) == Decision("backbone", 10)
-    auto = decide("auto", 2, memory, 1000, 640)
-    assert auto.recompute == "0-4" and auto.batch == 2 and auto.plan.recompute == "0-4"
+    auto = decide("auto", 2, memory, 1000, 640, images=7)
+    assert auto.recompute == "0-4" and auto.batch == 2 and auto.plan.recompute == "0-4" and auto.plan.images == 7
     assert decide("backbone", 2, memory, 1000, 640) == Decision("backbone", 2)
     with pytest.raises(PlanError, match=r"below batch=1's estimated need of 100 bytes at imgsz=640 with recompute=all; it fits no imgsz"):
         decide("auto", -1, memory, 50, 640)

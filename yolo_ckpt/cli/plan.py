@@ -111,7 +111,7 @@ def plan(args: list[str]) -> list[dict]:
         imgsz, batch, headroom = opts["imgsz"], opts["batch"], memory.headroom
         print(f"yolo-ckpt plan: planning recompute=auto at batch={batch}", file=sys.stderr)
         # train's auto: all under batch=-1, else the plan at the batch (PlanError, exit 2, where even all does not fit)
-        auto = decide("auto", -1) if opts["autobatch"] else decide("auto", batch, memory, budget, imgsz)
+        auto = decide("auto", -1) if opts["autobatch"] else decide("auto", batch, memory, budget, imgsz, opts["images"])
         names = ["none", "backbone", "head", *(["loss"] if "loss" in memory.candidates else []), "all", "auto"]
         trains = "auto" if is_auto(opts["recompute"]) else opts["recompute"]
         names += [trains] * (trains not in names)  # a row of its own (backbone,loss), where no other row is it

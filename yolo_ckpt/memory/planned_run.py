@@ -292,6 +292,6 @@ def decide(recompute, batch: int, memory=None, budget: int | None = None, imgsz:
         return Decision(recompute, batch)
     if not auto:
         return Decision(recompute, batch)
-    plan = memory.plan(budget, batch, imgsz)
+    plan = memory.plan(budget, batch, imgsz, images)
     return Decision(plan.recompute, batch, plan)
 

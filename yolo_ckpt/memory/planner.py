@@ -205,11 +205,12 @@ class MemoryModel(ComposedEstimate):
         """``units`` in candidate order (layers ascending, then the regions)."""
         return tuple(u for u in self.candidates if u in units)
 
-    def plan(self, budget: int, batch: int, imgsz) -> Plan:
+    def plan(self, budget: int, batch: int, imgsz, images: int | None = None) -> Plan:
         """``recompute=auto``: the cheapest set of units that fits with the headroom, checked with a fake pass of
         that policy, the loss region's formula with it (units are added, most bytes per FLOP first, while the check
         exceeds the budget). A named policy cheaper than the composed choice is checked first, cheapest first: the
-        composition is close, not exact, the fake pass decides.
+        composition is close, not exact, the fake pass decides. ``images`` (the training set's, None: no data) caps
+        the largest batch the refusal names, as it caps ``batch=-1``'s.
 
         Raises:
             PlanError: when even recomputing every unit (``all``) does not fit (:meth:`nothing_fits`).
@@ -227,20 +228,22 @@ class MemoryModel(ComposedEstimate):
         order = self._order(batch, imgsz)
         while True:
             if units is None:
-                raise self.nothing_fits(budget, batch, imgsz)
+                raise self.nothing_fits(budget, batch, imgsz, images)
             check = self.estimate(self.spec(units), batch, imgsz)
             if self.fits(check.peak_bytes, budget):
                 return self.as_plan(units, check.peak_bytes, budget, batch, imgsz)
             rest = [u for u in order if u not in units]
             units = self._sorted((*units, rest[0])) if rest else None
 
-    def nothing_fits(self, budget: int, batch: int, imgsz) -> PlanError:
+    def nothing_fits(self, budget: int, batch: int, imgsz, images: int | None = None) -> PlanError:
         """The refusal where even recomputing every unit (``all``) does not fit ``budget`` at ``batch`` and ``imgsz``, in
         one line: ``all``'s need there by its fake pass (and with the headroom), and the largest imgsz at ``batch`` and
-        the largest batch at ``imgsz`` that ``all`` fits (:meth:`largest_imgsz`, :meth:`largest_batch`), where any does."""
+        the largest batch at ``imgsz`` that ``all`` fits (:meth:`largest_imgsz`, :meth:`largest_batch`, capped by the
+        training set's ``images`` as ``batch=-1`` caps it), where any does."""
         imgsz = train_imgsz(imgsz, self.model.stride)
         need = self.estimate("all", batch, imgsz).peak_bytes
-        sizes, batches = self.largest_imgsz(self.candidates, budget, batch), self.largest_batch(self.candidates, budget, imgsz)
+        sizes = self.largest_imgsz(self.candidates, budget, batch)
+        batches = self.largest_batch(self.candidates, budget, imgsz, images)
         fit = [f"imgsz={sizes} at batch={batch}"] * bool(sizes) + [f"batch={batches} at imgsz={imgsz}"] * bool(batches)
         return PlanError(
             f"memory_budget={size_text(budget)} is below the smallest plan's need at batch={batch} imgsz={imgsz}: recompute=all "

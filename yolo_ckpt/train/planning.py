@@ -136,7 +136,7 @@ def plan_recompute(trainer) -> str:
     with estimate_needed("recompute=auto"):
         run = plan_run(trainer, trainer.args.batch)
         memory, imgsz = run.memory_model(), run.imgsz
-        plan = trainer.ckpt_state.plan = decide("auto", trainer.args.batch, memory, budget_bytes(trainer), imgsz).plan
+        plan = trainer.ckpt_state.plan = decide("auto", trainer.args.batch, memory, budget_bytes(trainer), imgsz, run.counts.images).plan
     LOGGER.info(
         f"{PREFIX}plan for memory_budget={size_text(plan.budget_bytes)}: recompute={plan.recompute}, "
         f"estimated peak {size_text(plan.estimated_peak_bytes)}"
