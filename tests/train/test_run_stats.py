@@ -109,3 +109,17 @@ def test_one_report_builder(tmp_path):
     assert report.metrics == {"box_mAP50-95": 0.25} and report.ultralytics_metrics == {"metrics/mAP50-95(B)": 0.25}
     assert (report.memory_source, report.not_measured, report.epochs, report.task) == ("not_measured", ["memory_probe"], 3, "detect")
     assert run_stats.finished_run_report({}, {**args, "recompute": "auto"}, {}, None).not_measured == ["memory_probe", "step_times"]
+
+
+def test_a_finished_runs_report_names_its_device_and_attention():
+    """A run `resume` finished wrote device "None" (no device= given) and no attention chunking, where the trainer's
+    report of the same run says cpu and the chunking of its attention region (yolo11n's C2PSA, 2 x 2 tokens at 64 px)."""
+    from ultralytics import YOLO
+
+    args = {"task": "detect", "model": "yolo11n.yaml", "data": "data.yaml", "recompute": "all", "imgsz": 64, "batch": 2,
+            "epochs": 1, "device": None, "amp": False, "attn_chunk": 64}
+    report = run_stats.finished_run_report({"model": YOLO("yolo11n.yaml").model}, args, {}, None)
+    assert report.device == "cpu" and report.recomputed_regions == ["head", "loss", "attention"]
+    assert report.attention == run_stats.attention_tokens(YOLO("yolo11n.yaml").model, 64, 64)
+    assert report.attention["modules"][0]["tokens"] == 4
+    assert run_stats.finished_run_report({}, {**args, "device": "7x"}, {}, None).device == "7x"  # not on this machine: as given

@@ -265,16 +265,18 @@ def run_report(trainer, not_measured: tuple = ()) -> RunReport:
         plan=None if state.plan is None else PlanRecord.of(state.plan, state.run_spec.to_dict() if state.run_spec else None),
         best_epoch=state.best_epoch,
         class_ap=class_ap(args.task, getattr(trainer.validator, "metrics", None)),  # final_eval's: best.pt's
-        attention=run_attention(trainer) if policy and policy.attention else None,
+        attention=(
+            run_attention(unwrap_model(trainer.model), args.imgsz, trainer.ckpt_config.attn_chunk) if policy and policy.attention else None
+        ),
     )
 
 
-def run_attention(trainer) -> dict | None:
-    """The attention region's chunking at the trained imgsz for the report
-    (:func:`~yolo_ckpt.memory.attention_tokens.attention_tokens`); None, with a warning, where its fake forward fails:
-    the report is written without it."""
+def run_attention(model, imgsz: int, attn_chunk: int) -> dict | None:
+    """The attention region's chunking (``attn_chunk`` queries) at the trained ``imgsz`` (pixels) of ``model`` for the
+    report (:func:`~yolo_ckpt.memory.attention_tokens.attention_tokens`); None, with a warning, where its fake forward
+    fails: the report is written without it."""
     try:
-        return attention_tokens(unwrap_model(trainer.model), trainer.args.imgsz, trainer.ckpt_config.attn_chunk)
+        return attention_tokens(model, imgsz, attn_chunk)
     except Exception as e:  # a report, not a gate: the run's report still gets written
         LOGGER.warning(f"{PREFIX}the run report leaves out the attention region's chunking: {type(e).__name__}: {e}")
         return None
@@ -327,8 +329,14 @@ def finished_run_report(ckpt: dict, args: dict, metrics: dict, step_s: list | No
     arguments ``args`` (:func:`~yolo_ckpt.train.resume.run_args`; as given: ``batch=-1`` stays -1): the policy its
     ``recompute=`` resolves to on the saved model (``auto``'s plan is not kept: no layers), ``metrics`` (Ultralytics'
     ``results_dict`` of the final validation, empty without ``best.pt``) and ``step_s`` (the exact resume state's step
-    times, None without one). The memory probe is not measured: the trainer that kept its batch is gone."""
+    times, None without one). The memory probe is not measured: the trainer that kept its batch is gone. The device is
+    the one ``device=`` selects on this machine, where the final validation ran (Ultralytics' ``select_device``:
+    ``cuda:0`` or ``cpu`` for none given), as the trainer's report names it; as given where this machine has no such
+    device."""
+    from ultralytics.utils.torch_utils import select_device
+
     from ..checkpointing.policy import ModelLayout, is_auto, resolve
+    from ..config import CkptConfig
     from ..memory.ultralytics_rules import frozen_layers
     from ..report.record import STEP_TIMES
 
@@ -337,14 +345,18 @@ def finished_run_report(ckpt: dict, args: dict, metrics: dict, step_s: list | No
     if model is not None and spec is not None and not is_auto(spec):
         with contextlib.suppress(Exception):  # a policy the saved model no longer resolves: the report says recompute= alone
             policy = resolve(spec, ModelLayout.from_model(model), frozen_layers(args.get("freeze")), mode)
+    device = args.get("device")
+    with contextlib.suppress(ValueError):  # a device this machine lacks: the report names it as given
+        device = select_device(device, verbose=False)
     return build_report(
         args, policy, step_s, metrics, [MEMORY_PROBE] + ([STEP_TIMES] if step_s is None else []),
         recompute_mode=mode,
-        device=str(args.get("device")),
+        device=str(device),
         imgsz=args.get("imgsz"),
         batch=args.get("batch"),
         batch_at_start=None,
         amp=bool(args.get("amp")),
         epochs=args.get("epochs"),
         memory_source=NOT_MEASURED,
+        attention=run_attention(model, args.get("imgsz"), CkptConfig.from_args(args).attn_chunk) if policy and policy.attention else None,
     )
