@@ -12,7 +12,7 @@ Per case:
 
 - peak bytes of one training step (:func:`yolo_ckpt.memory.step.profile_step`: forward, loss, backward, AdamW step,
   the optimizer's state included) for ``recompute=none`` (stock), ``all`` and ``auto`` at half of ``none``'s
-  estimate (``memory_budget=0.5x``, planned by :class:`yolo_ckpt.memory.planner.MemoryModel` from the case's objects
+  estimate (``memory_budget=0.5x``, planned by :class:`yolo_ckpt.memory.memory_model.MemoryModel` from the case's objects
   and their boxes, as ``data=`` states them: :meth:`~yolo_ckpt.memory.foreground.ObjectSizes.of_batch`; without them
   the estimate takes every box as the whole image, issue 30), with the estimates beside them;
 - the gradients and the weights after one AdamW step of ``all`` against stock: ``torch.equal`` on every tensor;
@@ -39,7 +39,7 @@ from yolo_ckpt.checkpointing.assigner import chunk_assigners
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.memory.foreground import ObjectSizes
-from yolo_ckpt.memory.planner import MemoryModel
+from yolo_ckpt.memory.memory_model import MemoryModel
 from yolo_ckpt.memory.step import profile_step
 from yolo_ckpt.memory.training_batch import training_batch
 from yolo_ckpt.memory.ultralytics_rules import build_optimizer, model_task

@@ -38,7 +38,7 @@ from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.memory.foreground import ObjectSizes
-from yolo_ckpt.memory.planner import MemoryModel, PlanError
+from yolo_ckpt.memory.memory_model import MemoryModel, PlanError
 from yolo_ckpt.memory.step import profile_step
 from yolo_ckpt.memory.training_batch import training_batch
 from yolo_ckpt.memory.ultralytics_rules import model_task

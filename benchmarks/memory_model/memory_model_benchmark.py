@@ -25,7 +25,7 @@ from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.config import Budget
 from yolo_ckpt.memory.estimate import estimate_step
 from yolo_ckpt.memory.loss_calibration import calibrate_loss
-from yolo_ckpt.memory.planner import MemoryModel
+from yolo_ckpt.memory.memory_model import MemoryModel
 
 
 def build(cfg: str) -> BaseModel:

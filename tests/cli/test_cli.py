@@ -556,7 +556,7 @@ def test_profile_and_plan_estimate_the_run_of_the_data(synthetic, tmp_path):
     """profile/plan read data= as train does: the data's classes (1, not the YAML's 80), its most objects per image
     x 4 for mosaic (300 -> 1200) and its images for optimizer=auto; device=cpu estimates fp32; without device= a
     CUDA device with AMP as amp= says; the text output states all of it."""
-    from yolo_ckpt.cli.estimate import estimate_setup
+    from yolo_ckpt.cli.run_setup import estimate_setup
 
     data = _one_class_data(synthetic, tmp_path)
     run, opts = estimate_setup([f"data={data}", "imgsz=128", "batch=1", "device=cpu", "epochs=20000", "memory_budget=8GB"])
@@ -641,7 +641,7 @@ def test_estimate_setup_takes_the_data_of_every_task_and_a_list_imgsz(task, imgs
     """profile/plan (and recompute=auto, which counts the data the same way) with data=: a classification folder,
     read as ClassificationTrainer reads it (no objects), and a list imgsz (the dataset counted at its largest side,
     the size that trains); both crashed."""
-    from yolo_ckpt.cli.estimate import estimate_setup
+    from yolo_ckpt.cli.run_setup import estimate_setup
 
     run, opts = estimate_setup([task, f"data={synthetic(task)}", f"imgsz={imgsz}", "batch=2", "device=cpu"])
     spec = run.spec

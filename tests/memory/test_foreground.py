@@ -189,7 +189,7 @@ def test_data_bound_never_under_augmented_samples(task, tmp_path):
     assert list(replaced.w) == [1.0] * 30 and "(objects= replaces the labels and their box sizes: leave it out" in why
     assert layout_rule(counts, "classify") == (None, "")
     if task == "segment":  # plan and profile: data= bounds by the sizes; objects= assumes (and says) the worst size
-        from yolo_ckpt.cli.estimate import estimate_setup
+        from yolo_ckpt.cli.run_setup import estimate_setup
         from yolo_ckpt.memory.planned_run import planned_run
 
         counted, _ = estimate_setup(["model=yolo11n-seg.yaml", "imgsz=128", "device=cpu", f"data={tmp_path / 'data.yaml'}"])

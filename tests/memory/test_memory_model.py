@@ -31,7 +31,7 @@ from yolo_ckpt.config import Budget, Headroom
 from yolo_ckpt.memory.estimate import estimate_step
 from yolo_ckpt.memory.foreground import ObjectSizes
 from yolo_ckpt.memory.loss_calibration import CALIBRATION_POINTS, DECODED_BYTES_PER_PIXEL, MASK_TERMS_MARGIN, _loss_samples, loss_models
-from yolo_ckpt.memory.planner import MemoryModel
+from yolo_ckpt.memory.memory_model import MemoryModel
 from yolo_ckpt.memory.step import probe_training_step, profile_step
 from yolo_ckpt.memory.training_batch import detect_batch, training_batch
 from yolo_ckpt.memory.ultralytics_rules import OBJECTLESS_TASKS, build_optimizer, device_type, model_task, optimizer_for, train_imgsz
@@ -761,7 +761,7 @@ def test_cli_profile_and_plan_json(tmp_path, capsys, monkeypatch):
 
 def test_size_text_in_messages():
     """A budget of 1MB reads as 1.0 MiB in a planning error, not 0.00 GiB."""
-    from yolo_ckpt.memory.planner import size_text
+    from yolo_ckpt.memory.memory_model import size_text
 
     assert (size_text(10**6), size_text(2**30 - 1), size_text(3 * 2**30)) == ("1.0 MiB", "1024.0 MiB", "3.00 GiB")
     assert (size_text(1000), size_text(2**10), size_text(50 * 2**10)) == ("1000 bytes", "1.0 KiB", "50.0 KiB")  # not "0.0 MiB"
@@ -770,7 +770,7 @@ def test_size_text_in_messages():
 def test_plan_keeps_its_policy_once():
     """A Plan stores its recompute= value only: the units, layers and regions are read from it, and a value not in
     the planner's form (a name, layers out of order) is refused."""
-    from yolo_ckpt.memory.planner import Plan
+    from yolo_ckpt.memory.memory_model import Plan
 
     plan = Plan("2,4,6,head,loss", 100, 200, 10, 30, 2, 640)
     assert (plan.units, plan.indices, plan.regions) == ((2, 4, 6, "head", "loss"), (2, 4, 6), ("head", "loss"))

@@ -15,11 +15,11 @@ from yolo_ckpt import trainer_for
 from yolo_ckpt.bench.cells import CELL_KEYS
 from yolo_ckpt.bench.planning import planned_cell
 from yolo_ckpt.cli import main
-from yolo_ckpt.cli.estimate import estimate_setup
+from yolo_ckpt.cli.run_setup import estimate_setup
 from yolo_ckpt.config import NO_HEADROOM
 from yolo_ckpt.errors import ConfigError
 from yolo_ckpt.memory.planned_run import Decision, PlannedRun, decide
-from yolo_ckpt.memory.planner import PlanError
+from yolo_ckpt.memory.memory_model import PlanError
 
 AUGMENT = {"detect": {}, "segment": {"copy_paste": 0.5, "mixup": 0.5}}  # mosaic is on by default
 

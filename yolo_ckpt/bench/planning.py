@@ -12,7 +12,7 @@ from yolo_ckpt.checkpointing.policy import is_auto
 from yolo_ckpt.config import DEFAULTS, CkptConfig
 from yolo_ckpt.errors import ConfigError
 from yolo_ckpt.memory.planned_run import ESTIMATE_BASE_BATCH, PlannedRun, decide, planned_run
-from yolo_ckpt.memory.planner import MemoryModel
+from yolo_ckpt.memory.memory_model import MemoryModel
 from yolo_ckpt.memory.ultralytics_rules import device_type, grid_size
 
 from .cells import RelativeBudget, cell_budget

@@ -266,7 +266,7 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
     text = spec_string(spec)
     if is_auto(spec):
         raise ConfigError("recompute=auto is decided by the planner for a memory budget: give memory_budget= to a "
-                         "Checkpoint*Trainer, or use yolo_ckpt.memory.planner.MemoryModel.plan() on a bare model")
+                         "Checkpoint*Trainer, or use yolo_ckpt.memory.memory_model.MemoryModel.plan() on a bare model")
     head = layout.head
     chosen: set[int] = set()  # layer indices, the head's included (it stands for the head's branches)
     loss = attention = False

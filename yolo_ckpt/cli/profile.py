@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from .args import TASKS, check_words, train_keys
 from .console import diagnostics_to_stderr
-from .estimate import estimate_keys, estimate_setup, trained_at
+from .run_setup import estimate_keys, estimate_setup, trained_at
 
 if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
     import pandas
@@ -42,7 +42,7 @@ def profile_table(profile, policy) -> pandas.DataFrame:
 
 def profile(args: list[str]) -> dict:
     """``yolo-ckpt profile``: estimate one training step for none and for ``recompute=`` (default: backbone), for the
-    run the keys describe (see :func:`yolo_ckpt.cli.estimate.estimate_setup`); the result on stdout, progress and logs on stderr. With
+    run the keys describe (see :func:`yolo_ckpt.cli.run_setup.estimate_setup`); the result on stdout, progress and logs on stderr. With
     ``plot=True`` the per-layer picture of the ``none`` estimate, ``recompute=``'s layers marked, beside the phases of
     the ``recompute=`` estimate (:mod:`yolo_ckpt.report.layer_plot`), goes to ``layers.png`` in a new folder named as
     ``yolo`` names runs (``project=``,

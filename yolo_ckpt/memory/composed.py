@@ -29,7 +29,7 @@ layer sets and the loss region, and is up to 2.5% below it where the head's bran
 little more than its largest branch); the planner's own fake pass (:meth:`ComposedEstimate.estimate`) catches that.
 That fake pass of any policy is kept per units, batch and imgsz, in the process and across processes
 (:mod:`yolo_ckpt.memory.estimate_cache`). The planner's search over these figures is
-:class:`yolo_ckpt.memory.planner.MemoryModel`.
+:class:`yolo_ckpt.memory.memory_model.MemoryModel`.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ on any device, on fake tensors too: the estimate's fake pass runs it). The step 
 (:func:`yolo_ckpt.memory.training_batch.training_batch`) with the optimizer Ultralytics builds
 (:func:`yolo_ckpt.memory.ultralytics_rules.build_optimizer`, its state counted as built); the image size a run trains
 at is :func:`yolo_ckpt.memory.ultralytics_rules.train_imgsz`. :class:`StepProfile` is its result, measured, estimated
-(:mod:`yolo_ckpt.memory.estimate`) or composed (:class:`yolo_ckpt.memory.planner.MemoryModel`).
+(:mod:`yolo_ckpt.memory.estimate`) or composed (:class:`yolo_ckpt.memory.memory_model.MemoryModel`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class StepProfile:
 
     Attributes:
         source: ``"cpu_live_tensors"`` (measured), ``"cuda_allocator"`` (measured), ``"fake_estimate"`` or
-            ``"composed_estimate"`` (:meth:`yolo_ckpt.memory.planner.MemoryModel.step`).
+            ``"composed_estimate"`` (:meth:`yolo_ckpt.memory.memory_model.MemoryModel.step`).
         static_bytes: parameters, buffers, optimizer state and the input batch, alive all step long.
         phase_peak_bytes: the peak inside each phase: ``forward``, ``loss``, ``backward``, ``optimizer``.
         loss_bytes: the loss/assigner's own share: its peak above what was alive before it (grows with anchors,

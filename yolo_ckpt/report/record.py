@@ -67,7 +67,7 @@ class PlanRecord:
 
     @classmethod
     def of(cls, plan, assumed: dict | None) -> PlanRecord:
-        """The record of a :class:`yolo_ckpt.memory.planner.Plan` and the assumptions of its estimate."""
+        """The record of a :class:`yolo_ckpt.memory.memory_model.Plan` and the assumptions of its estimate."""
         return cls(
             plan.recompute, plan.budget_bytes, plan.estimated_peak_bytes, plan.batch, plan.imgsz, plan.recompute_flops,
             plan.recompute_cost, plan.headroom_bytes, plan.margin_bytes, assumed,

@@ -23,7 +23,7 @@ from ..checkpointing.policy import is_auto
 from ..config import CkptConfig
 from ..errors import ConfigError, one_line
 from ..memory.planned_run import ESTIMATE_BASE_BATCH, decide
-from ..memory.planner import PlanError, size_text
+from ..memory.memory_model import PlanError, size_text
 from ..memory.ultralytics_rules import TASKS, autobatch_fraction, device_type
 from ..report.record import one_unit
 from .log import PREFIX
@@ -123,7 +123,7 @@ def estimate_needed(what: str):
 
 def plan_recompute(trainer) -> str:
     """recompute=auto: the cheapest set of layers, head branches and loss region that fits the budget at this
-    run's batch and largest imgsz (:meth:`yolo_ckpt.memory.planner.MemoryModel.plan`), kept as ``trainer.ckpt_state.plan``. With
+    run's batch and largest imgsz (:meth:`yolo_ckpt.memory.memory_model.MemoryModel.plan`), kept as ``trainer.ckpt_state.plan``. With
     batch=-1 the order is: recompute everything (``all``), then take the largest batch that fits
     (:func:`planned_batch`); both by :func:`yolo_ckpt.memory.planned_run.decide`.
 
@@ -200,7 +200,7 @@ def estimate_step_peaks(trainer, task: str) -> None:
     the batch (no more than the training set's images) and largest imgsz this run trains, for its spec (the planned
     run's memory model reused), into ``trainer.ckpt_state``'s ``estimated_peaks`` (bytes) and ``estimated_step``, and the
     composed steps of ``none`` and the policy (for the run's picture) into its ``estimated_steps``; from one fake pass
-    (:meth:`yolo_ckpt.memory.planner.MemoryModel.step`). Skipped, with the reason in its ``estimate_skipped``, for
+    (:meth:`yolo_ckpt.memory.memory_model.MemoryModel.step`). Skipped, with the reason in its ``estimate_skipped``, for
     ``estimate=False`` and for models the memory model does not cover. An estimate that fails is a report, not a
     gate: one warning line naming the failure, and the run trains on without it."""
     from ultralytics.nn.tasks import BaseModel

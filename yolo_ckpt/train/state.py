@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from ..memory.planned_run import PlannedRun
-    from ..memory.planner import Plan
+    from ..memory.memory_model import Plan
     from ..memory.step import StepProfile
     from .run_dir import RunDirState
 
