@@ -5,7 +5,7 @@ segmentation, the recomputed mask loss) against stock, one CPU thread::
 
 Cases: yolo11n detect at imgsz 1024, batch 1, with 20, 200, 600 and 1500 objects of 8-28 px; yolo11n-obb at 1024,
 batch 1, 600 objects of 8-28 px; yolo26n-seg at 640, batch 2, 400 objects of 1-3 % of the side (the small-object
-segmentation of the issue). Objects as :func:`yolo_ckpt.memory.training_batch.training_batch` lays them (one per cell of a
+segmentation of the issue). Objects as :func:`yolo_ckpt.memory.synthetic_batch.training_batch` lays them (one per cell of a
 grid, each side drawn in the range: where a box is larger than its cell, neighbours overlap).
 
 Per case:
@@ -41,7 +41,7 @@ from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.memory.foreground import ObjectSizes
 from yolo_ckpt.memory.memory_model import MemoryModel
 from yolo_ckpt.memory.step import profile_step
-from yolo_ckpt.memory.training_batch import training_batch
+from yolo_ckpt.memory.synthetic_batch import training_batch
 from yolo_ckpt.memory.ultralytics_rules import build_optimizer, model_task
 
 SMALL = (8 / 1024, 28 / 1024)  # 8-28 px at 1024

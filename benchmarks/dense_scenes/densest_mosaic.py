@@ -43,7 +43,7 @@ from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.errors import ConfigError
 from yolo_ckpt.memory.estimate import estimate_step
 from yolo_ckpt.memory.foreground import measured_foreground
-from yolo_ckpt.memory.planned_run import PlannedRun
+from yolo_ckpt.memory.planning import PlannedRun
 from yolo_ckpt.memory.step import profile_step
 from yolo_ckpt.memory.ultralytics_rules import model_task
 

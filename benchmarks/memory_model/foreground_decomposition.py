@@ -33,7 +33,7 @@ from yolo_ckpt.memory.foreground import ObjectSizes, measured_foreground
 from yolo_ckpt.memory.loss_calibration import loss_models
 from yolo_ckpt.memory.loss_model import LossModel
 from yolo_ckpt.memory.step import profile_step
-from yolo_ckpt.memory.training_batch import training_batch
+from yolo_ckpt.memory.synthetic_batch import training_batch
 
 MiB = 2**20
 

@@ -298,14 +298,14 @@ def test_checks_that_need_no_model_come_first(args, message, synthetic, tmp_path
     scanning the labels and planning the run fail the test if they start."""
     import ultralytics
 
-    import yolo_ckpt.memory.planned_run
+    import yolo_ckpt.memory.planning
     import yolo_ckpt.train.data_check
 
     def expensive(*a, **k):
         pytest.fail("an expensive step ran before the refusal")  # a BaseException: no 'except Exception' turns it into a refusal
 
     for owner, name in [(ultralytics.YOLO, "__init__"), (ultralytics.RTDETR, "__init__"), (yolo_ckpt.train.data_check, "scan_labels"),
-                        (yolo_ckpt.memory.planned_run, "planned_run")]:
+                        (yolo_ckpt.memory.planning, "planned_run")]:
         monkeypatch.setattr(owner, name, expensive)
     assert main([*args, f"data={synthetic()}", f"project={tmp_path}"]) == 2
     err = [line for line in capfd.readouterr().err.splitlines() if line.startswith("yolo-ckpt")]

@@ -33,7 +33,7 @@ from yolo_ckpt.memory.foreground import ObjectSizes
 from yolo_ckpt.memory.loss_calibration import CALIBRATION_POINTS, DECODED_BYTES_PER_PIXEL, MASK_TERMS_MARGIN, _loss_samples, loss_models
 from yolo_ckpt.memory.memory_model import MemoryModel
 from yolo_ckpt.memory.step import probe_training_step, profile_step
-from yolo_ckpt.memory.training_batch import detect_batch, training_batch
+from yolo_ckpt.memory.synthetic_batch import detect_batch, training_batch
 from yolo_ckpt.memory.ultralytics_rules import OBJECTLESS_TASKS, build_optimizer, device_type, model_task, optimizer_for, train_imgsz
 from yolo_ckpt.report.record import REPORT_NAME
 

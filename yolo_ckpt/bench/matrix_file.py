@@ -192,7 +192,7 @@ def _check_cell(matrix: Matrix, cell: dict, layouts: dict) -> None:
         resolve(config.recompute, layout)
     if matrix.kind == "step" and task not in TASKS:
         raise ConfigError(
-            f"{where}: step cells measure the tasks {', '.join(TASKS)} (yolo_ckpt.memory.training_batch.training_batch); task={task} "
+            f"{where}: step cells measure the tasks {', '.join(TASKS)} (yolo_ckpt.memory.synthetic_batch.training_batch); task={task} "
             "needs kind: train"
         )
     try:

@@ -26,7 +26,7 @@ def _plan_budget(config: CkptConfig) -> int:
 def plan_setup(args: list[str]):
     """The :class:`~yolo_ckpt.memory.memory_model.MemoryModel` ``yolo-ckpt plan`` plans with, for its arguments: the run
     :func:`~yolo_ckpt.cli.run_setup.estimate_setup` makes of them (its headroom on the assumed device, ``loss_chunk=``),
-    and the batch train would run with them, by train's function (:func:`yolo_ckpt.memory.planned_run.decide`).
+    and the batch train would run with them, by train's function (:func:`yolo_ckpt.memory.planning.decide`).
 
     Returns:
         ``(memory, budget, opts, spec)``: the memory model, ``memory_budget=`` in bytes, the keys with defaults and
@@ -42,7 +42,7 @@ def plan_setup(args: list[str]):
         ConfigError: as :func:`~yolo_ckpt.cli.run_setup.estimate_setup` raises (without ``memory_budget=``, for a fraction); PlanError:
             where train refuses: with ``batch=-1`` where not even batch 1 fits.
     """
-    from ..memory.planned_run import decide
+    from ..memory.planning import decide
 
     run, opts = estimate_setup(args, "plan", early=_plan_budget)
     budget = _plan_budget(run.config)
@@ -102,8 +102,8 @@ def plan(args: list[str]) -> list[dict]:
     with diagnostics_to_stderr():  # before Ultralytics is imported: its first import on a machine prints a banner
         from ultralytics.utils import TQDM
 
-        from ..memory.attention_tokens import attention_tokens
-        from ..memory.planned_run import decide
+        from ..memory.attention_shapes import attention_tokens
+        from ..memory.planning import decide
         from ..memory.memory_model import size_text
         from ..report.record import attention_text
 

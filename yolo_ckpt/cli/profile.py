@@ -48,7 +48,7 @@ def profile(args: list[str]) -> dict:
     ``yolo`` names runs (``project=``,
     ``name=``; default ``<runs_dir>/profile/profile<N>``); its path is the result's ``plot``. Where ``recompute=`` runs
     the attention region, one line (and the result's ``attention``) names its ``attn_chunk`` and each attention
-    module's layer and tokens N at ``imgsz``, chunked or stock (:func:`yolo_ckpt.memory.attention_tokens.attention_tokens`).
+    module's layer and tokens N at ``imgsz``, chunked or stock (:func:`yolo_ckpt.memory.attention_shapes.attention_tokens`).
 
     Examples:
         >>> profile(["model=yolo11n.yaml", "imgsz=1024", "batch=2", "recompute=all", "plot=True"])["plot"]
@@ -62,7 +62,7 @@ def profile(args: list[str]) -> dict:
         from ultralytics.utils import TQDM
 
         from ..checkpointing.policy import ModelLayout, resolve
-        from ..memory.attention_tokens import attention_tokens
+        from ..memory.attention_shapes import attention_tokens
         from ..memory.estimate import estimate_step
         from ..memory.loss_calibration import loss_models
 

@@ -40,7 +40,7 @@ from ..checkpointing.chunks import DEFAULT_ATTN_CHUNK, check_attn_chunk
 from ..checkpointing.engine import sub_regions
 from ..checkpointing.policy import REGIONS, ModelLayout, RecomputePolicy, resolve, spec_string
 from . import estimate_cache
-from .attention_tokens import attention_modules
+from .attention_shapes import attention_modules
 from .estimate import estimate_step, with_loss_phases
 from .loss_calibration import loss_models
 from .step import StepProfile
@@ -219,7 +219,7 @@ class ComposedEstimate:
     def attention_flops(self, batch: int, imgsz) -> int:
         """Forward FLOPs the attention region recomputes per step: its backward rebuilds each chunked module's scores
         twice (by query rows, then by key columns: :class:`yolo_ckpt.checkpointing.attention.ChunkedAttention`),
-        ``2 x`` :meth:`~yolo_ckpt.memory.attention_tokens.AttentionShape.score_flops`; 0 where no module is chunked."""
+        ``2 x`` :meth:`~yolo_ckpt.memory.attention_shapes.AttentionShape.score_flops`; 0 where no module is chunked."""
         imgsz = train_imgsz(imgsz, self.model.stride)
         return sum(2 * a.score_flops(batch, imgsz) for a in self.attention if a.tokens(imgsz) > self.attn_chunk)
 

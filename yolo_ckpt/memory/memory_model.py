@@ -275,7 +275,7 @@ class MemoryModel(ComposedEstimate):
         AutoBatch caps it by ``dataset_size``: ``ultralytics/utils/autobatch.py`` lines 124-126) whose fake pass with
         ``units`` and the headroom fits ``budget`` at ``imgsz``, the next batch shown not to fit
         (:meth:`_largest_by_fake_pass`): the same answer whatever batch the memory model's base pass was estimated at.
-        The one rule of the largest batch: ``batch=-1``'s pick (:func:`~yolo_ckpt.memory.planned_run.decide`) and
+        The one rule of the largest batch: ``batch=-1``'s pick (:func:`~yolo_ckpt.memory.planning.decide`) and
         ``plan``'s ``max_batch``."""
         limit = min(limit, images) if images else limit
         imgsz = train_imgsz(imgsz, self.model.stride)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ..memory.planned_run import PlannedRun
+    from ..memory.planning import PlannedRun
     from ..memory.memory_model import Plan
     from ..memory.step import StepProfile
     from .run_dir import RunDirState
