@@ -38,11 +38,7 @@ from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.checkpointing.assigner import chunk_assigners
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
-from yolo_ckpt.memory.foreground import ObjectSizes
-from yolo_ckpt.memory.memory_model import MemoryModel
-from yolo_ckpt.memory.step import profile_step
-from yolo_ckpt.memory.synthetic_batch import training_batch
-from yolo_ckpt.memory.ultralytics_rules import build_optimizer, model_task
+from yolo_ckpt.memory import MemoryModel, ObjectSizes, build_optimizer, model_task, profile_step, training_batch
 
 SMALL = (8 / 1024, 28 / 1024)  # 8-28 px at 1024
 CASES = {

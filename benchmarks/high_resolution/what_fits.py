@@ -50,7 +50,7 @@ def main(argv: list[str]) -> dict:
     sizes = [int(s) for s in listed(opts["imgsz"])] if "imgsz" in opts else list(SIZES)
     base, out = int(opts.get("base", 2048)), opts.get("out")
 
-    from yolo_ckpt.memory.planning import PlannedRun
+    from yolo_ckpt.memory import PlannedRun
 
     rows, checks = [], []
     for model in models:

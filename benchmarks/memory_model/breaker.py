@@ -37,11 +37,7 @@ from yolo_ckpt import count_recomputations
 from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
-from yolo_ckpt.memory.foreground import ObjectSizes
-from yolo_ckpt.memory.memory_model import MemoryModel, PlanError
-from yolo_ckpt.memory.step import profile_step
-from yolo_ckpt.memory.synthetic_batch import training_batch
-from yolo_ckpt.memory.ultralytics_rules import model_task
+from yolo_ckpt.memory import MemoryModel, ObjectSizes, PlanError, model_task, profile_step, training_batch
 
 MODELS = {
     "detect": "yolo11n.yaml", "obb": "yolo11n-obb.yaml", "pose": "yolo11n-pose.yaml", "seg": "yolo11n-seg.yaml", "yolo26": "yolo26n.yaml"

@@ -32,9 +32,7 @@ from yolo_ckpt.bench.results_io import dataset_yaml, provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.errors import ConfigError
-from yolo_ckpt.memory.planning import PlannedRun
-from yolo_ckpt.memory.step import profile_step
-from yolo_ckpt.memory.ultralytics_rules import model_task
+from yolo_ckpt.memory import PlannedRun, model_task, profile_step
 
 KEYS = ("data", "datasets", "model", "imgsz", "batch", "recompute", "fraction", "predictions", "out")  # the key=value words main takes
 PREDICTIONS = ("initial", "overlapping")

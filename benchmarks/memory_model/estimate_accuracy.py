@@ -21,9 +21,7 @@ from ultralytics.nn.tasks import SegmentationModel
 from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
-from yolo_ckpt.memory.estimate import estimate_step
-from yolo_ckpt.memory.step import profile_step
-from yolo_ckpt.memory.synthetic_batch import training_batch
+from yolo_ckpt.memory import estimate_step, profile_step, training_batch
 
 MODELS = ("yolo11n-seg.yaml", "yolo26n-seg.yaml")
 STEPS = tuple(itertools.product((1, 2), (256, 384, 512), (20, 100, 300, 600)))  # (batch, imgsz, objects per image)

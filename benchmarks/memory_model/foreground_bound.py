@@ -17,9 +17,7 @@ import numpy as np
 from yolo_ckpt.bench.results_io import dataset_yaml, provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
-from yolo_ckpt.memory.estimate import estimate_step
-from yolo_ckpt.memory.loss_calibration import loss_models
-from yolo_ckpt.memory.planning import PlannedRun
+from yolo_ckpt.memory import PlannedRun, estimate_step, loss_models
 
 MiB = 2**20
 

@@ -18,8 +18,8 @@ from yolo_ckpt.cli import main
 from yolo_ckpt.cli.run_setup import estimate_setup
 from yolo_ckpt.config import NO_HEADROOM
 from yolo_ckpt.errors import ConfigError
-from yolo_ckpt.memory.planning import Decision, PlannedRun, decide
 from yolo_ckpt.memory.memory_model import PlanError
+from yolo_ckpt.memory.planning import Decision, PlannedRun, decide
 
 AUGMENT = {"detect": {}, "segment": {"copy_paste": 0.5, "mixup": 0.5}}  # mosaic is on by default
 

@@ -43,7 +43,7 @@ from yolo_ckpt.checkpointing.policy import is_auto, layout_of, resolve
 from yolo_ckpt.config import DEFAULTS, CkptConfig
 from yolo_ckpt.data.tiles import TILE_TASKS
 from yolo_ckpt.errors import ConfigError, MissingFileError, one_line
-from yolo_ckpt.memory.ultralytics_rules import TASKS
+from yolo_ckpt.memory import TASKS
 from yolo_ckpt.shipped import resolve_yaml
 
 from .cells import BUILT_IN_DATASETS, CELL_KEYS, SETTINGS, RelativeBudget, cell_budget, cell_id, is_none

@@ -11,9 +11,7 @@ from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT
 from yolo_ckpt.checkpointing.policy import is_auto
 from yolo_ckpt.config import DEFAULTS, CkptConfig
 from yolo_ckpt.errors import ConfigError
-from yolo_ckpt.memory.planning import ESTIMATE_BASE_BATCH, PlannedRun, decide, planned_run
-from yolo_ckpt.memory.memory_model import MemoryModel
-from yolo_ckpt.memory.ultralytics_rules import device_type, grid_size
+from yolo_ckpt.memory import ESTIMATE_BASE_BATCH, MemoryModel, PlannedRun, decide, device_type, grid_size, planned_run
 
 from .cells import RelativeBudget, cell_budget
 

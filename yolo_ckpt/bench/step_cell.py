@@ -32,10 +32,7 @@ from ultralytics import YOLO
 from ultralytics.utils import DEFAULT_CFG
 
 from yolo_ckpt import apply_checkpointing, count_recomputations
-from yolo_ckpt.memory.layer_accounting import layer_flops
-from yolo_ckpt.memory.step import profile_step
-from yolo_ckpt.memory.synthetic_batch import training_batch
-from yolo_ckpt.memory.ultralytics_rules import amp_enabled, autocast_for, build_optimizer
+from yolo_ckpt.memory import amp_enabled, autocast_for, build_optimizer, layer_flops, profile_step, training_batch
 
 from .cells import failed
 from .planning import needs_memory_model, planned_cell, settle

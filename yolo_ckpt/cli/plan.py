@@ -42,7 +42,7 @@ def plan_setup(args: list[str]):
         ConfigError: as :func:`~yolo_ckpt.cli.run_setup.estimate_setup` raises (without ``memory_budget=``, for a fraction); PlanError:
             where train refuses: with ``batch=-1`` where not even batch 1 fits.
     """
-    from ..memory.planning import decide
+    from ..memory import decide
 
     run, opts = estimate_setup(args, "plan", early=_plan_budget)
     budget = _plan_budget(run.config)
@@ -102,9 +102,7 @@ def plan(args: list[str]) -> list[dict]:
     with diagnostics_to_stderr():  # before Ultralytics is imported: its first import on a machine prints a banner
         from ultralytics.utils import TQDM
 
-        from ..memory.attention_shapes import attention_tokens
-        from ..memory.planning import decide
-        from ..memory.memory_model import size_text
+        from ..memory import attention_tokens, decide, size_text
         from ..report.record import attention_text
 
         memory, budget, opts, spec = plan_setup(args)

@@ -62,9 +62,7 @@ def profile(args: list[str]) -> dict:
         from ultralytics.utils import TQDM
 
         from ..checkpointing.policy import ModelLayout, resolve
-        from ..memory.attention_shapes import attention_tokens
-        from ..memory.estimate import estimate_step
-        from ..memory.loss_calibration import loss_models
+        from ..memory import attention_tokens, estimate_step, loss_models
 
         run, opts = estimate_setup(args, "profile")
         model, config, spec = run.model, run.config, run.spec

@@ -40,7 +40,7 @@ def estimate_setup(args: list[str], command: str = "plan", early=None):
             keys' errors before the model is built) and as train's checks of the data raise.
     """
     given = parse_train_args(args, estimate_keys(command))
-    from ..memory.planning import PlannedRun
+    from ..memory import PlannedRun
     from ..train.data_check import CHECKED_TASKS, check_labels
     from ..train.inputs import check_data_for_task, check_imgsz, check_model_path
     from .train import tidy_beside

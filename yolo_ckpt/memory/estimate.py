@@ -34,8 +34,8 @@ from .layer_accounting import LayerAccounting, module_flops
 from .loss_calibration import calibrate_loss
 from .loss_model import LossModel
 from .step import StepProfile, run_step
-from .tracker import LiveTensorTracker, tensor_bytes
 from .synthetic_batch import training_batch
+from .tracker import LiveTensorTracker, tensor_bytes
 from .ultralytics_rules import build_optimizer, train_imgsz
 
 

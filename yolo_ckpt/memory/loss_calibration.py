@@ -43,8 +43,8 @@ from .amp import cuda_amp_emulated
 from .fake_copy import fake_copy
 from .foreground import candidate_pairs
 from .loss_model import LossModel
-from .tracker import LiveTensorTracker, tensor_bytes
 from .synthetic_batch import training_batch
+from .tracker import LiveTensorTracker, tensor_bytes
 from .ultralytics_rules import OBJECTLESS_TASKS, input_channels, mask_ratio, model_task
 
 # (batch, imgsz, objects per image) at which the real loss is measured to fit its formula: small (imgsz <= 160), so

@@ -22,9 +22,7 @@ from ultralytics.utils.torch_utils import unwrap_model
 from ..checkpointing.policy import is_auto
 from ..config import CkptConfig
 from ..errors import ConfigError, one_line
-from ..memory.planning import ESTIMATE_BASE_BATCH, decide
-from ..memory.memory_model import PlanError, size_text
-from ..memory.ultralytics_rules import TASKS, autobatch_fraction, device_type
+from ..memory import ESTIMATE_BASE_BATCH, TASKS, PlanError, autobatch_fraction, decide, device_type, size_text
 from ..report.record import one_unit
 from .log import PREFIX
 
@@ -88,7 +86,7 @@ def plan_run(trainer, batch: int):
     """The run ``trainer`` plans (:func:`yolo_ckpt.memory.planning.planned_run`): its model, keys, data and device;
     the data counted once per run (RNG untouched). Kept as ``trainer.ckpt_state.planned``; logs what it assumed
     (its ``run_spec``)."""
-    from ..memory.planning import planned_run
+    from ..memory import planned_run
 
     state = trainer.ckpt_state
     counts = state.planned.counts if state.planned else None

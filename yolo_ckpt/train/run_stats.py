@@ -14,7 +14,7 @@ import torch
 from ultralytics.utils import LOGGER, RANK
 from ultralytics.utils.torch_utils import unwrap_model
 
-from ..memory.attention_shapes import attention_tokens
+from ..memory import attention_tokens
 from ..report.compare import class_ap
 from ..report.layer_plot import LayerPlot, layer_plot, write_layer_plot
 from ..report.record import (
@@ -200,8 +200,7 @@ def memory_probes(trainer):
     """
     from ultralytics.nn.tasks import BaseModel
 
-    from ..memory.step import probe_validation_step, profile_step
-    from ..memory.ultralytics_rules import optimizer_for
+    from ..memory import optimizer_for, probe_validation_step, profile_step
 
     batch = trainer.ckpt_state.probe_batch
     model = unwrap_model(trainer.model)
@@ -337,7 +336,7 @@ def finished_run_report(ckpt: dict, args: dict, metrics: dict, step_s: list | No
 
     from ..checkpointing.policy import ModelLayout, is_auto, resolve
     from ..config import CkptConfig
-    from ..memory.ultralytics_rules import frozen_layers
+    from ..memory import frozen_layers
     from ..report.record import STEP_TIMES
 
     spec, mode, model = args.get("recompute"), args.get("recompute_mode", "full"), ckpt.get("model") or ckpt.get("ema")
