@@ -11,7 +11,7 @@ from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT
 from yolo_ckpt.checkpointing.policy import is_auto
 from yolo_ckpt.config import DEFAULTS, CkptConfig
 from yolo_ckpt.errors import ConfigError
-from yolo_ckpt.memory import ESTIMATE_BASE_BATCH, MemoryModel, PlannedRun, decide, device_type, grid_size, planned_run
+from yolo_ckpt.memory import ESTIMATE_BASE_BATCH, MemoryModel, PlannedRun, decide, device_type, planned_run
 
 from .cells import RelativeBudget, cell_budget
 
@@ -69,7 +69,7 @@ def settle(cell: dict, memory: MemoryModel | None, cuda_available_bytes: int | N
     if out["imgsz"] == "fit":
         spec = decide(cell["recompute"], cell["batch"]).recompute  # 'all' for auto with batch=-1; auto at a batch: planned next
         units = () if is_auto(spec) else memory.units(spec)
-        out["imgsz"] = memory.largest_imgsz(units, out["budget_bytes"], out["batch"], grid_size(memory.strides))
+        out["imgsz"] = memory.largest_imgsz(units, out["budget_bytes"], out["batch"])  # on the training size's grid
         if out["imgsz"] == 0:
             raise ConfigError(
                 f"imgsz=fit: no imgsz fits memory_budget={cell['memory_budget']} at batch={cell['batch']} with recompute={spec}"

@@ -19,7 +19,7 @@ size_text`` loads only the module that defines it.
   assigner's foreground :func:`measured_foreground`;
 - the Ultralytics rules the memory model mirrors, each citing its line (:mod:`.ultralytics_rules`): :data:`TASKS`,
   :func:`model_task`, :func:`device_type`, :func:`amp_enabled`, :func:`autocast_for`, :func:`optimizer_for`,
-  :func:`build_optimizer`, :func:`frozen_layers`, :func:`grid_size`, :func:`autobatch_fraction`,
+  :func:`build_optimizer`, :func:`frozen_layers`, :func:`autobatch_fraction`,
   :func:`label_caches_in_memory`.
 
 Inside the wing: the counters (:mod:`.tracker`), the fake copy (:mod:`.fake_copy`), CUDA AMP emulated (:mod:`.amp`),
@@ -60,7 +60,6 @@ _EXPORTS = {
     "build_optimizer": "ultralytics_rules",
     "device_type": "ultralytics_rules",
     "frozen_layers": "ultralytics_rules",
-    "grid_size": "ultralytics_rules",
     "label_caches_in_memory": "ultralytics_rules",
     "model_task": "ultralytics_rules",
     "optimizer_for": "ultralytics_rules",
