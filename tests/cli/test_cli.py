@@ -590,10 +590,10 @@ def test_profile_and_plan_estimate_the_run_of_the_data(synthetic, tmp_path):
 def test_plan_ultralytics_21100_does_not_fit_12gb():
     """ultralytics#21100: yolo12s at imgsz 2048, batch 1, out of memory on a 12 GB GPU, with AMP on (the user's run
     and plan's default on CUDA). The AMP estimate follows CUDA fp16 autocast, which keeps area attention's softmax in
-    fp32 (yolo_ckpt.memory.amp): recompute=none does not fit 12 GB = 11444 MiB with the default headroom (1.15x + 500 MiB),
+    fp32 (yolo_ckpt.memory.composed.amp): recompute=none does not fit 12 GB = 11444 MiB with the default headroom (1.15x + 500 MiB),
     and auto and all do. Planned with plan's memory model (its table's rows: test_cli_profile_and_plan_json)."""
     memory, budget, opts, spec = plan_setup(["model=yolo12s.yaml", "imgsz=2048", "batch=1", "memory_budget=12GB", "device=0"])
-    assert budget == 12 * 10**9 and spec.device == "cuda" and spec.amp and memory.amp and opts["imgsz"] == 2048
+    assert budget == 12 * 10**9 and spec.device == "cuda" and spec.amp and memory.composed.amp and opts["imgsz"] == 2048
     none = memory.estimate("none", 1, 2048).peak_bytes
     assert memory.headroom.need(none) == pytest.approx(1.15 * none + 500 * 2**20, abs=1)
     assert not memory.fits(none, budget) and budget < memory.headroom.need(none) and memory.largest_batch((), budget, 2048) == 0

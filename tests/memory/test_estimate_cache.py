@@ -22,7 +22,8 @@ def test_a_second_plan_reads_the_first_ones_figures(tmp_path, monkeypatch):
     def planned():
         memory, budget, _, _ = plan_setup(keys)
         auto = memory.plan(budget, 2, 96)
-        return memory, (memory.base.peak_bytes, memory.estimate("all", 2, 96).peak_bytes, auto.recompute, auto.estimated_peak_bytes)
+        base = memory.composed.base
+        return memory, (base.peak_bytes, memory.estimate("all", 2, 96).peak_bytes, auto.recompute, auto.estimated_peak_bytes)
 
     monkeypatch.setattr(calibration, "_PREDICTION_SPECS", {})
     passes, specs = [], calibration._fake_prediction_specs
