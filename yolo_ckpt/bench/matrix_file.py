@@ -39,7 +39,8 @@ import yaml
 from ultralytics.cfg import check_dict_alignment
 from ultralytics.utils import DEFAULT_CFG_DICT, SETTINGS as ULTRALYTICS_SETTINGS, YAML
 
-from yolo_ckpt.checkpointing.policy import is_auto, layout_of, resolve
+from yolo_ckpt.checkpointing.model_file import layout_of
+from yolo_ckpt.checkpointing.policy import is_auto, resolve
 from yolo_ckpt.config import DEFAULTS, CkptConfig
 from yolo_ckpt.data.tiles import TILE_TASKS
 from yolo_ckpt.errors import ConfigError, MissingFileError, one_line

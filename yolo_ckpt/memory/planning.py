@@ -114,7 +114,8 @@ class PlannedRun:
         from ultralytics.cfg import get_cfg
         from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT, LOGGER
 
-        from ..checkpointing.policy import ModelLayout, layout_of
+        from ..checkpointing.model_file import layout_of
+        from ..checkpointing.policy import ModelLayout
         from .ultralytics_rules import TASKS
 
         config = CkptConfig.from_args(keys)  # bad keys fail here, before the model is built
