@@ -14,13 +14,12 @@ size_text`` loads only the module that defines it.
   :func:`calibrate_loss`, :func:`loss_models` (:mod:`.loss_calibration`), the boxes' sizes that bound it,
   :class:`ObjectSizes` (:mod:`.foreground`);
 - measured: the one training-step harness :func:`profile_step`, its :class:`StepProfile` and
-  :func:`probe_validation_step` (:mod:`.step`), the task's synthetic batch :func:`training_batch` (:mod:`.synthetic_batch`), per-layer FLOPs
-  :func:`layer_flops` (:mod:`.layer_accounting`), the attention modules' tokens :func:`attention_tokens` (:mod:`.attention_shapes`), the
-  assigner's foreground :func:`measured_foreground`;
+  :func:`probe_validation_step` (:mod:`.step`), the task's synthetic batch :func:`training_batch`
+  (:mod:`.synthetic_batch`), per-layer FLOPs :func:`layer_flops` (:mod:`.layer_accounting`), the attention modules'
+  tokens :func:`attention_tokens` (:mod:`.attention_shapes`), the assigner's foreground :func:`measured_foreground`;
 - the Ultralytics rules the memory model mirrors, each citing its line (:mod:`.ultralytics_rules`): :data:`TASKS`,
   :func:`model_task`, :func:`device_type`, :func:`amp_enabled`, :func:`autocast_for`, :func:`optimizer_for`,
-  :func:`build_optimizer`, :func:`frozen_layers`, :func:`autobatch_fraction`,
-  :func:`label_caches_in_memory`.
+  :func:`build_optimizer`, :func:`frozen_layers`, :func:`autobatch_fraction`, :func:`label_caches_in_memory`.
 
 Inside the wing: the counters (:mod:`.tracker`), the fake copy (:mod:`.fake_copy`), CUDA AMP emulated (:mod:`.amp`),
 the per-unit composition (:mod:`.composed`), the disk cache (:mod:`.estimate_cache`), the run assumed
