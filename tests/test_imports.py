@@ -125,3 +125,59 @@ def test_every_wing_is_in_a_layer():
     wings = {p.stem for p in PACKAGES["yolo_ckpt"].glob("*.py") if p.stem != "__init__"}
     wings |= {p.name for p in PACKAGES["yolo_ckpt"].iterdir() if (p / "__init__.py").is_file()}
     assert placed == wings
+
+
+def _front_door_kept(extra_import: tuple[str, str] | None = None) -> bool:
+    """Whether the ``memory-front-door`` contract of pyproject.toml holds on the package's import graph, with
+    ``extra_import`` (importer, imported) added to it."""
+    import grimp
+    from importlinter.api import read_configuration
+    from importlinter.contracts.forbidden import ForbiddenContract
+
+    config = read_configuration(str(ROOT / "pyproject.toml"))
+    (options,) = [c for c in config["contracts_options"] if c["id"] == "memory-front-door"]
+    graph = grimp.build_graph(*PACKAGES, cache_dir=None)
+    if extra_import:
+        graph.add_import(importer=extra_import[0], imported=extra_import[1])
+    contract = ForbiddenContract(name=options["name"], session_options=config["session_options"], contract_options=options)
+    return contract.check(graph, verbose=False).kept
+
+
+def test_memory_front_door_breaks_when_bypassed():
+    """Outside the memory wing its names come from ``yolo_ckpt.memory``: the contract holds on this checkout, breaks
+    where a caller takes a name from one of the wing's modules (``cli.plan -> memory.step``, a study's
+    ``-> memory.estimate``), and holds where the same name comes from the face."""
+    assert _front_door_kept()
+    assert not _front_door_kept(("yolo_ckpt.cli.plan", "yolo_ckpt.memory.step"))
+    assert not _front_door_kept(("benchmarks.memory_model.breaker", "yolo_ckpt.memory.estimate"))
+    assert _front_door_kept(("yolo_ckpt.cli.plan", "yolo_ckpt.memory"))
+
+
+def test_memory_front_door_covers_every_other_wing():
+    """The contract's sources are every wing of the package but memory, and the studies: a new wing goes through the
+    face too."""
+    from importlinter.api import read_configuration
+
+    contracts = read_configuration(str(ROOT / "pyproject.toml"))["contracts_options"]
+    (sources,) = [c["source_modules"] for c in contracts if c["id"] == "memory-front-door"]
+    wings = {p.stem for p in PACKAGES["yolo_ckpt"].glob("*.py") if p.stem != "__init__"}
+    wings |= {p.name for p in PACKAGES["yolo_ckpt"].iterdir() if (p / "__init__.py").is_file()}
+    assert set(sources) == {f"yolo_ckpt.{w}" for w in wings - {"memory"}} | {"benchmarks"}
+
+
+def test_memory_face_names_resolve_lazily():
+    """``yolo_ckpt.memory``'s public names each resolve to an object of the module the face names (never a module:
+    no public name is also a module's name), importing the face alone loads no torch, and an unknown name raises."""
+    code = (
+        "import sys, yolo_ckpt.memory as m\n"
+        "print('torch' in sys.modules)\n"
+        "print(sorted(n for n in m.__all__ if getattr(m, n).__class__.__name__ == 'module'))\n"
+        "where = {n: getattr(getattr(m, n), '__module__', None) for n in m.__all__}\n"
+        "print(sorted(n for n, w in where.items() if w not in (None, f'yolo_ckpt.memory.{m._EXPORTS[n]}')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout.splitlines()
+    assert out == ["False", "[]", "[]"]
+    import yolo_ckpt.memory
+
+    with pytest.raises(AttributeError, match="no attribute 'MemoryModelX'"):
+        yolo_ckpt.memory.MemoryModelX  # noqa: B018

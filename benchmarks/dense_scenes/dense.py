@@ -5,14 +5,14 @@ segmentation, the recomputed mask loss) against stock, one CPU thread::
 
 Cases: yolo11n detect at imgsz 1024, batch 1, with 20, 200, 600 and 1500 objects of 8-28 px; yolo11n-obb at 1024,
 batch 1, 600 objects of 8-28 px; yolo26n-seg at 640, batch 2, 400 objects of 1-3 % of the side (the small-object
-segmentation of the issue). Objects as :func:`yolo_ckpt.memory.training_batch.training_batch` lays them (one per cell of a
+segmentation of the issue). Objects as :func:`yolo_ckpt.memory.synthetic_batch.training_batch` lays them (one per cell of a
 grid, each side drawn in the range: where a box is larger than its cell, neighbours overlap).
 
 Per case:
 
 - peak bytes of one training step (:func:`yolo_ckpt.memory.step.profile_step`: forward, loss, backward, AdamW step,
   the optimizer's state included) for ``recompute=none`` (stock), ``all`` and ``auto`` at half of ``none``'s
-  estimate (``memory_budget=0.5x``, planned by :class:`yolo_ckpt.memory.planner.MemoryModel` from the case's objects
+  estimate (``memory_budget=0.5x``, planned by :class:`yolo_ckpt.memory.memory_model.MemoryModel` from the case's objects
   and their boxes, as ``data=`` states them: :meth:`~yolo_ckpt.memory.foreground.ObjectSizes.of_batch`; without them
   the estimate takes every box as the whole image, issue 30), with the estimates beside them;
 - the gradients and the weights after one AdamW step of ``all`` against stock: ``torch.equal`` on every tensor;
@@ -38,11 +38,7 @@ from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.checkpointing.assigner import chunk_assigners
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
-from yolo_ckpt.memory.foreground import ObjectSizes
-from yolo_ckpt.memory.planner import MemoryModel
-from yolo_ckpt.memory.step import profile_step
-from yolo_ckpt.memory.training_batch import training_batch
-from yolo_ckpt.memory.ultralytics_rules import build_optimizer, model_task
+from yolo_ckpt.memory import MemoryModel, ObjectSizes, build_optimizer, model_task, profile_step, training_batch
 
 SMALL = (8 / 1024, 28 / 1024)  # 8-28 px at 1024
 CASES = {

@@ -41,11 +41,7 @@ from yolo_ckpt.bench.results_io import dataset_yaml, provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.errors import ConfigError
-from yolo_ckpt.memory.estimate import estimate_step
-from yolo_ckpt.memory.foreground import measured_foreground
-from yolo_ckpt.memory.planned_run import PlannedRun
-from yolo_ckpt.memory.step import profile_step
-from yolo_ckpt.memory.ultralytics_rules import model_task
+from yolo_ckpt.memory import PlannedRun, estimate_step, measured_foreground, model_task, profile_step
 
 
 def densest_mosaic(data: str, imgsz: int, batch: int = 1, task: str = "segment", repeat: bool = False,

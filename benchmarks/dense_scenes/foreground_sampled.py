@@ -38,10 +38,9 @@ from ultralytics.data.utils import check_det_dataset
 from yolo_ckpt.bench.results_io import dataset_yaml, provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
+from yolo_ckpt.memory import loss_models, model_task
 from yolo_ckpt.memory.foreground import candidates
-from yolo_ckpt.memory.loss_calibration import loss_models
 from yolo_ckpt.memory.runspec import count_data
-from yolo_ckpt.memory.ultralytics_rules import model_task
 
 MiB = 2**20
 KEYS = ("data", "datasets", "model", "imgsz", "epochs", "seed", "out")  # the key=value words main takes

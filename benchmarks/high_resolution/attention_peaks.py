@@ -44,8 +44,7 @@ def main(argv: list[str]) -> dict:
 
     from yolo_ckpt import count_recomputations
     from yolo_ckpt.checkpointing.policy import ModelLayout, resolve
-    from yolo_ckpt.memory.step import profile_step
-    from yolo_ckpt.memory.training_batch import training_batch
+    from yolo_ckpt.memory import profile_step, training_batch
 
     torch.manual_seed(0)
     net = YOLO(model).model

@@ -4,7 +4,7 @@ card, from the memory model (estimates on CUDA with AMP, not measured on a GPU).
     python -m benchmarks.high_resolution.what_fits [models=yolo11n.yaml,...] [imgsz=1536,2048,...] [base=2048] \\
         [out=benchmarks/results/what-fits]
 
-Per model, one memory model (:class:`yolo_ckpt.memory.planner.MemoryModel`, planned as ``yolo-ckpt plan device=0``
+Per model, one memory model (:class:`yolo_ckpt.memory.memory_model.MemoryModel`, planned as ``yolo-ckpt plan device=0``
 plans it: CUDA, AMP, AdamW, 20 whole-image boxes per image, the default ``memory_headroom`` of 1.15x + 500 MiB). Per
 imgsz and policy, its fake passes (:meth:`~yolo_ckpt.memory.composed.ComposedEstimate.estimate`) at batch 1 and 2
 give each phase's peak (forward, loss, backward, optimizer) as a line in the batch, whose answer for a card is the
@@ -50,7 +50,7 @@ def main(argv: list[str]) -> dict:
     sizes = [int(s) for s in listed(opts["imgsz"])] if "imgsz" in opts else list(SIZES)
     base, out = int(opts.get("base", 2048)), opts.get("out")
 
-    from yolo_ckpt.memory.planned_run import PlannedRun
+    from yolo_ckpt.memory import PlannedRun
 
     rows, checks = [], []
     for model in models:

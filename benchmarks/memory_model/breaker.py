@@ -4,7 +4,7 @@
     python -m benchmarks.memory_model.breaker render=benchmarks/results/breaker/record.json out=benchmarks/results/breaker  # tables again
 
 Layouts (``objects`` boxes per image, normalised xywh, the same layout in every image of the batch): ``grid`` (one
-box per cell, as :func:`yolo_ckpt.memory.training_batch.training_batch` lays them and the calibration measures), ``small``
+box per cell, as :func:`yolo_ckpt.memory.synthetic_batch.training_batch` lays them and the calibration measures), ``small``
 (1-3 % of the side, anywhere), ``large`` (sides 30-90 % of the side, anywhere: they overlap), ``mixed`` (half small,
 half 40-90 %), ``nested`` (a crowd: boxes about one point from 5 % of the side to the whole image), ``identical``
 (every box the same half-image box) and ``edge`` (centres on the image's edges, sides 10-40 %). Models: yolo11n
@@ -37,11 +37,7 @@ from yolo_ckpt import count_recomputations
 from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
-from yolo_ckpt.memory.foreground import ObjectSizes
-from yolo_ckpt.memory.planner import MemoryModel, PlanError
-from yolo_ckpt.memory.step import profile_step
-from yolo_ckpt.memory.training_batch import training_batch
-from yolo_ckpt.memory.ultralytics_rules import model_task
+from yolo_ckpt.memory import MemoryModel, ObjectSizes, PlanError, model_task, profile_step, training_batch
 
 MODELS = {
     "detect": "yolo11n.yaml", "obb": "yolo11n-obb.yaml", "pose": "yolo11n-pose.yaml", "seg": "yolo11n-seg.yaml", "yolo26": "yolo26n.yaml"

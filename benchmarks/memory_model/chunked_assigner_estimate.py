@@ -20,9 +20,7 @@ from ultralytics.nn.tasks import DetectionModel
 from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
-from yolo_ckpt.memory.estimate import estimate_step
-from yolo_ckpt.memory.step import profile_step
-from yolo_ckpt.memory.training_batch import training_batch
+from yolo_ckpt.memory import estimate_step, profile_step, training_batch
 
 MiB = 2**20
 

@@ -4,7 +4,7 @@ The batches are the epoch Ultralytics' own trainer of the task draws at ``seed=0
 rest of the run's augmentation, ``fraction=`` of the training set); each is measured as one CPU training step
 (:func:`yolo_ckpt.memory.step.profile_step`: forward, loss, backward, AdamW step with its state, fp32) of the model
 at its initial weights, with ``recompute=``. Beside them the estimate ``yolo-ckpt plan`` makes for the same keys
-(:meth:`yolo_ckpt.memory.planned_run.PlannedRun.from_keys`: the data's objects bound and box sizes). The weights do not change
+(:meth:`yolo_ckpt.memory.planning.PlannedRun.from_keys`: the data's objects bound and box sizes). The weights do not change
 between steps: the memory of a step depends on its shapes and targets, and, for segmentation, on how many anchors the
 assigner makes foreground, which an untrained model's predictions make fewer than a trained one's (the estimate
 bounds those too). ``predictions=overlapping`` measures the steps as a trained model's predictions make them: every
@@ -32,9 +32,7 @@ from yolo_ckpt.bench.results_io import dataset_yaml, provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.errors import ConfigError
-from yolo_ckpt.memory.planned_run import PlannedRun
-from yolo_ckpt.memory.step import profile_step
-from yolo_ckpt.memory.ultralytics_rules import model_task
+from yolo_ckpt.memory import PlannedRun, model_task, profile_step
 
 KEYS = ("data", "datasets", "model", "imgsz", "batch", "recompute", "fraction", "predictions", "out")  # the key=value words main takes
 PREDICTIONS = ("initial", "overlapping")

@@ -2,7 +2,7 @@
 
 For YOLO11n-seg and YOLO26n-seg (one class, fp32, ``recompute=none`` or another policy, AdamW), batch 1 and 2,
 imgsz 256, 384 and 512 (up to 3.2x the loss calibration's largest size) and 20 to 600 grid-laid objects per image
-(:func:`yolo_ckpt.memory.training_batch.training_batch`): :func:`yolo_ckpt.memory.estimate.estimate_step` against
+(:func:`yolo_ckpt.memory.synthetic_batch.training_batch`): :func:`yolo_ckpt.memory.estimate.estimate_step` against
 :func:`yolo_ckpt.memory.step.profile_step`. The segmentation estimate must never fall under the measurement.
 
     python -m benchmarks.memory_model.estimate_accuracy [recompute=none] out=benchmarks/results/estimate-accuracy
@@ -21,9 +21,7 @@ from ultralytics.nn.tasks import SegmentationModel
 from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
-from yolo_ckpt.memory.estimate import estimate_step
-from yolo_ckpt.memory.step import profile_step
-from yolo_ckpt.memory.training_batch import training_batch
+from yolo_ckpt.memory import estimate_step, profile_step, training_batch
 
 MODELS = ("yolo11n-seg.yaml", "yolo26n-seg.yaml")
 STEPS = tuple(itertools.product((1, 2), (256, 384, 512), (20, 100, 300, 600)))  # (batch, imgsz, objects per image)

@@ -1,7 +1,7 @@
 """What a dataset's box sizes do to the segmentation estimate: the foreground anchors per image at the worst box size
 (``objects x topk``) and bounded by the labels' sizes at their largest augmented size (``data=``,
 :class:`yolo_ckpt.memory.foreground.ObjectSizes`), and the step's estimate with each, for the run ``plan`` would plan
-(``yolo_ckpt.memory.planned_run.PlannedRun.from_keys``: the data's most objects per image x its augmentation's factors). Estimates
+(``yolo_ckpt.memory.planning.PlannedRun.from_keys``: the data's most objects per image x its augmentation's factors). Estimates
 only: no step is measured.
 
     python -m benchmarks.memory_model.foreground_bound datasets=DIR data=monuseg/data.yaml imgsz=1024 \
@@ -17,9 +17,7 @@ import numpy as np
 from yolo_ckpt.bench.results_io import dataset_yaml, provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
-from yolo_ckpt.memory.estimate import estimate_step
-from yolo_ckpt.memory.loss_calibration import loss_models
-from yolo_ckpt.memory.planned_run import PlannedRun
+from yolo_ckpt.memory import PlannedRun, estimate_step, loss_models
 
 MiB = 2**20
 

@@ -28,12 +28,7 @@ from ultralytics.nn.tasks import SegmentationModel
 from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
-from yolo_ckpt.memory.estimate import estimate_step
-from yolo_ckpt.memory.foreground import ObjectSizes, measured_foreground
-from yolo_ckpt.memory.loss_calibration import loss_models
-from yolo_ckpt.memory.loss_model import LossModel
-from yolo_ckpt.memory.step import profile_step
-from yolo_ckpt.memory.training_batch import training_batch
+from yolo_ckpt.memory import LossModel, ObjectSizes, estimate_step, loss_models, measured_foreground, profile_step, training_batch
 
 MiB = 2**20
 

@@ -23,9 +23,7 @@ from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.config import Budget
-from yolo_ckpt.memory.estimate import estimate_step
-from yolo_ckpt.memory.loss_calibration import calibrate_loss
-from yolo_ckpt.memory.planner import MemoryModel
+from yolo_ckpt.memory import MemoryModel, calibrate_loss, estimate_step
 
 
 def build(cfg: str) -> BaseModel:

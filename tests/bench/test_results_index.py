@@ -13,7 +13,7 @@ from benchmarks import results_index
 from yolo_ckpt.bench.results_io import LEG, RECORD, dataset_yaml, git_state, provenance, recorded_command
 from yolo_ckpt.cli.args import parse_keys, parse_train_args
 from yolo_ckpt.cli.bench import bench_keys
-from yolo_ckpt.cli.estimate import estimate_keys
+from yolo_ckpt.cli.run_setup import estimate_keys
 from yolo_ckpt.shipped import resolve_yaml
 
 INDEX = results_index.load()

@@ -247,7 +247,7 @@ def test_loss_and_gradients_equal_stock(name, layout, one_thread, monkeypatch):
         monkeypatch.setattr(assigner_module, "PAIR_PIECE", PIECES[0])
     if task == "segment":
         from yolo_ckpt.data.dense import dense_segment_batch
-        from yolo_ckpt.memory.training_batch import training_batch
+        from yolo_ckpt.memory.synthetic_batch import training_batch
 
         large = training_batch(model, 2, IMGSZ, 30, sides=(0.4, 1.0))  # masks fill their boxes
         batch = large if layout == "large" else dense_segment_batch(2, IMGSZ, 30)

@@ -14,6 +14,7 @@ from ultralytics.nn.tasks import yaml_model_load
 from yolo_ckpt import apply_checkpointing, count_recomputations
 from yolo_ckpt.checkpointing.attention import _fma, apply_attention_region, chunks, kernel_reproduced, softmax_parts
 from yolo_ckpt.checkpointing.chunks import DEFAULT_ATTN_CHUNK, MIN_ATTN_CHUNK, check_attn_chunk
+from yolo_ckpt.checkpointing.model_file import yaml_layout
 from yolo_ckpt.checkpointing.policy import ModelLayout, resolve
 from yolo_ckpt.config import CkptConfig
 from yolo_ckpt.errors import ConfigError
@@ -158,7 +159,7 @@ def test_policy_resolves_attention():
     """attention is a region of models with attention layers, in all; a model without them refuses it by name."""
     for name, has in (("yolo11n.yaml", True), ("yolo12n.yaml", True), ("yolo26n.yaml", True), ("yolov10n.yaml", True),
                       ("yolov8n.yaml", False), ("yolo12n-cls.yaml", True)):
-        layout = ModelLayout.from_yaml(yaml_model_load(name))
+        layout = yaml_layout(yaml_model_load(name))
         assert layout.has_attention is has, name
         assert resolve("all", layout).attention is has
         if has:

@@ -13,7 +13,8 @@ from ultralytics.nn.tasks import yaml_model_load
 from ultralytics.utils import YAML
 
 from yolo_ckpt import apply_checkpointing, count_recomputations
-from yolo_ckpt.checkpointing.policy import ModelLayout, resolve
+from yolo_ckpt.checkpointing.model_file import yaml_layout
+from yolo_ckpt.checkpointing.policy import resolve
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -105,7 +106,7 @@ def test_every_shipped_yaml_is_covered():
 def test_sections_resolve_on_every_yaml(path):
     """backbone and all select layers of every shipped YAML, never its head, and all is backbone plus neck; classifiers
     have no neck and say so."""
-    layout = ModelLayout.from_yaml(yaml_model_load(MODELS / path))
+    layout = yaml_layout(yaml_model_load(MODELS / path))
     backbone, every = (set(resolve(s, layout).indices) for s in ("backbone", "all"))
     assert backbone and backbone <= every and layout.head not in every
     if layout.types[layout.head] == "Classify":

@@ -16,8 +16,8 @@ from torch import nn
 import yolo_ckpt.checkpointing.engine as engine
 from yolo_ckpt import apply_checkpointing, checkpointed_layers, count_recomputations, remove_checkpointing
 from yolo_ckpt.checkpointing.engine import checkpointed_modules, head_branches
+from yolo_ckpt.memory.synthetic_batch import detect_batch
 from yolo_ckpt.memory.tracker import LiveTensorTracker
-from yolo_ckpt.memory.training_batch import detect_batch
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

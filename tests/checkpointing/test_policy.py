@@ -16,7 +16,8 @@ from ultralytics.nn.tasks import (
 )
 
 from yolo_ckpt.checkpointing import policy
-from yolo_ckpt.checkpointing.policy import ModelLayout, RecomputePolicy, check_spec, layout_of, resolve, spec_string
+from yolo_ckpt.checkpointing.model_file import layout_of, yaml_layout
+from yolo_ckpt.checkpointing.policy import ModelLayout, RecomputePolicy, check_spec, resolve, spec_string
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -85,12 +86,12 @@ def test_layout_of_yaml_equals_built_model(yaml_name):
     assert layout_of(yaml_model_load(yaml_name)) == from_file
 
 
-def test_from_yaml_dict():
+def test_yaml_layout_of_a_dict():
     cfg = {
         "backbone": [[-1, 1, "Conv", [16, 3, 2]], [-1, 1, "nn.Upsample", [None, 2, "nearest"]]],
         "head": [[-1, 1, "ultralytics.nn.modules.C3k2", [16]], [[-1], 1, "Detect", ["nc"]]],
     }
-    lay = ModelLayout.from_yaml(cfg)
+    lay = yaml_layout(cfg)
     assert lay.types == ("Conv", "Upsample", "C3k2", "Detect")
     assert lay.n_backbone == 2
     assert lay.head == 3
@@ -311,13 +312,13 @@ def test_loss_token():
     p = resolve("loss", seg)
     assert p.loss and not p.head and p.indices == ()
     assert resolve("backbone,loss", seg).indices == Y11_BACKBONE
-    seg26 = ModelLayout.from_yaml(yaml_model_load("yolo26n-seg.yaml"))
+    seg26 = yaml_layout(yaml_model_load("yolo26n-seg.yaml"))
     assert seg26.types[seg26.head] == "Segment26" and resolve("loss", seg26).loss and resolve("all", seg26).loss
 
 
 @pytest.mark.parametrize("name", ["yolo11n-cls.yaml", "yolo26n-sem.yaml", "yolo26n-depth.yaml"])
 def test_loss_without_loss_region_names_the_heads_that_have_one(name):
-    lay = ModelLayout.from_yaml(yaml_model_load(name))
+    lay = yaml_layout(yaml_model_load(name))
     with pytest.raises(ValueError, match=f"the final head {lay.types[lay.head]} has no loss region") as e:
         resolve("loss", lay)
     assert "detect, obb, pose and segment models" in str(e.value) and "Detect, v10Detect" in str(e.value)

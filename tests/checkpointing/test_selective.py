@@ -8,8 +8,8 @@ from ultralytics import YOLO
 
 from yolo_ckpt import apply_checkpointing, count_recomputations, trainer_for
 from yolo_ckpt.checkpointing.engine import SELECTIVE_SAVE_OP_NAMES, SELECTIVE_SAVE_OPS, _save_ops, checkpointed_modules
+from yolo_ckpt.memory.synthetic_batch import detect_batch
 from yolo_ckpt.memory.tracker import LiveTensorTracker
-from yolo_ckpt.memory.training_batch import detect_batch
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # two threads spin on the shared 2-core machine
 

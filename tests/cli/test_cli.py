@@ -298,14 +298,14 @@ def test_checks_that_need_no_model_come_first(args, message, synthetic, tmp_path
     scanning the labels and planning the run fail the test if they start."""
     import ultralytics
 
-    import yolo_ckpt.memory.planned_run
+    import yolo_ckpt.memory.planning
     import yolo_ckpt.train.data_check
 
     def expensive(*a, **k):
         pytest.fail("an expensive step ran before the refusal")  # a BaseException: no 'except Exception' turns it into a refusal
 
     for owner, name in [(ultralytics.YOLO, "__init__"), (ultralytics.RTDETR, "__init__"), (yolo_ckpt.train.data_check, "scan_labels"),
-                        (yolo_ckpt.memory.planned_run, "planned_run")]:
+                        (yolo_ckpt.memory.planning, "planned_run")]:
         monkeypatch.setattr(owner, name, expensive)
     assert main([*args, f"data={synthetic()}", f"project={tmp_path}"]) == 2
     err = [line for line in capfd.readouterr().err.splitlines() if line.startswith("yolo-ckpt")]
@@ -556,7 +556,7 @@ def test_profile_and_plan_estimate_the_run_of_the_data(synthetic, tmp_path):
     """profile/plan read data= as train does: the data's classes (1, not the YAML's 80), its most objects per image
     x 4 for mosaic (300 -> 1200) and its images for optimizer=auto; device=cpu estimates fp32; without device= a
     CUDA device with AMP as amp= says; the text output states all of it."""
-    from yolo_ckpt.cli.estimate import estimate_setup
+    from yolo_ckpt.cli.run_setup import estimate_setup
 
     data = _one_class_data(synthetic, tmp_path)
     run, opts = estimate_setup([f"data={data}", "imgsz=128", "batch=1", "device=cpu", "epochs=20000", "memory_budget=8GB"])
@@ -590,10 +590,10 @@ def test_profile_and_plan_estimate_the_run_of_the_data(synthetic, tmp_path):
 def test_plan_ultralytics_21100_does_not_fit_12gb():
     """ultralytics#21100: yolo12s at imgsz 2048, batch 1, out of memory on a 12 GB GPU, with AMP on (the user's run
     and plan's default on CUDA). The AMP estimate follows CUDA fp16 autocast, which keeps area attention's softmax in
-    fp32 (yolo_ckpt.memory.amp): recompute=none does not fit 12 GB = 11444 MiB with the default headroom (1.15x + 500 MiB),
+    fp32 (yolo_ckpt.memory.composed.amp): recompute=none does not fit 12 GB = 11444 MiB with the default headroom (1.15x + 500 MiB),
     and auto and all do. Planned with plan's memory model (its table's rows: test_cli_profile_and_plan_json)."""
     memory, budget, opts, spec = plan_setup(["model=yolo12s.yaml", "imgsz=2048", "batch=1", "memory_budget=12GB", "device=0"])
-    assert budget == 12 * 10**9 and spec.device == "cuda" and spec.amp and memory.amp and opts["imgsz"] == 2048
+    assert budget == 12 * 10**9 and spec.device == "cuda" and spec.amp and memory.composed.amp and opts["imgsz"] == 2048
     none = memory.estimate("none", 1, 2048).peak_bytes
     assert memory.headroom.need(none) == pytest.approx(1.15 * none + 500 * 2**20, abs=1)
     assert not memory.fits(none, budget) and budget < memory.headroom.need(none) and memory.largest_batch((), budget, 2048) == 0
@@ -641,7 +641,7 @@ def test_estimate_setup_takes_the_data_of_every_task_and_a_list_imgsz(task, imgs
     """profile/plan (and recompute=auto, which counts the data the same way) with data=: a classification folder,
     read as ClassificationTrainer reads it (no objects), and a list imgsz (the dataset counted at its largest side,
     the size that trains); both crashed."""
-    from yolo_ckpt.cli.estimate import estimate_setup
+    from yolo_ckpt.cli.run_setup import estimate_setup
 
     run, opts = estimate_setup([task, f"data={synthetic(task)}", f"imgsz={imgsz}", "batch=2", "device=cpu"])
     spec = run.spec

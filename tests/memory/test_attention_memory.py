@@ -87,7 +87,7 @@ def test_attention_tokens_name_each_module_and_its_chunking():
     per area; a model without attention: none."""
     from helpers import build_model
 
-    from yolo_ckpt.memory.attention_tokens import attention_tokens
+    from yolo_ckpt.memory.attention_shapes import attention_tokens
     from yolo_ckpt.report.record import attention_text
 
     yolo11n = build_model("yolo11n.yaml")

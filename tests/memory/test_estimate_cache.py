@@ -6,7 +6,7 @@ import pytest
 import torch
 from helpers import build_model, tiny_yaml
 
-import yolo_ckpt.memory.composed as planner
+import yolo_ckpt.memory.composed as composed
 import yolo_ckpt.memory.estimate as estimate
 import yolo_ckpt.memory.fake_copy as fake_copies
 import yolo_ckpt.memory.loss_calibration as calibration
@@ -22,7 +22,8 @@ def test_a_second_plan_reads_the_first_ones_figures(tmp_path, monkeypatch):
     def planned():
         memory, budget, _, _ = plan_setup(keys)
         auto = memory.plan(budget, 2, 96)
-        return memory, (memory.base.peak_bytes, memory.estimate("all", 2, 96).peak_bytes, auto.recompute, auto.estimated_peak_bytes)
+        base = memory.composed.base
+        return memory, (base.peak_bytes, memory.estimate("all", 2, 96).peak_bytes, auto.recompute, auto.estimated_peak_bytes)
 
     monkeypatch.setattr(calibration, "_PREDICTION_SPECS", {})
     passes, specs = [], calibration._fake_prediction_specs
@@ -33,11 +34,11 @@ def test_a_second_plan_reads_the_first_ones_figures(tmp_path, monkeypatch):
     assert len(passes) == 1  # the two calibrations read the predictions' shapes of one fake pass
     calibration._LOSS_MODELS.clear()  # a new process: nothing in memory
     calls = []
-    monkeypatch.setattr(planner, "estimate_step", lambda *a, **k: calls.append(a) or pytest.fail("a fake pass ran again"))
+    monkeypatch.setattr(composed, "estimate_step", lambda *a, **k: calls.append(a) or pytest.fail("a fake pass ran again"))
     monkeypatch.setattr(calibration, "_calibrate", lambda *a, **k: pytest.fail("the loss was calibrated again"))
     second_memory, second = planned()
     assert second == first and calls == []
-    assert second_memory.base == first_memory.base  # the whole profile, per-layer rows included
+    assert second_memory.composed.base == first_memory.composed.base  # the whole profile, per-layer rows included
 
 
 def test_the_cache_can_be_turned_off_and_a_bad_entry_is_recomputed(tmp_path, monkeypatch):

@@ -18,7 +18,7 @@ from yolo_ckpt.memory.foreground import ObjectSizes, augmented_sides, box_anchor
 from yolo_ckpt.memory.loss_calibration import calibrate_loss
 from yolo_ckpt.memory.loss_model import LossModel
 from yolo_ckpt.memory.step import profile_step
-from yolo_ckpt.memory.training_batch import training_batch
+from yolo_ckpt.memory.synthetic_batch import training_batch
 from yolo_ckpt.memory.ultralytics_rules import stride_val
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -189,8 +189,8 @@ def test_data_bound_never_under_augmented_samples(task, tmp_path):
     assert list(replaced.w) == [1.0] * 30 and "(objects= replaces the labels and their box sizes: leave it out" in why
     assert layout_rule(counts, "classify") == (None, "")
     if task == "segment":  # plan and profile: data= bounds by the sizes; objects= assumes (and says) the worst size
-        from yolo_ckpt.cli.estimate import estimate_setup
-        from yolo_ckpt.memory.planned_run import planned_run
+        from yolo_ckpt.cli.run_setup import estimate_setup
+        from yolo_ckpt.memory.planning import planned_run
 
         counted, _ = estimate_setup(["model=yolo11n-seg.yaml", "imgsz=128", "device=cpu", f"data={tmp_path / 'data.yaml'}"])
         given = planned_run(counted.model.args, counted.model, counted.config, "cpu", data, objects=30)

@@ -31,9 +31,9 @@ from yolo_ckpt.config import Budget, Headroom
 from yolo_ckpt.memory.estimate import estimate_step
 from yolo_ckpt.memory.foreground import ObjectSizes
 from yolo_ckpt.memory.loss_calibration import CALIBRATION_POINTS, DECODED_BYTES_PER_PIXEL, MASK_TERMS_MARGIN, _loss_samples, loss_models
-from yolo_ckpt.memory.planner import MemoryModel
+from yolo_ckpt.memory.memory_model import MemoryModel
 from yolo_ckpt.memory.step import probe_training_step, profile_step
-from yolo_ckpt.memory.training_batch import detect_batch, training_batch
+from yolo_ckpt.memory.synthetic_batch import detect_batch, training_batch
 from yolo_ckpt.memory.ultralytics_rules import OBJECTLESS_TASKS, build_optimizer, device_type, model_task, optimizer_for, train_imgsz
 from yolo_ckpt.report.record import REPORT_NAME
 
@@ -252,17 +252,18 @@ def test_composed_loss_region_against_fake_pass(seg_memory):
     count the loss region's peaks by its formula, the rest from the same none pass), and most of the saving here; the
     composed step (MemoryModel.step) holds the same phases."""
     _, memory = seg_memory
-    assert memory.candidates[-3:] == ("head", "loss", "attention") and memory.freed["head"] > 0 and memory.flops["head"] > 0
+    composed = memory.composed
+    assert memory.candidates[-3:] == ("head", "loss", "attention") and composed.freed["head"] > 0 and composed.flops["head"] > 0
     # 64 tokens at stride 32 is below attn_chunk: the region runs stock's product, so the unit frees and costs nothing
-    assert memory.attention_flops(2, 256) == 0 and memory.peak(("attention",), 2, 256) == memory.peak((), 2, 256)
+    assert memory.composed.attention_flops(2, 256) == 0 and memory.peak(("attention",), 2, 256) == memory.peak((), 2, 256)
     composed, fake = memory.peak(("loss",), 2, 256), memory.estimate("loss", 2, 256).peak_bytes
     assert abs(composed / fake - 1) < 0.001, (composed, fake)
     assert composed < 0.7 * memory.peak((), 2, 256)
     # the composed step (the run's picture): the composition's phases and peak, none's layer rows scaled with the batch
     step, double = memory.step(("loss",), 2, 256), memory.step(("loss",), 4, 256)
     assert step.peak_bytes == composed == max(step.phase_peak_bytes.values()) and step.recompute == "loss"
-    assert [r.saved_bytes for r in step.layers] == [r.saved_bytes for r in memory.base.layers]  # the base pass's step
-    assert [r.saved_bytes for r in double.layers] == [2 * r.saved_bytes for r in memory.base.layers]
+    assert [r.saved_bytes for r in step.layers] == [r.saved_bytes for r in memory.composed.base.layers]  # the base pass's step
+    assert [r.saved_bytes for r in double.layers] == [2 * r.saved_bytes for r in memory.composed.base.layers]
     assert double.peak_bytes == memory.peak(("loss",), 4, 256) and double.static_bytes == step.static_bytes + step.input_bytes
 
 
@@ -273,18 +274,19 @@ def test_one_fake_pass_serves_a_policy_with_and_without_the_loss_region(seg_memo
     model, memory = seg_memory
     fields = ("phase_peak_bytes", "peak_bytes", "loss_bytes", "static_bytes", "input_bytes", "recompute")
     rows = lambda p: [(r.saved_bytes, r.freeable_bytes, r.forward_peak_bytes, r.backward_peak_bytes, r.forward_flops) for r in p.layers]  # noqa: E731
-    passes = len(memory._passes)
+    passes = len(memory.composed._passes)
     with_region, without = memory.estimate("head,loss", 2, 256), memory.estimate("head", 2, 256)
-    assert len(memory._passes) == passes + 1 and (with_region.recompute, without.recompute) == ("head,loss", "head")
+    assert len(memory.composed._passes) == passes + 1 and (with_region.recompute, without.recompute) == ("head,loss", "head")
     direct = estimate_step(
-        model, 256, 2, 150, "head,loss", loss_model=memory.loss_models[True], flops=False, optimizer_from=memory.base
+        model, 256, 2, 150, "head,loss", loss_model=memory.composed.loss_models[True], flops=False, optimizer_from=memory.composed.base
     )
     assert [getattr(with_region, f) for f in fields] == [getattr(direct, f) for f in fields] and rows(with_region) == rows(direct)
     assert with_region.peak_bytes < without.peak_bytes
     # none at the base pass's own batch and imgsz is the base pass (no new pass), as a pass of its own gives it
     none = memory.estimate("loss", 2, 256)
-    direct = estimate_step(model, 256, 2, 150, "loss", loss_model=memory.loss_models[True], flops=False, optimizer_from=memory.base)
-    assert len(memory._passes) == passes + 1 and [getattr(none, f) for f in fields] == [getattr(direct, f) for f in fields]
+    composed = memory.composed
+    direct = estimate_step(model, 256, 2, 150, "loss", loss_model=composed.loss_models[True], flops=False, optimizer_from=composed.base)
+    assert len(memory.composed._passes) == passes + 1 and [getattr(none, f) for f in fields] == [getattr(direct, f) for f in fields]
     assert rows(none) == rows(direct) and {r.forward_flops for r in none.layers} == {0}
 
 
@@ -379,12 +381,13 @@ def test_loss_region_flops_counted_as_recomputed(seg_memory):
         flops[spec] = counter.get_total_flops()
     assert recomputed.loss_images == 1 and foreground[0] == foreground[1] > 0
     assert flops["loss"] - flops["none"] == 4 * 32 * foreground[0] * (256 // 4) ** 2
-    assert memory.loss_flops(1, 256) >= flops["loss"] - flops["none"]
-    assert memory.cost(("loss",), 2, 256) == memory.loss_flops(2, 256) > 0
+    assert memory.composed.loss_flops(1, 256) >= flops["loss"] - flops["none"]
+    assert memory.composed.cost(("loss",), 2, 256) == memory.composed.loss_flops(2, 256) > 0
     # the step's FLOPs count the mask loss's products too (forward and backward: 1.5x what the region recomputes),
     # (a share of 40% here, 49% without them: above 100% with the MoNuSeg plan's 1888 objects per image)
     everything = memory.as_plan(memory.candidates, 0, 2**40, 2, 256)
-    assert everything.step_flops == memory.step_flops + 3 * memory.loss_flops(2, 256) // 2 and 0.3 < everything.recompute_cost < 1
+    composed = memory.composed
+    assert everything.step_flops == composed.step_flops + 3 * composed.loss_flops(2, 256) // 2 and 0.3 < everything.recompute_cost < 1
 
 
 def test_plan_with_the_loss_region_fits_when_measured(seg_memory):
@@ -394,7 +397,7 @@ def test_plan_with_the_loss_region_fits_when_measured(seg_memory):
     backbone, everything = (memory.peak(memory.units(n), 2, 256) for n in ("backbone", "all"))
     budget = (backbone + everything) // 2
     plan = memory.plan(budget, 2, 256)
-    assert "loss" in plan.regions and plan.fits and plan.recompute_flops >= memory.loss_flops(2, 256)
+    assert "loss" in plan.regions and plan.fits and plan.recompute_flops >= memory.composed.loss_flops(2, 256)
     policy = resolve(plan.recompute, memory.layout)
     assert (policy.indices, tuple(policy.regions())) == (plan.indices, plan.regions) and memory.units(policy) == memory.units(
         plan.recompute
@@ -417,10 +420,10 @@ def test_nested_layer_rebuilds_one_block_and_auto_plans_yolo12n():
     model = _task_model(DetectionModel, "yolo12n.yaml", 80)
     memory = MemoryModel(model, 320, 1, 20)
     blocks = {i: len(parts) for i, parts in sub_regions(model).items() if memory.layout.types[i] in NESTED_BLOCKS}
-    freed = {i: memory.base.layers[i].freeable_bytes for i in blocks}  # what a whole-layer recompute rebuilds
-    assert all(memory.rebuilt[i] <= freed[i] <= memory.base.layers[i].saved_bytes for i in blocks)
-    assert [i for i, n in blocks.items() if n > 1] == [6, 8] and all(memory.rebuilt[i] < 0.6 * freed[i] for i in (6, 8))
-    assert all(memory.rebuilt[i] == freed[i] for i, n in blocks.items() if n == 1)
+    freed = {i: memory.composed.base.layers[i].freeable_bytes for i in blocks}  # what a whole-layer recompute rebuilds
+    assert all(memory.composed.rebuilt[i] <= freed[i] <= memory.composed.base.layers[i].saved_bytes for i in blocks)
+    assert [i for i, n in blocks.items() if n > 1] == [6, 8] and all(memory.composed.rebuilt[i] < 0.6 * freed[i] for i in (6, 8))
+    assert all(memory.composed.rebuilt[i] == freed[i] for i, n in blocks.items() if n == 1)
     composed, fake = memory.peak((6,), 1, 320), memory.estimate("6", 1, 320).peak_bytes
     assert abs(composed / fake - 1) < 0.001, (composed, fake)
     composed, fake = memory.peak(("head",), 1, 320), memory.estimate("head", 1, 320).peak_bytes
@@ -441,10 +444,10 @@ def test_composed_attention_region_against_fake_pass_and_auto_takes_it():
     auto under a budget halfway between plans with attention and without every layer, and its fake pass fits."""
     model = _task_model(DetectionModel, "yolo11n.yaml", 80)
     memory = MemoryModel(model, 1024, 1, 20, attn_chunk=64)
-    assert memory.attention_imgsz == 1536
+    assert memory.composed.attention_imgsz == 1536
     assert [(a.index, a.tokens(2048), a.heads, a.key_dim) for a in memory.attention] == [(10, 4096, 2, 32)]
-    flops = memory.attention_flops(1, 2048)
-    assert flops == 2 * 2 * 4096**2 * 32 * 2 and memory.cost(("attention",), 1, 2048) == flops
+    flops = memory.composed.attention_flops(1, 2048)
+    assert flops == 2 * 2 * 4096**2 * 32 * 2 and memory.composed.cost(("attention",), 1, 2048) == flops
     for imgsz in (1024, 2048):
         for units in ((), ("attention",)):
             composed, fake = memory.peak(units, 1, imgsz), memory.estimate(memory.spec(units), 1, imgsz).peak_bytes
@@ -482,7 +485,7 @@ def test_odd_and_list_imgsz_are_planned_at_the_size_that_trains():
     small helpers.TINY_DETECT with one class (the rounding is the model's stride's; its fake passes cost per op)."""
     model = _task_model(DetectionModel, copy.deepcopy(TINY_DETECT), 1)
     memory = MemoryModel(model, 2736, 1, 20, amp=False)  # a fake pass at 2752: cheap
-    assert memory.base.imgsz == 2752
+    assert memory.composed.base.imgsz == 2752
     plan = memory.plan(2**40, 2, [65, 40])
     assert plan.imgsz == 96 and plan.recompute == "loss"  # nothing but the loss region, in every plan
     assert memory.largest_batch((), 200 * 2**20, 65) == memory.largest_batch((), 200 * 2**20, 96) > 0
@@ -493,7 +496,7 @@ def test_odd_and_list_imgsz_are_planned_at_the_size_that_trains():
 def test_optimizer_phase_taken_from_an_earlier_estimate(model, memory):
     """MemoryModel's checks skip the optimizer step (optimizer_from=): every phase, layer row and the static bytes
     equal the full pass's at another policy, batch and imgsz (the batch's bytes are the only difference)."""
-    loss = memory.loss_models[False]
+    loss = memory.composed.loss_models[False]
     base = estimate_step(model, 96, 1, 3, "none", loss_model=loss, flops=False)
     full, reused = (estimate_step(model, 160, 3, 3, "all", loss_model=loss, flops=False, optimizer_from=b) for b in (None, base))
     rows = lambda p: [(r.forward_peak_bytes, r.backward_peak_bytes, r.freeable_bytes) for r in p.layers]  # noqa: E731
@@ -761,7 +764,7 @@ def test_cli_profile_and_plan_json(tmp_path, capsys, monkeypatch):
 
 def test_size_text_in_messages():
     """A budget of 1MB reads as 1.0 MiB in a planning error, not 0.00 GiB."""
-    from yolo_ckpt.memory.planner import size_text
+    from yolo_ckpt.memory.memory_model import size_text
 
     assert (size_text(10**6), size_text(2**30 - 1), size_text(3 * 2**30)) == ("1.0 MiB", "1024.0 MiB", "3.00 GiB")
     assert (size_text(1000), size_text(2**10), size_text(50 * 2**10)) == ("1000 bytes", "1.0 KiB", "50.0 KiB")  # not "0.0 MiB"
@@ -770,7 +773,7 @@ def test_size_text_in_messages():
 def test_plan_keeps_its_policy_once():
     """A Plan stores its recompute= value only: the units, layers and regions are read from it, and a value not in
     the planner's form (a name, layers out of order) is refused."""
-    from yolo_ckpt.memory.planner import Plan
+    from yolo_ckpt.memory.memory_model import Plan
 
     plan = Plan("2,4,6,head,loss", 100, 200, 10, 30, 2, 640)
     assert (plan.units, plan.indices, plan.regions) == ((2, 4, 6, "head", "loss"), (2, 4, 6), ("head", "loss"))

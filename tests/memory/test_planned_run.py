@@ -1,4 +1,4 @@
-"""The one builder of a run's memory model (yolo_ckpt.memory.planned_run): the trainer, `yolo-ckpt plan` and a bench cell
+"""The one builder of a run's memory model (yolo_ckpt.memory.planning): the trainer, `yolo-ckpt plan` and a bench cell
 plan the same run for the same keys; plan and profile default to the device train would use. On the small models of
 helpers (what is planned does not depend on the model; their fake passes and loss calibrations cost a fraction of a
 nano model's)."""
@@ -15,11 +15,11 @@ from yolo_ckpt import trainer_for
 from yolo_ckpt.bench.cells import CELL_KEYS
 from yolo_ckpt.bench.planning import planned_cell
 from yolo_ckpt.cli import main
-from yolo_ckpt.cli.estimate import estimate_setup
+from yolo_ckpt.cli.run_setup import estimate_setup
 from yolo_ckpt.config import NO_HEADROOM
 from yolo_ckpt.errors import ConfigError
-from yolo_ckpt.memory.planned_run import Decision, PlannedRun, decide
-from yolo_ckpt.memory.planner import PlanError
+from yolo_ckpt.memory.memory_model import PlanError
+from yolo_ckpt.memory.planning import Decision, PlannedRun, decide
 
 AUGMENT = {"detect": {}, "segment": {"copy_paste": 0.5, "mixup": 0.5}}  # mosaic is on by default
 
@@ -103,7 +103,7 @@ def test_plan_and_profile_default_to_the_device_train_uses(capsys, tmp_path):
 
 def test_a_bug_keeps_its_traceback_and_bad_input_is_one_line(monkeypatch, capsys):
     """The CLI turns the input's errors into one line and exit 2, but an internal error is not bad input: it raises."""
-    import yolo_ckpt.memory.planned_run
+    import yolo_ckpt.memory.planning
 
     assert main(["profile", "imgsz=64", "optimizer=Adamax2"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
@@ -114,7 +114,7 @@ def test_a_bug_keeps_its_traceback_and_bad_input_is_one_line(monkeypatch, capsys
     def broken(*args, **kwargs):
         raise ValueError("a bug")
 
-    monkeypatch.setattr(yolo_ckpt.memory.planned_run, "planned_run", broken)
+    monkeypatch.setattr(yolo_ckpt.memory.planning, "planned_run", broken)
     with pytest.raises(ValueError, match="a bug"):
         main(["profile", "imgsz=64", "batch=1"])
 
@@ -159,7 +159,7 @@ class _Memory:
 
 
 def test_decide_is_the_one_rule_of_auto_and_batch_minus_1():
-    """recompute=auto and batch=-1 as train, plan and the bench decide them (yolo_ckpt.memory.planned_run.decide)."""
+    """recompute=auto and batch=-1 as train, plan and the bench decide them (yolo_ckpt.memory.planning.decide)."""
     memory = _Memory()
     assert decide("auto", -1) == Decision("all", -1)  # no estimate needed: auto with batch=-1 recomputes everything
     assert decide("auto", 4) == Decision("auto", 4) and decide("backbone", -1) == Decision("backbone", -1)  # kept as given

@@ -299,7 +299,7 @@ def test_input_channels_are_the_models_first_convolutions(channels):
     convolution's input channels; the synthetic training batch has as many (issue 43: it had 3 whatever the model)."""
     from ultralytics.nn.tasks import DetectionModel
 
-    from yolo_ckpt.memory.training_batch import training_batch
+    from yolo_ckpt.memory.synthetic_batch import training_batch
 
     model = DetectionModel("yolo11n.yaml", ch=channels, nc=1, verbose=False)
     assert input_channels(model) == model.model[0].conv.in_channels == channels

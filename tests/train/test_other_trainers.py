@@ -171,9 +171,10 @@ def test_semantic_planned_under_a_budget_fits_when_measured(synthetic, tmp_path)
     """recompute=auto on YOLO26n-sem (the synthetic scenes' 6 classes, imgsz 160, batch 2; the estimate says 49.4 MiB
     without recomputation, 33.9 MiB with all): a 45 MB budget gives a policy between the extremes whose measured
     step (forward, loss over full-resolution logits, backward, AdamW step) fits it."""
-    from yolo_ckpt.checkpointing.policy import layout_of, resolve
+    from yolo_ckpt.checkpointing.model_file import layout_of
+    from yolo_ckpt.checkpointing.policy import resolve
     from yolo_ckpt.memory.step import profile_step
-    from yolo_ckpt.memory.training_batch import training_batch
+    from yolo_ckpt.memory.synthetic_batch import training_batch
 
     budget = 45_000_000
     overrides = dict(model="yolo26n-sem.yaml", data=synthetic("semantic"), imgsz=160, batch=2, device="cpu", project=str(tmp_path))

@@ -99,7 +99,7 @@ def test_a_failing_estimate_is_a_report_not_a_gate(synthetic, tmp_path, monkeypa
     estimate. Where the run needs the estimate (recompute=auto, batch=-1 with a budget): one line, a PlanError, raised
     before the first epoch, the run folder not left behind."""
     from yolo_ckpt.memory import runspec
-    from yolo_ckpt.memory.planner import PlanError
+    from yolo_ckpt.memory.memory_model import PlanError
 
     def fails(*args, **kwargs):
         raise KeyError("shape")

@@ -39,11 +39,12 @@ import yaml
 from ultralytics.cfg import check_dict_alignment
 from ultralytics.utils import DEFAULT_CFG_DICT, SETTINGS as ULTRALYTICS_SETTINGS, YAML
 
-from yolo_ckpt.checkpointing.policy import is_auto, layout_of, resolve
+from yolo_ckpt.checkpointing.model_file import layout_of
+from yolo_ckpt.checkpointing.policy import is_auto, resolve
 from yolo_ckpt.config import DEFAULTS, CkptConfig
 from yolo_ckpt.data.tiles import TILE_TASKS
 from yolo_ckpt.errors import ConfigError, MissingFileError, one_line
-from yolo_ckpt.memory.ultralytics_rules import TASKS
+from yolo_ckpt.memory import TASKS
 from yolo_ckpt.shipped import resolve_yaml
 
 from .cells import BUILT_IN_DATASETS, CELL_KEYS, SETTINGS, RelativeBudget, cell_budget, cell_id, is_none
@@ -192,7 +193,7 @@ def _check_cell(matrix: Matrix, cell: dict, layouts: dict) -> None:
         resolve(config.recompute, layout)
     if matrix.kind == "step" and task not in TASKS:
         raise ConfigError(
-            f"{where}: step cells measure the tasks {', '.join(TASKS)} (yolo_ckpt.memory.training_batch.training_batch); task={task} "
+            f"{where}: step cells measure the tasks {', '.join(TASKS)} (yolo_ckpt.memory.synthetic_batch.training_batch); task={task} "
             "needs kind: train"
         )
     try:

@@ -1,7 +1,7 @@
 """What a matrix cell's planned values become: ``imgsz=fit``, ``batch=-1``, ``recompute=auto`` and relative
 ``memory_budget=0.6x``, from the run the cell trains planned by the one builder the trainers and ``yolo-ckpt plan``
-use (:func:`yolo_ckpt.memory.planned_run.planned_run`): the same keys give the same spec and estimate, and the same
-decision of ``recompute=auto`` and ``batch=-1`` (:func:`yolo_ckpt.memory.planned_run.decide`)."""
+use (:func:`yolo_ckpt.memory.planning.planned_run`): the same keys give the same spec and estimate, and the same
+decision of ``recompute=auto`` and ``batch=-1`` (:func:`yolo_ckpt.memory.planning.decide`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,7 @@ from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT
 from yolo_ckpt.checkpointing.policy import is_auto
 from yolo_ckpt.config import DEFAULTS, CkptConfig
 from yolo_ckpt.errors import ConfigError
-from yolo_ckpt.memory.planned_run import ESTIMATE_BASE_BATCH, PlannedRun, decide, planned_run
-from yolo_ckpt.memory.planner import MemoryModel
-from yolo_ckpt.memory.ultralytics_rules import device_type, grid_size
+from yolo_ckpt.memory import ESTIMATE_BASE_BATCH, MemoryModel, PlannedRun, decide, device_type, planned_run
 
 from .cells import RelativeBudget, cell_budget
 
@@ -52,7 +50,7 @@ def planned_cell(cell: dict, model, settings: dict, data: dict | None = None) ->
 def settle(cell: dict, memory: MemoryModel | None, cuda_available_bytes: int | None = None) -> dict:
     """A cell's concrete ``imgsz``, ``batch``, ``recompute`` (for auto the planned units: layers, head, loss) and ``budget_bytes``.
 
-    ``recompute=auto`` and ``batch=-1`` are decided as the trainers decide them (:func:`~yolo_ckpt.memory.planned_run.decide`:
+    ``recompute=auto`` and ``batch=-1`` are decided as the trainers decide them (:func:`~yolo_ckpt.memory.planning.decide`:
     ``auto`` plans the units at the settled imgsz and batch; with ``batch=-1`` it recomputes everything, ``all``, and takes
     the largest batch). ``imgsz=fit``, first, is the largest multiple of the model's largest stride whose estimated peak
     fits (with ``auto`` at a given batch: ``none``'s).
@@ -71,7 +69,7 @@ def settle(cell: dict, memory: MemoryModel | None, cuda_available_bytes: int | N
     if out["imgsz"] == "fit":
         spec = decide(cell["recompute"], cell["batch"]).recompute  # 'all' for auto with batch=-1; auto at a batch: planned next
         units = () if is_auto(spec) else memory.units(spec)
-        out["imgsz"] = memory.largest_imgsz(units, out["budget_bytes"], out["batch"], grid_size(memory.strides))
+        out["imgsz"] = memory.largest_imgsz(units, out["budget_bytes"], out["batch"])  # on the training size's grid
         if out["imgsz"] == 0:
             raise ConfigError(
                 f"imgsz=fit: no imgsz fits memory_budget={cell['memory_budget']} at batch={cell['batch']} with recompute={spec}"

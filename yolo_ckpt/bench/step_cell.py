@@ -2,7 +2,7 @@
 the same process.
 
 A step is forward, loss with targets (a fixed number of objects per image on a fixed synthetic batch of the model's
-classes, :func:`yolo_ckpt.memory.training_batch.training_batch`), backward and an AdamW step (the optimizer ``optimizer=auto``
+classes, :func:`yolo_ckpt.memory.synthetic_batch.training_batch`), backward and an AdamW step (the optimizer ``optimizer=auto``
 picks for short runs, built by Ultralytics' builder; its state exists, as in every step after the first), under
 AMP as Ultralytics trains a cell's ``amp``: fp16 autocast on CUDA, fp32 on the CPU (where Ultralytics turns it off). Peak
 memory is measured by yolo-ckpt's one step harness, :func:`yolo_ckpt.memory.step.profile_step`, on a copy of the model:
@@ -32,10 +32,7 @@ from ultralytics import YOLO
 from ultralytics.utils import DEFAULT_CFG
 
 from yolo_ckpt import apply_checkpointing, count_recomputations
-from yolo_ckpt.memory.layer_accounting import layer_flops
-from yolo_ckpt.memory.step import profile_step
-from yolo_ckpt.memory.training_batch import training_batch
-from yolo_ckpt.memory.ultralytics_rules import amp_enabled, autocast_for, build_optimizer
+from yolo_ckpt.memory import amp_enabled, autocast_for, build_optimizer, layer_flops, profile_step, training_batch
 
 from .cells import failed
 from .planning import needs_memory_model, planned_cell, settle

@@ -24,15 +24,17 @@ a union of
 turns ``recompute=6`` into the int ``6`` and ``recompute=0,1,2`` into the tuple ``(0, 1, 2)``: both are indices.
 Parameter-free layers (Upsample, Concat) and frozen layers are dropped from the result: recomputing them saves
 nothing.
+
+The grammar reads a :class:`ModelLayout`, never a file: the model file ``model=`` names is read into one by
+:mod:`yolo_ckpt.checkpointing.model_file`, a built model by :meth:`ModelLayout.from_model`.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
-from ..errors import ConfigError, MissingFileError, user_input
+from ..errors import ConfigError
 from ..suggest import did_you_mean
 
 SECTIONS = ("backbone", "neck", "all")
@@ -45,9 +47,6 @@ REGIONS = ("head", "loss", "attention")
 LOSS_HEADS = ("Detect", "v10Detect", "OBB", "OBB26", "Pose", "Pose26", "Segment", "Segment26")
 # Of those, the heads whose loss region also holds the segmentation mask loss (v8SegmentationLoss, SegmentLoss26).
 MASK_LOSS_HEADS = ("Segment", "Segment26")
-# Layer types that hold Ultralytics' Attention or AAttn (yolo_ckpt.checkpointing.attention), read from a model YAML row
-# [from, repeats, module, args]: always, or where the args' flag at that index is true (A2C2f's a2, C3k2's attn).
-ATTENTION_LAYERS = {"C2PSA": None, "C2fPSA": None, "PSA": None, "A2C2f": 1, "C3k2": 3}
 MODES = ("full", "selective")  # recompute_mode=: whole layers, or only their cheap ops (yolo_ckpt.checkpointing.engine)
 CHOICES = (
     "valid choices: none, backbone, neck, all, head, loss (detect, obb, pose, segment models), attention (models with "
@@ -63,7 +62,8 @@ class ModelLayout:
     Attributes:
         types: the last part of each layer's ``type`` (``"C3k2"``), one per layer of ``model.model``.
         n_backbone: the number of layers in the YAML's ``backbone:`` section.
-        param_free: indices of layers without parameters (empty when built from a YAML alone).
+        param_free: indices of layers without parameters (empty when read from a YAML alone:
+            :func:`yolo_ckpt.checkpointing.model_file.yaml_layout`).
         has_attention: whether the model has an ``Attention`` or ``AAttn`` module (the attention region's).
     """
 
@@ -84,31 +84,6 @@ class ModelLayout:
             param_free=frozenset(i for i, m in enumerate(layers) if not any(True for _ in m.parameters())),
             has_attention=any(isinstance(m, (Attention, AAttn)) for m in model.model.modules()),
         )
-
-    @classmethod
-    def from_yaml(cls, cfg: dict) -> ModelLayout:
-        """Layout of a model YAML dict (rows ``[from, repeats, module, args]``) without building the model.
-
-        Raises:
-            ConfigError: for a YAML without a ``backbone:`` or ``head:`` list of rows (Ultralytics' parse_model
-                would fail on it with a KeyError), naming what it has.
-        """
-        missing = [k for k in ("backbone", "head") if not isinstance(cfg.get(k), list) or not cfg[k]]
-        if missing:
-            raise ConfigError(
-                f"model YAML {cfg.get('yaml_file', '')!r} has no {' and no '.join(repr(k + ':') for k in missing)} section "
-                f"(keys: {sorted(cfg)}); an Ultralytics model YAML lists its layers under backbone: and head:"
-            )
-        rows = list(cfg["backbone"]) + list(cfg["head"])
-        types = tuple(str(r[2]).rsplit(".", 1)[-1] for r in rows)
-
-        def attends(t: str, row) -> bool:
-            flag = ATTENTION_LAYERS[t]
-            args = row[3] if len(row) > 3 and isinstance(row[3], list) else []
-            return flag is None or (len(args) > flag and bool(args[flag]))
-
-        has_attention = any(t in ATTENTION_LAYERS and attends(t, r) for t, r in zip(types, rows))
-        return cls(types=types, n_backbone=len(cfg["backbone"]), has_attention=has_attention)
 
     @property
     def head(self) -> int:
@@ -266,7 +241,7 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
     text = spec_string(spec)
     if is_auto(spec):
         raise ConfigError("recompute=auto is decided by the planner for a memory budget: give memory_budget= to a "
-                         "Checkpoint*Trainer, or use yolo_ckpt.memory.planner.MemoryModel.plan() on a bare model")
+                         "Checkpoint*Trainer, or use yolo_ckpt.memory.memory_model.MemoryModel.plan() on a bare model")
     head = layout.head
     chosen: set[int] = set()  # layer indices, the head's included (it stands for the head's branches)
     loss = attention = False
@@ -325,89 +300,3 @@ def resolve(spec, layout: ModelLayout, frozen=(), mode: str = "full") -> Recompu
         spec=text, indices=indices, types=tuple(layout.types[i] for i in indices), mode=mode, head=head in chosen, loss=loss,
         attention=attention,
     )
-
-
-def layer_modules() -> set[str]:
-    """The module names a model YAML row may give bare, as Ultralytics' ``parse_model`` looks them up: the
-    ``torch.nn.Module`` classes in ``ultralytics.nn.tasks``' namespace (``Conv``, ``C3k2``, ``Detect``, ...)."""
-    import torch
-    from ultralytics.nn import tasks
-
-    return {k for k, v in vars(tasks).items() if isinstance(v, type) and issubclass(v, torch.nn.Module)}
-
-
-def _torch_module(module: str) -> bool:
-    """Whether ``module`` is a model YAML row's ``nn.NAME`` or ``torchvision.ops.NAME`` that exists (``parse_model``
-    takes these from torch and torchvision)."""
-    import torch
-
-    if module.startswith("nn."):
-        return hasattr(torch.nn, module[3:])
-    if module.startswith("torchvision.ops."):
-        import torchvision
-
-        return hasattr(torchvision.ops, module.removeprefix("torchvision.ops."))
-    return False
-
-
-def check_rows(cfg: dict) -> None:
-    """Each layer row of a model YAML dict is ``[from, repeats, module, args]`` with a module Ultralytics'
-    ``parse_model`` finds (:func:`layer_modules`, ``nn.NAME``, ``torchvision.ops.NAME``).
-
-    Raises:
-        ConfigError: naming the YAML, the layer and the modules close to an unknown one (``parse_model`` raises a bare
-            ``KeyError: 'EvilModule'``).
-    """
-    name = cfg.get("yaml_file", "")
-    for i, row in enumerate(list(cfg.get("backbone") or []) + list(cfg.get("head") or [])):
-        if not isinstance(row, list) or len(row) != 4:
-            raise ConfigError(f"model YAML {name!r} layer {i}: {row!r} is not a row [from, repeats, module, args]")
-        if str(row[2]) not in (modules := layer_modules()) and not _torch_module(str(row[2])):
-            raise ConfigError(
-                f"model YAML {name!r} layer {i}: module {row[2]!r} is not an Ultralytics module, nn.NAME or torchvision.ops.NAME"
-                f"{did_you_mean(str(row[2]), modules)}"
-            )
-
-
-def model_yaml_names() -> set[str]:
-    """The model YAML names Ultralytics builds (``ultralytics/cfg/models``): each file's, and for a name with a version
-    number and no scale each scale's, as ``yolo11.yaml`` builds ``yolo11n.yaml`` ... ``yolo11x.yaml`` (``yaml_model_load``;
-    ``yolov10n.yaml`` is a file of its own)."""
-    import ultralytics
-
-    names = set()
-    for f in (Path(ultralytics.__file__).parent / "cfg" / "models").rglob("*.yaml"):
-        names.add(f.name)
-        if version := re.fullmatch(r"(.*?\d+)(-.*)?", f.stem):  # yolo11-seg -> yolo11n-seg, ...
-            names |= {f"{version[1]}{scale}{version[2] or ''}{f.suffix}" for scale in "nslmx"}
-    return names
-
-
-def layout_of(model_arg) -> ModelLayout:
-    """Layout from what ``model=`` names, without building the model: a YAML path or dict, or a ``.pt`` file (of a
-    distillation run: its student's).
-
-    Raises:
-        MissingFileError: for a path that does not exist (a YAML name: naming it, with the Ultralytics model YAMLs close
-            to it). ConfigError: for a file Ultralytics cannot read as a model, a YAML row :func:`check_rows` refuses.
-    """
-    if isinstance(model_arg, dict):
-        return ModelLayout.from_yaml(model_arg)
-    path = str(model_arg)
-    if Path(path).suffix.lower() in {".yaml", ".yml"}:
-        from ultralytics.nn.tasks import yaml_model_load
-
-        try:
-            with user_input():
-                cfg = yaml_model_load(path)
-        except MissingFileError:  # Ultralytics names the scale-less YAML it tried last: 'yolo11n.yaml' for yolo11nn.yaml
-            hint = did_you_mean(Path(path).name, model_yaml_names(), key=lambda name: Path(name).stem)
-            raise MissingFileError(f"model={path} does not exist, as a file or as an Ultralytics model YAML{hint}") from None
-        layout = ModelLayout.from_yaml(cfg)
-        check_rows(cfg)  # before Ultralytics builds the model: its KeyError for an unknown module names only the module
-        return layout
-    from ultralytics.nn.tasks import load_checkpoint
-
-    with user_input():
-        model = load_checkpoint(path)[0]
-    return ModelLayout.from_model(getattr(model, "student_model", model))  # a distill_model= run's last.pt

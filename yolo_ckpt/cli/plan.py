@@ -9,7 +9,7 @@ from ..config import CkptConfig
 from ..errors import ConfigError
 from .args import TASKS, check_words, train_keys
 from .console import diagnostics_to_stderr
-from .estimate import estimate_keys, estimate_setup, trained_at
+from .run_setup import estimate_keys, estimate_setup, trained_at
 
 
 def _plan_budget(config: CkptConfig) -> int:
@@ -24,9 +24,9 @@ def _plan_budget(config: CkptConfig) -> int:
 
 
 def plan_setup(args: list[str]):
-    """The :class:`~yolo_ckpt.memory.planner.MemoryModel` ``yolo-ckpt plan`` plans with, for its arguments: the run
-    :func:`~yolo_ckpt.cli.estimate.estimate_setup` makes of them (its headroom on the assumed device, ``loss_chunk=``),
-    and the batch train would run with them, by train's function (:func:`yolo_ckpt.memory.planned_run.decide`).
+    """The :class:`~yolo_ckpt.memory.memory_model.MemoryModel` ``yolo-ckpt plan`` plans with, for its arguments: the run
+    :func:`~yolo_ckpt.cli.run_setup.estimate_setup` makes of them (its headroom on the assumed device, ``loss_chunk=``),
+    and the batch train would run with them, by train's function (:func:`yolo_ckpt.memory.planning.decide`).
 
     Returns:
         ``(memory, budget, opts, spec)``: the memory model, ``memory_budget=`` in bytes, the keys with defaults and
@@ -39,10 +39,10 @@ def plan_setup(args: list[str]):
     measures with AutoBatch instead (and keeps the smaller of the two for segment models), which needs the GPU itself.
 
     Raises:
-        ConfigError: as :func:`~yolo_ckpt.cli.estimate.estimate_setup` raises (without ``memory_budget=``, for a fraction); PlanError:
+        ConfigError: as :func:`~yolo_ckpt.cli.run_setup.estimate_setup` raises (without ``memory_budget=``, for a fraction); PlanError:
             where train refuses: with ``batch=-1`` where not even batch 1 fits.
     """
-    from ..memory.planned_run import decide
+    from ..memory import decide
 
     run, opts = estimate_setup(args, "plan", early=_plan_budget)
     budget = _plan_budget(run.config)
@@ -70,7 +70,7 @@ def plan(args: list[str]) -> list[dict]:
     marks it), the estimated peak at ``imgsz=`` (the largest size it trains at) and ``batch=``, the headroom kept on top
     of it (CUDA, against a budget in bytes) and the margin left in ``memory_budget=``, the largest imgsz (at ``batch``)
     and batch (at ``imgsz``) that fit, and each policy's recompute cost; for the run the keys describe (see
-    :func:`~yolo_ckpt.cli.estimate.estimate_setup`). Every figure is a fake pass's (the largest imgsz and batch: searched
+    :func:`~yolo_ckpt.cli.run_setup.estimate_setup`). Every figure is a fake pass's (the largest imgsz and batch: searched
     by fake passes, ``MemoryModel.largest_imgsz``). For a model with attention layers one line (and the JSON's
     ``attention``) names the attention region's chunking at ``imgsz`` (in ``all``, and ``auto`` may take it; as
     ``profile``'s: :func:`~yolo_ckpt.report.record.attention_text`). The result on stdout, progress and logs on stderr.
@@ -86,7 +86,7 @@ def plan(args: list[str]) -> list[dict]:
     Raises:
         PlanError: where train refuses the same keys (:func:`plan_setup`), and where even ``all`` does not fit at
             ``imgsz`` and ``batch``: one line with ``all``'s need and the largest imgsz and batch it fits
-            (:meth:`~yolo_ckpt.memory.planner.MemoryModel.nothing_fits`).
+            (:meth:`~yolo_ckpt.memory.memory_model.MemoryModel.nothing_fits`).
 
     Examples:
         >>> rows = plan(["model=yolo11n-seg.yaml", "imgsz=1536", "batch=2", "objects=800", "memory_budget=8GB", "format=json"])
@@ -102,9 +102,7 @@ def plan(args: list[str]) -> list[dict]:
     with diagnostics_to_stderr():  # before Ultralytics is imported: its first import on a machine prints a banner
         from ultralytics.utils import TQDM
 
-        from ..memory.attention_tokens import attention_tokens
-        from ..memory.planned_run import decide
-        from ..memory.planner import size_text
+        from ..memory import attention_tokens, decide, size_text
         from ..report.record import attention_text
 
         memory, budget, opts, spec = plan_setup(args)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from .args import TASKS, check_words, train_keys
 from .console import diagnostics_to_stderr
-from .estimate import estimate_keys, estimate_setup, trained_at
+from .run_setup import estimate_keys, estimate_setup, trained_at
 
 if TYPE_CHECKING:  # annotations only: pandas is imported where a table is built
     import pandas
@@ -42,13 +42,13 @@ def profile_table(profile, policy) -> pandas.DataFrame:
 
 def profile(args: list[str]) -> dict:
     """``yolo-ckpt profile``: estimate one training step for none and for ``recompute=`` (default: backbone), for the
-    run the keys describe (see :func:`yolo_ckpt.cli.estimate.estimate_setup`); the result on stdout, progress and logs on stderr. With
+    run the keys describe (see :func:`yolo_ckpt.cli.run_setup.estimate_setup`); the result on stdout, progress and logs on stderr. With
     ``plot=True`` the per-layer picture of the ``none`` estimate, ``recompute=``'s layers marked, beside the phases of
     the ``recompute=`` estimate (:mod:`yolo_ckpt.report.layer_plot`), goes to ``layers.png`` in a new folder named as
     ``yolo`` names runs (``project=``,
     ``name=``; default ``<runs_dir>/profile/profile<N>``); its path is the result's ``plot``. Where ``recompute=`` runs
     the attention region, one line (and the result's ``attention``) names its ``attn_chunk`` and each attention
-    module's layer and tokens N at ``imgsz``, chunked or stock (:func:`yolo_ckpt.memory.attention_tokens.attention_tokens`).
+    module's layer and tokens N at ``imgsz``, chunked or stock (:func:`yolo_ckpt.memory.attention_shapes.attention_tokens`).
 
     Examples:
         >>> profile(["model=yolo11n.yaml", "imgsz=1024", "batch=2", "recompute=all", "plot=True"])["plot"]
@@ -62,9 +62,7 @@ def profile(args: list[str]) -> dict:
         from ultralytics.utils import TQDM
 
         from ..checkpointing.policy import ModelLayout, resolve
-        from ..memory.attention_tokens import attention_tokens
-        from ..memory.estimate import estimate_step
-        from ..memory.loss_calibration import loss_models
+        from ..memory import attention_tokens, estimate_step, loss_models
 
         run, opts = estimate_setup(args, "profile")
         model, config, spec = run.model, run.config, run.spec

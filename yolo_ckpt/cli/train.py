@@ -60,7 +60,7 @@ def prepare_train(args: list[str]):
     overrides = parse_train_args(args)  # argument errors before torch is imported
     from ultralytics import RTDETR, YOLO
 
-    from ..checkpointing.policy import layout_of
+    from ..checkpointing.model_file import layout_of
     from ..train.inputs import check_data_for_task, check_train_inputs
     from ..train.resume import check_resumable, finish_run
     from ..train.trainer import trainer_for

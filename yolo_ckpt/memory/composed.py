@@ -29,7 +29,7 @@ layer sets and the loss region, and is up to 2.5% below it where the head's bran
 little more than its largest branch); the planner's own fake pass (:meth:`ComposedEstimate.estimate`) catches that.
 That fake pass of any policy is kept per units, batch and imgsz, in the process and across processes
 (:mod:`yolo_ckpt.memory.estimate_cache`). The planner's search over these figures is
-:class:`yolo_ckpt.memory.planner.MemoryModel`.
+:class:`yolo_ckpt.memory.memory_model.MemoryModel`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from ..checkpointing.chunks import DEFAULT_ATTN_CHUNK, check_attn_chunk
 from ..checkpointing.engine import sub_regions
 from ..checkpointing.policy import REGIONS, ModelLayout, RecomputePolicy, resolve, spec_string
 from . import estimate_cache
-from .attention_tokens import attention_modules
+from .attention_shapes import attention_modules
 from .estimate import estimate_step, with_loss_phases
 from .loss_calibration import loss_models
 from .step import StepProfile
@@ -219,7 +219,7 @@ class ComposedEstimate:
     def attention_flops(self, batch: int, imgsz) -> int:
         """Forward FLOPs the attention region recomputes per step: its backward rebuilds each chunked module's scores
         twice (by query rows, then by key columns: :class:`yolo_ckpt.checkpointing.attention.ChunkedAttention`),
-        ``2 x`` :meth:`~yolo_ckpt.memory.attention_tokens.AttentionShape.score_flops`; 0 where no module is chunked."""
+        ``2 x`` :meth:`~yolo_ckpt.memory.attention_shapes.AttentionShape.score_flops`; 0 where no module is chunked."""
         imgsz = train_imgsz(imgsz, self.model.stride)
         return sum(2 * a.score_flops(batch, imgsz) for a in self.attention if a.tokens(imgsz) > self.attn_chunk)
 
@@ -248,8 +248,21 @@ class ComposedEstimate:
         """Bytes alive all step long at ``k`` times the base pass's batch x pixels: its static bytes, the batch scaled."""
         return self.base.static_bytes + (k - 1) * self.base.input_bytes
 
-    def _scale(self, batch: int, imgsz: int) -> float:
+    def scale(self, batch: int, imgsz: int) -> float:
+        """How many times the base pass's batch x pixels a step of ``batch`` at the trained ``imgsz`` holds: the factor
+        activations, the batch and layer FLOPs grow by."""
         return batch * imgsz**2 / (self.base.batch * self.base.imgsz**2)
+
+    def freed_bytes(self, unit, batch: int, imgsz: int) -> float:
+        """Bytes recomputing ``unit`` alone takes off a step at this batch and trained ``imgsz``: a layer's or the
+        head's freed bytes, scaled; the loss region's, how much lower its loss peaks are than the stock loss's; the
+        attention region's, how much lower the composed peak is (stock's N x N matrices grow faster than any layer's
+        bytes)."""
+        if unit == "attention":
+            return self.peak((), batch, imgsz) - self.peak(("attention",), batch, imgsz)
+        if unit == "loss":
+            return max(self._loss_peaks(False, batch, imgsz)[:2]) - max(self._loss_peaks(True, batch, imgsz)[:2])
+        return self.scale(batch, imgsz) * self.freed[unit]
 
     def loss_flops(self, batch: int, imgsz) -> int:
         """Forward FLOPs the loss region recomputes per step: each image's predicted masks (foreground anchors x
@@ -267,7 +280,7 @@ class ComposedEstimate:
         """Forward FLOPs recomputed per step by ``units`` at this batch and imgsz (the loss region's,
         :meth:`loss_flops`; the attention region's, :meth:`attention_flops`)."""
         imgsz = train_imgsz(imgsz, self.model.stride)
-        k = self._scale(batch, imgsz)
+        k = self.scale(batch, imgsz)
         return (
             int(k * sum(self.flops[u] for u in units if u not in ("loss", "attention")))
             + (self.loss_flops(batch, imgsz) if "loss" in units else 0)
@@ -294,7 +307,7 @@ class ComposedEstimate:
         """Composed peak bytes inside each phase (``forward``, ``loss``, ``backward``, ``optimizer``) of a step
         recomputing ``units`` at this batch and imgsz, static bytes included."""
         imgsz = train_imgsz(imgsz, self.model.stride)
-        k = self._scale(batch, imgsz)
+        k = self.scale(batch, imgsz)
         held, freed = self._held(units, batch, imgsz)
         loss, loss_backward, kept = self._loss_peaks("loss" in units, batch, imgsz)
         above_static = {
@@ -309,7 +322,7 @@ class ComposedEstimate:
         """Bytes above the static ones held at each layer's forward (``("f", i)``) and backward (``("b", i)``) peak and
         at the loss (``"end"``, before what the recomputed units free) of a step recomputing ``units``, and what they
         free; ``imgsz`` trained."""
-        base, k = self.base, self._scale(batch, imgsz)
+        base, k = self.base, self.scale(batch, imgsz)
         k4 = k * imgsz**2 / base.imgsz**2  # batch x imgsz^4: stock's N x N matrices
         layers = {self.layout.head if u == "head" else u: u for u in units if u not in ("loss", "attention")}  # index -> unit
         on = self.attention_on(units, imgsz)
@@ -343,7 +356,7 @@ class ComposedEstimate:
         the loss formula's share, and the layer rows of the ``recompute=none`` base pass with their bytes and FLOPs
         scaled to this batch and imgsz (what each layer saves when it is kept; per-layer peaks 0: not composed)."""
         imgsz = train_imgsz(imgsz, self.model.stride)
-        base, k = self.base, self._scale(batch, imgsz)
+        base, k = self.base, self.scale(batch, imgsz)
         phases = self.phase_peaks(units, batch, imgsz)
         forward, backward, kept = self._loss_peaks("loss" in units, batch, imgsz)
         scaled = [

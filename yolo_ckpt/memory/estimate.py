@@ -5,7 +5,7 @@ dtypes and storages, no data; :func:`~yolo_ckpt.memory.fake_copy.fake_copy`), wi
 :class:`~yolo_ckpt.memory.tracker.LiveTensorTracker` counts the live storages as on the CPU: parameters, buffers,
 gradients, the optimizer state Ultralytics' own builder gives
 (:func:`~yolo_ckpt.memory.ultralytics_rules.build_optimizer`), the task's training batch
-(:func:`~yolo_ckpt.memory.training_batch.training_batch`) and activations, per phase and per layer
+(:func:`~yolo_ckpt.memory.synthetic_batch.training_batch`) and activations, per phase and per layer
 (:class:`~yolo_ckpt.memory.layer_accounting.LayerAccounting`). Fake tensors cannot run the loss: the fake pass
 backpropagates a stand-in loss with dense gradients of the predictions' shapes, and the loss's own peaks are a formula
 (:class:`~yolo_ckpt.memory.loss_model.LossModel`, calibrated by
@@ -34,8 +34,8 @@ from .layer_accounting import LayerAccounting, module_flops
 from .loss_calibration import calibrate_loss
 from .loss_model import LossModel
 from .step import StepProfile, run_step
+from .synthetic_batch import training_batch
 from .tracker import LiveTensorTracker, tensor_bytes
-from .training_batch import training_batch
 from .ultralytics_rules import build_optimizer, train_imgsz
 
 

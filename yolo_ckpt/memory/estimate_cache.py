@@ -1,5 +1,5 @@
 """A disk cache of the memory model's costly figures across processes: loss calibrations
-(:func:`yolo_ckpt.memory.loss_calibration.calibrate_loss`) and fake passes (:class:`yolo_ckpt.memory.planner.MemoryModel`'s), so that
+(:func:`yolo_ckpt.memory.loss_calibration.calibrate_loss`) and fake passes (:class:`yolo_ckpt.memory.memory_model.MemoryModel`'s), so that
 ``yolo-ckpt plan`` asked again for the same model (another budget, another imgsz), ``profile``, and a run's
 ``recompute=auto``, ``batch=-1`` or set-up estimate reuse what an earlier process computed.
 

@@ -2,7 +2,7 @@
 is recomputed on its own, outputs, saves for backward, frees when recomputed and costs in forward FLOPs, and each
 layer's peak live bytes in its forward and its backward. :class:`LayerAccounting` hooks a model (real or fake
 tensors) for one step; its rows (:class:`LayerRow`, :class:`ModuleRow`) are what the planner composes
-(:class:`yolo_ckpt.memory.planner.MemoryModel`).
+(:class:`yolo_ckpt.memory.memory_model.MemoryModel`).
 """
 
 from __future__ import annotations

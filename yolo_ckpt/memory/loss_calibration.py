@@ -4,7 +4,7 @@ small sizes and fit the formula's coefficients to the measurements.
 :func:`calibrate_loss` measures ``model.loss`` as it is (with the loss region where one is applied) at
 :data:`CALIBRATION_POINTS`, on random predictions of the model's shapes and dtypes (the loss's memory depends on
 shapes and targets, not values: the predictions' shapes come from one fake pass, :func:`_prediction_specs`) and the
-task's synthetic batch (:func:`~yolo_ckpt.memory.training_batch.training_batch`), counting live tensors
+task's synthetic batch (:func:`~yolo_ckpt.memory.synthetic_batch.training_batch`), counting live tensors
 (:class:`~yolo_ckpt.memory.tracker.LiveTensorTracker`) and the foreground anchors the assigner gives. The fits:
 least squares, but for segmentation, whose estimate must not fall under the measurement, an upper bound of its
 calibration measurements (a linear program, ``scipy.optimize.linprog``: non-negative coefficients, no measurement
@@ -43,8 +43,8 @@ from .amp import cuda_amp_emulated
 from .fake_copy import fake_copy
 from .foreground import candidate_pairs
 from .loss_model import LossModel
+from .synthetic_batch import training_batch
 from .tracker import LiveTensorTracker, tensor_bytes
-from .training_batch import training_batch
 from .ultralytics_rules import OBJECTLESS_TASKS, input_channels, mask_ratio, model_task
 
 # (batch, imgsz, objects per image) at which the real loss is measured to fit its formula: small (imgsz <= 160), so
@@ -166,7 +166,7 @@ def _fit(rows: np.ndarray, y: np.ndarray, upper: bool, lower=None) -> tuple[floa
 
 def _loss_samples(model, shape: LossModel, points, amp: bool) -> tuple[np.ndarray, list[int], list[int], list[int], list[int], list[int]]:
     """CPU measurements of ``model``'s real loss at ``points`` (batch, imgsz, objects, and optionally the boxes' sides
-    (lo, hi) as fractions of the image, else grid-laid: :func:`~yolo_ckpt.memory.training_batch.training_batch`): the formula's
+    (lo, hi) as fractions of the image, else grid-laid: :func:`~yolo_ckpt.memory.synthetic_batch.training_batch`): the formula's
     terms (with the measured foreground anchors), the loss's forward and backward peaks above what was alive before it,
     the candidate pairs of its assigner, the assigner's own peak above what was alive when it started (the most of
     its assigners'), and the bytes of what the loss returns (its total and items)."""

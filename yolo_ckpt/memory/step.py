@@ -5,10 +5,10 @@ step), its peak memory per phase and per layer, for every task and device.
 measure through it. :func:`run_step` is the step itself, with any counter: the CUDA allocator
 (:class:`~yolo_ckpt.memory.tracker.CudaAllocator`) or live tensors (:class:`~yolo_ckpt.memory.tracker.LiveTensorTracker`,
 on any device, on fake tensors too: the estimate's fake pass runs it). The step trains on the task's batch
-(:func:`yolo_ckpt.memory.training_batch.training_batch`) with the optimizer Ultralytics builds
+(:func:`yolo_ckpt.memory.synthetic_batch.training_batch`) with the optimizer Ultralytics builds
 (:func:`yolo_ckpt.memory.ultralytics_rules.build_optimizer`, its state counted as built); the image size a run trains
 at is :func:`yolo_ckpt.memory.ultralytics_rules.train_imgsz`. :class:`StepProfile` is its result, measured, estimated
-(:mod:`yolo_ckpt.memory.estimate`) or composed (:class:`yolo_ckpt.memory.planner.MemoryModel`).
+(:mod:`yolo_ckpt.memory.estimate`) or composed (:class:`yolo_ckpt.memory.memory_model.MemoryModel`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class StepProfile:
 
     Attributes:
         source: ``"cpu_live_tensors"`` (measured), ``"cuda_allocator"`` (measured), ``"fake_estimate"`` or
-            ``"composed_estimate"`` (:meth:`yolo_ckpt.memory.planner.MemoryModel.step`).
+            ``"composed_estimate"`` (:meth:`yolo_ckpt.memory.memory_model.MemoryModel.step`).
         static_bytes: parameters, buffers, optimizer state and the input batch, alive all step long.
         phase_peak_bytes: the peak inside each phase: ``forward``, ``loss``, ``backward``, ``optimizer``.
         loss_bytes: the loss/assigner's own share: its peak above what was alive before it (grows with anchors,
@@ -159,7 +159,7 @@ def profile_step(
     Args:
         model: an Ultralytics ``BaseModel`` of a task in :data:`~yolo_ckpt.memory.ultralytics_rules.TASKS`, with
             ``.args`` set.
-        batch: a preprocessed training batch (:func:`~yolo_ckpt.memory.training_batch.training_batch`), on the
+        batch: a preprocessed training batch (:func:`~yolo_ckpt.memory.synthetic_batch.training_batch`), on the
             model's device.
         recompute, mode: the policy (``yolo_ckpt.checkpointing.policy``) and ``recompute_mode`` to apply to the copy; ``None``
             keeps what is applied to ``model`` (a ``deepcopy`` keeps it).

@@ -159,7 +159,7 @@ def grid_size(stride) -> int:
     """The training size's grid, Ultralytics' ``gs``: the model's largest stride, at least 32 (mirrored:
     ``BaseTrainer._setup_train`` computes it inline, ``engine/trainer.py`` line 357:
     ``gs = max(int(self.model.stride.max() if hasattr(self.model, "stride") else 32), 32)``). The one copy of the
-    rule: :func:`train_imgsz`, the planned run's imgsz (:func:`yolo_ckpt.memory.planned_run.planned_run`), ``plan``'s
+    rule: :func:`train_imgsz`, the planned run's imgsz (:func:`yolo_ckpt.memory.planning.planned_run`), ``plan``'s
     and the bench's largest imgsz are rounded to it.
 
     Args:

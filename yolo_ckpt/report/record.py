@@ -67,7 +67,7 @@ class PlanRecord:
 
     @classmethod
     def of(cls, plan, assumed: dict | None) -> PlanRecord:
-        """The record of a :class:`yolo_ckpt.memory.planner.Plan` and the assumptions of its estimate."""
+        """The record of a :class:`yolo_ckpt.memory.memory_model.Plan` and the assumptions of its estimate."""
         return cls(
             plan.recompute, plan.budget_bytes, plan.estimated_peak_bytes, plan.batch, plan.imgsz, plan.recompute_flops,
             plan.recompute_cost, plan.headroom_bytes, plan.margin_bytes, assumed,
@@ -95,7 +95,7 @@ class RunReport:
             earlier legs included, as its step times are); None in a report before schema 5.
         estimated_none_peak_bytes, estimated_all_peak_bytes, estimated_policy_peak_bytes: the memory model's peak of
             this run's step (:attr:`estimated_step`) for ``recompute=none``, ``all`` and the policy that trained,
-            estimated at set-up for this run's spec (:func:`yolo_ckpt.memory.planned_run.planned_run`); None where skipped.
+            estimated at set-up for this run's spec (:func:`yolo_ckpt.memory.planning.planned_run`); None where skipped.
         estimated_step: ``{"batch", "imgsz", "objects", "device", "amp"}`` of that estimate (objects per image: the
             data's densest, times its augmentation's factors). estimate_skipped: why there is no estimate
             (``estimate=False``, a model the memory model does not cover, ``the estimate failed: ...``), else None.
@@ -109,7 +109,7 @@ class RunReport:
             ``resume`` finished), :data:`STEP_TIMES` (finished by ``resume`` without the exact resume state); empty for
             a run that ended as it should.
         attention: where the attention region ran, ``{"attn_chunk", "modules": [{"layer", "module", "tokens",
-            "chunked"}]}`` at the trained imgsz (:func:`yolo_ckpt.memory.attention_tokens.attention_tokens`); None
+            "chunked"}]}`` at the trained imgsz (:func:`yolo_ckpt.memory.attention_shapes.attention_tokens`); None
             where it did not (and before schema 6). :func:`attention_text` says it in one line.
     """
 

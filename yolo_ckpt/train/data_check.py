@@ -31,7 +31,7 @@ from pathlib import Path
 from ultralytics.utils import LOGGER
 
 from ..errors import ConfigError, one_line
-from ..memory.ultralytics_rules import label_caches_in_memory
+from ..memory import label_caches_in_memory
 
 CHECKED_TASKS = ("detect", "segment", "obb", "pose")
 BACKGROUND_WARNING = 0.5  # share of training images without labels above which the check warns

@@ -175,7 +175,8 @@ def check_model_keys(trainer_cls: type, overrides: dict, config, given: dict) ->
     """
     from ultralytics.models.rtdetr.train import RTDETRTrainer
 
-    from ..checkpointing.policy import is_auto, layout_of, resolve
+    from ..checkpointing.model_file import layout_of
+    from ..checkpointing.policy import is_auto, resolve
 
     source = _model_source(overrides)
     resumed = source is not None and source is overrides.get("resume")

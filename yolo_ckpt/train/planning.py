@@ -1,6 +1,6 @@
 """The trainer's planning: ``recompute=auto`` (:func:`plan_recompute`), ``batch=-1`` (:func:`planned_batch`) and what
 recompute buys the run (:func:`estimate_step_peaks`), each from the one builder of a run's memory model
-(:func:`yolo_ckpt.memory.planned_run.planned_run`), and the checks planning needs before any write
+(:func:`yolo_ckpt.memory.planning.planned_run`), and the checks planning needs before any write
 (:func:`check_planning`). Plain functions of a :class:`~yolo_ckpt.train.trainer.CheckpointTrainerMixin` trainer; they
 set the ``plan``, ``planned`` and ``estimate*`` fields of its :class:`~yolo_ckpt.train.state.RunState`
 (``trainer.ckpt_state``)."""
@@ -22,9 +22,7 @@ from ultralytics.utils.torch_utils import unwrap_model
 from ..checkpointing.policy import is_auto
 from ..config import CkptConfig
 from ..errors import ConfigError, one_line
-from ..memory.planned_run import ESTIMATE_BASE_BATCH, decide
-from ..memory.planner import PlanError, size_text
-from ..memory.ultralytics_rules import TASKS, autobatch_fraction, device_type
+from ..memory import ESTIMATE_BASE_BATCH, TASKS, PlanError, autobatch_fraction, decide, device_type, size_text
 from ..report.record import one_unit
 from .log import PREFIX
 
@@ -85,10 +83,10 @@ def budget_bytes(trainer) -> int:
 
 
 def plan_run(trainer, batch: int):
-    """The run ``trainer`` plans (:func:`yolo_ckpt.memory.planned_run.planned_run`): its model, keys, data and device;
+    """The run ``trainer`` plans (:func:`yolo_ckpt.memory.planning.planned_run`): its model, keys, data and device;
     the data counted once per run (RNG untouched). Kept as ``trainer.ckpt_state.planned``; logs what it assumed
     (its ``run_spec``)."""
-    from ..memory.planned_run import planned_run
+    from ..memory import planned_run
 
     state = trainer.ckpt_state
     counts = state.planned.counts if state.planned else None
@@ -123,9 +121,9 @@ def estimate_needed(what: str):
 
 def plan_recompute(trainer) -> str:
     """recompute=auto: the cheapest set of layers, head branches and loss region that fits the budget at this
-    run's batch and largest imgsz (:meth:`yolo_ckpt.memory.planner.MemoryModel.plan`), kept as ``trainer.ckpt_state.plan``. With
+    run's batch and largest imgsz (:meth:`yolo_ckpt.memory.memory_model.MemoryModel.plan`), kept as ``trainer.ckpt_state.plan``. With
     batch=-1 the order is: recompute everything (``all``), then take the largest batch that fits
-    (:func:`planned_batch`); both by :func:`yolo_ckpt.memory.planned_run.decide`.
+    (:func:`planned_batch`); both by :func:`yolo_ckpt.memory.planning.decide`.
 
     Raises:
         PlanError: when nothing fits the budget; where the estimate fails (:func:`estimate_needed`).
@@ -155,7 +153,7 @@ def planned_batch(trainer) -> int:
       as a cross-check; for segmentation, the only task with a loss region, the smaller of the two is taken
       (AutoBatch models the detection loss, never a mask loss).
     - CPU with ``memory_budget=``: the largest batch whose estimate fits, at the largest multi-scale imgsz,
-      capped by the dataset's images and AutoBatch's 1024 (:func:`yolo_ckpt.memory.planned_run.decide`).
+      capped by the dataset's images and AutoBatch's 1024 (:func:`yolo_ckpt.memory.planning.decide`).
 
     Raises:
         PlanError: on the CPU, when not even batch 1 fits the budget, saying the need; where the estimate fails
@@ -200,7 +198,7 @@ def estimate_step_peaks(trainer, task: str) -> None:
     the batch (no more than the training set's images) and largest imgsz this run trains, for its spec (the planned
     run's memory model reused), into ``trainer.ckpt_state``'s ``estimated_peaks`` (bytes) and ``estimated_step``, and the
     composed steps of ``none`` and the policy (for the run's picture) into its ``estimated_steps``; from one fake pass
-    (:meth:`yolo_ckpt.memory.planner.MemoryModel.step`). Skipped, with the reason in its ``estimate_skipped``, for
+    (:meth:`yolo_ckpt.memory.memory_model.MemoryModel.step`). Skipped, with the reason in its ``estimate_skipped``, for
     ``estimate=False`` and for models the memory model does not cover. An estimate that fails is a report, not a
     gate: one warning line naming the failure, and the run trains on without it."""
     from ultralytics.nn.tasks import BaseModel

@@ -14,7 +14,7 @@ import torch
 from ultralytics.utils import LOGGER, RANK
 from ultralytics.utils.torch_utils import unwrap_model
 
-from ..memory.attention_tokens import attention_tokens
+from ..memory import attention_tokens
 from ..report.compare import class_ap
 from ..report.layer_plot import LayerPlot, layer_plot, write_layer_plot
 from ..report.record import (
@@ -200,8 +200,7 @@ def memory_probes(trainer):
     """
     from ultralytics.nn.tasks import BaseModel
 
-    from ..memory.step import probe_validation_step, profile_step
-    from ..memory.ultralytics_rules import optimizer_for
+    from ..memory import optimizer_for, probe_validation_step, profile_step
 
     batch = trainer.ckpt_state.probe_batch
     model = unwrap_model(trainer.model)
@@ -224,7 +223,7 @@ def run_report(trainer, not_measured: tuple = ()) -> RunReport:
     the memory probe), the median step time after :data:`~yolo_ckpt.report.record.WARMUP_STEPS`, the seconds spent
     validating, the plan, the final metrics (the last epoch's where ``not_measured`` names the final validation) and,
     where the policy runs the attention region, its chunking at the trained imgsz
-    (:func:`~yolo_ckpt.memory.attention_tokens.attention_tokens`)."""
+    (:func:`~yolo_ckpt.memory.attention_shapes.attention_tokens`)."""
     args, state, policy = trainer.args, trainer.ckpt_state, trainer.policy
     if trainer.device.type == "cuda":
         bank_cuda_peak(trainer, "train")
@@ -273,7 +272,7 @@ def run_report(trainer, not_measured: tuple = ()) -> RunReport:
 
 def run_attention(model, imgsz: int, attn_chunk: int) -> dict | None:
     """The attention region's chunking (``attn_chunk`` queries) at the trained ``imgsz`` (pixels) of ``model`` for the
-    report (:func:`~yolo_ckpt.memory.attention_tokens.attention_tokens`); None, with a warning, where its fake forward
+    report (:func:`~yolo_ckpt.memory.attention_shapes.attention_tokens`); None, with a warning, where its fake forward
     fails: the report is written without it."""
     try:
         return attention_tokens(model, imgsz, attn_chunk)
@@ -337,7 +336,7 @@ def finished_run_report(ckpt: dict, args: dict, metrics: dict, step_s: list | No
 
     from ..checkpointing.policy import ModelLayout, is_auto, resolve
     from ..config import CkptConfig
-    from ..memory.ultralytics_rules import frozen_layers
+    from ..memory import frozen_layers
     from ..report.record import STEP_TIMES
 
     spec, mode, model = args.get("recompute"), args.get("recompute_mode", "full"), ckpt.get("model") or ckpt.get("ema")

@@ -16,9 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ..memory.planned_run import PlannedRun
-    from ..memory.planner import Plan
-    from ..memory.step import StepProfile
+    from ..memory import Plan, PlannedRun, StepProfile
     from .run_dir import RunDirState
 
 

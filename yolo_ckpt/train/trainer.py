@@ -36,7 +36,7 @@ from ..checkpointing.engine import apply_checkpointing
 from ..checkpointing.policy import is_auto
 from ..config import DEFAULTS, CkptConfig
 from ..errors import ConfigError
-from ..memory.ultralytics_rules import frozen_layers
+from ..memory import frozen_layers
 from ..report.record import RunReport
 from . import distributed, exact_resume, run_dir, run_stats
 from .atomic import atomic_saves, remove_stale_temporaries

@@ -1,5 +1,5 @@
 """What ``yolo-ckpt profile`` and ``plan`` share: their keys (:func:`estimate_keys`), the run their words describe
-(:func:`estimate_setup`, planned by :meth:`yolo_ckpt.memory.planned_run.PlannedRun.from_keys` with train's checks of
+(:func:`estimate_setup`, planned by :meth:`yolo_ckpt.memory.planning.PlannedRun.from_keys` with train's checks of
 the data), and the size their output names (:func:`trained_at`)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def estimate_keys(command: str) -> dict:
 
 def estimate_setup(args: list[str], command: str = "plan", early=None):
     """Parse the arguments of ``command`` (``profile`` or ``plan``) into the run ``yolo-ckpt train`` would make of the
-    same keys (:meth:`~yolo_ckpt.memory.planned_run.PlannedRun.from_keys`: the model and data loaded as the trainer
+    same keys (:meth:`~yolo_ckpt.memory.planning.PlannedRun.from_keys`: the model and data loaded as the trainer
     loads them, the device train would use), refusing what train refuses: a ``data=`` of the wrong form for the task
     (:func:`yolo_ckpt.train.inputs.check_data_for_task`), a training set train's checks refuse
     (:func:`yolo_ckpt.train.data_check.check_labels`: no labels, all images corrupt, ...), a ``model=`` train refuses
@@ -29,8 +29,8 @@ def estimate_setup(args: list[str], command: str = "plan", early=None):
     ``early(config)``: the command's own checks of yolo-ckpt's keys, made before the model is built (plan's budget).
 
     Returns:
-        ``(run, opts)``: the :class:`~yolo_ckpt.memory.planned_run.PlannedRun` (model, spec, trained imgsz, config), and
-        the keys with defaults (:attr:`~yolo_ckpt.memory.planned_run.PlannedRun.keys`) where ``imgsz`` is the largest
+        ``(run, opts)``: the :class:`~yolo_ckpt.memory.planning.PlannedRun` (model, spec, trained imgsz, config), and
+        the keys with defaults (:attr:`~yolo_ckpt.memory.planning.PlannedRun.keys`) where ``imgsz`` is the largest
         size a step trains at, ``imgsz_given`` the value given and ``autobatch`` whether plan picks the batch
         (``batch=-1``).
 
@@ -40,7 +40,7 @@ def estimate_setup(args: list[str], command: str = "plan", early=None):
             keys' errors before the model is built) and as train's checks of the data raise.
     """
     given = parse_train_args(args, estimate_keys(command))
-    from ..memory.planned_run import PlannedRun
+    from ..memory import PlannedRun
     from ..train.data_check import CHECKED_TASKS, check_labels
     from ..train.inputs import check_data_for_task, check_imgsz, check_model_path
     from .train import tidy_beside

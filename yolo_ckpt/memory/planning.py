@@ -1,7 +1,7 @@
 """The one builder of a run's memory model, and the one decision of ``recompute=auto`` and ``batch=-1`` made with it.
 
 From the run's keys, its model, its data and its device, :func:`planned_run` makes the run the estimate assumes
-(:class:`~yolo_ckpt.memory.runspec.RunSpec`) and the :class:`~yolo_ckpt.memory.planner.MemoryModel` that plans it;
+(:class:`~yolo_ckpt.memory.runspec.RunSpec`) and the :class:`~yolo_ckpt.memory.memory_model.MemoryModel` that plans it;
 :meth:`PlannedRun.from_keys` first loads the model and data the keys name (``yolo-ckpt profile`` and ``plan``, the
 studies in ``benchmarks/``). ``recompute=auto`` and ``batch=-1`` in the trainers, ``yolo-ckpt plan`` and the
 benchmark's planned cells (``imgsz=fit``, ``tiles.size: fit``, budget studies) all call :func:`planned_run`, so the same
@@ -62,10 +62,10 @@ class PlannedRun:
         return self.config.headroom_on(self.spec.device)
 
     def memory_model(self):
-        """The :class:`~yolo_ckpt.memory.planner.MemoryModel` of this run (built on first use: it calibrates the loss and
+        """The :class:`~yolo_ckpt.memory.memory_model.MemoryModel` of this run (built on first use: it calibrates the loss and
         runs one fake pass, seconds for a nano model)."""
         if self._memory is None:
-            from .planner import MemoryModel
+            from .memory_model import MemoryModel
 
             spec = self.spec
             self._memory = MemoryModel(
@@ -114,7 +114,8 @@ class PlannedRun:
         from ultralytics.cfg import get_cfg
         from ultralytics.utils import DEFAULT_CFG, DEFAULT_CFG_DICT, LOGGER
 
-        from ..checkpointing.policy import ModelLayout, layout_of
+        from ..checkpointing.model_file import layout_of
+        from ..checkpointing.policy import ModelLayout
         from .ultralytics_rules import TASKS
 
         config = CkptConfig.from_args(keys)  # bad keys fail here, before the model is built
@@ -239,7 +240,7 @@ class Decision:
         recompute: the ``recompute=`` that trains: the plan's units for ``auto`` (``"0-4,head"``), ``"all"`` for ``auto``
             with ``batch=-1``, else as given (a spec or a :class:`~yolo_ckpt.checkpointing.policy.RecomputePolicy`).
         batch: the batch that trains: ``batch=-1``'s pick, else as given (-1 where no memory model was given).
-        plan: ``auto``'s :class:`~yolo_ckpt.memory.planner.Plan` at a given batch, else None.
+        plan: ``auto``'s :class:`~yolo_ckpt.memory.memory_model.Plan` at a given batch, else None.
     """
 
     recompute: object
@@ -256,12 +257,12 @@ def decide(recompute, batch: int, memory=None, budget: int | None = None, imgsz:
       policy cannot be planned before the batch, nor the batch picked before the policy);
     - ``batch=-1``: the largest batch whose estimated peak with the policy, plus the headroom, fits ``budget`` at
       ``imgsz``, capped by the training set's ``images`` and AutoBatch's 1024 (``MemoryModel.largest_batch``);
-    - ``recompute=auto`` at a given batch: the cheapest plan that fits (:meth:`~yolo_ckpt.memory.planner.MemoryModel.plan`).
+    - ``recompute=auto`` at a given batch: the cheapest plan that fits (:meth:`~yolo_ckpt.memory.memory_model.MemoryModel.plan`).
 
     Args:
         recompute: the ``recompute=`` value, or a :class:`~yolo_ckpt.checkpointing.policy.RecomputePolicy` applied.
         batch: ``batch=`` as given.
-        memory: the run's :class:`~yolo_ckpt.memory.planner.MemoryModel`; None to make only the decision that needs no
+        memory: the run's :class:`~yolo_ckpt.memory.memory_model.MemoryModel`; None to make only the decision that needs no
             estimate (``auto`` with ``batch=-1`` is ``all``; the trainer on CUDA then measures its batch with AutoBatch),
             the rest kept as given.
         budget: ``memory_budget=`` in bytes.
@@ -270,7 +271,7 @@ def decide(recompute, batch: int, memory=None, budget: int | None = None, imgsz:
 
     Raises:
         PlanError: when not even batch 1 fits (saying the need and the largest imgsz batch 1 fits), or no plan fits at
-            the batch (:meth:`~yolo_ckpt.memory.planner.MemoryModel.nothing_fits`).
+            the batch (:meth:`~yolo_ckpt.memory.memory_model.MemoryModel.nothing_fits`).
     """
     auto = is_auto(recompute)
     if batch < 1 and auto:
@@ -278,7 +279,7 @@ def decide(recompute, batch: int, memory=None, budget: int | None = None, imgsz:
     if memory is None:
         return Decision(recompute, batch)
     if batch < 1:
-        from .planner import PlanError, size_text
+        from .memory_model import PlanError, size_text
 
         units = memory.units(recompute)
         batch = memory.largest_batch(units, budget, imgsz, images)

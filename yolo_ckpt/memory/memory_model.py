@@ -1,6 +1,6 @@
 """Plan recomputation for a memory budget: which units (``recompute=auto``), and the largest batch or imgsz.
 
-The planner searches the figures of :class:`yolo_ckpt.memory.composed.ComposedEstimate` (one fake pass of
+The planner searches the figures of the :class:`yolo_ckpt.memory.composed.ComposedEstimate` it holds (one fake pass of
 ``recompute=none``, composed for any set of units, batch and imgsz; a unit is a layer, ``head``, ``loss`` or
 ``attention``). Among the unit sets that fit, it picks the one with the least recompute cost (forward FLOPs of the
 recomputed layers and head branches, the loss region's mask products,
@@ -123,11 +123,13 @@ def _largest(fits, limit: int) -> int:
     return lo
 
 
-class MemoryModel(ComposedEstimate):
-    """The planner: the composed figures of :class:`~yolo_ckpt.memory.composed.ComposedEstimate` searched for the
-    cheapest units that fit a budget (:meth:`plan`), and the largest batch (:meth:`largest_batch`) or imgsz
-    (:meth:`largest_imgsz`) that fits with given units; every answer checked with a fake pass
-    (:meth:`~yolo_ckpt.memory.composed.ComposedEstimate.estimate`).
+class MemoryModel:
+    """The planner: the composed figures of the :class:`~yolo_ckpt.memory.composed.ComposedEstimate` it holds
+    (:attr:`composed`) searched for the cheapest units that fit a budget (:meth:`plan`), and the largest batch
+    (:meth:`largest_batch`) or imgsz (:meth:`largest_imgsz`) that fits with given units; every answer checked with a
+    fake pass (:meth:`estimate`). The planner holds the estimate rather than being one: the figures and fake passes
+    are the estimate's (reached through :attr:`composed`, or the few methods below that hand a call to it), the search
+    and the headroom the planner's.
 
     Args:
         model, imgsz, batch, objects, optimizer, amp: as :class:`~yolo_ckpt.memory.composed.ComposedEstimate` takes
@@ -135,6 +137,12 @@ class MemoryModel(ComposedEstimate):
         headroom: kept on top of every estimate when it is held against a budget
             (:meth:`yolo_ckpt.config.CkptConfig.headroom_on`).
         loss_chunk, assign_chunk, sizes, attn_chunk: as :class:`~yolo_ckpt.memory.composed.ComposedEstimate` takes them.
+
+    Attributes:
+        composed: the :class:`~yolo_ckpt.memory.composed.ComposedEstimate` of the model at the base ``imgsz`` and
+            ``batch`` (per-unit figures, composed peaks, fake passes cached).
+        headroom: as given.
+        always: the units in every plan (``("loss",)`` where the model has a loss region: module docstring).
 
     Examples:
         >>> from ultralytics import YOLO
@@ -152,27 +160,79 @@ class MemoryModel(ComposedEstimate):
         headroom: Headroom = NO_HEADROOM, loss_chunk: int | None = None, assign_chunk: int | None = None, sizes=None,
         attn_chunk: int | None = None,
     ):
-        super().__init__(model, imgsz, batch, objects, optimizer, amp, loss_chunk, assign_chunk, sizes, attn_chunk)
+        self.composed = ComposedEstimate(model, imgsz, batch, objects, optimizer, amp, loss_chunk, assign_chunk, sizes, attn_chunk)
         self.headroom = headroom
         self.always = tuple(u for u in self.candidates if u == "loss")  # in every plan (module docstring)
+
+    # What callers read of the estimate, handed to it (ComposedEstimate documents each).
+    @property
+    def model(self):
+        """The Ultralytics model estimated."""
+        return self.composed.model
+
+    @property
+    def layout(self):
+        """The model's :class:`~yolo_ckpt.checkpointing.policy.ModelLayout`."""
+        return self.composed.layout
+
+    @property
+    def candidates(self) -> tuple:
+        """Every unit a plan may recompute: the layers, then ``"head"`` and, where the model has them, ``"loss"`` and
+        ``"attention"``."""
+        return self.composed.candidates
+
+    @property
+    def attention(self) -> tuple:
+        """The model's attention modules' shapes (:class:`~yolo_ckpt.memory.attention_shapes.AttentionShape`)."""
+        return self.composed.attention
+
+    @property
+    def attn_chunk(self) -> int:
+        """Queries (and keys) per chunk of the attention region."""
+        return self.composed.attn_chunk
+
+    def units(self, recompute) -> tuple:
+        """The units of a ``recompute=`` value or policy: :meth:`~yolo_ckpt.memory.composed.ComposedEstimate.units`."""
+        return self.composed.units(recompute)
+
+    @staticmethod
+    def spec(units) -> str:
+        """``units`` as a ``recompute=`` value: :meth:`~yolo_ckpt.memory.composed.ComposedEstimate.spec`."""
+        return ComposedEstimate.spec(units)
+
+    @staticmethod
+    def regions(units) -> tuple[str, ...]:
+        """The regions among ``units``: :meth:`~yolo_ckpt.memory.composed.ComposedEstimate.regions`."""
+        return ComposedEstimate.regions(units)
+
+    def peak(self, units, batch: int, imgsz) -> int:
+        """Composed peak bytes of ``units`` at this batch and imgsz: :meth:`~yolo_ckpt.memory.composed.ComposedEstimate.peak`."""
+        return self.composed.peak(units, batch, imgsz)
+
+    def step(self, units, batch: int, imgsz):
+        """The composed :class:`~yolo_ckpt.memory.step.StepProfile` of ``units``:
+        :meth:`~yolo_ckpt.memory.composed.ComposedEstimate.step`."""
+        return self.composed.step(units, batch, imgsz)
+
+    def estimate(self, recompute, batch: int, imgsz):
+        """The fake-pass estimate of ``recompute`` at this batch and imgsz, cached:
+        :meth:`~yolo_ckpt.memory.composed.ComposedEstimate.estimate`."""
+        return self.composed.estimate(recompute, batch, imgsz)
+
+    def flops_of(self, recompute) -> int:
+        """Forward FLOPs recomputed per step by ``recompute`` at the base batch and imgsz:
+        :meth:`~yolo_ckpt.memory.composed.ComposedEstimate.flops_of`."""
+        return self.composed.flops_of(recompute)
 
     def fits(self, estimated_bytes: int, budget: int) -> bool:
         """Whether an estimated peak plus the headroom fits ``budget`` (bytes)."""
         return self.headroom.need(estimated_bytes) <= budget
 
     def _order(self, batch: int, imgsz: int) -> list:
-        """The candidates by bytes freed per recomputed FLOP at this batch and imgsz, most first (the loss region's
-        bytes: how much lower its loss peaks are; the attention region's: how much lower the composed peak is)."""
-        k = self._scale(batch, imgsz)
-
-        def freed(u) -> float:
-            if u == "attention":  # what it takes off the peak: stock's N x N matrices grow faster than any layer's bytes
-                return self.peak((), batch, imgsz) - self.peak(("attention",), batch, imgsz)
-            if u != "loss":
-                return k * self.freed[u]
-            return max(self._loss_peaks(False, batch, imgsz)[:2]) - max(self._loss_peaks(True, batch, imgsz)[:2])
-
-        return sorted(self.candidates, key=lambda u: -freed(u) / max(self.cost((u,), batch, imgsz), 1))
+        """The candidates by bytes freed per recomputed FLOP at this batch and imgsz, most first
+        (:meth:`~yolo_ckpt.memory.composed.ComposedEstimate.freed_bytes`)."""
+        composed = self.composed
+        return sorted(self.candidates, key=lambda u: -composed.freed_bytes(u, batch, imgsz) / max(composed.cost((u,), batch, imgsz), 1))
 
     def cheapest(self, budget: int, batch: int, imgsz) -> tuple | None:
         """The least-FLOPs set of units, :attr:`always` among them, whose composed peak (with the headroom) fits
@@ -188,12 +248,12 @@ class MemoryModel(ComposedEstimate):
         else:
             return None
         optional = [u for u in chosen if u not in self.always]
-        for u in sorted(optional, key=lambda u: -self.cost((u,), batch, imgsz)):  # drop what is no longer needed, dearest first
+        for u in sorted(optional, key=lambda u: -self.composed.cost((u,), batch, imgsz)):  # drop what is no longer needed, dearest first
             rest = [v for v in chosen if v != u]
             if self.fits(self.peak(rest, batch, imgsz), budget):
                 chosen = rest
         fitting = [self._sorted(chosen)] + [n for n in self._named() if self.fits(self.peak(n, batch, imgsz), budget)]
-        return min(fitting, key=lambda s: self.cost(s, batch, imgsz))
+        return min(fitting, key=lambda s: self.composed.cost(s, batch, imgsz))
 
     def _named(self) -> list[tuple]:
         """The units of the named policies a plan is never worse than: backbone, neck (where there is one), all;
@@ -220,8 +280,8 @@ class MemoryModel(ComposedEstimate):
         if units is None:  # the composition is close, not exact: let the fake pass decide from 'all' down
             units = self.candidates
         # ... and a cheaper named policy that the composition rejects may still fit: its fake pass decides
-        cost = self.cost(units, batch, imgsz)
-        for named in sorted((n for n in self._named() if self.cost(n, batch, imgsz) < cost), key=lambda n: self.cost(n, batch, imgsz)):
+        costs = {n: self.composed.cost(n, batch, imgsz) for n in self._named()}
+        for named in sorted((n for n, c in costs.items() if c < self.composed.cost(units, batch, imgsz)), key=costs.get):
             check = self.estimate(self.spec(named), batch, imgsz)
             if self.fits(check.peak_bytes, budget):
                 return self.as_plan(named, check.peak_bytes, budget, batch, imgsz)
@@ -256,15 +316,16 @@ class MemoryModel(ComposedEstimate):
     def as_plan(self, units, peak_bytes: int, budget: int, batch: int, imgsz) -> Plan:
         """A :class:`Plan` of these units, with their recompute FLOPs and the headroom at this batch and imgsz. The
         step's FLOPs: the layers' forward and backward (3x the forward) and, for segmentation, the mask loss's
-        products: its forward and the backward's two, ``6 * nm * Fb * (imgsz / 4)^2`` (:meth:`loss_flops` x 1.5)."""
+        products: its forward and the backward's two, ``6 * nm * Fb * (imgsz / 4)^2``
+        (:meth:`~yolo_ckpt.memory.composed.ComposedEstimate.loss_flops` x 1.5)."""
         imgsz = train_imgsz(imgsz, self.model.stride)
         headroom = self.headroom.need(peak_bytes) - peak_bytes
         return Plan(
             self.spec(units),
             peak_bytes,
             budget,
-            self.cost(units, batch, imgsz),
-            int(self._scale(batch, imgsz) * self.step_flops) + 3 * self.loss_flops(batch, imgsz) // 2,
+            self.composed.cost(units, batch, imgsz),
+            int(self.composed.scale(batch, imgsz) * self.composed.step_flops) + 3 * self.composed.loss_flops(batch, imgsz) // 2,
             batch,
             imgsz,
             headroom,
@@ -275,7 +336,7 @@ class MemoryModel(ComposedEstimate):
         AutoBatch caps it by ``dataset_size``: ``ultralytics/utils/autobatch.py`` lines 124-126) whose fake pass with
         ``units`` and the headroom fits ``budget`` at ``imgsz``, the next batch shown not to fit
         (:meth:`_largest_by_fake_pass`): the same answer whatever batch the memory model's base pass was estimated at.
-        The one rule of the largest batch: ``batch=-1``'s pick (:func:`~yolo_ckpt.memory.planned_run.decide`) and
+        The one rule of the largest batch: ``batch=-1``'s pick (:func:`~yolo_ckpt.memory.planning.decide`) and
         ``plan``'s ``max_batch``."""
         limit = min(limit, images) if images else limit
         imgsz = train_imgsz(imgsz, self.model.stride)
@@ -287,7 +348,7 @@ class MemoryModel(ComposedEstimate):
         :func:`~yolo_ckpt.memory.ultralytics_rules.grid_size`; at most ``limit``, 0 if none) whose fake pass with
         ``units`` and the headroom fits ``budget`` at ``batch``, the next multiple shown not to fit
         (:meth:`_largest_by_fake_pass`): the same answer whatever imgsz the memory model's base pass was estimated at."""
-        stride = stride or grid_size(self.strides)
+        stride = stride or grid_size(self.composed.strides)
         guess = _largest(lambda n: self.fits(self.peak(units, batch, n * stride), budget), limit // stride) * stride
         return self._largest_by_fake_pass(units, budget, guess, lambda s: (batch, s), step=stride, limit=limit)
 
