@@ -265,8 +265,8 @@ def test_estimate_never_under_the_most_foreground_step(yaml, hostile, tmp_path):
     from ultralytics.data.utils import check_det_dataset
 
     from benchmarks.memory_model.epoch_peaks import overlapping_predictions
+    from yolo_ckpt.memory import PlannedRun
     from yolo_ckpt.memory.foreground import measured_foreground
-    from yolo_ckpt.memory.planned_run import PlannedRun
 
     imgsz, data = 320, _dense_squares(tmp_path, 320, hostile)
     keys = {"model": yaml, "data": data, "imgsz": imgsz, "batch": 2, "recompute": "none", "device": "cpu",
