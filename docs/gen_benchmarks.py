@@ -92,8 +92,15 @@ def render_result(folder: Path) -> str:
     record, entry = _record(folder), _index()[folder.name]
     return "\n".join([
         *body, "", f"**Question:** {entry['answers']}", "", f"**Status:** {_status(entry['status'])}. **Quality:** {entry['quality']}.",
-        "", f"**Code:** {_code(record)}.", "", f"**Machine:** {_machine(record)}.", "", f"**Reproduce:** `{record['command']}`", "",
+        "", f"**Code:** {_code(record)}.", "", f"**Machine:** {_machine(record)}.", "", f"**Reproduce** (into a fresh folder, then compare its figures with this one's): `{fresh_out(record['command'])}`", "",
     ])
+
+
+def fresh_out(command: str) -> str:
+    """``command`` writing into a fresh folder, ``reproduce/<name>``, instead of the committed
+    ``benchmarks/results/<name>``: a bench rerun into a folder that holds results skips the cells already there, and a
+    committed result is never overwritten."""
+    return re.sub(r"\bout=benchmarks/results/", "out=reproduce/", command)
 
 
 def lead_plot(folder: Path) -> Path | None:
