@@ -81,7 +81,7 @@ def measure(model: str, imgsz: int, batch: int, recompute: str, attn_chunk: int)
 
     from yolo_ckpt import count_recomputations
     from yolo_ckpt.checkpointing.attention import in_chunked_attention
-    from yolo_ckpt.checkpointing.engine import apply_checkpointing
+    from yolo_ckpt.checkpointing.engine import FoldedLayer, apply_checkpointing, checkpointed_layers, folded_layers, layer_inputs
     from yolo_ckpt.memory.layer_accounting import LayerAccounting
     from yolo_ckpt.memory.step import run_step
     from yolo_ckpt.memory.training_batch import training_batch
@@ -147,8 +147,8 @@ def measure(model: str, imgsz: int, batch: int, recompute: str, attn_chunk: int)
     types = [str(m.type).rsplit(".", 1)[-1] for m in probe.model]
     stock_rows = {r.index: r for r in accounting.profile_rows(probe, {})[0]}
     outputs = {i: r.output_bytes for i, r in stock_rows.items()}
-    regions = folded_regions(probe.model, {i for i, r in stock_rows.items() if r.recompute})
-    sources = {i: froms(probe.model, i) for i in range(len(types))}
+    regions = folded_layers(probe, set(checkpointed_layers(probe)))
+    sources = {i: layer_inputs(probe.model, i) for i in range(len(types))}
 
     def grouped(snapshot: dict) -> tuple[dict, dict]:
         alive: dict[tuple, int] = defaultdict(int)
@@ -188,7 +188,8 @@ def measure(model: str, imgsz: int, batch: int, recompute: str, attn_chunk: int)
         "moment": describe(next(reversed(storages.values()))[1], types),
         "state_bytes": state, "phase_peaks_MiB": {k: round(v / MiB, 1) for k, v in peaks.items()}, "seconds": round(seconds, 1),
         "recomputations": counter.total, "attention_chunk_passes": counter.attention_chunks,
-        "folded_regions": {str(j): c for j, c in regions.items()}, "alive": rows, "layers": layers,
+        "folded_regions": {str(j): c for j, c in regions.items()}, "engine_folds": any(isinstance(m, FoldedLayer) for m in probe.model),
+        "alive": rows, "layers": layers,
     }
 
 
@@ -200,36 +201,10 @@ BACKWARD_GROUPS = (
 )
 
 
-def froms(layers, i: int) -> list[int]:
-    """The layers whose outputs layer ``i`` of ``model.model`` takes (``.f``: -1 the previous layer; -1 at layer 0 the
-    input image, left out)."""
-    f = layers[i].f
-    return [i - 1 if j == -1 else j for j in (f if isinstance(f, list) else [f]) if not (i == 0 and j == -1)]
-
-
-def folded_regions(layers, recomputed: set[int]) -> dict[int, int]:
-    """The parameter-free layers (Upsample, Concat) a fold would put into the recomputed region after them, as
-    ``{layer: the recomputed layer whose region takes it}``: a layer whose output only that region takes (directly,
-    or through another folded layer). The region then keeps the folded layers' inputs instead of their outputs."""
-    consumers = defaultdict(list)
-    for i in range(len(layers)):
-        for j in froms(layers, i):
-            consumers[j].append(i)
-    free = {i for i, m in enumerate(layers) if not any(True for _ in m.parameters())}
-    regions: dict[int, int] = {}
-    for j in sorted(free, reverse=True):
-        if len(consumers[j]) == 1:
-            c = consumers[j][0]
-            if c in recomputed:
-                regions[j] = c
-            elif c in regions:
-                regions[j] = regions[c]
-    return regions
-
-
 def fold_saving(moment: int, held: dict[int, int], regions: dict[int, int], sources: dict[int, list[int]], outputs: dict[int, int]) -> int:
-    """Bytes a fold (:func:`folded_regions`) would free at the backward peak of layer ``moment``, from what was held
-    then (``held``: bytes held from each layer's forward; ``sources``: each layer's :func:`froms`; ``outputs``: each
+    """Bytes folding the parameter-free layers ``regions`` (:func:`yolo_ckpt.checkpointing.engine.folded_layers`) frees at
+    the backward peak of layer ``moment``, from what was held then without the fold (``held``: bytes held from each
+    layer's forward; ``sources``: each layer's :func:`~yolo_ckpt.checkpointing.engine.layer_inputs`; ``outputs``: each
     layer's output bytes): each region not yet
     backpropagated (its folded outputs still held) stops holding them and holds the folded layers' inputs instead,
     those not held anyway counted once; a region whose own backward runs now rebuilds its folded outputs, so only
@@ -328,13 +303,18 @@ def report(runs: dict, folder: Path | None, run: dict) -> list[str]:
         layers = list(csv.DictReader(open(folder / f"{stem}-layers.csv"))) if folder else run["layers"]
         folded = max(float(r["folded_estimate_MiB"] or 0) for r in layers)
         rest = max(v for k, v in s["phase_peaks_MiB"].items() if k != "backward")
+        pairs = ", ".join(f"{j} into {c}" for j, c in s["folded_regions"].items())
         lines += [
             "", f"## {s['model']} {s['imgsz']} px, batch {s['batch']}, recompute={s['recompute']}", "",
             f"Peak {s['peak_bytes'] / MiB:.1f} MiB in the {s['phase']} phase, made by: {s['moment']}. Phase peaks (MiB): "
             + ", ".join(f"{k} {v}" for k, v in s["phase_peaks_MiB"].items())
             + f". Step {s['seconds']} s; {s['recomputations']} recomputations, {s['attention_chunk_passes']} attention chunk passes. "
-            + f"Folding the parameter-free layers {', '.join(f'{j} into {c}' for j, c in s['folded_regions'].items())}: "
-            + f"backward peak estimated at {folded:.1f} MiB (the other phases' peaks as measured, at most {rest:.1f} MiB).",
+            + (
+                f"The engine folds the parameter-free layers {pairs} into the region after them."
+                if s.get("engine_folds")
+                else f"Folding the parameter-free layers {pairs} into the region after them: backward peak estimated at "
+                f"{folded:.1f} MiB (the other phases' peaks as measured, at most {rest:.1f} MiB)."
+            ),
             "", "| group | layer | type | what | MiB | share |", "|---|---|---|---|---|---|",
             *(
                 f"| {r['group']} | {r['layer']} | {r['type']} | {r['what']} | {r['MiB']} | {int(r['bytes']) / s['peak_bytes']:.1%} |"
