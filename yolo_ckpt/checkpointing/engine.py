@@ -380,7 +380,8 @@ def apply_checkpointing(
 
     Works on a bare Ultralytics ``BaseModel`` (detect, segment, obb, pose, classify), no trainer needed.
     Replaces any policy applied before, so calling it twice is safe. Layers of a type in :data:`NESTED_BLOCKS`
-    also recompute their inner blocks one at a time; ``head`` recomputes each of :func:`head_branches`.
+    also recompute their inner blocks one at a time; ``head`` recomputes each of :func:`head_branches`; the
+    parameter-free layers a recomputed layer alone takes (:func:`folded_layers`) fold into its region.
 
     Args:
         model: an Ultralytics ``BaseModel`` (optionally wrapped in DDP, ``torch.compile`` or the ``DistillationModel``
