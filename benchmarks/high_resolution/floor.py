@@ -11,7 +11,9 @@ accounting and :func:`~yolo_ckpt.memory.step.run_step`), its peak equal to the h
 (:class:`~yolo_ckpt.memory.tracker.LiveTensorTracker` with a ``tagger``) snapshots the storages alive at each phase's
 peak, each tagged at creation with the phase, the module whose forward was running (the recomputation, in backward)
 and the layer whose backward was running. AdamW's state, which the harness adds to the earlier phases' peaks (one
-step stands for a steady-state one), is its own group. With ``out=`` (``benchmarks/results/attention-floor``) the
+step stands for a steady-state one), is its own group. Per layer, the same groups at its backward peak, and that peak
+with the parameter-free layers folded into the region after them (:func:`fold_saving`: an estimate where the engine
+does not fold them, the measurement where it does). With ``out=`` (``benchmarks/results/attention-floor-folded``) the
 groups go to ``<model>-<imgsz>-b<batch>-<recompute>-alive.csv`` and the layers (held at the peak, each layer's forward
 and backward peak) to ``...-layers.csv``; ``result.md`` tables every run in the folder; ``record.json`` ties the last
 run to its commit, the earlier runs kept under ``earlier_runs``.
