@@ -207,13 +207,14 @@ class FoldedLayer(PickledAsStock, nn.Module):
     """Mixin placed before a parameter-free layer's own class (``Upsample``, ``Concat``) that a recomputed layer's
     region takes in (:func:`folded_layers`): its stock forward, and on its output, while training with grad enabled
     (not under ``torch.compile``), :data:`FOLD_RECIPE`: ``(rebuild, inputs)`` with ``rebuild(*inputs)`` its output
-    again. An input that is itself a folded layer's output is replaced by that layer's inputs, so a chain
-    (``Upsample`` then ``Concat``) is rebuilt from the tensors it started from."""
+    again (an output that is not a tensor carries none: its consumer keeps it as without the fold). An input that is
+    itself a folded layer's output is replaced by that layer's inputs, so a chain (``Upsample`` then ``Concat``) is
+    rebuilt from the tensors it started from."""
 
     def forward(self, x):
         """The stock forward, its output carrying how to rebuild it (see the class)."""
         out = super().forward(x)
-        if self.training and torch.is_grad_enabled() and not torch.compiler.is_compiling():
+        if isinstance(out, torch.Tensor) and self.training and torch.is_grad_enabled() and not torch.compiler.is_compiling():
             setattr(out, FOLD_RECIPE, _recipe(super().forward, x))
         return out
 
