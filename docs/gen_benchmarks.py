@@ -92,7 +92,8 @@ def render_result(folder: Path) -> str:
     record, entry = _record(folder), _index()[folder.name]
     return "\n".join([
         *body, "", f"**Question:** {entry['answers']}", "", f"**Status:** {_status(entry['status'])}. **Quality:** {entry['quality']}.",
-        "", f"**Code:** {_code(record)}.", "", f"**Machine:** {_machine(record)}.", "", f"**Reproduce** (into a fresh folder, then compare its figures with this one's): `{fresh_out(record['command'])}`", "",
+        "", f"**Code:** {_code(record)}.", "", f"**Machine:** {_machine(record)}.", "",
+        f"**Reproduce** (into a fresh folder, then compare its figures with this one's): `{fresh_out(record['command'])}`", "",
     ])
 
 

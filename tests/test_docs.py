@@ -50,7 +50,8 @@ def test_benchmark_results_page_is_current():
     folders = sorted(p.parent.name for p in gen.RESULTS.glob("*/result*.md"))
     sections = [line.split(":")[0].removeprefix("### ") for line in committed.splitlines() if line.startswith("### ")]
     assert sorted(sections) == folders and sections[0].startswith("equal-memory-")  # issue 33: the page leads with them
-    assert committed.count("**Machine:**") == committed.count("**Reproduce** (into a fresh folder") == committed.count("**Status:**") == len(folders)
+    reproduce = committed.count("**Reproduce** (into a fresh folder")
+    assert committed.count("**Machine:**") == reproduce == committed.count("**Status:**") == len(folders)
     # issue 47: grouped by the question each answers, in the index's order
     groups = [line.removeprefix("## ") for line in committed.splitlines() if line.startswith("## ")]
     assert groups == list(gen.results_index.QUESTIONS.values())

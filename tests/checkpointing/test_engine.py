@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import weakref
 import zipfile
 
 import cloudpickle
@@ -23,6 +24,7 @@ from ultralytics.nn.tasks import (
 import yolo_ckpt.checkpointing.engine as engine
 from yolo_ckpt import apply_checkpointing, checkpointed_layers, count_recomputations, remove_checkpointing
 from yolo_ckpt.checkpointing.engine import checkpointed_modules
+from yolo_ckpt.checkpointing.patching import stock_class
 from yolo_ckpt.memory.step import probe_training_step
 from yolo_ckpt.memory.synthetic_batch import detect_batch
 from yolo_ckpt.memory.tracker import LiveTensorTracker
@@ -300,15 +302,41 @@ def test_layer_attributes_and_state_dict_unchanged():
     stock.load_state_dict(patched.state_dict(), strict=True)
 
 
-def test_param_free_layers_never_patched():
+def test_param_free_layers_are_never_regions_and_fold_into_the_recomputed_layer_they_feed():
     m = build_model()
-    for spec in ("all", "neck", "0-22", "Upsample,Concat,C3k2"):
+    everything = {11: 13, 12: 13, 14: 16, 15: 16, 18: 19, 21: 22}
+    for spec, folded in (("all", everything), ("neck", everything), ("0-22", everything), ("Upsample,Concat,C3k2", everything),
+                         ("backbone", {}), ("13", {11: 13, 12: 13}), ("16,17", {14: 16, 15: 16})):
         policy = apply_checkpointing(m, spec)
         assert not set(policy.indices) & Y11_PARAM_FREE
         assert not set(checkpointed_layers(m)) & Y11_PARAM_FREE
+        assert engine.folded_layers(m, set(policy.indices)) == folded, spec
         for i in Y11_PARAM_FREE:
-            assert type(m.model[i]).__module__.startswith(("torch", "ultralytics"))
-    assert checkpointed_layers(m) == [2, 4, 6, 8, 13, 16, 19, 22]
+            stock = type(m.model[i]).__module__.startswith(("torch", "ultralytics"))
+            assert stock == (i not in folded) and stock_class(type(m.model[i])).__module__.startswith(("torch", "ultralytics")), (spec, i)
+    assert checkpointed_layers(m) == [16, 17]
+
+
+@pytest.mark.parametrize("spec", ["all", "backbone"])
+def test_folded_layers_outputs_are_not_kept_their_inputs_are(spec):
+    """After a training forward, what the graph keeps: with every layer recomputed (``all``), none of the Upsample and
+    Concat outputs (the regions keep their inputs instead: layer 10's and 13's outputs, which only Upsample and Concat
+    layers take); with ``backbone`` the neck is stock: it keeps the Concat outputs (its convolutions' inputs), not 10's
+    or 13's."""
+    m = build_model()
+    apply_checkpointing(m, spec)
+    storages = {}
+    hooks = [m.model[i].register_forward_hook(lambda mod, a, out, i=i: storages.__setitem__(i, weakref.ref(out.untyped_storage())))
+             for i in (*Y11_PARAM_FREE, 10, 13)]
+    preds = m(detect_batch(2, 64, 3)["img"])
+    alive = {i for i, ref in storages.items() if ref() is not None}
+    if spec == "all":
+        assert alive == {10, 13}
+    else:
+        assert alive == {12, 15, 18, 21}
+    for h in hooks:
+        h.remove()
+    del preds
 
 
 def test_apply_twice_is_idempotent_and_replaces():

@@ -173,19 +173,23 @@ def test_nested_blocks_lower_the_recompute_peak(monkeypatch):
 
 
 # A small model with an A2C2f layer (two area-attention blocks) and a one-level Detect head: compiles in seconds.
-TINY_A2 = {
+TINY_A2 = {  # with an Upsample and a Concat, folded into the recomputed Conv after them
     "nc": 3,  # detect_batch draws classes 0-2
     "backbone": [[-1, 1, "Conv", [32, 3, 2]], [-1, 1, "Conv", [64, 3, 2]], [-1, 2, "A2C2f", [64, True, 1]]],
-    "head": [[[2], 1, "Detect", ["nc"]]],
+    "head": [
+        [-1, 1, "Conv", [64, 3, 2]], [-1, 1, "nn.Upsample", [None, 2, "nearest"]], [[-1, 2], 1, "Concat", [1]],
+        [-1, 1, "Conv", [64, 3, 1]], [[6], 1, "Detect", ["nc"]],
+    ],
 }
 
 
 @pytest.mark.slow
 def test_compile_aot_eager_both_modes(saved_for_backward_bytes):
-    """Compiled (aot_eager) training with the layers, the A2C2f's nested blocks and the head's branches recomputed,
-    in both modes: one graph, no graph break, BN updated once per forward, weights and BN buffers after 2 optimizer
-    steps equal eager training without recomputation (tolerance 0), and less saved for backward (full < selective
-    < none: selective keeps the convolutions' and attention's outputs). One eager reference serves both modes."""
+    """Compiled (aot_eager) training with the layers, the A2C2f's nested blocks and the head's branches recomputed, an
+    Upsample and a Concat folded into the region after them, in both modes: one graph, no graph break, BN updated once
+    per forward, weights and BN buffers after 2 optimizer steps equal eager training without recomputation (tolerance
+    0), and less saved for backward (full < selective < none: selective keeps the convolutions' and attention's
+    outputs). One eager reference serves both modes."""
     import torch._dynamo
     from torch._dynamo.utils import counters
     from ultralytics.nn.tasks import DetectionModel
@@ -206,7 +210,9 @@ def test_compile_aot_eager_both_modes(saved_for_backward_bytes):
         states[mode] = copy.deepcopy(model.state_dict())
         saved[mode] = saved_for_backward_bytes(lambda: forward(batch["img"]))
         if mode != "none":
-            assert checkpointed_modules(model) == ["0", "1", "2", "2.m.0.0", "2.m.0.1", "2.m.1.0", "2.m.1.1", "3.cv2.0", "3.cv3.0"]
+            blocks = ["2.m.0.0", "2.m.0.1", "2.m.1.0", "2.m.1.1"]
+            assert checkpointed_modules(model) == ["0", "1", "2", *blocks, "3", "6", "7.cv2.0", "7.cv3.0"]
+            assert [type(m).__name__ for m in model.model[4:6]] == ["FoldedUpsample", "FoldedConcat"]
             assert type(model.model[2].m[0][0]).__name__ == ("SelectiveRecomputedABlock" if mode == "selective" else "RecomputedABlock")
             assert not counters["graph_break"] and counters["stats"]["unique_graphs"] == 1, mode
             assert all(torch.equal(states["none"][k], states[mode][k]) for k in states["none"]), mode

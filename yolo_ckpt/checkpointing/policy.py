@@ -22,8 +22,8 @@ a union of
 
 ``none`` (and the ``None`` Ultralytics' own CLI parser makes of it, or ``False``) selects nothing. The CLI parser
 turns ``recompute=6`` into the int ``6`` and ``recompute=0,1,2`` into the tuple ``(0, 1, 2)``: both are indices.
-Parameter-free layers (Upsample, Concat) and frozen layers are dropped from the result: recomputing them saves
-nothing.
+Parameter-free layers (Upsample, Concat) and frozen layers are dropped from the result: no region of their own (the
+engine folds a parameter-free layer into the recomputed layer it feeds, :func:`yolo_ckpt.checkpointing.engine.folded_layers`).
 
 The grammar reads a :class:`ModelLayout`, never a file: the model file ``model=`` names is read into one by
 :mod:`yolo_ckpt.checkpointing.model_file`, a built model by :meth:`ModelLayout.from_model`.

@@ -11,6 +11,10 @@ attention layers, ``attention`` (:mod:`yolo_ckpt.checkpointing.attention`: chunk
 - recomputing a layer or the head's branches frees what their forward saved for backward, less their inputs,
   which the checkpoint keeps, and the parameters (outputs kept anyway for skip connections are attributed to the
   layer that saves them, so they are never counted as freed twice);
+- a recomputed layer whose region takes in parameter-free layers (``Upsample``, ``Concat``:
+  :func:`yolo_ckpt.checkpointing.engine.folded_layers`) frees their output, its input, too (rebuilt in its backward
+  and, for a while, in its forward), and keeps their inputs instead: those that nothing else keeps then are added
+  (:meth:`ComposedEstimate._fold_terms`);
 - the fake pass measures, per layer, the peak live bytes while its forward ran and while its backward ran
   (:class:`yolo_ckpt.memory.layer_accounting.LayerRow`); in layer i's forward or backward the recomputed units before
   it hold only their inputs, and a recomputed unit i itself holds its freed tensors again, a nested layer one inner
@@ -37,7 +41,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..checkpointing.chunks import DEFAULT_ATTN_CHUNK, check_attn_chunk
-from ..checkpointing.engine import sub_regions
+from ..checkpointing.engine import folded_layers, layer_inputs, sub_regions
 from ..checkpointing.policy import REGIONS, ModelLayout, RecomputePolicy, resolve, spec_string
 from . import estimate_cache
 from .attention_shapes import attention_modules
@@ -146,6 +150,13 @@ class ComposedEstimate:
         # batch and imgsz (its optimizer step run, as optimizer_from reproduces it; its FLOPs dropped, as estimate's have none)
         self._passes: dict[tuple, StepProfile] = {((), self.base.batch, self.base.imgsz): _without_flops(self.base)}
         self.attention = attention_modules(model) if "attention" in self.candidates else ()
+        # for the fold of parameter-free layers into the recomputed region after them (_fold_terms): each layer's
+        # inputs, and the first layer with a trainable parameter that takes each output (its forward saves it)
+        layers = model.model
+        self._layer_inputs = {i: layer_inputs(layers, i) for i in range(len(layers))}
+        trainable = [i for i, m in enumerate(layers) if any(p.requires_grad for p in m.parameters())]
+        self._first_saver = {k: next((i for i in trainable if k in self._layer_inputs[i]), None) for k in range(len(layers))}
+        self._saved_list = set(model.save)
         self._split_attention_terms()
 
     def _split_attention_terms(self) -> None:
@@ -338,17 +349,56 @@ class ComposedEstimate:
         # holds only its inputs; a recomputed layer i itself rebuilds its freed bytes (a nested one block at a time),
         # and a recomputed stock attention layer its N x N matrices beyond the none pass's (``_rebuilt_quad``).
         # The same in its forward (a recomputed layer's runs whole, a nested one's or the head's a block at a time).
+        direct, kept = self._fold_terms(units)
+
         def held(key) -> float:
             i = key[1]
-            before = sum(freed(u) for j, u in layers.items() if j < i)
+            before = sum(freed(u) + k * direct.get(j, 0) for j, u in layers.items() if j < i)
+            kept_now = k * sum(kept(source, key) for source in range(len(self.base.layers)))
             if i not in layers:
-                return grown(key) - before
+                return grown(key) - before + kept_now
             rebuilt_quad = 0.0 if on else k4 * self._rebuilt_quad.get(key, 0.0)
-            return grown(key) - before - k * (self.freed[layers[i]] - self.rebuilt[layers[i]]) + rebuilt_quad
+            # a region with folded layers rebuilds their output in its forward too (beside the one passed to it)
+            rebuilding = k * direct.get(i, 0) if key[0] == "f" else 0.0
+            return grown(key) - before - k * (self.freed[layers[i]] - self.rebuilt[layers[i]]) + rebuilt_quad + kept_now + rebuilding
 
         out = {key: held(key) for key in self._lin if key != "end"}
-        out["end"] = grown("end")
-        return out, sum(freed(u) for u in layers.values())
+        out["end"] = grown("end") + k * sum(kept(source, "end") for source in range(len(self.base.layers)))
+        return out, sum(freed(u) + k * direct.get(j, 0) for j, u in layers.items())
+
+    def _fold_terms(self, units) -> tuple[dict, object]:
+        """The fold of parameter-free layers into the recomputed regions of ``units``
+        (:func:`yolo_ckpt.checkpointing.engine.folded_layers`), at the base pass's batch and imgsz: ``direct``, per
+        recomputed layer, the bytes of the folded outputs it takes (its input, saved by its first convolution: the
+        region frees them, and rebuilds them in its backward) and ``kept(source, key)``, the bytes of layer
+        ``source``'s output a region keeps at the moment ``key`` that nothing else keeps then. A region keeps its inputs
+        from its forward to the end of its backward: backward moments ``("b", i)`` with ``i >= c``, forward moments
+        after ``c`` and the loss (``"end"``); the ``none`` pass keeps an output where a layer with a trainable parameter
+        takes it (its forward saves it, until its backward: ``i >= `` that layer) and, in the forward, where
+        ``model.save`` holds it for a later layer."""
+        folded = folded_layers(self.model, {u for u in units if not isinstance(u, str)})
+        outputs = [r.output_bytes for r in self.base.layers]
+        direct: dict[int, int] = {}
+        region_of: dict[int, int] = {}  # source -> the first region (lowest index) that keeps it
+        for j, c in folded.items():
+            if j in self._layer_inputs[c]:
+                direct[c] = direct.get(c, 0) + outputs[j]
+            for source in self._layer_inputs[j]:
+                if source not in folded:
+                    region_of[source] = min(region_of.get(source, c), c)
+
+        def kept(source: int, key) -> int:
+            c, saver = region_of.get(source), self._first_saver[source]
+            if c is None:
+                return 0
+            if key == "end":
+                return outputs[source] if saver is None else 0
+            phase, i = key
+            if phase == "b":
+                return outputs[source] if i >= c and (saver is None or i < saver) else 0
+            return outputs[source] if i > c and source not in self._saved_list and (saver is None or saver >= i) else 0
+
+        return direct, kept
 
     def step(self, units, batch: int, imgsz) -> StepProfile:
         """The composed step of ``units`` at this batch and imgsz as a :class:`~yolo_ckpt.memory.step.StepProfile`

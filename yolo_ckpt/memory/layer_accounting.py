@@ -97,6 +97,12 @@ class LayerAccounting:
             self._handles.append(module.register_forward_pre_hook(self._enter(name)))
             self._handles.append(module.register_forward_hook(self._leave, always_call=True))
 
+    @property
+    def in_backward(self) -> int | None:
+        """With ``tracker`` set, the index of the layer whose backward runs now (from its outputs' gradients to the
+        next layer's); None outside the backward pass."""
+        return self._in_backward
+
     def _enter(self, name):
         def hook(module, args):
             self._active.append((name, {t.untyped_storage()._cdata for t in tree_leaves(args) if isinstance(t, torch.Tensor)}))
