@@ -73,7 +73,7 @@ class PhaseTracker(LiveTensorTracker):
 
 
 def measure(model: str, imgsz: int, batch: int, recompute: str, attn_chunk: int) -> dict:
-    """One training step of ``model`` on :func:`~yolo_ckpt.memory.training_batch.training_batch` (``batch`` images of
+    """One training step of ``model`` on :func:`~yolo_ckpt.memory.training_batch` (``batch`` images of
     ``imgsz``, 20 boxes each), ``recompute`` applied, tracked with tags. Returns ``peak_bytes`` (the harness's: the
     optimizer state counted in every phase before its own), ``phase`` (where the peak is), ``moment`` (the tag of the
     storage that made it), ``alive`` (group rows), ``layers`` (per-layer rows), ``state_bytes``, ``phase_peaks`` (MiB),
@@ -84,10 +84,9 @@ def measure(model: str, imgsz: int, batch: int, recompute: str, attn_chunk: int)
     from yolo_ckpt import count_recomputations
     from yolo_ckpt.checkpointing.attention import in_chunked_attention
     from yolo_ckpt.checkpointing.engine import FoldedLayer, apply_checkpointing, checkpointed_layers, folded_layers, layer_inputs
+    from yolo_ckpt.memory import build_optimizer, training_batch
     from yolo_ckpt.memory.layer_accounting import LayerAccounting
     from yolo_ckpt.memory.step import run_step
-    from yolo_ckpt.memory.training_batch import training_batch
-    from yolo_ckpt.memory.ultralytics_rules import build_optimizer
 
     torch.manual_seed(0)
     net = YOLO(model).model

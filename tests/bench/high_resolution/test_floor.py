@@ -7,8 +7,8 @@ from ultralytics import YOLO
 from ultralytics.utils import DEFAULT_CFG
 
 from benchmarks.high_resolution.floor import fold_saving, measure
+from yolo_ckpt.memory import training_batch
 from yolo_ckpt.memory.step import profile_step
-from yolo_ckpt.memory.training_batch import training_batch
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
