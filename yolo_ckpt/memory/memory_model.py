@@ -11,8 +11,8 @@ named policy (backbone, neck, all) that fits. ``loss`` is in every plan where th
 recomputes nothing, and it bounds the loss's memory where objects are many. The chosen plan is checked with one more
 fake pass of that policy. A plan is a ``recompute=`` value, ``"2,4,6,head,loss"``, that
 :func:`yolo_ckpt.checkpointing.policy.resolve` reads back to its units. The largest batch and imgsz are searched by
-fake passes from the composed peak's answer: the largest that fits, the next one up shown not to, whatever size the
-base pass was estimated at.
+fake passes, from those already made for the same units and the composed peak's answer: the largest that fits, the
+next one up shown not to, whatever size the base pass was estimated at.
 
 :class:`MemoryModel` is the one planning entry: ``recompute=auto`` and ``batch=-1`` in the trainers,
 ``yolo-ckpt plan`` and the benchmark's planned cells (:mod:`yolo_ckpt.bench.planning`) all plan through it.
