@@ -34,6 +34,7 @@ CUDA_FP32_OPS = frozenset(
     linalg_matrix_norm sum""".split()
 )
 _HALF = (torch.float16, torch.bfloat16)
+_DEVICE = torch.ops.prim.device.default
 
 
 class CudaFp32Ops(TorchDispatchMode):
@@ -43,6 +44,8 @@ class CudaFp32Ops(TorchDispatchMode):
     tensors only come from autocast here, so outside it the mode changes nothing."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is _DEVICE:  # a fake tensor's device query: no dtype to change
+            return args[0].device
         kwargs, name = kwargs or {}, func.overloadpacket.__name__
         if torch.is_grad_enabled() and name in ("_softmax", "_log_softmax") and args[0].dtype in _HALF and isinstance(args[0], FakeTensor):
             args = (*args[:2], True)  # half_to_float, as CUDA autocast calls it: an fp32 output, no fp32 copy of the input

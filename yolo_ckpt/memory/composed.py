@@ -222,6 +222,13 @@ class ComposedEstimate:
             ))
         return self._passes[key]
 
+    def passed(self, recompute) -> list[tuple[int, int]]:
+        """The (batch, trained imgsz) of every fake pass this estimate holds whose figures :meth:`estimate` of
+        ``recompute`` reuses (one of its units but ``"loss"``): what a search for the largest batch or imgsz knows
+        before it makes a pass (:meth:`yolo_ckpt.memory.memory_model.MemoryModel.largest_batch`)."""
+        units = tuple(u for u in self.units(recompute) if u != "loss")
+        return [(batch, imgsz) for (held, batch, imgsz) in self._passes if held == units]
+
     def attention_on(self, units, imgsz: int) -> bool:
         """Whether ``units`` bound attention at this trained imgsz: ``"attention"`` among them and a module with more
         tokens than ``attn_chunk`` (fewer run stock's product)."""

@@ -11,8 +11,8 @@ named policy (backbone, neck, all) that fits. ``loss`` is in every plan where th
 recomputes nothing, and it bounds the loss's memory where objects are many. The chosen plan is checked with one more
 fake pass of that policy. A plan is a ``recompute=`` value, ``"2,4,6,head,loss"``, that
 :func:`yolo_ckpt.checkpointing.policy.resolve` reads back to its units. The largest batch and imgsz are searched by
-fake passes from the composed peak's answer: the largest that fits, the next one up shown not to, whatever size the
-base pass was estimated at.
+fake passes, from those already made for the same units and the composed peak's answer: the largest that fits, the
+next one up shown not to, whatever size the base pass was estimated at.
 
 :class:`MemoryModel` is the one planning entry: ``recompute=auto`` and ``batch=-1`` in the trainers,
 ``yolo-ckpt plan`` and the benchmark's planned cells (:mod:`yolo_ckpt.bench.planning`) all plan through it.
@@ -340,8 +340,7 @@ class MemoryModel:
         ``plan``'s ``max_batch``."""
         limit = min(limit, images) if images else limit
         imgsz = train_imgsz(imgsz, self.model.stride)
-        guess = _largest(lambda b: self.fits(self.peak(units, b, imgsz), budget), limit)
-        return self._largest_by_fake_pass(units, budget, guess, lambda b: (b, imgsz), step=1, limit=limit)
+        return self._largest_by_fake_pass(units, budget, lambda b: (b, imgsz), step=1, limit=limit)
 
     def largest_imgsz(self, units, budget: int, batch: int, stride: int | None = None, limit: int = 8192) -> int:
         """The largest imgsz (a multiple of ``stride``, by default the training size's grid:
@@ -349,38 +348,55 @@ class MemoryModel:
         ``units`` and the headroom fits ``budget`` at ``batch``, the next multiple shown not to fit
         (:meth:`_largest_by_fake_pass`): the same answer whatever imgsz the memory model's base pass was estimated at."""
         stride = stride or grid_size(self.composed.strides)
-        guess = _largest(lambda n: self.fits(self.peak(units, batch, n * stride), budget), limit // stride) * stride
-        return self._largest_by_fake_pass(units, budget, guess, lambda s: (batch, s), step=stride, limit=limit)
+        return self._largest_by_fake_pass(units, budget, lambda s: (batch, s), step=stride, limit=limit)
 
-    def _largest_by_fake_pass(self, units, budget: int, guess: int, step_at, step: int, limit: int) -> int:
+    def _largest_by_fake_pass(self, units, budget: int, step_at, step: int, limit: int) -> int:
         """The largest multiple of ``step`` in [0, ``limit``] whose fake pass of ``units`` at ``step_at(value)`` (batch,
         imgsz) fits ``budget`` with the headroom, the next multiple up shown not to fit by its own fake pass (unless
-        the answer is ``limit``'s multiple); 0 where even ``step`` does not fit.
+        the answer is ``limit``'s multiple); 0 where even ``step`` does not fit. Assumes the peak grows with the value
+        (monotone), as it does with batch and imgsz.
 
-        ``guess`` is the composed peak's answer: close, but its split of batch x imgsz^2 and x imgsz^4 terms is measured
-        at two sizes (a layer's peak is the largest of several moments, which one changes with size), the loss's own
-        terms outgrow it, and it depends on the base pass's size. From it,
-        steps of 1, 2, 4, ... multiples go up while the fake pass fits (or down while it does not), then bisection
-        between the last that fits and the first that does not: two passes where the guess is right, about
-        2 log2(steps off) + 1 where it is not (each cached: :meth:`~yolo_ckpt.memory.composed.ComposedEstimate.estimate`).
-        Assumes the peak grows with the value (monotone), as it does with batch and imgsz."""
+        The passes the estimate already holds for these units along this line (another row's peak, another search's
+        passes: :meth:`~yolo_ckpt.memory.composed.ComposedEstimate.passed`) bound the answer before any new pass.
+        Each new pass is made where the composed peak, scaled to the fake pass nearest the bounds (the composition
+        is close but not exact: its split of batch x imgsz^2 and x imgsz^4 terms is measured at two sizes, a layer's
+        peak is the largest of several moments, the loss's own terms outgrow it), puts the answer: two passes where
+        it is right (the answer and the next multiple). Where two passes in a row fall on the same side of the
+        answer, the next one jumps (1, 2, 4, ... multiples up while none is known not to fit) or bisects, so a
+        composition far off costs about 2 log2(multiples off) + 1 passes. Each pass is cached
+        (:meth:`~yolo_ckpt.memory.composed.ComposedEstimate.estimate`)."""
         spec, top = self.spec(units), limit // step * step
+        peaks: dict[int, int] = {}  # value -> its fake pass's peak bytes
 
         def fits(value: int) -> bool:
-            return value == 0 or self.fits(self.estimate(spec, *step_at(value)).peak_bytes, budget)
+            if value == 0:
+                return True
+            if value not in peaks:
+                peaks[value] = self.estimate(spec, *step_at(value)).peak_bytes
+            return self.fits(peaks[value], budget)
 
-        guess = min(max(guess // step * step, step), top)
-        lo, hi = (guess, None) if fits(guess) else (None, guess)
-        jump = step
-        while lo is None:  # down from a guess that does not fit: 0 always fits (nothing asked)
-            value = max(hi - jump, 0)
-            lo, hi, jump = (value, hi, jump) if fits(value) else (None, value, 2 * jump)
-        while hi is None:  # up from one that fits, to the limit
-            if lo == top:
+        for held in self.composed.passed(spec):
+            for value in held:
+                if step_at(value) == held and 0 < value <= top and value % step == 0:
+                    fits(value)
+
+        def predicted(lo: int, upper: int) -> int:
+            """The largest multiple in [lo, upper] the composed peak, scaled to the nearest fake pass, says fits."""
+            near = min(peaks, key=lambda v: min(abs(v - lo), abs(v - upper)), default=None)
+            ratio = peaks[near] / max(self.peak(units, *step_at(near)), 1) if near is not None else 1.0
+            scaled = lambda n: ratio * self.peak(units, *step_at(lo + n * step))  # noqa: E731
+            return lo + step * _largest(lambda n: self.fits(scaled(n), budget), (upper - lo) // step)
+
+        sides, jump = [], step
+        while True:
+            hi = min((v for v in peaks if not fits(v)), default=None)
+            lo = max((v for v in peaks if fits(v) and (hi is None or v < hi)), default=0)
+            if (hi is not None and hi - lo <= step) or (hi is None and lo == top):
                 return lo
-            value = min(lo + jump, top)
-            lo, hi, jump = (value, None, 2 * jump) if fits(value) else (lo, value, jump)
-        while hi - lo > step:
-            mid = (lo + hi) // (2 * step) * step
-            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-        return lo
+            upper = top if hi is None else hi - step
+            if len(sides) >= 2 and sides[-1] == sides[-2]:  # the composition is off here: jump up, or bisect
+                value = min(lo + jump, top) if hi is None else (lo + hi) // (2 * step) * step
+                jump *= 2
+            else:
+                value = max(predicted(lo, upper), lo + step)
+            sides.append(fits(value))

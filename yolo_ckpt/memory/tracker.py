@@ -20,6 +20,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+_DEVICE = torch.ops.prim.device.default
+
 
 class LiveTensorTracker(TorchDispatchMode):
     """Peak bytes of tensor storages alive while the mode is active.
@@ -132,6 +134,8 @@ class LiveTensorTracker(TorchDispatchMode):
         self._tags.pop(key, None)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is _DEVICE:  # a fake tensor's device query (most calls on fake tensors): no storage, answered here
+            return args[0].device
         out = func(*args, **(kwargs or {}))
         # an operator returns a tensor or a tuple or list of them (and of other values): no pytree walk, the
         # tracker's largest cost on small real tensors (a loss calibration's)
