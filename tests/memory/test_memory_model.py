@@ -619,44 +619,6 @@ def test_largest_imgsz_and_batch_are_one_answer_by_fake_passes(yaml):
     assert batch >= 3 and fits(batch, 160) and not fits(batch + 1, 160)
 
 
-
-# Main's figures (commit 1a00fe5, before issue 43's speed work: fewer and cheaper fake passes), DetectionModel nc=80,
-# seed 0, imgsz 320, batch 8, 20 objects per image, fp32 and CUDA AMP emulated: the fake pass's (forward, loss,
-# backward, optimizer) peak bytes of none and of all; auto's plan and its checked peak under a budget halfway between
-# none's and all's peaks; all's largest imgsz (batch 8) and batch (imgsz 320) there, then none's
-MAIN_FIGURES = {
-    ("yolo11n.yaml", False): ((493622940, 553702361, 516976213, 62186172), (140306524, 162241127, 193322660, 62186172),
-        ("0,2,4,16,loss", 367176167), (448, 16, 256, 5)),
-    ("yolo11n.yaml", True): ((279506012, 346816498, 309277956, 62186172), (104939292, 134319029, 126814692, 62186172),
-        ("0,2,4,9,16,loss", 235836117), (448, 16, 256, 5)),
-    ("yolo12n.yaml", False): ((575109788, 635189209, 598463061, 61692604), (138436316, 160370919, 191452452, 61692604),
-        ("0,2,6,14,loss", 396627431), (480, 19, 224, 5)),
-    ("yolo12n.yaml", True): ((333566620, 400877106, 363338564, 61692604), (103830172, 133268021, 125763684, 61692604),
-        ("0,2,6,14,loss", 258802965), (480, 18, 256, 5)),
-}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(("yaml", "amp"), list(MAIN_FIGURES))
-def test_estimates_keep_mains_bytes(yaml, amp):
-    """Issue 43's speed work (the searches start from the passes already made; fake tensors' device queries answered
-    in the tracker) changes no byte: every phase peak of none's and all's fake passes, auto's plan and its peak, and
-    the largest imgsz and batch by fake passes equal those main's code computed (MAIN_FIGURES), on a model with
-    attention (yolo11n) and one with area attention (yolo12n), in fp32 and under CUDA AMP's emulation."""
-    none, all_, auto, largest = MAIN_FIGURES[yaml, amp]
-    model = _task_model(DetectionModel, yaml, 80)
-    phases = ("forward", "loss", "backward", "optimizer")
-    for policy, expected in (("none", none), ("all", all_)):
-        step = estimate_step(model, 320, 8, 20, policy, amp=amp)
-        assert tuple(step.phase_peak_bytes[p] for p in phases) == expected, policy
-    memory = MemoryModel(model, 320, 8, 20, amp=amp)
-    budget = (max(none) + max(all_)) // 2
-    plan = memory.plan(budget, 8, 320)
-    assert (plan.recompute, plan.estimated_peak_bytes) == auto
-    units = memory.units("all")
-    found = (memory.largest_imgsz(units, budget, 8), memory.largest_batch(units, budget, 320))
-    assert found + (memory.largest_imgsz((), budget, 8), memory.largest_batch((), budget, 320)) == largest
-
 def _planning_trainer(data, tmp_path, **kw):
     """A Checkpoint trainer with its model (the small helpers.TINY_DETECT: the planning's fake passes cost per op) set
     up, the policy applied, but no training: what auto_batch sees."""
