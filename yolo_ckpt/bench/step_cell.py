@@ -96,10 +96,11 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
         if (plan["imgsz"], plan["batch"]) not in flops:
             flops[plan["imgsz"], plan["batch"]] = _step_flops(model, _to(batch, device))
     times = _interleaved_times(runs, model, optimizer, settings["pairs"])
-    for (cell, plan, _, policy, _, peak, counts, cell_flops, state), seconds in zip(runs, times):
+    for k, ((cell, plan, _, policy, _, peak, counts, cell_flops, state), seconds) in enumerate(zip(runs, times)):
         recomputations, attention_chunks, loss_images = counts
         key = (plan["imgsz"], plan["batch"])
-        ratios = [t / t0 for t, t0 in zip(seconds, times[0])]  # pair by pair: each cell step beside a baseline step
+        # pair by pair: in round r the baseline's step after cell k's is its (r * (cells - 1) + k - 1)-th
+        ratios = [t / times[0][r * (len(runs) - 1) + k - 1] for r, t in enumerate(seconds)] if k else [1.0]
         rows[cells.index(cell)] = {
             "status": "ok",
             "imgsz_used": plan["imgsz"],
