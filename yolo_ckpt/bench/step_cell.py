@@ -18,10 +18,10 @@ convolutions; elementwise work, the attention region's exponentials among it, is
 FLOPs, not in time: recomputed forward convolutions cost less time per FLOP than a step's average (its backward
 convolutions are slower), so measured ratios can come in under it; ``selective`` keeps the outputs of convolutions and
 products and recomputes elementwise ops, which it does not count. The recomputations of one step are counted
-(:func:`yolo_ckpt.count_recomputations`): modules (layers, inner blocks, head branches), the chunk passes of the attention region's backward, and, apart, the images
-whose mask loss the loss region recomputed; a policy that recomputed nothing would show 0. Exactness: each cell's
-gradients and BatchNorm statistics after its measured step (same weights, same batch) are compared with
-``torch.equal`` to the baseline's (``same_gradients``).
+(:func:`yolo_ckpt.count_recomputations`): modules (layers, inner blocks, head branches), the chunk passes of the
+attention region's backward, and, apart, the images whose mask loss the loss region recomputed; a policy that
+recomputed nothing would show 0. Exactness: each cell's gradients and BatchNorm statistics after its measured step
+(same weights, same batch) are compared with ``torch.equal`` to the baseline's (``same_gradients``).
 """
 
 from __future__ import annotations
