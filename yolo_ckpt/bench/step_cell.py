@@ -11,10 +11,11 @@ parameters, gradients, optimizer state, the batch and activations; on CUDA the a
 (:class:`yolo_ckpt.memory.tracker.LiveTensorTracker`). Step time is the median
 over interleaved pairs (cell, baseline): a noisy shared machine slows both alike, and the ratio is what is
 reported, with its interval: the smallest and the largest ratio of one pair's two times. Beside it the FLOP bound of
-the overhead: the FLOPs of the cell's measured step, as it ran (its recomputed layers and head branches run their
-forward again in backward, the attention region rebuilds score rows in its backward), over those of a step without
-recompute at the same imgsz and batch, both counted by ``torch.utils.flop_counter`` (matrix products and
-convolutions; elementwise work, the attention region's exponentials among it, is not counted). It is a bound in
+the overhead: the FLOPs of the cell's step as it runs (its recomputed layers and head branches run their forward
+again in backward, the attention region rebuilds score rows in its backward), over those of a step without recompute
+at the same imgsz and batch, both counted by ``torch.utils.flop_counter`` on a fake pass
+(:func:`yolo_ckpt.memory.step_flops`: matrix products and convolutions of the forward and backward; elementwise
+work, the attention region's exponentials among it, and the loss are not counted). It is a bound in
 FLOPs, not in time: recomputed forward convolutions cost less time per FLOP than a step's average (its backward
 convolutions are slower), so measured ratios can come in under it; ``selective`` keeps the outputs of convolutions and
 products and recomputes elementwise ops, which it does not count. The recomputations of one step are counted
@@ -30,12 +31,11 @@ import statistics
 import time
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 from ultralytics import YOLO
 from ultralytics.utils import DEFAULT_CFG
 
 from yolo_ckpt import apply_checkpointing, count_recomputations
-from yolo_ckpt.memory import amp_enabled, autocast_for, build_optimizer, profile_step, training_batch
+from yolo_ckpt.memory import amp_enabled, autocast_for, build_optimizer, profile_step, step_flops, training_batch
 
 from .cells import failed
 from .planning import needs_memory_model, planned_cell, settle
@@ -52,8 +52,8 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
         Per cell: status, imgsz and batch used, recompute (the layers, for auto), layers recomputed, recomputations
         per step (modules), attention chunk passes per step and images whose mask loss was recomputed per step, peak
         bytes and MiB, median step time (s), time ratio against the baseline of this process with its interval
-        (``time_ratio_low``, ``time_ratio_high``: the extreme ratios of one pair), FLOP bound, the FLOPs of a step
-        without recompute (``step_GFLOPs``) and ``same_gradients`` (gradients and buffers ``torch.equal`` to the
+        (``time_ratio_low``, ``time_ratio_high``: the extreme ratios of one pair), FLOP bound, the FLOPs of a step's
+        forward and backward without recompute (``step_GFLOPs``) and ``same_gradients`` (gradients and buffers ``torch.equal`` to the
         baseline's; None where the cell's imgsz or batch differ from it). A cell that raises while it is set up or its
         peak measured gets a ``failed`` row; the others go on.
 
@@ -79,12 +79,12 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
             policy = apply_checkpointing(model, plan["recompute"], mode=cell["recompute_mode"])  # the CPU: no cell's
             autocast = autocast_for(amp, device.type)  # peak may count another cell's batch on the device
             state = {}  # the step's gradients and buffers, against the baseline's
-            with count_recomputations() as counter, FlopCounterMode(display=False) as flop_counter:  # the policy as
-                peak = profile_step(  # applied, measured on a copy of the model
-                    model, _to(batch, device), None, cell["recompute_mode"], "AdamW", amp, flops=False, state=state
-                ).peak_bytes
+            with count_recomputations() as counter:  # the policy as applied, measured on a copy of the model
+                step = profile_step(model, _to(batch, device), None, cell["recompute_mode"], "AdamW", amp, flops=False, state=state)
+            peak = step.peak_bytes
             counts = (counter.total, counter.attention_chunks, counter.loss_images)
-            runs.append((cell, plan, batch, policy, autocast, peak, counts, flop_counter.get_total_flops(), state))
+            cell_flops = step_flops(model, plan["imgsz"], plan["batch"], plan["recompute"], cell["recompute_mode"])
+            runs.append((cell, plan, batch, policy, autocast, peak, counts, cell_flops, state))
             rows.append(None)
         except Exception as e:
             if cell is cells[0]:
@@ -92,9 +92,9 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
             rows.append(failed(e))
     base_key, base_state = (runs[0][1]["imgsz"], runs[0][1]["batch"]), runs[0][8]
     flops = {base_key: runs[0][7]}  # FLOPs of a step without recompute, by (imgsz, batch)
-    for _, plan, batch, *_ in runs:  # a planned cell's own size (fit, batch=-1): a step without recompute there
+    for _, plan, *_ in runs:  # a planned cell's own size (fit, batch=-1): a step without recompute there
         if (plan["imgsz"], plan["batch"]) not in flops:
-            flops[plan["imgsz"], plan["batch"]] = _step_flops(model, _to(batch, device))
+            flops[plan["imgsz"], plan["batch"]] = step_flops(model, plan["imgsz"], plan["batch"])
     times = _interleaved_times(runs, model, optimizer, settings["pairs"])
     for k, ((cell, plan, _, policy, _, peak, counts, cell_flops, state), seconds) in enumerate(zip(runs, times)):
         recomputations, attention_chunks, loss_images = counts
@@ -168,13 +168,3 @@ def _interleaved_times(runs, model, optimizer, pairs: int) -> list[list[float]]:
         if len(runs) == 1:
             timed(0)
     return times
-
-
-def _step_flops(model, batch) -> int:
-    """FLOPs of one step (forward, loss, backward) without recompute at this batch."""
-    apply_checkpointing(model, "none")
-    with FlopCounterMode(display=False) as counter:
-        loss, _ = model.loss(batch)
-        loss.sum().backward()
-    model.zero_grad(set_to_none=True)
-    return counter.get_total_flops()

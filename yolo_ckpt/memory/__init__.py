@@ -10,7 +10,8 @@ size_text`` loads only the module that defines it.
   :func:`decide` (``recompute=auto`` and ``batch=-1`` for train, cli and bench), :data:`ESTIMATE_BASE_BATCH`
   (:mod:`.planning`);
 - estimated: :func:`estimate_step` (a fake step on a fake copy with the loss formula on top, CUDA AMP emulated on the
-  CPU; :mod:`.estimate`), the loss formula :class:`LossModel` (:mod:`.loss_model`) and its calibration,
+  CPU) and :func:`step_flops` (a fake step's FLOPs with a policy applied; :mod:`.estimate`), the loss formula
+  :class:`LossModel` (:mod:`.loss_model`) and its calibration,
   :func:`calibrate_loss`, :func:`loss_models` (:mod:`.loss_calibration`), the boxes' sizes that bound it,
   :class:`ObjectSizes` (:mod:`.foreground`);
 - measured: the one training-step harness :func:`profile_step`, its :class:`StepProfile` and
@@ -41,6 +42,7 @@ _EXPORTS = {
     "decide": "planning",
     "planned_run": "planning",
     "estimate_step": "estimate",
+    "step_flops": "estimate",
     "LossModel": "loss_model",
     "calibrate_loss": "loss_calibration",
     "loss_models": "loss_calibration",
