@@ -109,6 +109,13 @@ def test_step_matrix(tmp_path, monkeypatch, one_thread):
     assert list(pd.read_csv(other / "results.csv")["recompute"]) == ["none", "all"]
     (row,) = [line for line in (other / "results.md").read_text().splitlines() if "| all |" in line]
     assert f"| {100 * (full['peak_MiB'] / none['peak_MiB'] - 1):+.1f}% |" in row, row
+    # a run stopped before its end leaves results.csv alone: a rerun measures nothing and writes its table and record
+    md, record = (other / "results.md").read_text(), json.loads((other / "record.json").read_text())
+    (other / "results.md").unlink()
+    (other / "record.json").unlink()
+    monkeypatch.setattr(step_cell, "measure", lambda *a: pytest.fail("a finished cell ran again"))
+    assert main(["bench", f"matrix={write_matrix(tmp_path, STEP)}", f"out={other}", "cells=1"]) == 0
+    assert (other / "results.md").read_text() == md and json.loads((other / "record.json").read_text())["commit"] == record["commit"]
 
 
 COMMITTED = sorted(p.parent.name for p in (ROOT / "benchmarks" / "results").glob("*/matrix.yaml"))
