@@ -10,13 +10,13 @@ size_text`` loads only the module that defines it.
   :func:`decide` (``recompute=auto`` and ``batch=-1`` for train, cli and bench), :data:`ESTIMATE_BASE_BATCH`
   (:mod:`.planning`);
 - estimated: :func:`estimate_step` (a fake step on a fake copy with the loss formula on top, CUDA AMP emulated on the
-  CPU) and :func:`step_flops` (a fake step's FLOPs with a policy applied; :mod:`.estimate`), the loss formula
-  :class:`LossModel` (:mod:`.loss_model`) and its calibration,
+  CPU; :mod:`.estimate`), the loss formula :class:`LossModel` (:mod:`.loss_model`) and its calibration,
   :func:`calibrate_loss`, :func:`loss_models` (:mod:`.loss_calibration`), the boxes' sizes that bound it,
   :class:`ObjectSizes` (:mod:`.foreground`);
 - measured: the one training-step harness :func:`profile_step`, its :class:`StepProfile` and
   :func:`probe_validation_step` (:mod:`.step`), the task's synthetic batch :func:`training_batch`
-  (:mod:`.synthetic_batch`), per-layer FLOPs :func:`layer_flops` (:mod:`.layer_accounting`), the attention modules'
+  (:mod:`.synthetic_batch`), per-layer FLOPs :func:`layer_flops` and a fake step's FLOPs with a policy applied,
+  :func:`step_flops` (:mod:`.layer_accounting`), the attention modules'
   tokens :func:`attention_tokens` (:mod:`.attention_shapes`), the assigner's foreground :func:`measured_foreground`;
 - the Ultralytics rules the memory model mirrors, each citing its line (:mod:`.ultralytics_rules`): :data:`TASKS`,
   :func:`model_task`, :func:`device_type`, :func:`amp_enabled`, :func:`autocast_for`, :func:`optimizer_for`,
@@ -42,7 +42,6 @@ _EXPORTS = {
     "decide": "planning",
     "planned_run": "planning",
     "estimate_step": "estimate",
-    "step_flops": "estimate",
     "LossModel": "loss_model",
     "calibrate_loss": "loss_calibration",
     "loss_models": "loss_calibration",
@@ -53,6 +52,7 @@ _EXPORTS = {
     "profile_step": "step",
     "training_batch": "synthetic_batch",
     "layer_flops": "layer_accounting",
+    "step_flops": "layer_accounting",
     "attention_tokens": "attention_shapes",
     "TASKS": "ultralytics_rules",
     "amp_enabled": "ultralytics_rules",

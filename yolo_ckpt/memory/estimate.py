@@ -26,7 +26,6 @@ import dataclasses
 
 import torch
 from torch.utils._pytree import tree_leaves
-from torch.utils.flop_counter import FlopCounterMode
 
 from ..checkpointing.engine import apply_checkpointing
 from .amp import cuda_amp_emulated
@@ -107,12 +106,12 @@ def estimate_step(
                 static = tracker.live_bytes
                 accounting.tracker = tracker  # each layer's backward peak (LayerRow.backward_peak_bytes)
 
-                def loss_fn(preds):
+                def stand_in_loss(preds):  # dense gradients of the predictions' shapes, as the real loss gives
                     fwd_end[0] = tracker.live_bytes
-                    return stand_in_loss(preds)
+                    return sum((t.float() * t.float()).sum() for t in tree_leaves(preds) if isinstance(t, torch.Tensor))
 
                 fwd_end = [0]
-                peaks, _, state = run_step(fake, data, opt, loss_fn, tracker, autocast)
+                peaks, _, state = run_step(fake, data, opt, stand_in_loss, tracker, autocast)
             accounting.remove()
         inputs = tensor_bytes(data)
         if optimizer_from is not None:  # its state: its static bytes less its parameters, buffers and batch (as ours)
@@ -148,38 +147,6 @@ def estimate_step(
         loss_model.backward_bytes(batch, imgsz, objects, sizes),
         loss_model.kept,
     )
-
-
-def stand_in_loss(preds) -> torch.Tensor:
-    """The fake pass's loss (fake tensors cannot run the real one): a scalar with dense gradients of the predictions'
-    shapes, as the real loss gives."""
-    return sum((t.float() * t.float()).sum() for t in tree_leaves(preds) if isinstance(t, torch.Tensor))
-
-
-def step_flops(model, imgsz: int, batch: int, recompute="none", mode: str = "full", attn_chunk: int | None = None) -> int:
-    """FLOPs of one training step's forward and backward with ``recompute`` applied, as it runs: the recomputed
-    forwards and the attention region's rebuilt products included. Counted by ``torch.utils.flop_counter`` (matrix
-    products and convolutions, not elementwise work) on a fake copy (:func:`~yolo_ckpt.memory.fake_copy.fake_copy`:
-    nothing computed, ``model`` untouched), with :func:`stand_in_loss` for the loss: the real loss's few products are
-    not counted. A separate pass: the flop counter's module hooks keep recomputed tensors alive, so a measured step
-    counted at once would hold more than it does.
-
-    Args:
-        model: an Ultralytics ``BaseModel`` (real parameters), with ``.args`` set. imgsz: a trained size (px, a
-            multiple of the model's largest stride). batch: images per step.
-        recompute, mode, attn_chunk: the policy, ``recompute_mode`` and attention chunk
-            (:func:`yolo_ckpt.checkpointing.engine.apply_checkpointing`).
-
-    Returns:
-        FLOPs (an int).
-    """
-    with fake_copy(model) as (fake_mode, fake):
-        apply_checkpointing(fake, recompute, mode=mode, attn_chunk=attn_chunk)
-        with fake_mode:
-            images = training_batch(model, batch, imgsz, 1)["img"]
-            with FlopCounterMode(display=False) as counter:
-                stand_in_loss(fake(images)).backward()
-    return counter.get_total_flops()
 
 
 def with_loss_phases(step: StepProfile, forward: int, backward: int, kept: int = 0) -> StepProfile:
