@@ -63,19 +63,26 @@ def test_step_matrix(tmp_path, monkeypatch, one_thread):
         "flop_bound",
         "layers",
         "recomputations_per_step",
+        "attention_chunks_per_step",
         "loss_images_recomputed_per_step",
+        "time_ratio_low",
+        "time_ratio_high",
+        "same_gradients",
     ):
         assert column in results, column
     none, full = results.to_dict("records")
     assert none["status"] == full["status"] == "ok"
     assert none["time_ratio"] == 1 and none["flop_bound"] == 1 and none["recomputations_per_step"] == 0
+    # 16 tokens at stride 32: the attention region runs stock's product (no chunk pass); all is exact
+    assert none["attention_chunks_per_step"] == full["attention_chunks_per_step"] == 0
+    assert none["same_gradients"] and full["same_gradients"] and full["time_ratio_low"] == full["time_ratio_high"]  # one pair
     # every layer but Detect and Detect's 6 branches (cv2, cv3 at 3 scales), each once per step
     assert full["layers"] == 17 and full["recomputations_per_step"] == 17 + 6
     # detect: no mask loss (its loss region chunks the assigner)
     assert none["loss_images_recomputed_per_step"] == full["loss_images_recomputed_per_step"] == 0
     assert full["peak_MiB"] < none["peak_MiB"] and 1.1 < full["flop_bound"] < 1.4
     md = (out / "results.md").read_text()
-    assert "| yolo11n.yaml | 128 | 1 | False | none | 0 | 0 |" in md and "+0.0%" in md and "Command of the last run:" in md
+    assert "| yolo11n.yaml | 128 | 1 | False | none | 0 | 0 | 0 |" in md and "+0.0%" in md and "Command of the last run:" in md
     assert (out / "memory_vs_time.png").stat().st_size > 1000 and (out / "matrix.yaml").is_file()
 
     assert results["machine"].str.contains(" cores, ").all() and results["versions"].str.startswith("yolo_ckpt ").all()
@@ -102,6 +109,13 @@ def test_step_matrix(tmp_path, monkeypatch, one_thread):
     assert list(pd.read_csv(other / "results.csv")["recompute"]) == ["none", "all"]
     (row,) = [line for line in (other / "results.md").read_text().splitlines() if "| all |" in line]
     assert f"| {100 * (full['peak_MiB'] / none['peak_MiB'] - 1):+.1f}% |" in row, row
+    # a run stopped before its end leaves results.csv alone: a rerun measures nothing and writes its table and record
+    md, record = (other / "results.md").read_text(), json.loads((other / "record.json").read_text())
+    (other / "results.md").unlink()
+    (other / "record.json").unlink()
+    monkeypatch.setattr(step_cell, "measure", lambda *a: pytest.fail("a finished cell ran again"))
+    assert main(["bench", f"matrix={write_matrix(tmp_path, STEP)}", f"out={other}", "cells=1"]) == 0
+    assert (other / "results.md").read_text() == md and json.loads((other / "record.json").read_text())["commit"] == record["commit"]
 
 
 COMMITTED = sorted(p.parent.name for p in (ROOT / "benchmarks" / "results").glob("*/matrix.yaml"))

@@ -52,8 +52,9 @@ def run_matrix(
     cells=None,
 ) -> pd.DataFrame:
     """Run the cells of a matrix file not yet in ``<out>/results.csv`` with the same settings; write the CSV, the
-    Markdown delta table, the plots and the record. A run with no cell to measure writes nothing. Returns the
-    results table (one row per cell, file order).
+    Markdown delta table, the plots and the record. A run with no cell to measure writes nothing, unless the folder
+    has no ``results.md`` (a run stopped before its end): then it writes the table, the plots and the record from
+    ``results.csv``. Returns the results table (one row per cell, file order).
 
     Args:
         path: the matrix file. out: the results folder (default: ``<runs_dir>/bench/<matrix name>``).
@@ -89,7 +90,8 @@ def run_matrix(
         f"yolo-ckpt bench {matrix.name}: {len(chosen)} cells, {len(chosen) - len(todo)} already in "
         f"{out / 'results.csv'}, {len(todo)} to run"
     )
-    if dry or not todo:
+    stopped = not (dry or todo) and len(done) > 0 and not (out / "results.md").is_file()  # a run cut short: its table
+    if dry or not (todo or stopped):
         data = "".join(f"; dataset {k}: {v}" for k, v in matrix.data.items())
         reason = "dry=True" if dry else "every cell is done (rerun=True measures them again)"
         listed = "".join(f"\n  cell {i}: {run_name(c)}{'' if c in todo else ' (done)'}" for i, c in enumerate(matrix.cells) if c in chosen)

@@ -10,15 +10,19 @@ parameters, gradients, optimizer state, the batch and activations; on CUDA the a
 ``max_memory_allocated`` (less what was on the device before), elsewhere the live tensor storages
 (:class:`yolo_ckpt.memory.tracker.LiveTensorTracker`). Step time is the median
 over interleaved pairs (cell, baseline): a noisy shared machine slows both alike, and the ratio is what is
-reported. Beside it the FLOP bound of the overhead: 1 + forward FLOPs of the recomputed layers (and of the whole
-final head layer when its branches are recomputed: its decode is a small part) / FLOPs of a whole step without
-recompute (``torch.utils.flop_counter``); the loss region's recomputed mask loss is not in it. It is a bound in FLOPs,
-not in time: recomputed
-forward convolutions cost less time per FLOP than a step's average (its backward convolutions are slower), so
-measured ratios can come in under it; for ``selective`` it counts the whole forward of each layer, more than is
-recomputed. The recomputations of one step are counted
-(:func:`yolo_ckpt.count_recomputations`): modules (layers, inner blocks, head branches) and, apart, the images
-whose mask loss the loss region recomputed; a policy that recomputed nothing would show 0.
+reported, with its interval: the smallest and the largest ratio of one pair's two times. Beside it the FLOP bound of
+the overhead: the FLOPs of the cell's step as it runs (its recomputed layers and head branches run their forward
+again in backward, the attention region rebuilds score rows in its backward), over those of a step without recompute
+at the same imgsz and batch, both counted by ``torch.utils.flop_counter`` on a fake pass
+(:func:`yolo_ckpt.memory.step_flops`: matrix products and convolutions of the forward and backward; elementwise
+work, the attention region's exponentials among it, and the loss are not counted). It is a bound in
+FLOPs, not in time: recomputed forward convolutions cost less time per FLOP than a step's average (its backward
+convolutions are slower), so measured ratios can come in under it; ``selective`` keeps the outputs of convolutions and
+products and recomputes elementwise ops, which it does not count. The recomputations of one step are counted
+(:func:`yolo_ckpt.count_recomputations`): modules (layers, inner blocks, head branches), the chunk passes of the
+attention region's backward, and, apart, the images whose mask loss the loss region recomputed; a policy that
+recomputed nothing would show 0. Exactness: each cell's gradients and BatchNorm statistics after its measured step
+(same weights, same batch) are compared with ``torch.equal`` to the baseline's (``same_gradients``).
 """
 
 from __future__ import annotations
@@ -27,12 +31,11 @@ import statistics
 import time
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 from ultralytics import YOLO
 from ultralytics.utils import DEFAULT_CFG
 
 from yolo_ckpt import apply_checkpointing, count_recomputations
-from yolo_ckpt.memory import amp_enabled, autocast_for, build_optimizer, layer_flops, profile_step, training_batch
+from yolo_ckpt.memory import amp_enabled, autocast_for, build_optimizer, profile_step, step_flops, training_batch
 
 from .cells import failed
 from .planning import needs_memory_model, planned_cell, settle
@@ -47,10 +50,12 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
 
     Returns:
         Per cell: status, imgsz and batch used, recompute (the layers, for auto), layers recomputed, recomputations
-        per step (modules) and images whose mask loss was recomputed per step, peak bytes and MiB, median step time (s),
-        time ratio against the baseline of this process, FLOP
-        bound, and the step's FLOPs. A cell that raises while it is set up or its peak measured gets a
-        ``failed`` row; the others go on.
+        per step (modules), attention chunk passes per step and images whose mask loss was recomputed per step, peak
+        bytes and MiB, median step time (s), time ratio against the baseline of this process with its interval
+        (``time_ratio_low``, ``time_ratio_high``: the extreme ratios of one pair), FLOP bound, the FLOPs of a step's
+        forward and backward without recompute (``step_GFLOPs``) and ``same_gradients`` (gradients and buffers ``torch.equal`` to the
+        baseline's; None where the cell's imgsz or batch differ from it). A cell that raises while it is set up or its
+        peak measured gets a ``failed`` row; the others go on.
 
     Raises:
         Exception: whatever the baseline cell raises (without it there is no ratio), or what a timed step raises;
@@ -73,22 +78,29 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
             batch = training_batch(model, plan["batch"], plan["imgsz"], settings["objects"], settings["seed"])  # kept on
             policy = apply_checkpointing(model, plan["recompute"], mode=cell["recompute_mode"])  # the CPU: no cell's
             autocast = autocast_for(amp, device.type)  # peak may count another cell's batch on the device
+            state = {}  # the step's gradients and buffers, against the baseline's
             with count_recomputations() as counter:  # the policy as applied, measured on a copy of the model
-                peak = profile_step(model, _to(batch, device), None, cell["recompute_mode"], "AdamW", amp, flops=False).peak_bytes
-            runs.append((cell, plan, batch, policy, autocast, peak, (counter.total, counter.loss_images)))
+                step = profile_step(model, _to(batch, device), None, cell["recompute_mode"], "AdamW", amp, flops=False, state=state)
+            peak = step.peak_bytes
+            counts = (counter.total, counter.attention_chunks, counter.loss_images)
+            cell_flops = step_flops(model, plan["imgsz"], plan["batch"], plan["recompute"], cell["recompute_mode"])
+            runs.append((cell, plan, batch, policy, autocast, peak, counts, cell_flops, state))
             rows.append(None)
         except Exception as e:
             if cell is cells[0]:
                 raise  # no baseline, no ratios: the whole group fails with this reason
             rows.append(failed(e))
+    base_key, base_state = (runs[0][1]["imgsz"], runs[0][1]["batch"]), runs[0][8]
+    flops = {base_key: runs[0][7]}  # FLOPs of a step without recompute, by (imgsz, batch)
+    for _, plan, *_ in runs:  # a planned cell's own size (fit, batch=-1): a step without recompute there
+        if (plan["imgsz"], plan["batch"]) not in flops:
+            flops[plan["imgsz"], plan["batch"]] = step_flops(model, plan["imgsz"], plan["batch"])
     times = _interleaved_times(runs, model, optimizer, settings["pairs"])
-    flops = {}
-    head = len(model.model) - 1  # the final task head: its branches are the 'head' region
-    for (cell, plan, batch, policy, _, peak, (recomputations, loss_images)), seconds in zip(runs, times):
+    for k, ((cell, plan, _, policy, _, peak, counts, cell_flops, state), seconds) in enumerate(zip(runs, times)):
+        recomputations, attention_chunks, loss_images = counts
         key = (plan["imgsz"], plan["batch"])
-        if key not in flops:
-            flops[key] = _step_flops(model, _to(batch, device))
-        step_flops, per_layer = flops[key]
+        # pair by pair: in round r the baseline's step after cell k's is its (r * (cells - 1) + k - 1)-th
+        ratios = [t / times[0][r * (len(runs) - 1) + k - 1] for r, t in enumerate(seconds)] if k else [1.0]
         rows[cells.index(cell)] = {
             "status": "ok",
             "imgsz_used": plan["imgsz"],
@@ -97,13 +109,17 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
             "recomputed": policy.spec if cell["recompute"] != policy.spec else "",
             "layers": len(policy.indices),
             "recomputations_per_step": recomputations,
+            "attention_chunks_per_step": attention_chunks,
             "loss_images_recomputed_per_step": loss_images,
             "peak_bytes": peak,
             "peak_MiB": peak / 2**20,
             "step_time_s": statistics.median(seconds),
             "time_ratio": statistics.median(seconds) / statistics.median(times[0]),
-            "flop_bound": 1 + sum(per_layer[i] for i in (*policy.indices, *((head,) if policy.head else ()))) / step_flops,
-            "step_GFLOPs": step_flops / 1e9,
+            "time_ratio_low": min(ratios),
+            "time_ratio_high": max(ratios),
+            "flop_bound": cell_flops / flops[key],
+            "step_GFLOPs": flops[key] / 1e9,
+            "same_gradients": same_state(state, base_state) if key == base_key else None,
             "device": str(device),
         }
     return rows
@@ -123,12 +139,18 @@ def _step(model, optimizer, batch, autocast) -> None:
     optimizer.step()
 
 
+def same_state(a: dict, b: dict) -> bool:
+    """Whether two steps' ``state`` (:func:`yolo_ckpt.memory.profile_step`'s: gradients and buffers by name) hold the
+    same names and ``torch.equal`` tensors."""
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 def _interleaved_times(runs, model, optimizer, pairs: int) -> list[list[float]]:
     """Seconds of ``pairs`` steps per run, each step of a cell next to one of the baseline (``runs[0]``)."""
     times = [[] for _ in runs]
 
     def timed(k: int) -> None:
-        cell, plan, batch, _, autocast, _, _ = runs[k]
+        cell, plan, batch, _, autocast, *_ = runs[k]
         apply_checkpointing(model, plan["recompute"], mode=cell["recompute_mode"])
         device = next(model.parameters()).device
         batch = _to(batch, device)
@@ -146,13 +168,3 @@ def _interleaved_times(runs, model, optimizer, pairs: int) -> list[list[float]]:
         if len(runs) == 1:
             timed(0)
     return times
-
-
-def _step_flops(model, batch) -> tuple[int, list[int]]:
-    """(FLOPs of one step without recompute, forward FLOPs per layer) at this batch."""
-    apply_checkpointing(model, "none")
-    with FlopCounterMode(display=False) as counter:
-        loss, _ = model.loss(batch)
-        loss.sum().backward()
-    model.zero_grad(set_to_none=True)
-    return counter.get_total_flops(), layer_flops(model, batch["img"])

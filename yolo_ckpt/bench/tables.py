@@ -16,9 +16,9 @@ COLUMNS = {  # Markdown columns per kind: results column -> header
     "step": {
         "model": "model", "imgsz_used": "imgsz", "batch_used": "batch", "amp": "amp", "policy": "recompute",
         "layers": "layers", "recomputations_per_step": "recomputed per step",
-        "loss_images_recomputed_per_step": "loss images recomputed", "peak_MiB": "peak MiB",
-        "memory_change_pct": "memory", "step_time_s": "step s", "time_ratio": "time vs none",
-        "flop_bound": "FLOP bound", "status": "status",
+        "attention_chunks_per_step": "attention chunks", "loss_images_recomputed_per_step": "loss images recomputed",
+        "peak_MiB": "peak MiB", "memory_change_pct": "memory", "step_time_s": "step s", "time_ratio": "time vs none",
+        "time_interval": "pair ratios", "flop_bound": "FLOP bound", "same_gradients_label": "same gradients", "status": "status",
     },
     "train": {
         "study": "study", "dataset": "dataset", "model": "model", "imgsz_used": "imgsz", "tiles_label": "tiles",
@@ -85,8 +85,9 @@ def policy_label(row) -> str:
 def delta_table(matrix, results: pd.DataFrame) -> pd.DataFrame:
     """The matrix's cells (grouped by baseline, then file order) with their results and deltas against their baseline row:
     ``memory_change_pct``, ``time_ratio`` (step cells: measured in one process, interleaved), accuracy points,
-    ``same_weights`` (train: SHA-256 of the final weights equal to the baseline's) and ``fits_budget``
-    (peak <= ``memory_budget``, where one is given in bytes)."""
+    ``same_weights`` (train: SHA-256 of the final weights equal to the baseline's), ``fits_budget``
+    (peak <= ``memory_budget``, where one is given in bytes) and, for step rows that have them, ``time_interval`` (the
+    smallest and largest ratio of one timed pair, ``1.21-1.30``) and ``same_gradients_label`` (yes/no)."""
     by_id = {r["cell"]: r for r in results.to_dict("records")}
     rows, bases = [], []
     group = {id(c): matrix.cells.index(matrix.baseline_of(c)) for c in matrix.cells}
@@ -118,6 +119,12 @@ def delta_table(matrix, results: pd.DataFrame) -> pd.DataFrame:
             ("yes" if a == b else "no") if isinstance(a, str) and isinstance(b, str) else ""
             for a, b in zip(table["weights_sha256"], base["weights_sha256"])
         ]
+    if "time_ratio_low" in table:
+        bounds = zip(table["time_ratio_low"], table["time_ratio_high"])
+        table["time_interval"] = [f"{lo:.2f}-{hi:.2f}" if pd.notna(lo) and pd.notna(hi) else "" for lo, hi in bounds]
+    if "same_gradients" in table:  # the csv reads True/False, or NaN where the cell's size differed from its baseline's
+        labels = {True: "yes", False: "no", "True": "yes", "False": "no"}
+        table["same_gradients_label"] = [labels.get(v, "") for v in table["same_gradients"]]
     table["fits_budget"] = [_fits(b, p) for b, p in zip(table["memory_budget"], table.get("peak_MiB", [float("nan")] * len(table)))]
     return table
 

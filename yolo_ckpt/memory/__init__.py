@@ -15,7 +15,8 @@ size_text`` loads only the module that defines it.
   :class:`ObjectSizes` (:mod:`.foreground`);
 - measured: the one training-step harness :func:`profile_step`, its :class:`StepProfile` and
   :func:`probe_validation_step` (:mod:`.step`), the task's synthetic batch :func:`training_batch`
-  (:mod:`.synthetic_batch`), per-layer FLOPs :func:`layer_flops` (:mod:`.layer_accounting`), the attention modules'
+  (:mod:`.synthetic_batch`), per-layer FLOPs :func:`layer_flops` and a fake step's FLOPs with a policy applied,
+  :func:`step_flops` (:mod:`.layer_accounting`), the attention modules'
   tokens :func:`attention_tokens` (:mod:`.attention_shapes`), the assigner's foreground :func:`measured_foreground`;
 - the Ultralytics rules the memory model mirrors, each citing its line (:mod:`.ultralytics_rules`): :data:`TASKS`,
   :func:`model_task`, :func:`device_type`, :func:`amp_enabled`, :func:`autocast_for`, :func:`optimizer_for`,
@@ -51,6 +52,7 @@ _EXPORTS = {
     "profile_step": "step",
     "training_batch": "synthetic_batch",
     "layer_flops": "layer_accounting",
+    "step_flops": "layer_accounting",
     "attention_tokens": "attention_shapes",
     "TASKS": "ultralytics_rules",
     "amp_enabled": "ultralytics_rules",

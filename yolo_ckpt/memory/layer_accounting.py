@@ -13,6 +13,9 @@ import torch
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
+from ..checkpointing.engine import apply_checkpointing
+from .fake_copy import fake_copy
+from .synthetic_batch import training_batch
 from .tracker import LiveTensorTracker
 
 
@@ -205,3 +208,31 @@ def layer_flops(model, images: torch.Tensor) -> list[int]:
     """Forward FLOPs of each layer of ``model.model`` on ``images`` (works on fake tensors too)."""
     counts = module_flops(model, images)
     return [counts.get(str(i), 0) for i in range(len(model.model))]
+
+
+def step_flops(model, imgsz: int, batch: int, recompute="none", mode: str = "full", attn_chunk: int | None = None) -> int:
+    """FLOPs of one training step's forward and backward with ``recompute`` applied, as it runs: the recomputed
+    forwards and the attention region's rebuilt products included. Counted by ``torch.utils.flop_counter`` (matrix
+    products and convolutions, not elementwise work) on a fake copy (:func:`~yolo_ckpt.memory.fake_copy.fake_copy`:
+    nothing computed, ``model`` untouched), with a stand-in loss (dense gradients of the predictions' shapes, as
+    :func:`~yolo_ckpt.memory.estimate.estimate_step`'s): the real loss's few products are not counted. A separate
+    pass: the flop counter's module hooks keep recomputed tensors alive, so a measured step counted at once would hold
+    more than it does.
+
+    Args:
+        model: an Ultralytics ``BaseModel`` (real parameters), with ``.args`` set. imgsz: a trained size (px, a
+            multiple of the model's largest stride). batch: images per step.
+        recompute, mode, attn_chunk: the policy, ``recompute_mode`` and attention chunk
+            (:func:`yolo_ckpt.checkpointing.engine.apply_checkpointing`).
+
+    Returns:
+        FLOPs (an int).
+    """
+    with fake_copy(model) as (fake_mode, fake):
+        apply_checkpointing(fake, recompute, mode=mode, attn_chunk=attn_chunk)
+        with fake_mode:
+            images = training_batch(model, batch, imgsz, 1)["img"]
+            with FlopCounterMode(display=False) as counter:
+                preds = fake(images)
+                sum((t.float() * t.float()).sum() for t in tree_leaves(preds) if isinstance(t, torch.Tensor)).backward()
+    return counter.get_total_flops()

@@ -97,10 +97,11 @@ def probe_validation_step(model: torch.nn.Module, images: torch.Tensor) -> int:
     return tracker.peak_bytes
 
 
-def run_step(model, batch, optimizer, loss_fn, tracker, autocast=None):
+def run_step(model, batch, optimizer, loss_fn, tracker, autocast=None, after_backward=None):
     """Forward, loss, backward, optimizer step; returns the per-phase peaks, the bytes alive before the loss and the
     optimizer state's bytes. ``autocast`` (a context manager) covers the forward and the loss, as in Ultralytics'
-    training step.
+    training step; ``after_backward`` (no arguments) is called between the backward and the optimizer step, while the
+    gradients are there.
 
     An optimizer without state creates it in this step's optimizer phase (whose peak is then a later step's: the
     state plus the update's temporaries); every later step carries it all along, so its bytes are added to the
@@ -121,6 +122,8 @@ def run_step(model, batch, optimizer, loss_fn, tracker, autocast=None):
     loss.backward()
     del loss, preds
     peaks["backward"] = tracker.phase_peak_bytes
+    if after_backward is not None:
+        after_backward()
     if optimizer is None:
         return {**peaks, "optimizer": 0}, before_loss, 0
     tracker.start_phase()
@@ -145,6 +148,7 @@ def profile_step(
     loss_chunk: int | None = None,
     assign_chunk: int | None = None,
     attn_chunk: int | None = None,
+    state: dict | None = None,
 ) -> StepProfile:
     """Measure one real training step of a copy of ``model``: forward and loss (under autocast for ``amp``),
     backward, optimizer step; per phase and per layer. The one step-measurement harness, any task, any device.
@@ -169,6 +173,9 @@ def profile_step(
         flops: count per-layer forward FLOPs (one more forward pass); 0 when False.
         loss_chunk, assign_chunk, attn_chunk: the loss and attention regions' chunks where ``recompute`` applies
             them (:func:`yolo_ckpt.checkpointing.engine.apply_checkpointing`); None: their defaults.
+        state: a dict to fill with what the step computed, for exactness checks: the copy's gradients after the
+            backward (``"grad:<parameter name>"``) and its buffers after the step (``"buffer:<name>"``: BatchNorm
+            statistics). References, nothing copied: the peak is the same with and without it.
 
     Returns:
         The :class:`StepProfile` (``source`` says which counter; ``recompute`` the layers recomputed).
@@ -191,22 +198,29 @@ def profile_step(
         return probe.loss(batch, preds)[0].sum()
 
     accounting = LayerAccounting(probe)
+
+    def keep_gradients():
+        if state is not None:
+            state.update({f"grad:{n}": p.grad for n, p in probe.named_parameters() if p.grad is not None})
+
     try:
         with torch.random.fork_rng(devices=[batch["img"].device] if cuda else []):
             if cuda:
                 offset = tensor_bytes(batch) - before
                 counter = CudaAllocator()
                 static = counter.start_phase() + offset
-                peaks, before_loss, state = run_step(probe, batch, opt, loss_fn, counter, autocast)
+                peaks, before_loss, state_bytes = run_step(probe, batch, opt, loss_fn, counter, autocast, keep_gradients)
                 peaks = {k: v + offset for k, v in peaks.items()}
                 before_loss += offset
             else:
                 with LiveTensorTracker() as tracker:
                     tracker.track(list(probe.parameters()), list(probe.buffers()), batch)
                     static = tracker.live_bytes
-                    peaks, before_loss, state = run_step(probe, batch, opt, loss_fn, tracker, autocast)
+                    peaks, before_loss, state_bytes = run_step(probe, batch, opt, loss_fn, tracker, autocast, keep_gradients)
     finally:
         accounting.remove()
+    if state is not None:
+        state.update({f"buffer:{n}": b for n, b in probe.named_buffers()})
     rows, modules = accounting.profile_rows(probe, flop_counts)
     return StepProfile(
         source="cuda_allocator" if cuda else "cpu_live_tensors",
@@ -215,7 +229,7 @@ def profile_step(
         batch=len(batch["img"]),
         imgsz=batch["img"].shape[-1],
         objects=int(len(batch["batch_idx"]) // max(len(batch["img"]), 1)) if "batch_idx" in batch else 0,
-        static_bytes=static + state,
+        static_bytes=static + state_bytes,
         phase_peak_bytes=peaks,
         loss_bytes=peaks["loss"] - before_loss,
         peak_bytes=max(peaks.values()),
