@@ -442,8 +442,8 @@ def test_composed_fold_of_upsample_and_concat_against_fake_pass(memory):
     for spec in ("neck", "13", "16,17,19"):
         composed, fake = memory.peak(memory.units(spec), 2, 640), memory.estimate(spec, 2, 640).peak_bytes
         assert abs(composed / fake - 1) < 0.001, (spec, composed, fake)
-    outputs = [r.output_bytes for r in memory.base.layers]
-    direct, kept = memory._fold_terms(memory.units("13"))
+    outputs = [r.output_bytes for r in memory.composed.base.layers]
+    direct, kept = memory.composed._fold_terms(memory.units("13"))
     assert direct == {13: outputs[12]}  # 11 (Upsample) and 12 (Concat) fold into 13, which takes 12's output
     # 10's output: kept by region 13 from its backward on (its only other consumer, Concat 21, saves nothing); layer
     # 6's is saved by layer 7 until its backward anyway; in the forward, model.save holds 10's for layer 21
