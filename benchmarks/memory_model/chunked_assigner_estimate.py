@@ -4,7 +4,8 @@ The chunked assigner (:mod:`yolo_ckpt.checkpointing.assigner`) holds one image's
 anchors at a time, so its loss peak stops growing with the objects past one chunk; the formula's term for it is
 ``A * min(M, assign_chunk)`` (:class:`yolo_ckpt.memory.loss_model.LossModel`). yolo11n detect, 1024 px, batch 1, 20, 600
 and 1500 objects of 8-28 px, ``recompute=all`` (one class, fp32): the measured step
-(:func:`yolo_ckpt.memory.step.profile_step`) and the estimate, the loss's own peak and the step's.
+(:func:`yolo_ckpt.memory.profile_step`) and the estimate given the batch's box sizes (as ``plan`` bounds them from
+``data=``; without them the estimate takes every box as the whole image), the loss's own peak and the step's.
 
     python -m benchmarks.memory_model.chunked_assigner_estimate out=benchmarks/results/chunked-assigner-estimate
 """
@@ -20,7 +21,7 @@ from ultralytics.nn.tasks import DetectionModel
 from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.cli.args import parse_keys
 from yolo_ckpt.cli.main import run_command
-from yolo_ckpt.memory import estimate_step, profile_step, training_batch
+from yolo_ckpt.memory import ObjectSizes, estimate_step, profile_step, training_batch
 
 MiB = 2**20
 
@@ -38,7 +39,8 @@ def main(argv: list[str]) -> dict:
     for objects in (20, 600, 1500):
         batch = training_batch(model, 1, imgsz, objects, sides=(8 / 1024, 28 / 1024))
         measured = profile_step(model, batch, recompute, flops=False)
-        estimated = estimate_step(model, imgsz, 1, objects, recompute, flops=False)
+        # the batch's boxes as they are (sizes, not places: ObjectSizes.of_batch), as plan bounds them from data=
+        estimated = estimate_step(model, imgsz, 1, objects, recompute, flops=False, sizes=ObjectSizes.of_batch(batch, "detect"))
         rows.append({
             "objects": objects, "measured_loss_bytes": measured.loss_bytes, "estimated_loss_bytes": estimated.loss_bytes,
             "measured_peak_bytes": measured.peak_bytes, "estimated_peak_bytes": estimated.peak_bytes,
