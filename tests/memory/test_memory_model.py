@@ -457,15 +457,16 @@ def test_composed_attention_region_against_fake_pass_and_auto_takes_it():
     matrices grow with batch x imgsz^4, split from the rest by fake passes at a reference imgsz (1536). Composed peaks
     of none and of attention alone against the fake pass of the same policy at 1024 (N = 1024 tokens) and 2048
     (N = 4096, 2x the base: extrapolated): within 0.5% (measured -0.01% to +0.01%; before, with every term scaled by
-    imgsz^2, none at 2048 was composed 3.5% under and attention freed nothing, 1.3% over). Its cost: the scores rebuilt twice,
-    2 x 2 N^2 x 32 x 2 heads FLOPs. At 2048 attention bounds all's peak (fake pass: 819 MiB with it, 896 without):
+    imgsz^2, none at 2048 was composed 3.5% under and attention freed nothing, 1.3% over). Its cost: the scores rebuilt
+    twice and the output gradient's product with the values once more, N^2 x (4 x 32 + 2 x 64) x 2 heads FLOPs. At 2048
+    attention bounds all's peak (fake pass: 819 MiB with it, 896 without):
     auto under a budget halfway between plans with attention and without every layer, and its fake pass fits."""
     model = _task_model(DetectionModel, "yolo11n.yaml", 80)
     memory = MemoryModel(model, 1024, 1, 20, attn_chunk=64)
     assert memory.composed.attention_imgsz == 1536
-    assert [(a.index, a.tokens(2048), a.heads, a.key_dim) for a in memory.attention] == [(10, 4096, 2, 32)]
+    assert [(a.index, a.tokens(2048), a.heads, a.key_dim, a.head_dim) for a in memory.attention] == [(10, 4096, 2, 32, 64)]
     flops = memory.composed.attention_flops(1, 2048)
-    assert flops == 2 * 2 * 4096**2 * 32 * 2 and memory.composed.cost(("attention",), 1, 2048) == flops
+    assert flops == 2 * 4096**2 * (4 * 32 + 2 * 64) and memory.composed.cost(("attention",), 1, 2048) == flops
     for imgsz in (1024, 2048):
         for units in ((), ("attention",)):
             composed, fake = memory.peak(units, 1, imgsz), memory.estimate(memory.spec(units), 1, imgsz).peak_bytes

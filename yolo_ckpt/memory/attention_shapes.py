@@ -31,7 +31,7 @@ class AttentionShape:
         module: ``"Attention"`` or ``"AAttn"``.
         stride: pixels of the image per token side (its input's stride).
         groups: score matrices per image and head (``AAttn``'s ``area``; 1 for ``Attention``).
-        heads: attention heads; key_dim: channels of a query and a key.
+        heads: attention heads; key_dim: channels of a query and a key; head_dim: channels of a value.
     """
 
     index: int
@@ -40,6 +40,7 @@ class AttentionShape:
     groups: int
     heads: int
     key_dim: int
+    head_dim: int
 
     def tokens(self, imgsz: int) -> int:
         """Tokens N of one score matrix (N x N) at a trained ``imgsz`` (px, a multiple of the model's largest stride)."""
@@ -48,6 +49,13 @@ class AttentionShape:
     def score_flops(self, batch: int, imgsz: int) -> int:
         """FLOPs of the scores ``(q * scale)^T @ k`` for a batch: ``2 * batch * groups * heads * N^2 * key_dim``."""
         return 2 * batch * self.groups * self.heads * self.tokens(imgsz) ** 2 * self.key_dim
+
+    def recompute_flops(self, batch: int, imgsz: int) -> int:
+        """FLOPs the attention region's backward adds to stock's for a batch: it rebuilds the scores twice (by query
+        rows, then by key columns: 2 x :meth:`score_flops`) and the product of the output's gradient with the values
+        once more, ``2 * N^2 * head_dim`` per image, group and head: ``batch * groups * heads * N^2 * (4 * key_dim + 2 *
+        head_dim)``, what torch's FLOP counter counts (``tests/bench/test_step_cell.py``)."""
+        return batch * self.groups * self.heads * self.tokens(imgsz) ** 2 * (4 * self.key_dim + 2 * self.head_dim)
 
 
 def attention_modules(model: torch.nn.Module) -> tuple[AttentionShape, ...]:
@@ -65,7 +73,8 @@ def attention_modules(model: torch.nn.Module) -> tuple[AttentionShape, ...]:
             heads, key_dim = module.num_heads, getattr(module, "key_dim", None) or module.head_dim
             stock = next(c for c in ATTENTION_CLASSES if isinstance(module, c)).__name__
             stride = probe // int(args[0].shape[-1])
-            shapes.append(AttentionShape(layer_of[module], stock, stride, getattr(module, "area", 1), heads, key_dim))
+            shape = (getattr(module, "area", 1), heads, key_dim, module.head_dim)
+            shapes.append(AttentionShape(layer_of[module], stock, stride, *shape))
 
         hooks = [m.register_forward_pre_hook(record) for m in layer_of]
         try:

@@ -235,11 +235,11 @@ class ComposedEstimate:
         return "attention" in units and any(a.tokens(imgsz) > self.attn_chunk for a in self.attention)
 
     def attention_flops(self, batch: int, imgsz) -> int:
-        """Forward FLOPs the attention region recomputes per step: its backward rebuilds each chunked module's scores
-        twice (by query rows, then by key columns: :class:`yolo_ckpt.checkpointing.attention.ChunkedAttention`),
-        ``2 x`` :meth:`~yolo_ckpt.memory.attention_shapes.AttentionShape.score_flops`; 0 where no module is chunked."""
+        """FLOPs the attention region adds per step: its backward rebuilds each chunked module's scores twice and the
+        output gradient's product with the values once more
+        (:meth:`~yolo_ckpt.memory.attention_shapes.AttentionShape.recompute_flops`); 0 where no module is chunked."""
         imgsz = train_imgsz(imgsz, self.model.stride)
-        return sum(2 * a.score_flops(batch, imgsz) for a in self.attention if a.tokens(imgsz) > self.attn_chunk)
+        return sum(a.recompute_flops(batch, imgsz) for a in self.attention if a.tokens(imgsz) > self.attn_chunk)
 
     def units(self, recompute) -> tuple:
         """The units of a ``recompute=`` value or a :class:`~yolo_ckpt.checkpointing.policy.RecomputePolicy`: its layer indices,
