@@ -1,42 +1,37 @@
 """yolo-ckpt: activation checkpointing (recomputation) for Ultralytics YOLO training at full resolution.
 
-The public names load on first use (PEP 562 ``__getattr__``): ``import yolo_ckpt.checkpointing.policy`` or ``import
-yolo_ckpt.config`` loads neither Ultralytics nor torch's training stack, while ``from yolo_ckpt import
-CheckpointDetectionTrainer`` imports the trainers then. The installed Ultralytics release is checked against the
-tested range at import from its package metadata, without importing it.
+The public names load on first use (PEP 562 ``__getattr__``, made by ``lazy_loader.attach``: Scientific Python's
+SPEC 1): ``import yolo_ckpt.checkpointing.policy`` or ``import yolo_ckpt.config`` loads neither Ultralytics nor
+torch's training stack, while ``from yolo_ckpt import CheckpointDetectionTrainer`` imports the trainers then.
+The installed Ultralytics release is checked against the tested range at import from its package metadata, without
+importing it.
 """
 
 from __future__ import annotations
 
-import importlib
 import warnings
 from importlib.metadata import PackageNotFoundError, version
+
+import lazy_loader
 
 __version__ = "0.1.0"
 
 # The Ultralytics releases this version was tested with (the pin in pyproject.toml): its trainer internals move.
 ULTRALYTICS_TESTED = ((8, 4, 190), (8, 5, 0))
 
-# public name -> the module of the package that defines it
-_EXPORTS = {
-    "apply_checkpointing": "checkpointing.engine",
-    "checkpointed_layers": "checkpointing.engine",
-    "checkpointed_modules": "checkpointing.engine",
-    "count_recomputations": "checkpointing.patching",
-    "remove_checkpointing": "checkpointing.engine",
-    "ModelLayout": "checkpointing.policy",
-    "RecomputePolicy": "checkpointing.policy",
-    "resolve": "checkpointing.policy",
-    "CheckpointClassificationTrainer": "train.trainer",
-    "CheckpointDetectionTrainer": "train.trainer",
-    "CheckpointOBBTrainer": "train.trainer",
-    "CheckpointPoseTrainer": "train.trainer",
-    "CheckpointSegmentationTrainer": "train.trainer",
-    "checkpointed": "train.trainer",
-    "check_resumable": "train.resume",
-    "trainer_for": "train.trainer",
-}
-__all__ = sorted(_EXPORTS)
+# the module of the package that defines them -> public names
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "checkpointing.engine": [
+        "apply_checkpointing", "checkpointed_layers", "checkpointed_modules", "remove_checkpointing",
+    ],
+    "checkpointing.patching": ["count_recomputations"],
+    "checkpointing.policy": ["ModelLayout", "RecomputePolicy", "resolve"],
+    "train.trainer": [
+        "CheckpointClassificationTrainer", "CheckpointDetectionTrainer", "CheckpointOBBTrainer",
+        "CheckpointPoseTrainer", "CheckpointSegmentationTrainer", "checkpointed", "trainer_for",
+    ],
+    "train.resume": ["check_resumable"],
+})
 
 
 def check_ultralytics(installed: str | None = None) -> bool:
@@ -61,15 +56,3 @@ def check_ultralytics(installed: str | None = None) -> bool:
 
 check_ultralytics()
 
-
-def __getattr__(name: str):
-    """Import the module that defines the public ``name`` on its first use (PEP 562)."""
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    globals()[name] = value  # later look-ups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})

@@ -1,7 +1,7 @@
 """The memory of a training step, and the one front door to it: the rest of the package (train, cli, bench) and the
 studies in ``benchmarks/`` import the names below from ``yolo_ckpt.memory``, never from its modules (an
 import-linter contract in ``pyproject.toml``, ``memory-front-door``). The names load on first use (PEP 562
-``__getattr__``, as :mod:`yolo_ckpt` does): each module imports torch, and ``from yolo_ckpt.memory import
+``__getattr__`` from ``lazy_loader.attach``, as :mod:`yolo_ckpt` does): each module imports torch, and ``from yolo_ckpt.memory import
 size_text`` loads only the module that defines it.
 
 - planned: :class:`MemoryModel` (``recompute=auto``, the largest batch and imgsz for a budget; it holds a
@@ -29,53 +29,23 @@ the per-unit composition (:mod:`.composed`), the disk cache (:mod:`.estimate_cac
 
 from __future__ import annotations
 
-import importlib
+import lazy_loader
 
-# public name -> the module of this wing that defines it
-_EXPORTS = {
-    "MemoryModel": "memory_model",
-    "Plan": "memory_model",
-    "PlanError": "memory_model",
-    "size_text": "memory_model",
-    "ESTIMATE_BASE_BATCH": "planning",
-    "PlannedRun": "planning",
-    "decide": "planning",
-    "planned_run": "planning",
-    "estimate_step": "estimate",
-    "LossModel": "loss_model",
-    "calibrate_loss": "loss_calibration",
-    "loss_models": "loss_calibration",
-    "ObjectSizes": "foreground",
-    "measured_foreground": "foreground",
-    "StepProfile": "step",
-    "probe_validation_step": "step",
-    "profile_step": "step",
-    "training_batch": "synthetic_batch",
-    "layer_flops": "layer_accounting",
-    "step_flops": "layer_accounting",
-    "attention_tokens": "attention_shapes",
-    "TASKS": "ultralytics_rules",
-    "amp_enabled": "ultralytics_rules",
-    "autobatch_fraction": "ultralytics_rules",
-    "autocast_for": "ultralytics_rules",
-    "build_optimizer": "ultralytics_rules",
-    "device_type": "ultralytics_rules",
-    "frozen_layers": "ultralytics_rules",
-    "label_caches_in_memory": "ultralytics_rules",
-    "model_task": "ultralytics_rules",
-    "optimizer_for": "ultralytics_rules",
-}
-__all__ = sorted(_EXPORTS)
+# the module of this wing that defines them -> public names
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "memory_model": ["MemoryModel", "Plan", "PlanError", "size_text"],
+    "planning": ["ESTIMATE_BASE_BATCH", "PlannedRun", "decide", "planned_run"],
+    "estimate": ["estimate_step"],
+    "loss_model": ["LossModel"],
+    "loss_calibration": ["calibrate_loss", "loss_models"],
+    "foreground": ["ObjectSizes", "measured_foreground"],
+    "step": ["StepProfile", "probe_validation_step", "profile_step"],
+    "synthetic_batch": ["training_batch"],
+    "layer_accounting": ["layer_flops", "step_flops"],
+    "attention_shapes": ["attention_tokens"],
+    "ultralytics_rules": [
+        "TASKS", "amp_enabled", "autobatch_fraction", "autocast_for", "build_optimizer", "device_type",
+        "frozen_layers", "label_caches_in_memory", "model_task", "optimizer_for",
+    ],
+})
 
-
-def __getattr__(name: str):
-    """Import the module that defines the public ``name`` on its first use (PEP 562)."""
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    globals()[name] = value  # later look-ups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
