@@ -413,6 +413,15 @@ def test_curves_keep_cells_whose_run_folder_is_gone(tmp_path):
     assert curves["metrics/mAP50(B)"].tolist() == [0.1, 0.2, 0.5] and (tmp_path / "curves.png").is_file()
 
 
+def test_curves_count_seconds_over_resumes():
+    """A resumed run's results.csv restarts its ``time`` at each resume: the curves count on from the last saved epoch."""
+    from yolo_ckpt.bench.plots import training_seconds
+
+    time = pd.Series([10.0, 20.0, 30.0, 12.0, 25.0, 5.0])  # epochs 1-3, resumed for 4-5, resumed again for 6
+    assert training_seconds(time).tolist() == [10.0, 20.0, 30.0, 42.0, 55.0, 60.0]
+    assert training_seconds(pd.Series([1.0, 2.0])).tolist() == [1.0, 2.0]
+
+
 def test_val_subset(tmp_path, shared_datasets):
     data = str(shared_datasets / "aerial-cars" / "data.yaml")
     subset = train_cell.val_subset(data, 3, tmp_path)

@@ -12,9 +12,9 @@ from .tables import arm_label, tiles_setting
 
 def write_plots(matrix, table: pd.DataFrame, out: Path) -> list[Path]:
     """Write ``memory_vs_time.png`` (every kind) and, for train matrices, ``map_vs_imgsz.png``,
-    ``map_vs_memory.png`` (:func:`map_memory_plot`) and ``curves.png``
-    (validation mAP50 per epoch of each cell, from its run's Ultralytics ``results.csv``, also written with
-    mAP50-95 and the elapsed seconds as ``curves.csv``; a tiles cell's curve is its validation on tiles, its
+    ``map_vs_memory.png`` (:func:`map_memory_plot`) and ``curves.png`` (validation mAP50 per epoch of each cell, from
+    its run's Ultralytics ``results.csv``, also written with mAP50-95 and the seconds since the run began, over its
+    resumes (:func:`training_seconds`), as ``curves.csv``; a tiles cell's curve is its validation on tiles, its
     full-image result a star: :func:`curves_plot`) into ``out``.
 
     Returns:
@@ -102,7 +102,7 @@ def _curves(matrix, ok: pd.DataFrame, out: Path) -> list[Path]:
                 frames.append(earlier[earlier["cell"] == label])
             continue
         curve = pd.read_csv(csv).rename(columns=str.strip)
-        curve = curve[["epoch", "time", *[c for c in CURVE_COLUMNS if c in curve]]]
+        curve = curve[["epoch", "time", *[c for c in CURVE_COLUMNS if c in curve]]].assign(time=lambda c: training_seconds(c["time"]))
         nan = float("nan")
         frames.append(curve.assign(cell=label, full_mAP50=row["mAP50"] if tiled else nan, full_mAP50_95=row["mAP50-95"] if tiled else nan))
     frames = [f for f in frames if len(f)]
@@ -111,6 +111,16 @@ def _curves(matrix, ok: pd.DataFrame, out: Path) -> list[Path]:
     curves = pd.concat(frames, ignore_index=True)
     curves.to_csv(out / "curves.csv", index=False)
     return [curves_plot(curves, out / "curves.png", f"{matrix.name}: training curves")]
+
+
+def training_seconds(time: pd.Series) -> pd.Series:
+    """Ultralytics' ``results.csv`` ``time`` column (seconds since this train() call began: ``BaseTrainer.save_metrics``
+    reads ``train_time_start``, which ``_do_train`` sets again on a resume) as seconds since the run began, over its
+    resumes: each time it drops (a resumed leg), the leg is shifted by the seconds the earlier legs had reached at their
+    last saved epoch (an interrupted epoch's seconds are not counted: its epoch is trained again)."""
+    legs = (time.diff() < 0).cumsum()
+    reached = time.groupby(legs).last().cumsum().shift(fill_value=0.0)
+    return time + legs.map(reached)
 
 
 def curves_plot(curves: pd.DataFrame, path: Path, title: str) -> Path:
