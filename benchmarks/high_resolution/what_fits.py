@@ -70,15 +70,17 @@ def main(argv: list[str]) -> dict:
                        "most_below": max((r["guess"] - r["largest_batch"] for r in walked), default=0),
                        "seconds": round(time.perf_counter() - t, 1)})
         print(checks[-1], flush=True)
-        result = save(rows, checks, argv, out)  # after each model: a stopped run keeps the models it made
+        result = save(rows, checks, argv, out, models)  # after each model: a stopped run keeps the models it made
     return result
 
 
-def save(rows: list[dict], checks: list[dict], argv: list[str], out: str | None) -> dict:
+def save(rows: list[dict], checks: list[dict], argv: list[str], out: str | None, asked: list[str]) -> dict:
     """Write the rows and checks of the models made so far (with ``out``: beside the kept rows of the folder's other
-    models) and print the tables; returns the record."""
+    models) and print the tables; returns the record, whose ``not_made`` lists the models of ``asked`` (this run's)
+    not made yet: a stopped run's record says which of its command's models it lacks."""
     models = {c["model"] for c in checks}
     result = {**provenance(["python -m benchmarks.high_resolution.what_fits", *argv], seeds=[0]), "checks": list(checks)}  # no random draw
+    result["not_made"] = [m for m in asked if m not in models]
     if out:
         folder = Path(out)
         folder.mkdir(parents=True, exist_ok=True)
