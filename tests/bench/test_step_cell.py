@@ -40,8 +40,9 @@ def test_attention_region_counted_exact_and_in_the_flop_bound(tmp_path, one_thre
     assert (after["flop_bound"] - before["flop_bound"]) * after["step_GFLOPs"] * 1e9 == pytest.approx(extra, rel=1e-9)
     assert none["flop_bound"] == 1 < before["flop_bound"]
     assert none["time_ratio_low"] == none["time_ratio_high"] == 1
-    for row in (before, after):  # each of 2 pairs' ratio; the median ratio is over all of none's 4 steps
+    for row in (before, after):  # each of 2 pairs' ratio, and their median (of two: their mean) between them
         assert 0 < row["time_ratio_low"] < row["time_ratio_high"]
+        assert row["time_ratio"] == pytest.approx((row["time_ratio_low"] + row["time_ratio_high"]) / 2, rel=1e-12)
 
 
 def test_same_gradients_fails_on_another_batch(tmp_path, one_thread, monkeypatch):

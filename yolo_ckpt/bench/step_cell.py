@@ -10,7 +10,8 @@ parameters, gradients, optimizer state, the batch and activations; on CUDA the a
 ``max_memory_allocated`` (less what was on the device before), elsewhere the live tensor storages
 (:class:`yolo_ckpt.memory.tracker.LiveTensorTracker`). Step time is the median
 over interleaved pairs (cell, baseline): a noisy shared machine slows both alike, and the ratio is what is
-reported, with its interval: the smallest and the largest ratio of one pair's two times. Beside it the FLOP bound of
+reported: the median of the pairs' ratios (each of the cell's steps over the baseline's step beside it), with its
+interval: the smallest and the largest of them. Beside it the FLOP bound of
 the overhead: the FLOPs of the cell's step as it runs (its recomputed layers and head branches run their forward
 again in backward, the attention region rebuilds score rows in its backward), over those of a step without recompute
 at the same imgsz and batch, both counted by ``torch.utils.flop_counter`` on a fake pass
@@ -51,10 +52,11 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
     Returns:
         Per cell: status, imgsz and batch used, recompute (the layers, for auto), layers recomputed, recomputations
         per step (modules), attention chunk passes per step and images whose mask loss was recomputed per step, peak
-        bytes and MiB, median step time (s), time ratio against the baseline of this process with its interval
-        (``time_ratio_low``, ``time_ratio_high``: the extreme ratios of one pair), FLOP bound, the FLOPs of a step's
-        forward and backward without recompute (``step_GFLOPs``) and ``same_gradients`` (gradients and buffers ``torch.equal`` to the
-        baseline's; None where the cell's imgsz or batch differ from it). A cell that raises while it is set up or its
+        bytes and MiB, median step time (s), time ratio against the baseline of this process (the median of the
+        pairs' ratios) with its interval (``time_ratio_low``, ``time_ratio_high``: the extreme ratios of one pair),
+        FLOP bound, the FLOPs of a step's forward and backward without recompute (``step_GFLOPs``) and
+        ``same_gradients`` (gradients and buffers ``torch.equal`` to the baseline's; None where the cell's imgsz or
+        batch differ from it). A cell that raises while it is set up or its
         peak measured gets a ``failed`` row; the others go on.
 
     Raises:
@@ -114,7 +116,7 @@ def measure(cells: list[dict], settings: dict) -> list[dict]:
             "peak_bytes": peak,
             "peak_MiB": peak / 2**20,
             "step_time_s": statistics.median(seconds),
-            "time_ratio": statistics.median(seconds) / statistics.median(times[0]),
+            "time_ratio": statistics.median(ratios),  # of the pairs: a ratio of the two medians can fall outside them
             "time_ratio_low": min(ratios),
             "time_ratio_high": max(ratios),
             "flop_bound": cell_flops / flops[key],
