@@ -119,7 +119,8 @@ class TileSchedule:
     def on_train_epoch_start(self, trainer) -> None:
         """From the switch epoch on, the trainer's own loader again; record the epoch's images and imgsz."""
         if trainer.epoch >= switch_epoch(trainer.epochs, trainer.args.close_mosaic) and self.full is not None:
-            LOGGER.info(f"hybrid: epoch {trainer.epoch + 1}: from tiles at {self.imgsz} to the full images at {trainer.args.imgsz}")
+            switch = switch_epoch(trainer.epochs, trainer.args.close_mosaic)
+            LOGGER.info(f"hybrid: epochs {switch + 1}-{trainer.epochs}: the full images at {trainer.args.imgsz} (before: tiles at {self.imgsz})")
             if hasattr(trainer.train_loader, "close"):
                 trainer.train_loader.close()
             trainer.train_loader, self.full = self.full, None
