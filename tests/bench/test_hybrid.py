@@ -146,5 +146,6 @@ def test_tiles_that_do_not_fit_are_refused_before_the_cell_writes(tmp_path, one_
     path = tmp_path / "m.yaml"
     path.write_text(yaml.safe_dump(spec_))
     row = matrix.run_matrix(path, tmp_path / "out", cells=[0]).iloc[0]
-    assert row["status"] == "failed" and row["reason"].startswith("ConfigError: hybrid: the tiles phase (imgsz=64, batch=4, recompute=none)")
+    assert row["status"] == "failed"
+    assert row["reason"].startswith("ConfigError: hybrid: the tiles phase (imgsz=64, batch=4, recompute=none)")
     assert not list((tmp_path / "out").glob("data/tiles-*")) and not (tmp_path / "out" / "runs").exists()

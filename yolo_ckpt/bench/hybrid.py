@@ -120,7 +120,8 @@ class TileSchedule:
         """From the switch epoch on, the trainer's own loader again; record the epoch's images and imgsz."""
         if trainer.epoch >= switch_epoch(trainer.epochs, trainer.args.close_mosaic) and self.full is not None:
             switch = switch_epoch(trainer.epochs, trainer.args.close_mosaic)
-            LOGGER.info(f"hybrid: epochs {switch + 1}-{trainer.epochs}: the full images at {trainer.args.imgsz} (before: tiles at {self.imgsz})")
+            full = f"the full images at {trainer.args.imgsz}"
+            LOGGER.info(f"hybrid: epochs {switch + 1}-{trainer.epochs}: {full} (tiles of {self.imgsz} px before)")
             if hasattr(trainer.train_loader, "close"):
                 trainer.train_loader.close()
             trainer.train_loader, self.full = self.full, None
