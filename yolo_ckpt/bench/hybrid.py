@@ -4,11 +4,15 @@ optimizer, learning-rate schedule, EMA and epoch counter, validated on the full 
 
 Done the way Ultralytics closes mosaic (``BaseTrainer._do_train``, engine/trainer.py 8.4.190: at ``epoch >= epochs -
 close_mosaic`` it changes its train loader's dataset): :class:`TileSchedule`'s callbacks swap the trainer's train
-loader, nothing else. The run itself is the full-resolution run, its ``data`` the full images and its ``imgsz`` the
-cell's, so its validation, its recompute plan (``recompute=auto`` is planned at that imgsz and patched once, in
-``setup_model``, before EMA and AutoBatch, where every run is patched) and its last phase are those of arm (b); the
-tile phase trains under the same recompute plan (recomputation changes no value, it costs the tile phase time only,
-and one patch point keeps the model, its EMA copy and ``last.pt`` as every other run has them).
+loader and its recomputation, nothing else. The run itself is the full-resolution run, its ``data`` the full images
+and its ``imgsz`` the cell's, so its validation, its recompute plan (``recompute=auto`` planned at that imgsz by the
+trainer's ``setup_model``, which patches the model before EMA and AutoBatch copy it) and its last phase are arm (b)'s.
+The tiles train without recomputation (the plan is taken off for them and put back at the switch,
+``apply_recompute``: a class swap on the same modules; parameters, optimizer state and BatchNorm buffers untouched):
+recomputation changes no value, so the weights are those of either choice, and the tiles arm's size fits the budget
+without it (:func:`check_phases` plans each phase under its own recomputation), so it would only cost the tile
+phase time (about a quarter of its steps' time on DeepPCB's 40 tile epochs). The EMA copy keeps the set-up's
+patched classes, inert in its no-grad evaluation and pickled as stock.
 
 The switch is fixed before the run, ``epochs - close_mosaic`` (:func:`switch_epoch`), and re-derived from the epoch
 at every epoch's start, so a resumed run (Ultralytics restores the epoch) trains in the phase of its epoch. Two
@@ -58,21 +62,20 @@ def check_settings(settings: dict) -> int:
     return switch_epoch(int(epochs), settings.get("close_mosaic", DEFAULT_CFG_DICT["close_mosaic"]))
 
 
-def check_phases(memory: MemoryModel, recompute: str, batch: int, phases: dict, budget: int) -> None:
+def check_phases(memory: MemoryModel, batch: int, phases: dict, budget: int) -> None:
     """Refuse a hybrid cell one of whose phases does not fit its budget, before anything is written: each phase's
-    estimated peak (:meth:`~yolo_ckpt.memory.MemoryModel.peak` of ``recompute``'s units at ``batch``, with the
+    estimated peak (:meth:`~yolo_ckpt.memory.MemoryModel.peak` of its recomputation's units at ``batch``, with the
     headroom: :meth:`~yolo_ckpt.memory.MemoryModel.fits`) against ``budget``.
 
     Args:
-        memory: the cell's memory model (its data, model, optimizer, device). recompute: the plan both phases train
-            under (a ``recompute=`` value; auto already planned). phases: ``{name: imgsz}`` (the tiles', the full
-            images'). budget: bytes.
+        memory: the cell's memory model (its data, model, optimizer, device). phases: ``{name: (imgsz, recompute)}``
+            (the tiles' without recomputation, the full images' with the plan: a ``recompute=`` value, auto already
+            planned). budget: bytes.
 
     Raises:
         ConfigError: one line naming the phase, its imgsz, its estimated peak and the budget."""
-    units = memory.units(recompute)
-    for name, imgsz in phases.items():
-        peak = memory.peak(units, batch, imgsz)
+    for name, (imgsz, recompute) in phases.items():
+        peak = memory.peak(memory.units(recompute), batch, imgsz)
         if not memory.fits(peak, budget):
             raise ConfigError(
                 f"hybrid: the {name} phase (imgsz={imgsz}, batch={batch}, recompute={recompute}) needs {size_text(peak)}, over "
@@ -82,9 +85,10 @@ def check_phases(memory: MemoryModel, recompute: str, batch: int, phases: dict, 
 
 class TileSchedule:
     """The callbacks of a hybrid run (see the module docstring): ``on_pretrain_routine_end`` builds the tile loader and
-    puts it in place of the trainer's (its ``data``'s, at its ``imgsz``), kept aside; ``on_train_epoch_start`` puts
-    that loader back from the switch epoch on (before ``_do_train`` closes its mosaic at the same epoch). ``seen``
-    records, per epoch, the train loader's images and imgsz (``{epoch: (images, imgsz)}``).
+    puts it in place of the trainer's (its ``data``'s, at its ``imgsz``), kept aside, and before the switch takes the
+    recomputation off; ``on_train_epoch_start`` puts that loader and the run's plan (``trainer.policy``) back from the
+    switch epoch on (before ``_do_train`` closes its mosaic at the same epoch). ``seen`` records, per epoch, the train
+    loader's images and imgsz (``{epoch: (images, imgsz)}``).
 
     Args:
         tiles: the tile dataset's ``data.yaml`` (:func:`yolo_ckpt.data.tiles.tile_dataset`); its ``train`` split trains.
@@ -115,15 +119,19 @@ class TileSchedule:
         finally:
             trainer.args.imgsz = imgsz
         self.full, trainer.train_loader = trainer.train_loader, tiles
+        if trainer.start_epoch < switch_epoch(trainer.epochs, trainer.args.close_mosaic):
+            trainer.apply_recompute("none")
 
     def on_train_epoch_start(self, trainer) -> None:
-        """From the switch epoch on, the trainer's own loader again; record the epoch's images and imgsz."""
-        if trainer.epoch >= switch_epoch(trainer.epochs, trainer.args.close_mosaic) and self.full is not None:
-            switch = switch_epoch(trainer.epochs, trainer.args.close_mosaic)
-            full = f"the full images at {trainer.args.imgsz}"
+        """From the switch epoch on, the trainer's own loader and recompute plan again; record the epoch's images and
+        imgsz."""
+        switch = switch_epoch(trainer.epochs, trainer.args.close_mosaic)
+        if trainer.epoch >= switch and self.full is not None:
+            full = f"the full images at {trainer.args.imgsz}, recompute={trainer.policy.spec}"
             LOGGER.info(f"hybrid: epochs {switch + 1}-{trainer.epochs}: {full} (tiles of {self.imgsz} px before)")
             if hasattr(trainer.train_loader, "close"):
                 trainer.train_loader.close()
             trainer.train_loader, self.full = self.full, None
+            trainer.apply_recompute(trainer.policy.spec)
         dataset = trainer.train_loader.dataset
         self.seen[trainer.epoch] = (len(dataset), dataset.imgsz)

@@ -273,9 +273,9 @@ def memory_model(cell: dict, data: str, settings: dict):
 
 def hybrid_tiles(cell: dict, data: str, settings: dict) -> int:
     """A hybrid cell's tile size (px), its two phases planned to fit its ``memory_budget`` before anything is written
-    (:func:`.hybrid.check_phases`): the full images at the cell's imgsz with its recompute (auto planned there, as
-    the trainer plans it) and the tiles at their size under the same recompute; ``size: fit`` is the tiles arm's, the
-    largest that fits with ``recompute=none``.
+    (:func:`.hybrid.check_phases`): the tiles at their size without recomputation (``size: fit``: the tiles arm's,
+    the largest that fits so) and the full images at the cell's imgsz with its recompute (auto planned there, as the
+    trainer plans it).
 
     Raises:
         ConfigError: a phase that does not fit (one line); PlanError: no plan of ``recompute=auto`` fits."""
@@ -284,7 +284,8 @@ def hybrid_tiles(cell: dict, data: str, settings: dict) -> int:
     size = cell["tiles"]["size"]
     if size == "fit":
         size = settle({**cell, "imgsz": "fit", "recompute": "none"}, memory)["imgsz"]
-    check_phases(memory, full["recompute"], full["batch"], {"tiles": size, "full images": full["imgsz"]}, full["budget_bytes"])
+    phases = {"tiles": (size, "none"), "full images": (full["imgsz"], full["recompute"])}
+    check_phases(memory, full["batch"], phases, full["budget_bytes"])
     return size
 
 

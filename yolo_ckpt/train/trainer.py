@@ -136,16 +136,23 @@ class CheckpointTrainerMixin(exact_resume.ExactResume, run_dir.RunFolder):
         :func:`~yolo_ckpt.train.planning.plan_recompute`) and log it."""
         ckpt = super().setup_model()
         config = self.ckpt_config
-        recompute = plan_recompute(self) if is_auto(config.recompute) else config.recompute
-        self.policy = apply_checkpointing(
-            self.model, recompute, frozen=frozen_layers(self.args.freeze), mode=config.recompute_mode,
-            loss_chunk=config.loss_chunk, assign_chunk=config.assign_chunk, attn_chunk=config.attn_chunk,
-        )
+        self.policy = self.apply_recompute(plan_recompute(self) if is_auto(config.recompute) else config.recompute)
         if RANK in {-1, 0}:
             LOGGER.info(f"{PREFIX}activation checkpointing {self.policy}")
             for line in config.policy_warnings(self.policy):
                 LOGGER.warning(f"{PREFIX}{line}")
         return ckpt
+
+    def apply_recompute(self, recompute):
+        """Apply ``recompute`` (a ``recompute=`` value, not ``auto``) to ``self.model`` with the run's frozen layers,
+        ``recompute_mode`` and chunks, replacing the policy before (:func:`~yolo_ckpt.checkpointing.engine.apply_checkpointing`);
+        ``self.policy``, the run's plan, is left as it was. Returns the policy applied. A schedule that changes the
+        recomputation while the run trains (:mod:`yolo_ckpt.bench.hybrid`) calls it too."""
+        config = self.ckpt_config
+        return apply_checkpointing(
+            self.model, recompute, frozen=frozen_layers(self.args.freeze), mode=config.recompute_mode,
+            loss_chunk=config.loss_chunk, assign_chunk=config.assign_chunk, attn_chunk=config.attn_chunk,
+        )
 
     def preprocess_batch(self, batch):
         """Ultralytics' preprocessing; on the CPU the batch for the end-of-run memory probe is kept
