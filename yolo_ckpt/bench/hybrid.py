@@ -10,9 +10,9 @@ trainer's ``setup_model``, which patches the model before EMA and AutoBatch copy
 The tiles train without recomputation (the plan is taken off for them and put back at the switch,
 ``apply_recompute``: a class swap on the same modules; parameters, optimizer state and BatchNorm buffers untouched):
 recomputation changes no value, so the weights are those of either choice, and the tiles arm's size fits the budget
-without it (:func:`check_phases` plans each phase under its own recomputation), so it would only cost the tile
-phase time (about a quarter of its steps' time on DeepPCB's 40 tile epochs). The EMA copy keeps the set-up's
-patched classes, inert in its no-grad evaluation and pickled as stock.
+without it (:func:`check_phases` plans each phase under its own recomputation), so it would only add recomputed
+forwards to the tile phase's time. The EMA copy keeps the set-up's patched classes, inert in its no-grad evaluation
+and pickled as stock.
 
 The switch is fixed before the run, ``epochs - close_mosaic`` (:func:`switch_epoch`), and re-derived from the epoch
 at every epoch's start, so a resumed run (Ultralytics restores the epoch) trains in the phase of its epoch. Two
@@ -21,7 +21,10 @@ is installed before that count in every leg of the run (fresh or resumed, in eit
 tiles' ``nb``, as an uninterrupted run does; and in each full-resolution epoch the batch count ``ni = i + nb *
 epoch`` jumps at the epoch's start (fewer full images than tiles), so that epoch's first optimizer step comes after
 the previous epoch's leftover batches and this one (fewer than ``nbs`` images, once an epoch); the warmup, counted
-in the same batches, is over before the switch unless ``warmup_epochs`` reaches it.
+in the same batches, is over before the switch unless ``warmup_epochs`` reaches it. A run resumed in the full phase
+resumes exactly (:mod:`yolo_ckpt.train.exact_resume`); one resumed in the tile phase resumes as Ultralytics does,
+said in one line (its ``resume_state.pt``, of the tile loader, is checked against the loader the trainer builds, of
+the full images, before these callbacks run).
 """
 
 from __future__ import annotations
