@@ -21,10 +21,11 @@ is installed before that count in every leg of the run (fresh or resumed, in eit
 tiles' ``nb``, as an uninterrupted run does; and in each full-resolution epoch the batch count ``ni = i + nb *
 epoch`` jumps at the epoch's start (fewer full images than tiles), so that epoch's first optimizer step comes after
 the previous epoch's leftover batches and this one (fewer than ``nbs`` images, once an epoch); the warmup, counted
-in the same batches, is over before the switch unless ``warmup_epochs`` reaches it. A run resumed in the full phase
-resumes exactly (:mod:`yolo_ckpt.train.exact_resume`); one resumed in the tile phase resumes as Ultralytics does,
-said in one line (its ``resume_state.pt``, of the tile loader, is checked against the loader the trainer builds, of
-the full images, before these callbacks run).
+in the same batches, is over before the switch unless ``warmup_epochs`` reaches it. A resumed run resumes exactly
+(:mod:`yolo_ckpt.train.exact_resume`) in either phase: one resumed in the tile phase has its ``resume_state.pt``, of
+the tile loader, checked against the loader the trainer built, of the full images, before these callbacks run (and
+said in one line to resume as Ultralytics does); ``on_pretrain_routine_end`` takes the resume again (the trainer's
+``resume_training``) once the tile loader is in place.
 """
 
 from __future__ import annotations
@@ -89,9 +90,9 @@ def check_phases(memory: MemoryModel, batch: int, phases: dict, budget: int) -> 
 class TileSchedule:
     """The callbacks of a hybrid run (see the module docstring): ``on_pretrain_routine_end`` builds the tile loader and
     puts it in place of the trainer's (its ``data``'s, at its ``imgsz``), kept aside, and before the switch takes the
-    recomputation off; ``on_train_epoch_start`` puts that loader and the run's plan (``trainer.policy``) back from the
-    switch epoch on (before ``_do_train`` closes its mosaic at the same epoch). ``seen`` records, per epoch, the train
-    loader's images and imgsz (``{epoch: (images, imgsz)}``).
+    recomputation off (and takes a resume again, now of the tile loader); ``on_train_epoch_start`` puts that loader
+    and the run's plan (``trainer.policy``) back from the switch epoch on (before ``_do_train`` closes its mosaic at
+    the same epoch).
 
     Args:
         tiles: the tile dataset's ``data.yaml`` (:func:`yolo_ckpt.data.tiles.tile_dataset`); its ``train`` split trains.
@@ -105,7 +106,6 @@ class TileSchedule:
         self.train = str(Path(spec["path"]) / spec["train"])
         self.imgsz = imgsz
         self.full = None  # the trainer's own (full-image) loader while the tiles train
-        self.seen: dict[int, tuple[int, int]] = {}
 
     def add_to(self, model) -> None:
         """Add the callbacks to an Ultralytics ``YOLO`` model (its trainer takes them, a resumed one included)."""
@@ -114,7 +114,8 @@ class TileSchedule:
 
     def on_pretrain_routine_end(self, trainer) -> None:
         """Put the tile loader in place: built as the trainer builds its own (``get_dataloader``, the run's batch,
-        augmentation and workers) at the tiles' imgsz."""
+        augmentation and workers) at the tiles' imgsz. Before the switch, take the recomputation off and, in a resumed
+        run, take the resume again (``last.pt``, the trainer's ``resume_training``: exact with the tile loader)."""
         imgsz, trainer.args.imgsz = trainer.args.imgsz, self.imgsz  # build_yolo_dataset reads the size from the args
         try:
             batch = trainer.batch_size // max(trainer.world_size, 1)  # as _build_train_pipeline splits it
@@ -124,10 +125,14 @@ class TileSchedule:
         self.full, trainer.train_loader = trainer.train_loader, tiles
         if trainer.start_epoch < switch_epoch(trainer.epochs, trainer.args.close_mosaic):
             trainer.apply_recompute("none")
+            if trainer.resume:  # the exact resume state is of the tile loader, now in place: its resume taken again
+                from ultralytics.nn.tasks import load_checkpoint
+
+                LOGGER.info("hybrid: resumed in the tile phase: the resume taken again, the tile loader in place (not the line above's)")
+                trainer.resume_training(load_checkpoint(trainer.args.model)[1])
 
     def on_train_epoch_start(self, trainer) -> None:
-        """From the switch epoch on, the trainer's own loader and recompute plan again; record the epoch's images and
-        imgsz."""
+        """From the switch epoch on, the trainer's own loader and recompute plan again."""
         switch = switch_epoch(trainer.epochs, trainer.args.close_mosaic)
         if trainer.epoch >= switch and self.full is not None:
             full = f"the full images at {trainer.args.imgsz}, recompute={trainer.policy.spec}"
@@ -136,5 +141,3 @@ class TileSchedule:
                 trainer.train_loader.close()
             trainer.train_loader, self.full = self.full, None
             trainer.apply_recompute(trainer.policy.spec)
-        dataset = trainer.train_loader.dataset
-        self.seen[trainer.epoch] = (len(dataset), dataset.imgsz)
