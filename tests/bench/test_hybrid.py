@@ -77,6 +77,7 @@ def test_hybrid_switches_at_close_mosaic_and_keeps_one_schedule(tmp_path, one_th
     assert len(trainer.test_loader.dataset) == 2 and trainer.test_loader.dataset.imgsz == 64  # the full val images
     assert row["tile_imgsz"] == 32 and row["switch_epoch"] == 3 and row["imgsz_used"] == row["val_imgsz"] == 64
     assert row["train_images"] == 32 and row["pixels_M"] == (2 * 32 * 32**2 + 2 * 8 * 64**2) / 1e6
+    assert "| 32 px, overlap 0, full from epoch 3 | 32 | 64 |" in (tmp_path / "hybrid" / "results.md").read_text()
     plain, _ = run(tmp_path, spec(tmp_path, data), tmp_path / "plain", monkeypatch)
     schedule = lrs(tmp_path / "hybrid", row)
     assert schedule == lrs(tmp_path / "plain", plain) and len(set(schedule)) == 4  # decays every epoch, never reset
@@ -117,10 +118,12 @@ def test_killed_hybrid_resumes_in_its_epochs_phase(tmp_path, one_thread, monkeyp
         ({"close_mosaic": 4}, "hybrid: close_mosaic=4 epochs at full resolution of epochs=4; valid: an int in [1, 3]"),
         ({"close_mosaic": 0}, "hybrid: close_mosaic=0 epochs"),
         ({"time": 1.0}, "hybrid: time=1.0 changes the epochs"),
+        ({"multi_scale": 0.5}, "hybrid: multi_scale=0.5 scales every batch to the run's imgsz"),
     ],
 )
 def test_bad_switch_is_refused_before_anything_is_written(tmp_path, capsys, settings, message):
-    """A switch that leaves no tile or no full epoch is refused by the matrix check: one line, exit 2, no folder."""
+    """A switch that leaves no tile or no full epoch, or one the run would move (time=) or batches the tiles would not
+    keep (multi_scale=), is refused by the matrix check: one line, exit 2, no folder."""
     spec_ = spec(tmp_path, "synthetic", tiles={"size": 32, "overlap": 0}, hybrid=True)
     spec_["settings"].update(settings)
     path = tmp_path / "m.yaml"
