@@ -28,6 +28,7 @@ CELL_KEYS = {  # key: default
     "recompute_mode": "full",
     "memory_budget": None,  # bytes with a unit; "0.6x" (step cells): 0.6 x the estimated peak of recompute=none
     "tiles": None,  # train cells: {size: px or fit, overlap: px}: train on tiles of the images at imgsz, validate on the images
+    "hybrid": False,  # with tiles: the tiles train all but the last close_mosaic epochs, the full images at imgsz those (.hybrid)
 }
 # generated when a cell runs: the task's synthetic set; small_object_dataset() at the image side each name gives
 SMALL_OBJECT_SETS = {"small-objects": 320, "small-objects-640": 640}
@@ -80,8 +81,9 @@ def is_none(cell: dict) -> bool:
 
 def cell_id(cell: dict) -> str:
     """A cell's stable name in ``results.csv``: its keys and values, ``model=yolo11n.yaml,imgsz=640,...``
-    (``tiles`` only when set, so the names of cells from before that key stay as they were)."""
-    return ",".join(f"{k}={spec_string(v) if k == 'recompute' else v}" for k, v in cell.items() if not (k == "tiles" and v is None))
+    (``tiles`` and ``hybrid`` only when set, so the names of cells from before those keys stay as they were)."""
+    unset = {"tiles": None, "hybrid": False}
+    return ",".join(f"{k}={spec_string(v) if k == 'recompute' else v}" for k, v in cell.items() if not (k in unset and v is unset[k]))
 
 
 def run_name(cell: dict) -> str:

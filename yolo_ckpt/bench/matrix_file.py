@@ -23,6 +23,10 @@ A matrix file (YAML) has:
 - ``tiles: {size, overlap}`` (train cells, detection or segmentation data): train on tiles of the dataset (:mod:`yolo_ckpt.data.tiles`,
   cut from its images resized to the cell's ``imgsz``) at ``imgsz = size`` (``fit``: the largest that fits
   ``memory_budget`` with the cell's policy), then validate on the full val images at the cell's ``imgsz``.
+- ``hybrid: true`` (a ``tiles`` cell with a ``memory_budget``): the tiles train all but the last ``close_mosaic`` epochs,
+  the full images at the cell's ``imgsz`` with its ``recompute`` those, in one run (one optimizer, schedule and EMA),
+  validated on the full images throughout (:mod:`.hybrid`); ``size: fit`` is the tiles arm's (the largest that fits with
+  ``recompute=none``), and each phase is planned to fit the budget before the cell writes anything.
 
 The matrix is checked whole (keys, values, models, recompute values, datasets) before any cell runs or any file is
 written.
@@ -48,6 +52,7 @@ from yolo_ckpt.memory import TASKS
 from yolo_ckpt.shipped import resolve_yaml
 
 from .cells import BUILT_IN_DATASETS, CELL_KEYS, SETTINGS, RelativeBudget, cell_budget, cell_id, is_none
+from .hybrid import check_settings
 
 KINDS = ("step", "train")
 # the most cells a grid may have: each cell trains or measures a step (seconds to hours), so a larger grid is a mistake
@@ -238,8 +243,17 @@ def _check_cell(matrix: Matrix, cell: dict, layouts: dict) -> None:
             f"{where}: {' and '.join(planned)} plan memory for the tasks {', '.join(TASKS)}; task={task} needs a named "
             "policy, imgsz and batch"
         )
+    if cell["hybrid"] not in {True, False}:
+        raise ConfigError(f"{where}: hybrid={cell['hybrid']!r} is not valid; valid: true, false")
+    if cell["hybrid"] and (cell["tiles"] is None or budget is None):
+        raise ConfigError(f"{where}: hybrid: true needs tiles= (the tiles that train first) and memory_budget= (both phases fit it)")
     if cell["tiles"] is not None:
         _check_tiles(where, matrix, cell, task)
+    if cell["hybrid"]:
+        try:
+            check_settings(matrix.settings)
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
     if matrix.kind == "train":
         matrix.data[cell["dataset"]] = _data_yaml(matrix, cell["dataset"])
     if matrix.baseline_of(cell) is None:
@@ -259,8 +273,8 @@ def _check_tiles(where: str, matrix: Matrix, cell: dict, task: str) -> None:
     if not isinstance(cell["imgsz"], int):
         raise ConfigError(f"{where}: tiles need an int imgsz (the resolution the images are tiled and validated at), got {cell['imgsz']!r}")
     size = tiles["size"]
-    if size == "fit" and (cell["memory_budget"] is None or is_auto(cell["recompute"])):
-        raise ConfigError(f"{where}: tiles size=fit needs memory_budget= and a named policy")
+    if size == "fit" and (cell["memory_budget"] is None or (is_auto(cell["recompute"]) and not cell["hybrid"])):
+        raise ConfigError(f"{where}: tiles size=fit needs memory_budget= and a named policy (or hybrid: true)")
     if size != "fit" and (isinstance(size, bool) or not isinstance(size, int) or not 32 <= size <= cell["imgsz"]):
         raise ConfigError(f"{where}: tiles size={size!r} is not valid; valid: fit or an int in [32, imgsz={cell['imgsz']}]")
 

@@ -47,10 +47,16 @@ def tiles_setting(row) -> dict | None:
 
 
 def tiles_label(row) -> str:
-    """A tiles cell's tiles as the table shows them, ``352 px, overlap 32`` (the size trained: ``imgsz_used``); ''
-    for a cell trained on whole images."""
+    """A tiles cell's tiles as the table shows them, ``352 px, overlap 32`` (the size trained: ``imgsz_used``); a hybrid
+    cell's with the epoch its full images start at, ``352 px, overlap 32, full from epoch 41`` (``tile_imgsz``,
+    ``switch_epoch``); the size as the matrix gave it where the cell failed; '' for a cell trained on whole images."""
     tiles = tiles_setting(row)
-    return f"{row['imgsz_used']:.0f} px, overlap {tiles['overlap']}" if tiles else ""
+    if not tiles:
+        return ""
+    hybrid = pd.notna(row.get("tile_imgsz", float("nan")))
+    size = row.get("tile_imgsz" if hybrid else "imgsz_used", float("nan"))
+    size = f"{size:.0f} px" if pd.notna(size) else f"size {tiles['size']}"
+    return f"{size}, overlap {tiles['overlap']}" + (f", full from epoch {row['switch_epoch']:.0f}" if hybrid else "")
 
 
 def class_ap_label(value) -> str:

@@ -31,6 +31,7 @@ from yolo_ckpt.data.tiles import dataset_root, split_images, tile_dataset
 from yolo_ckpt.errors import MissingFileError
 
 from .cells import SETTINGS, SMALL_OBJECT_SETS, run_name
+from .hybrid import TileSchedule, check_phases, switch_epoch
 from .planning import planned_cell, settle
 
 
@@ -72,15 +73,22 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
     if settings["val_images"]:
         data = str(val_subset(data, int(settings["val_images"]), project.parent / "data"))
     yolo = YOLO(cell["model"], task=cell["task"])
-    imgsz, train_data, tiles = cell["imgsz"], data, cell["tiles"]
+    imgsz, train_data, tiles, schedule = cell["imgsz"], data, cell["tiles"], None
     if imgsz == "fit":  # the trainers plan recompute=auto and batch=-1 themselves; plan as they do
         imgsz = fit_imgsz(cell, data, settings)
     if tiles is not None:  # written once per cell; a rerun reuses it (complete: tile_dataset renames it into place)
-        imgsz = fit_imgsz(cell, data, settings) if tiles["size"] == "fit" else tiles["size"]
+        if cell["hybrid"]:  # both phases planned (size=fit: the tiles arm's) before anything is written
+            size = hybrid_tiles(cell, data, settings)
+        else:
+            size = tiles["size"] if tiles["size"] != "fit" else fit_imgsz(cell, data, settings)
         folder = project.parent / "data" / f"tiles-{run_name(cell)}"
         if not folder.is_dir():
-            tile_dataset(data, folder, imgsz, tiles["overlap"], cell["imgsz"], cell["task"])
-        train_data = str(folder / "data.yaml")
+            tile_dataset(data, folder, size, tiles["overlap"], cell["imgsz"], cell["task"])
+        if cell["hybrid"]:  # the run is the full-image one; the tiles replace its train loader until the switch
+            schedule = TileSchedule(folder / "data.yaml", size)
+            schedule.add_to(yolo)
+        else:
+            imgsz, train_data = size, str(folder / "data.yaml")
     overrides = {k: v for k, v in settings.items() if k not in SETTINGS["train"]}
     if settings["device"] is not None:
         overrides["device"] = settings["device"]
@@ -90,6 +98,8 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
     with count_recomputations() as counter:
         if last:
             yolo = YOLO(last, task=cell["task"])
+            if schedule is not None:  # the resumed run trains in its epoch's phase
+                schedule.add_to(yolo)
             yolo.train(resume=True, trainer=trainer_for(yolo.task))
         else:
             yolo.train(
@@ -111,7 +121,7 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
     best, last, per_class = report.metrics, last_epoch_metrics(trainer.save_dir), report.class_ap
     val_s = report.val_time_s if report.val_time_s is not None else float("nan")
     weights = weights_sha256(trainer)  # before validating anew, which fuses the model it validates
-    if tiles is not None:  # validate the best and the last weights on the full images, as the others were
+    if tiles is not None and not cell["hybrid"]:  # validate the best and the last weights on the full images, as the others were
         started = time.perf_counter()
         device = {"device": settings["device"]} if settings["device"] is not None else {}
         full, full_last = (
@@ -124,6 +134,11 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
         val_s += time.perf_counter() - started
     wall = earlier + time.perf_counter() - start
     train_images = len(trainer.train_loader.dataset)  # what trained (after fraction=); tiles for a tiles cell
+    pixels = report.epochs * train_images * report.imgsz**2  # every training image enters the model imgsz^2
+    if schedule is not None:  # a hybrid's tile epochs, then its full ones (the loader it ends with)
+        switch = switch_epoch(report.epochs, trainer.args.close_mosaic)
+        full, train_images = train_images, len(list(Path(schedule.train).iterdir()))
+        pixels = switch * train_images * schedule.imgsz**2 + (report.epochs - switch) * full * report.imgsz**2
     return {
         "status": "ok",
         "run_dir": str(trainer.save_dir),
@@ -142,12 +157,13 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
         "train_s": wall - val_s,
         "val_s": val_s,
         "train_images": train_images,
-        "pixels_M": report.epochs * train_images * report.imgsz**2 / 1e6,  # every training image enters the model imgsz^2
+        "pixels_M": pixels / 1e6,
         "best_epoch": report.best_epoch,
         **epoch_figures(report.task, best, last),
         "class_AP50": json.dumps(per_class.get("AP50", {})),
         "class_AP50-95": json.dumps(per_class.get("AP50-95", {})),
         "val_imgsz": cell["imgsz"] if tiles is not None else report.imgsz,
+        **({"tile_imgsz": schedule.imgsz, "switch_epoch": switch + 1} if schedule is not None else {}),
         "weights_sha256": weights,
         "device": report.device,
     }
@@ -240,13 +256,37 @@ def fit_imgsz(cell: dict, data: str, settings: dict) -> int:
 
     Raises:
         ValueError: when no imgsz fits."""
+    return settle({**cell, "imgsz": "fit"}, memory_model(cell, data, settings))["imgsz"]
+
+
+def memory_model(cell: dict, data: str, settings: dict):
+    """The :class:`~yolo_ckpt.memory.MemoryModel` of the run ``cell`` trains on ``data`` (a data.yaml), planned as
+    ``yolo-ckpt train`` plans it (:func:`.planning.planned_cell`)."""
     from ultralytics import YOLO
     from ultralytics.data.utils import check_det_dataset
 
     yolo = YOLO(cell["model"], task=cell["task"])  # the task's model class (a segment model plans its mask loss)
     dataset = check_det_dataset(data, autodownload=False)
     model = yolo.task_map[yolo.task]["model"](yolo.model.yaml, nc=dataset["nc"], ch=dataset["channels"], verbose=False)
-    return settle({**cell, "imgsz": "fit"}, planned_cell(cell, model, settings, dataset).memory_model())["imgsz"]
+    return planned_cell(cell, model, settings, dataset).memory_model()
+
+
+def hybrid_tiles(cell: dict, data: str, settings: dict) -> int:
+    """A hybrid cell's tile size (px), its two phases planned to fit its ``memory_budget`` before anything is written
+    (:func:`.hybrid.check_phases`): the tiles at their size without recomputation (``size: fit``: the tiles arm's,
+    the largest that fits so) and the full images at the cell's imgsz with its recompute (auto planned there, as the
+    trainer plans it).
+
+    Raises:
+        ConfigError: a phase that does not fit (one line); PlanError: no plan of ``recompute=auto`` fits."""
+    memory = memory_model(cell, data, settings)
+    full = settle(cell, memory)
+    size = cell["tiles"]["size"]
+    if size == "fit":
+        size = settle({**cell, "imgsz": "fit", "recompute": "none"}, memory)["imgsz"]
+    phases = {"tiles": (size, "none"), "full images": (full["imgsz"], full["recompute"])}
+    check_phases(memory, full["batch"], phases, full["budget_bytes"])
+    return size
 
 
 def val_subset(data: str, n: int, folder: Path) -> Path:

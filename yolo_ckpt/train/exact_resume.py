@@ -298,16 +298,24 @@ def _restore_loader(trainer, saved: dict) -> None:
         loader.reset()
 
 
+def on_train_start(trainer) -> None:
+    """Note ``_do_train``'s ``nb``: the train loader's length as its loop begins (:func:`step_index`)."""
+    trainer.ckpt_state.batches = len(trainer.train_loader)
+
+
 def on_train_batch_start(trainer) -> None:
-    """Count the batch: its index in the run is ``batch_index + len(train_loader) * epoch`` (``_do_train``'s ``ni``)."""
+    """Count the batch: its index in the run is ``batch_index + nb * epoch`` (``_do_train``'s ``ni``)."""
     state = trainer.ckpt_state
     state.batch_index += 1
     state.chain_batches += 1
 
 
 def step_index(trainer) -> int:
-    """``_do_train``'s ``ni`` of the current batch."""
-    return trainer.ckpt_state.batch_index + len(trainer.train_loader) * trainer.epoch
+    """``_do_train``'s ``ni`` of the current batch: counted with the loader length its loop began with (``nb``,
+    :func:`on_train_start`), which a loader put in place later by a callback (:mod:`yolo_ckpt.bench.hybrid`) does
+    not change; the current loader's length before the loop began."""
+    state = trainer.ckpt_state
+    return state.batch_index + (state.batches if state.batches is not None else len(trainer.train_loader)) * trainer.epoch
 
 
 def on_optimizer_step(trainer) -> None:
@@ -369,5 +377,5 @@ class ExactResume:
 
 
 # added by the trainer (run_stats.add_callbacks)
-CALLBACKS = {"on_train_epoch_start": on_train_epoch_start, "on_train_batch_start": on_train_batch_start}
+CALLBACKS = {"on_train_start": on_train_start, "on_train_epoch_start": on_train_epoch_start, "on_train_batch_start": on_train_batch_start}
 

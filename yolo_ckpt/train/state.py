@@ -45,11 +45,12 @@ class RunState:
         batch_at_start: the batch training started with (after batch=-1).
         train_peak, val_peak: the CUDA allocator's peaks, ``{"allocated": bytes, "reserved": bytes}``.
         train_probe: the CPU probe's profile of one training step, at the end of the run (the report's peak).
-        batch_index: the current batch's index in its epoch; last_step: the run's batch index (``_do_train``'s ``ni``)
-            of its last optimizer step, -1 before the first; pending_step: a resumed run's ``last_step`` until its first
-            optimizer step; resumed: the exact resume state kept for the first resumed epoch; chain_start,
-            chain_batches: the train loader's generator state its current index chain started from and the batches
-            drawn from it since; replay: a resumed run's saved chain, until its loader makes its first iterator
+        batch_index: the current batch's index in its epoch; batches: ``_do_train``'s ``nb``, the train loader's length when the loop
+            began (it counts ``ni`` with it, whatever loader a callback puts in place later); last_step: the run's batch index
+            (``_do_train``'s ``ni``) of its last optimizer step, -1 before the first; pending_step: a resumed run's ``last_step`` until its
+            first optimizer step; resumed: the exact resume state kept for the first resumed epoch; chain_start, chain_batches: the train
+            loader's generator state its current index chain started from and the batches drawn from it since; replay: a resumed run's saved
+            chain, until its loader makes its first iterator
             (:mod:`yolo_ckpt.train.exact_resume`).
         ending: where the run's end is: ``"final_validation"`` while ``final_eval`` runs, ``"memory_probe"`` until the run
             report is written, ``"written"`` after (:func:`~yolo_ckpt.train.run_stats.report_interrupted_end`); None
@@ -76,6 +77,7 @@ class RunState:
     val_peak: dict = field(default_factory=dict)
     train_probe: StepProfile | None = None
     batch_index: int = -1
+    batches: int | None = None
     last_step: int = -1
     pending_step: int | None = None
     resumed: dict | None = None

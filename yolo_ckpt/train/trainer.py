@@ -57,6 +57,19 @@ STOCK_BATCH = (
 )
 
 
+def apply_recompute(trainer, recompute):
+    """Apply ``recompute`` (a ``recompute=`` value, not ``auto``) to ``trainer.model`` with the run's frozen layers,
+    ``recompute_mode`` and chunks, replacing the policy before (:func:`~yolo_ckpt.checkpointing.engine.apply_checkpointing`);
+    ``trainer.policy``, the run's plan, is left as it was. Returns the policy applied. The trainer's method
+    ``apply_recompute``: its ``setup_model`` calls it, as does a schedule that changes the recomputation while the run
+    trains (:mod:`yolo_ckpt.bench.hybrid`)."""
+    config = trainer.ckpt_config
+    return apply_checkpointing(
+        trainer.model, recompute, frozen=frozen_layers(trainer.args.freeze), mode=config.recompute_mode,
+        loss_chunk=config.loss_chunk, assign_chunk=config.assign_chunk, attn_chunk=config.attn_chunk,
+    )
+
+
 class CheckpointTrainerMixin(exact_resume.ExactResume, run_dir.RunFolder):
     """Adds activation checkpointing and the run report to an Ultralytics task trainer (place it first). Only the hooks
     into Ultralytics: what they do is in :mod:`yolo_ckpt.train`'s other modules (planning, run_dir, run_stats, atomic,
@@ -136,16 +149,14 @@ class CheckpointTrainerMixin(exact_resume.ExactResume, run_dir.RunFolder):
         :func:`~yolo_ckpt.train.planning.plan_recompute`) and log it."""
         ckpt = super().setup_model()
         config = self.ckpt_config
-        recompute = plan_recompute(self) if is_auto(config.recompute) else config.recompute
-        self.policy = apply_checkpointing(
-            self.model, recompute, frozen=frozen_layers(self.args.freeze), mode=config.recompute_mode,
-            loss_chunk=config.loss_chunk, assign_chunk=config.assign_chunk, attn_chunk=config.attn_chunk,
-        )
+        self.policy = self.apply_recompute(plan_recompute(self) if is_auto(config.recompute) else config.recompute)
         if RANK in {-1, 0}:
             LOGGER.info(f"{PREFIX}activation checkpointing {self.policy}")
             for line in config.policy_warnings(self.policy):
                 LOGGER.warning(f"{PREFIX}{line}")
         return ckpt
+
+    apply_recompute = apply_recompute  # a method: setup_model's, and a schedule's that changes it mid-run
 
     def preprocess_batch(self, batch):
         """Ultralytics' preprocessing; on the CPU the batch for the end-of-run memory probe is kept
