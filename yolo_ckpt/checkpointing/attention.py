@@ -12,26 +12,34 @@ reciprocal sum, taken from the softmax's own output) and works on chunks of at m
 
 - forward, by query rows: scores ``S_c = (q_c * scale)^T @ k``, ``P_c = softmax(S_c)`` through torch's own softmax
   (a row is computed alone by its kernel, so whole rows give stock's bits), output columns ``v @ P_c^T``;
-- backward pass 1, by query rows: ``P_c`` again, ``dP_c`` as autograd builds it (``(v^T @ dO_c)^T``), the softmax
-  backward's row sum ``sum_j dP_ij P_ij`` in the order of ATen's CPU kernel (``vec::map2_reduce_all``: a vector
-  accumulator of :data:`LANES` lanes, the row's tail fused, then a halving tree; :func:`row_dot`), ``dS_c = (dP_c - sum) * P_c`` as the
-  kernel computes it, and the query gradient rows ``dS_c @ k^T``;
+- backward pass 1, by query rows: ``P_c`` again, ``dP_c = dO_c^T @ v`` (autograd's ``(v^T @ dO_c)^T``, the same
+  bits, measured), ``dS_c`` from torch's own softmax backward kernel on whole rows, which also gives its row sums
+  ``sum_j dP_ij P_ij`` in its own summation order (:func:`softmax_backward_`), and the query gradient rows
+  ``dS_c @ k^T``;
 - backward pass 2, by key columns: the gradients of k and v are sums over all queries (``(q * scale) @ dS``,
   ``dO @ P``); splitting that sum into query chunks changes its rounding (~1e-6, measured), so they are built by
   key columns instead, each one whole product over all queries. That needs softmax columns: ``P_ij =
-  exp(S_ij - max_i) * (1 / sum_i)``, with the exponential ATen's CPU softmax uses (SLEEF's ``expf_u10``, not the
-  MKL exponential of ``torch.exp``) reproduced in float operations (:func:`softmax_exp`, its fused multiply-adds
-  rounded once through float64 with round-to-odd (Boldo & Melquiond 2008)), and ``1 / sum_i`` read from the forward
-  softmax's output (``P`` is ``exp(0) * (1/sum) = 1/sum`` at the row maximum).
+  exp(S_ij - max_i) * (1 / sum_i)``, with the exponential of ATen's CPU softmax (SLEEF's ``expf_u10``, not the MKL
+  exponential of ``torch.exp``), which the log-softmax backward kernel runs too (:func:`softmax_columns_`), and
+  ``1 / sum_i`` read from the forward softmax's output (``P`` is ``exp(0) * (1/sum) = 1/sum`` at the row maximum);
+  ``dS = (dP - sum) * P`` as the softmax backward kernel computes it.
+
+Cost: besides stock's products the backward computes the scores twice more and ``dP`` once more (``N^2 x (4 d + 2
+e)`` FLOPs per image and head, which the planner weighs), and runs the softmax kernels on every score once more (the
+forward's softmax in pass 1, the log-softmax backward's exponential in pass 2) in blocks of :data:`ROW_BLOCK`
+elements, with copies that widen each row by a few columns: all of it ATen's vectorized kernels, no float64. One
+yolo26n layer at 3072 px (N = 9216, 2 heads, chunk 256, one thread, interleaved runs on a loaded host) took 8.8 s of
+backward against stock's 14.5 s (which streams N x N matrices through memory) and the 41.4 s of the float64 emulation
+of SLEEF's exponential that this replaced (``docs/guides/attention-region.md``).
 
 Chunks are spread evenly over N (lengths differ by at most one) and hold at least
 :data:`~yolo_ckpt.checkpointing.chunks.MIN_ATTN_CHUNK` rows: MKL's ``sgemm`` rounds some small shapes differently (1
 and 7 rows measured). Each chunk's matrix products then give the whole product's bits: outputs, every gradient and
 hence the BatchNorm statistics around equal stock's, measured with ``torch.equal`` on AVX-512 and on ATen's AVX2
 kernels (``ATEN_CPU_CAPABILITY=avx2``), torch 2.14.1 and 2.15.0 (``benchmarks/mechanism/attention_exactness.py``,
-``tests/checkpointing/test_attention.py``). A CPU or torch build whose softmax kernel is not the one reproduced is
-found once per process (:func:`kernel_reproduced`): the region then runs stock's product, exact without the memory
-bound, and says so. On CUDA (its own exponential and reductions) the values agree to float rounding, not bit for bit.
+``tests/checkpointing/test_attention.py``). A CPU or torch build whose softmax kernels do not give what the region
+relies on is found once per process (:func:`kernel_reproduced`): the region then runs stock's product, exact without
+the memory bound, and says so. On CUDA (its own exponential and reductions) the values agree to float rounding, not bit for bit.
 Under autocast, or for inputs that are not float32, the region runs the stock expression on query chunks under
 ``torch.utils.checkpoint``: the same dtypes as stock, the same memory bound, gradients of k and v summed over chunks
 (not bit-equal; autocast is not bit-reproducible across kernels anyway). Layers with N <= ``attn_chunk`` run stock.
@@ -143,7 +151,8 @@ def kernel_reproduced() -> bool:
         d_scores = probs.clone()
         sums = softmax_backward_(d_probs, d_scores)
         expected = torch._softmax_backward_data(d_probs, probs, -1, torch.float32)
-        if not (torch.equal(rebuilt, probs) and torch.equal(d_scores, expected) and torch.equal((d_probs - sums[..., None]) * probs, expected)):
+        sums_exact = torch.equal((d_probs - sums[..., None]) * probs, expected)
+        if not (torch.equal(rebuilt, probs) and torch.equal(d_scores, expected) and sums_exact):
             LOGGER.warning(
                 f"yolo-ckpt: the attention region runs stock's attention (exact, O(N^2) memory): this torch build's CPU "
                 f"softmax kernels ({torch.__version__}, {torch.backends.cpu.get_cpu_capability()}) are not the ones it relies on"
@@ -254,7 +263,7 @@ def attention(q, k, v, scale: float, chunk: int = DEFAULT_ATTN_CHUNK) -> torch.T
     """Stock's ``v @ softmax((q * scale)^T @ k)^T`` (q, k (B, h, d, N), v (B, h, e, N)) with O(N x chunk) memory:
     :class:`ChunkedAttention` for float32 outside autocast (bit-equal on the CPU), else query chunks under
     ``torch.utils.checkpoint`` (stock's dtypes); stock's expression where N <= ``chunk``, and on a CPU whose softmax
-    kernel the region does not reproduce (:func:`kernel_reproduced`: exactness first, the memory bound lost)."""
+    kernels do not give what the region relies on (:func:`kernel_reproduced`: exactness first, the memory bound lost)."""
     n = q.shape[-1]
     if n <= chunk:
         return _stock_core(q, k, v, scale)
