@@ -1,7 +1,6 @@
 """The memory model sees the attention region (yolo_ckpt.checkpointing.attention): its temporaries are counted by the
-live-tensor tracker on real tensors and in the fake pass on fake tensors (which, having no values, also counts the
-exponential's rare exact-tie path: never under, a few percent over); and its peak is a fraction of stock's N x N
-working set."""
+live-tensor tracker on real tensors and in the fake pass on fake tensors (never under, at most a few percent over);
+and its peak is a fraction of stock's N x N working set."""
 
 import copy
 
@@ -53,29 +52,32 @@ def test_tracker_and_fake_pass_count_the_region():
 
 @pytest.mark.parametrize("odd", [False, True])
 def test_fake_pass_runs_one_step_of_the_region_loops_at_the_same_peak(monkeypatch, odd):
-    """The fake pass runs one step of the row-sum and exponential loops (``_fake_once``: minutes saved per pass at
-    2048-3072 px) at the peak of all of them, to the byte; the exponential runs once per key chunk instead of once per
-    block. ``odd``: 31 x 33 tokens, so blocks and chunks differ in length (the longest is the one run)."""
+    """The fake pass runs one row block of the softmax kernels' loops per chunk (``_fake_once``: minutes saved per
+    pass at 2048-3072 px) at the peak of all of them, to the byte. ``odd``: 31 x 33 tokens, so blocks and chunks
+    differ in length (the longest is the one run)."""
     from yolo_ckpt.checkpointing import attention as region
 
     torch.manual_seed(0)
     module = Attention(128, 2, 0.5).train()
     module.__class__ = chunked_class(Attention, 64)
     shape = (1, 128, 31, 33) if odd else (1, 128, 32, 32)
-    calls = []
-    exp = region.softmax_exp
-    monkeypatch.setattr(region, "softmax_exp", lambda d: calls.append(d.shape) or exp(d))
+    n = shape[2] * shape[3]
+    parts = region.chunks(n, 64)
+    monkeypatch.setattr(region, "ROW_BLOCK", 1 << 14)  # several blocks a chunk at 1024 tokens
+    runs = []
+    fake_once = region._fake_once
+    monkeypatch.setattr(region, "_fake_once", lambda steps, t: runs.append(len(done := fake_once(steps, t))) or done)
     peaks = {}
     for once in (False, True):
         monkeypatch.setattr(region, "FAKE_ONCE", once)
-        calls.clear()
+        runs.clear()
         peaks[once] = _fake_step_peak(module, shape)
-        counted = len(calls)
         if once:
-            assert counted == len(region.chunks(shape[2] * shape[3], 64))  # one block per key chunk
-        else:
-            blocks = len(region.chunks(shape[2] * shape[3], max(16, region.EXP_BLOCK // (64 * 2))))
-            assert counted == len(region.chunks(shape[2] * shape[3], 64)) * blocks
+            assert runs == [1] * 2 * len(parts)  # one block per chunk of each backward pass
+        else:  # pass 1: blocks of each query chunk's widened rows; pass 2: of all rows of a key chunk, widened by one
+            blocks = [len(region.chunks(c.stop - c.start, region.ROW_BLOCK // (2 * (region.PREFIX + n)))) for c in parts]
+            blocks += [len(region.chunks(n, region.ROW_BLOCK // (2 * (1 + c.stop - c.start)))) for c in parts]
+            assert runs == blocks and sum(blocks) > 4 * len(parts)
     assert peaks[True] == peaks[False]
 
 

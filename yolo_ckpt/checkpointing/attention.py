@@ -12,26 +12,34 @@ reciprocal sum, taken from the softmax's own output) and works on chunks of at m
 
 - forward, by query rows: scores ``S_c = (q_c * scale)^T @ k``, ``P_c = softmax(S_c)`` through torch's own softmax
   (a row is computed alone by its kernel, so whole rows give stock's bits), output columns ``v @ P_c^T``;
-- backward pass 1, by query rows: ``P_c`` again, ``dP_c`` as autograd builds it (``(v^T @ dO_c)^T``), the softmax
-  backward's row sum ``sum_j dP_ij P_ij`` in the order of ATen's CPU kernel (``vec::map2_reduce_all``: a vector
-  accumulator of :data:`LANES` lanes, the row's tail fused, then a halving tree; :func:`row_dot`), ``dS_c = (dP_c - sum) * P_c`` as the
-  kernel computes it, and the query gradient rows ``dS_c @ k^T``;
+- backward pass 1, by query rows: ``P_c`` again, ``dP_c = dO_c^T @ v`` (autograd's ``(v^T @ dO_c)^T``, the same
+  bits, measured), ``dS_c`` from torch's own softmax backward kernel on whole rows, which also gives its row sums
+  ``sum_j dP_ij P_ij`` in its own summation order (:func:`softmax_backward_`), and the query gradient rows
+  ``dS_c @ k^T``;
 - backward pass 2, by key columns: the gradients of k and v are sums over all queries (``(q * scale) @ dS``,
   ``dO @ P``); splitting that sum into query chunks changes its rounding (~1e-6, measured), so they are built by
   key columns instead, each one whole product over all queries. That needs softmax columns: ``P_ij =
-  exp(S_ij - max_i) * (1 / sum_i)``, with the exponential ATen's CPU softmax uses (SLEEF's ``expf_u10``, not the
-  MKL exponential of ``torch.exp``) reproduced in float operations (:func:`softmax_exp`, its fused multiply-adds
-  rounded once through float64 with round-to-odd (Boldo & Melquiond 2008)), and ``1 / sum_i`` read from the forward
-  softmax's output (``P`` is ``exp(0) * (1/sum) = 1/sum`` at the row maximum).
+  exp(S_ij - max_i) * (1 / sum_i)``, with the exponential of ATen's CPU softmax (SLEEF's ``expf_u10``, not the MKL
+  exponential of ``torch.exp``), which the log-softmax backward kernel runs too (:func:`softmax_columns_`), and
+  ``1 / sum_i`` read from the forward softmax's output (``P`` is ``exp(0) * (1/sum) = 1/sum`` at the row maximum);
+  ``dS = (dP - sum) * P`` as the softmax backward kernel computes it.
+
+Cost: besides stock's products the backward computes the scores twice more and ``dP`` once more (``N^2 x (4 d + 2
+e)`` FLOPs per image and head, which the planner weighs), and runs the softmax kernels on every score once more (the
+forward's softmax in pass 1, the log-softmax backward's exponential in pass 2) in blocks of :data:`ROW_BLOCK`
+elements, with copies that widen each row by a few columns: all of it ATen's vectorized kernels, no float64. One
+yolo26n layer at 3072 px (N = 9216, 2 heads, chunk 256, one thread, interleaved runs on a loaded host) took 8.8 s of
+backward against stock's 14.5 s (which streams N x N matrices through memory) and the 41.4 s of the float64 emulation
+of SLEEF's exponential that this replaced (``docs/guides/attention-region.md``).
 
 Chunks are spread evenly over N (lengths differ by at most one) and hold at least
 :data:`~yolo_ckpt.checkpointing.chunks.MIN_ATTN_CHUNK` rows: MKL's ``sgemm`` rounds some small shapes differently (1
 and 7 rows measured). Each chunk's matrix products then give the whole product's bits: outputs, every gradient and
 hence the BatchNorm statistics around equal stock's, measured with ``torch.equal`` on AVX-512 and on ATen's AVX2
-kernels (``ATEN_CPU_CAPABILITY=avx2``), torch 2.14.1 and 2.15.0 (``benchmarks/mechanism/attention_exactness.py``,
-``tests/checkpointing/test_attention.py``). A CPU or torch build whose softmax kernel is not the one reproduced is
-found once per process (:func:`kernel_reproduced`): the region then runs stock's product, exact without the memory
-bound, and says so. On CUDA (its own exponential and reductions) the values agree to float rounding, not bit for bit.
+kernels (``ATEN_CPU_CAPABILITY=avx2``), torch 2.14.1 (``benchmarks/mechanism/attention_exactness.py``,
+``tests/checkpointing/test_attention.py``). A CPU or torch build whose softmax kernels do not give what the region
+relies on is found once per process (:func:`kernel_reproduced`): the region then runs stock's product, exact without
+the memory bound, and says so. On CUDA (its own exponential and reductions) the values agree to float rounding, not bit for bit.
 Under autocast, or for inputs that are not float32, the region runs the stock expression on query chunks under
 ``torch.utils.checkpoint``: the same dtypes as stock, the same memory bound, gradients of k and v summed over chunks
 (not bit-equal; autocast is not bit-reproducible across kernels anyway). Layers with N <= ``attn_chunk`` run stock.
@@ -58,136 +66,96 @@ from . import patching
 from .chunks import DEFAULT_ATTN_CHUNK, check_attn_chunk
 
 ATTENTION_CLASSES = (Attention, AAttn)
-# elements (all images and heads) of a block of rebuilt softmax columns: its float64 temporaries stay in the CPU's
-# L2 cache (~1 MiB), 4x faster than whole chunks, measured; at least 16 query rows a block
-EXP_BLOCK = 1 << 15
-FAKE_ONCE = True  # fake passes run one step of the row-sum and exponential loops (_fake_once); tests turn it off
+# elements (all images and heads) of a block of rows the softmax kernels below run on at once (1 MiB a float32 block):
+# fewer, larger blocks cost less Python per element, smaller ones less memory; at 4096 tokens (one layer, chunk 256)
+# 1 << 16, 1 << 18 and 1 << 20 measured 1.07x, 1.05x and 1.00x the time and 37.8, 39.8 and 45.1 MiB of peak
+ROW_BLOCK = 1 << 18
+# columns put before a row whose softmax backward gives its row sum: one float vector of AVX-512 (two of AVX2), so the
+# row's own vectors keep their places in the kernel's accumulator
+PREFIX = 16
+FAKE_ONCE = True  # fake passes run one step of the row-block loops (_fake_once); tests turn it off
 
 
-def _lanes() -> int:
-    # float lanes of ATen's CPU vectors (Vectorized<float>::size()): 16 with AVX-512, 8 with AVX2 and the others
-    return 16 if "AVX512" in torch.backends.cpu.get_cpu_capability() else 8
-
-
-LANES = _lanes()
-
-def _f32(x: float) -> float:
-    return float(torch.tensor(x, dtype=torch.float32))  # a C float literal: the double rounded to float
-
-
-# SLEEF 3's xexpf (src/libm/sleefsimdsp.c), the exponential of ATen's vectorized CPU softmax (Vectorized<float>::exp
-# = Sleef_expf16_u10 with AVX-512, Sleef_expf8_u10 with AVX2, both with FMA); its constants are floats.
-_R_LN2F = _f32(1.442695040888963407359924681001892137426645954152985934135449406931)
-_L2UF = _f32(0.693145751953125)
-_L2LF = _f32(1.428606765330187045e-06)
-_EXP_POLY = tuple(_f32(c) for c in (
-    0.000198527617612853646278381, 0.00139304355252534151077271, 0.00833336077630519866943359,
-    0.0416664853692054748535156, 0.166666671633720397949219, 0.5,
-))
-_LOW_BITS, _MIDPOINT = (1 << 29) - 1, 1 << 28  # float64 fraction bits below float32's; a float32 tie among them
-
-
-def _fma(a: torch.Tensor, b, c) -> torch.Tensor:
-    """``a * b + c`` rounded once to float32, as a fused multiply-add, for float64 ``a`` and float64 tensors or floats
-    ``b``, ``c`` holding float32 values; returns float64 holding the float32 result.
-
-    The product is exact in float64 (24 + 24 bits) and the sum is rounded once there; rounding that to float32 gives
-    the correctly rounded sum unless the float64 sum is a float32 tie that the exact sum is not (double rounding).
-    Where that happens (rarely) the float64 sum is rounded to odd instead, moved one unit towards the exact sum known
-    from TwoSum, which rounds correctly (Boldo and Melquiond, "Emulation of FMA and correctly rounded sums: proved
-    algorithms using rounding to odd", 2008)."""
-    p = a * b
-    s = (p + c).contiguous()  # for the bit views
-    # fake tensors (the memory model's pass) have no values: they take the tie path, as its temporaries may be needed
-    if is_fake(s) or ((s.view(torch.int64) & _LOW_BITS) == _MIDPOINT).any():
-        bb = s - p
-        err = (p - (s - bb)) + (c - bb)  # TwoSum (Knuth): s + err == p + c exactly
-        tie = ((s.view(torch.int64) & _LOW_BITS) == _MIDPOINT) & (err != 0)
-        s = torch.where(tie, torch.nextafter(s, torch.where(err > 0, torch.inf, -torch.inf).to(s)), s)
-    return s.float().double()
-
-
-def _pow2(e: torch.Tensor) -> torch.Tensor:
-    """float32 2**e for int32 ``e`` in [-126, 127], built from its bits (exact)."""
-    return ((e + 127) << 23).view(torch.float32)
-
-
-def softmax_exp(d: torch.Tensor) -> torch.Tensor:
-    """``exp(d)`` of float32 ``d <= 0`` with the bits of ATen's CPU softmax kernel (SLEEF's ``xexpf``, float32 with
-    fused multiply-adds, :func:`_fma`; ``torch.exp`` uses MKL's and differs in ~9% of elements, measured); on other
-    devices ``torch.exp``."""
-    if d.device.type != "cpu":
-        return torch.exp(d)
-    q = torch.round(d * _R_LN2F)  # vrint: to nearest, ties to even
-    q64 = q.double()
-    s = _fma(q64, -_L2UF, d.double())
-    s = _fma(q64, -_L2LF, s)
-    del q64
-    u = _fma(s, _EXP_POLY[0], _EXP_POLY[1])
-    for coefficient in _EXP_POLY[2:]:
-        u = _fma(u, s, coefficient)
-    u = _fma((s * s).float().double(), u, s).float().add_(1.0)
-    qi = q.to(torch.int32)
-    half = qi >> 1
-    u = u * _pow2(half) * _pow2(qi - half)  # vldexp2
-    return u.masked_fill_(d < -104, 0.0)
-
-
-def _fake_once(steps, t: torch.Tensor):
-    """``steps`` (ints, or slices of :func:`chunks`) of a loop whose every step frees its temporaries before the next,
-    its steps alike but for their length; where ``t`` is a fake tensor (the memory model's pass,
+def _fake_once(steps: list[slice], t: torch.Tensor) -> list[slice]:
+    """``steps`` (slices of :func:`chunks`) of a loop whose every step frees its temporaries before the next, its
+    steps alike but for their length; where ``t`` is a fake tensor (the memory model's pass,
     :mod:`yolo_ckpt.memory.estimate`), the longest step alone: fake tensors have no values to compute, and the peak
-    is that step's, reached in a few operations instead of thousands (N / lanes row-sum steps, N / 32 exponential
-    blocks per key chunk: a fake pass of yolo12n at 2048 px took minutes)."""
+    is that step's, reached in a few operations instead of thousands."""
     if not (FAKE_ONCE and is_fake(t)) or len(steps) == 0:
         return steps
-    return [max(steps, key=lambda step: step.stop - step.start if isinstance(step, slice) else 0)]
+    return [max(steps, key=lambda step: step.stop - step.start)]
 
 
-def row_dot(a: torch.Tensor, b: torch.Tensor, lanes: int = LANES) -> torch.Tensor:
-    """``(a * b).sum(-1)`` in the order of ATen's CPU softmax backward (``vec::map2_reduce_all``): ``lanes``-wide
-    partial sums over the row, the tail (``n % lanes`` elements) added to the first lanes with one rounding (the
-    compiler fuses that multiply-add, measured: plain rounding there differs in 2 of 256 rows of 100), then the
-    vector's halving tree (``vec_reduce_all``). Rows of at least ``lanes``."""
-    n = a.shape[-1]
-    full = n - n % lanes
-    acc = a[..., :lanes] * b[..., :lanes]
-    for j in _fake_once(range(lanes, full, lanes), a):
-        acc = acc + a[..., j : j + lanes] * b[..., j : j + lanes]
-    if full < n:
-        tail = n - full
-        fused = _fma(a[..., full:].double(), b[..., full:].double(), acc[..., :tail].double()).float()
-        acc = torch.cat([fused, acc[..., tail:]], dim=-1)
-    while lanes > 1:
-        lanes //= 2
-        acc = acc[..., :lanes] + acc[..., lanes : 2 * lanes]
-    return acc[..., 0]
+def _row_blocks(t: torch.Tensor, width: int) -> list[slice]:
+    """Blocks of the rows (dim -2) of ``t`` (..., rows, cols) holding about :data:`ROW_BLOCK` elements of ``width``
+    columns over all leading dims (at least one row)."""
+    return _fake_once(chunks(t.shape[-2], max(1, ROW_BLOCK // (t.shape[:-2].numel() * width))), t)
 
 
-def softmax_parts(scores: torch.Tensor, d_probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(softmax(scores), its backward for d_probs)`` rebuilt as :class:`ChunkedAttention` rebuilds them (rows of
-    ``scores`` and ``d_probs``, float32, at least :data:`LANES` long): :func:`softmax_exp` times the reciprocal sum read
-    from the kernel's own output, and :func:`row_dot`'s row sum."""
-    probs = scores.softmax(-1)
-    rebuilt = softmax_exp(scores - scores.amax(-1, keepdim=True)) * probs.amax(-1, keepdim=True)
-    return rebuilt, (d_probs - row_dot(d_probs, probs).unsqueeze(-1)) * probs
+def softmax_columns_(scores: torch.Tensor, row_max: torch.Tensor, row_inv: torch.Tensor) -> torch.Tensor:
+    """Softmax entries rebuilt from some columns of their rows, in place: ``scores`` (..., rows, keys), float32,
+    becomes ``exp(scores - row_max) * row_inv`` (row_max, row_inv (..., rows): the rows' maximum score and the
+    forward kernel's reciprocal sum), with the bits of ``torch.softmax`` on the whole rows. Returns ``scores``.
+
+    The exponential is the softmax kernel's own: ATen's log-softmax backward ``grad - exp(output) * sum(grad)``
+    runs the same vectorized exponential (SLEEF's ``expf_u10`` on x86 CPUs; ``torch.exp`` on the CPU is MKL's and
+    differs in ~9% of elements, measured). Each row is widened by one column in front, output ``-inf`` (exp 0) and
+    grad ``-row_inv``, the row's other grads 0: its sum is ``-row_inv`` exactly, so the kernel returns ``0 - exp(d) *
+    -row_inv``, the forward kernel's product. :func:`kernel_reproduced` checks that on this torch build."""
+    width = 1 + scores.shape[-1]
+    for r in _row_blocks(scores, width):
+        shifted = scores.new_empty(*scores.shape[:-2], r.stop - r.start, width)
+        shifted[..., 0] = -torch.inf
+        torch.sub(scores[..., r, :], row_max[..., r, None], out=shifted[..., 1:])
+        grad = torch.zeros_like(shifted)
+        torch.neg(row_inv[..., r], out=grad[..., 0])
+        scores[..., r, :] = torch._log_softmax_backward_data(grad, shifted, -1, torch.float32)[..., 1:]
+    return scores
+
+
+def softmax_backward_(d_probs: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """The softmax backward on whole rows, in place: ``probs`` (..., rows, N), float32, becomes
+    ``torch._softmax_backward_data(d_probs, probs)`` (``(d_probs - s) * probs``, stock's bits: it is that kernel);
+    returns ``s`` (..., rows), the kernel's row sums ``sum_j d_probs_ij probs_ij`` in its own summation order, which
+    the columns rebuilt elsewhere need. Each row is widened by :data:`PREFIX` columns in front, probs -1 and grads 0:
+    their products add zeros to the kernel's vector accumulator before the row's own vectors, which keep their
+    places (the sum's bits), and their outputs are ``(0 - s) * -1 = s``. :func:`kernel_reproduced` checks that on this
+    torch build."""
+    n = probs.shape[-1]
+    sums = probs.new_empty(probs.shape[:-1])
+    for r in _row_blocks(probs, PREFIX + n):
+        wide_probs = probs.new_empty(*probs.shape[:-2], r.stop - r.start, PREFIX + n)
+        wide_probs[..., :PREFIX] = -1.0
+        wide_probs[..., PREFIX:] = probs[..., r, :]
+        wide_grad = torch.zeros_like(wide_probs)
+        wide_grad[..., PREFIX:] = d_probs[..., r, :]
+        out = torch._softmax_backward_data(wide_grad, wide_probs, -1, torch.float32)
+        del wide_probs, wide_grad
+        probs[..., r, :] = out[..., PREFIX:]
+        sums[..., r] = out[..., 0]
+    return sums
 
 
 @functools.cache
 def kernel_reproduced() -> bool:
-    """Whether this torch build's CPU softmax kernel is the one :func:`softmax_exp` and :func:`row_dot` reproduce:
-    :func:`softmax_parts` against ``torch.softmax`` and ``torch._softmax_backward_data`` on rows with and without a
-    tail, scores up to ~+-120 (a few ms, once per process). Where it is not (another CPU's vectors, another build), the
-    region's exactness would not hold: :func:`attention` then runs stock's product and says so once."""
+    """Whether this torch build's CPU softmax kernels give what :func:`softmax_columns_` and
+    :func:`softmax_backward_` rely on: columns rebuilt equal to ``torch.softmax``, and ``(d_probs - s) * probs`` with
+    their row sums ``s`` equal to ``torch._softmax_backward_data``, on rows with and without a tail, scores up to
+    ~+-120 (a few ms, once per process). Where they do not (another kernel, another build), the region's exactness
+    would not hold: :func:`attention` then runs stock's product and says so once."""
     g = torch.Generator().manual_seed(0)
     for n in (36, 100, 257):
-        scores, d_probs = torch.randn(64, n, generator=g) * 30, torch.randn(64, n, generator=g)
-        rebuilt, d_scores = softmax_parts(scores, d_probs)
+        scores, d_probs = torch.randn(2, 64, n, generator=g) * 30, torch.randn(2, 64, n, generator=g)
         probs = scores.softmax(-1)
-        if not (torch.equal(rebuilt, probs) and torch.equal(d_scores, torch._softmax_backward_data(d_probs, probs, -1, torch.float32))):
+        rebuilt = softmax_columns_(scores.clone(), scores.amax(-1), probs.amax(-1))
+        d_scores = probs.clone()
+        sums = softmax_backward_(d_probs, d_scores)
+        expected = torch._softmax_backward_data(d_probs, probs, -1, torch.float32)
+        sums_exact = torch.equal((d_probs - sums[..., None]) * probs, expected)
+        if not (torch.equal(rebuilt, probs) and torch.equal(d_scores, expected) and sums_exact):
             LOGGER.warning(
                 f"yolo-ckpt: the attention region runs stock's attention (exact, O(N^2) memory): this torch build's CPU "
-                f"softmax kernel ({torch.__version__}, {torch.backends.cpu.get_cpu_capability()}) is not the one it reproduces"
+                f"softmax kernels ({torch.__version__}, {torch.backends.cpu.get_cpu_capability()}) are not the ones it relies on"
             )
             return False
     return True
@@ -264,24 +232,21 @@ class ChunkedAttention(torch.autograd.Function):
         n = q.shape[-1]
         parts = chunks(n, chunk)
         _count(2 * len(parts), q)
-        # pass 1, query rows: dS rows, the query gradient, the softmax backward's row sums
+        # pass 1, query rows: dS rows (the softmax backward's kernel on whole rows), the query gradient, the row sums
         d_qs_t = q.new_empty(*q.shape[:-2], n, q.shape[-2])  # (B, h, N, d): autograd's dS @ k^T, transposed after
         row_sum = q.new_empty(*q.shape[:-2], n)
         for c in parts:
-            probs = (qs[..., c].transpose(-2, -1) @ k).softmax(dim=-1)
-            d_probs = (v.transpose(-2, -1) @ grad[..., c]).transpose(-2, -1)
-            s = row_dot(d_probs, probs)
-            row_sum[..., c] = s
-            d_qs_t[..., c, :] = d_probs.sub_(s.unsqueeze(-1)).mul_(probs) @ k.transpose(-2, -1)
+            d_scores = (qs[..., c].transpose(-2, -1) @ k).softmax(dim=-1)  # P_c, then dS_c in place
+            d_probs = grad[..., c].transpose(-2, -1) @ v
+            row_sum[..., c] = softmax_backward_(d_probs, d_scores)
+            del d_probs
+            d_qs_t[..., c, :] = d_scores @ k.transpose(-2, -1)
         # pass 2, key columns: the key and value gradients, each column a whole product over all queries
-        blocks = chunks(n, max(16, EXP_BLOCK // (chunk * q.shape[:-2].numel())))
         dk = torch.empty_like(k, memory_format=torch.contiguous_format)
         dv = torch.empty_like(v, memory_format=torch.contiguous_format)
         for c in parts:
-            probs = (qs.transpose(-2, -1) @ k[..., c]).sub_(row_max.unsqueeze(-1))  # (B, h, N, keys): S - max
-            for r in _fake_once(blocks, probs):  # elementwise, in query blocks: the exponential's float64 temporaries stay small
-                probs[..., r, :] = softmax_exp(probs[..., r, :]).mul_(row_inv[..., r, None])
-            d_probs = (v[..., c].transpose(-2, -1) @ grad).transpose(-2, -1)
+            probs = softmax_columns_(qs.transpose(-2, -1) @ k[..., c], row_max, row_inv)  # (B, h, N, keys)
+            d_probs = grad.transpose(-2, -1) @ v[..., c]
             d_scores = d_probs.sub_(row_sum.unsqueeze(-1)).mul_(probs)
             dk[..., c] = qs @ d_scores
             dv[..., c] = grad @ probs
@@ -298,7 +263,7 @@ def attention(q, k, v, scale: float, chunk: int = DEFAULT_ATTN_CHUNK) -> torch.T
     """Stock's ``v @ softmax((q * scale)^T @ k)^T`` (q, k (B, h, d, N), v (B, h, e, N)) with O(N x chunk) memory:
     :class:`ChunkedAttention` for float32 outside autocast (bit-equal on the CPU), else query chunks under
     ``torch.utils.checkpoint`` (stock's dtypes); stock's expression where N <= ``chunk``, and on a CPU whose softmax
-    kernel the region does not reproduce (:func:`kernel_reproduced`: exactness first, the memory bound lost)."""
+    kernels do not give what the region relies on (:func:`kernel_reproduced`: exactness first, the memory bound lost)."""
     n = q.shape[-1]
     if n <= chunk:
         return _stock_core(q, k, v, scale)
