@@ -52,16 +52,17 @@ def test_tracker_and_fake_pass_count_the_region():
 
 
 @pytest.mark.parametrize("odd", [False, True])
-def test_fake_pass_runs_one_step_of_the_region_loops_at_the_same_peak(monkeypatch, odd):
-    """The fake pass runs one step of the row-sum and exponential loops (``_fake_once``: minutes saved per pass at
-    2048-3072 px) at the peak of all of them, to the byte; the exponential runs once per key chunk instead of once per
-    block. ``odd``: 31 x 33 tokens, so blocks and chunks differ in length (the longest is the one run)."""
+def test_fake_pass_runs_a_few_steps_of_the_region_loops_at_the_same_peak(monkeypatch, odd):
+    """The fake pass runs one step of the row-sum and exponential loops (``_fake_once``) and the chunk loops' shortest
+    walk over their chunks' lengths (``_fake_walk``: 2 or 3 steps of 16 here; minutes saved per pass at 2048-3072 px) at the
+    peak of all of them, to the byte. ``odd``: 31 x 33 tokens, so blocks and chunks differ in length (63 and 64)."""
     from yolo_ckpt.checkpointing import attention as region
 
     torch.manual_seed(0)
     module = Attention(128, 2, 0.5).train()
     module.__class__ = chunked_class(Attention, 64)
     shape = (1, 128, 31, 33) if odd else (1, 128, 32, 32)
+    parts = region.chunks(shape[2] * shape[3], 64)
     calls = []
     exp = region.softmax_exp
     monkeypatch.setattr(region, "softmax_exp", lambda d: calls.append(d.shape) or exp(d))
@@ -72,11 +73,32 @@ def test_fake_pass_runs_one_step_of_the_region_loops_at_the_same_peak(monkeypatc
         peaks[once] = _fake_step_peak(module, shape)
         counted = len(calls)
         if once:
-            assert counted == len(region.chunks(shape[2] * shape[3], 64))  # one block per key chunk
+            assert len(parts) == 16 and counted == (3 if odd else 2)  # one block per key chunk of the walk: 63, 64, 64 or 64, 64
         else:
             blocks = len(region.chunks(shape[2] * shape[3], max(16, region.EXP_BLOCK // (64 * 2))))
-            assert counted == len(region.chunks(shape[2] * shape[3], 64)) * blocks
+            assert counted == len(parts) * blocks
     assert peaks[True] == peaks[False]
+
+
+def test_fake_walk_keeps_the_first_and_last_length_and_each_pair_of_lengths():
+    """``_fake_walk`` on fake tensors: the shortest walk with the chunks' first and last length and exactly their pairs
+    of consecutive lengths (each step's peak depends on its length and the previous one's); real tensors keep every
+    chunk."""
+    from yolo_ckpt.checkpointing.attention import _fake_walk, chunks
+
+    def lengths(n, chunk):
+        with FakeTensorMode():
+            return [p.stop - p.start for p in _fake_walk(chunks(n, chunk), torch.empty(1))]
+
+    assert [p.stop - p.start for p in chunks(3841, 256)] == [240] * 15 + [241]
+    assert lengths(3841, 256) == [240, 240, 241]
+    assert [p.stop - p.start for p in chunks(1023, 64)][:4] == [63, 64, 64, 64]
+    walk = lengths(1023, 64)
+    original = [p.stop - p.start for p in chunks(1023, 64)]
+    assert (walk[0], walk[-1]) == (original[0], original[-1]) and set(zip(walk, walk[1:])) == set(zip(original, original[1:]))
+    assert len(walk) <= 5
+    assert lengths(512, 256) == [256, 256]  # two chunks: both run
+    assert len(_fake_walk(chunks(3841, 256), torch.empty(1))) == 16
 
 
 @pytest.mark.slow  # ~6 s: fake copies of three models
