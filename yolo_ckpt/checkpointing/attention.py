@@ -61,7 +61,9 @@ ATTENTION_CLASSES = (Attention, AAttn)
 # elements (all images and heads) of a block of rebuilt softmax columns: its float64 temporaries stay in the CPU's
 # L2 cache (~1 MiB), 4x faster than whole chunks, measured; at least 16 query rows a block
 EXP_BLOCK = 1 << 15
-FAKE_ONCE = True  # fake passes run one step of the row-sum and exponential loops (_fake_once); tests turn it off
+# fake passes run one step of the row-sum and exponential loops (_fake_once) and a short walk of the chunk loops
+# (_fake_walk); tests turn it off
+FAKE_ONCE = True
 
 
 def _lanes() -> int:

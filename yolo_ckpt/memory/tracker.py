@@ -3,7 +3,7 @@
 On CUDA the caching allocator keeps the peak (``torch.cuda.max_memory_allocated``): :class:`CudaAllocator` reads it.
 The CPU has no such counter, so :class:`LiveTensorTracker` counts it the way the allocator would: it sees every
 tensor an operator creates (a ``TorchDispatchMode``, forward and backward alike), adds its storage's bytes while the
-storage is alive and subtracts them when the storage is freed (a ``weakref.finalize``). The same idea as PyTorch's
+storage is alive and subtracts them when the storage is freed (a weak reference's callback). The same idea as PyTorch's
 ``torch.distributed._tools.mem_tracker.MemTracker``, which is private API (it may change in any release) and fails
 on parameters that do not require grad, as YOLO's DFL convolution does; hence this small tracker.
 
