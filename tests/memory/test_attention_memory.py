@@ -51,10 +51,11 @@ def test_tracker_and_fake_pass_count_the_region():
 
 
 @pytest.mark.parametrize("odd", [False, True])
-def test_fake_pass_runs_one_step_of_the_region_loops_at_the_same_peak(monkeypatch, odd):
-    """The fake pass runs one row block of the softmax kernels' loops per chunk (``_fake_once``: minutes saved per
-    pass at 2048-3072 px) at the peak of all of them, to the byte. ``odd``: 31 x 33 tokens, so blocks and chunks
-    differ in length (the longest is the one run)."""
+def test_fake_pass_runs_a_few_steps_of_the_region_loops_at_the_same_peak(monkeypatch, odd):
+    """The fake pass runs one row block of the softmax kernels' loops per chunk (``_fake_once``) and the chunk loops'
+    shortest walk over their chunks' lengths (``_fake_walk``: 2 or 3 steps of 16 here; minutes saved per pass at
+    2048-3072 px) at the peak of all of them, to the byte. ``odd``: 31 x 33 tokens, so blocks and chunks differ in
+    length (63 and 64)."""
     from yolo_ckpt.checkpointing import attention as region
 
     torch.manual_seed(0)
@@ -73,12 +74,34 @@ def test_fake_pass_runs_one_step_of_the_region_loops_at_the_same_peak(monkeypatc
         runs.clear()
         peaks[once] = _fake_step_peak(module, shape)
         if once:
-            assert runs == [1] * 2 * len(parts)  # one block per chunk of each backward pass
+            walk = 3 if odd else 2  # chunks of 63 and 64 tokens, or of 64 alone
+            assert len(parts) == 16 and runs == [1] * 2 * walk  # one block per chunk of the walk, in each backward pass
         else:  # pass 1: blocks of each query chunk's widened rows; pass 2: of all rows of a key chunk, widened by one
             blocks = [len(region.chunks(c.stop - c.start, region.ROW_BLOCK // (2 * (region.PREFIX + n)))) for c in parts]
             blocks += [len(region.chunks(n, region.ROW_BLOCK // (2 * (1 + c.stop - c.start)))) for c in parts]
             assert runs == blocks and sum(blocks) > 4 * len(parts)
     assert peaks[True] == peaks[False]
+
+
+def test_fake_walk_keeps_the_first_and_last_length_and_each_pair_of_lengths():
+    """``_fake_walk`` on fake tensors: the shortest walk with the chunks' first and last length and exactly their pairs
+    of consecutive lengths (each step's peak depends on its length and the previous one's); real tensors keep every
+    chunk."""
+    from yolo_ckpt.checkpointing.attention import _fake_walk, chunks
+
+    def lengths(n, chunk):
+        with FakeTensorMode():
+            return [p.stop - p.start for p in _fake_walk(chunks(n, chunk), torch.empty(1))]
+
+    assert [p.stop - p.start for p in chunks(3841, 256)] == [240] * 15 + [241]
+    assert lengths(3841, 256) == [240, 240, 241]
+    assert [p.stop - p.start for p in chunks(1023, 64)][:4] == [63, 64, 64, 64]
+    walk = lengths(1023, 64)
+    original = [p.stop - p.start for p in chunks(1023, 64)]
+    assert (walk[0], walk[-1]) == (original[0], original[-1]) and set(zip(walk, walk[1:])) == set(zip(original, original[1:]))
+    assert len(walk) <= 5
+    assert lengths(512, 256) == [256, 256]  # two chunks: both run
+    assert len(_fake_walk(chunks(3841, 256), torch.empty(1))) == 16
 
 
 @pytest.mark.slow  # ~6 s: fake copies of three models

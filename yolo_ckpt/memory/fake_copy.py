@@ -13,9 +13,10 @@ import copy
 import weakref
 
 import torch
-from torch._subclasses.fake_tensor import FakeCopyMode, FakeTensorMode
+from torch._subclasses.fake_tensor import FakeCopyMode
 
 from ..checkpointing.engine import remove_checkpointing
+from .fake_rules import ShapeRuleFakeMode
 
 # model -> (its layout, the fake mode, the fake copy, the copy's attributes): one fake copy per model, reused by every
 # fake pass of it
@@ -47,16 +48,16 @@ def _attributes(model: torch.nn.Module) -> list:
 @contextlib.contextmanager
 def fake_copy(model: torch.nn.Module):
     """``(FakeTensorMode, fake copy of model)``: ``model`` copied onto fake tensors (``FakeCopyMode``: shapes, dtypes
-    and storages, no data) in training mode, with no policy applied. The copy is kept per model and reused while the
-    model's layout (:func:`_layout`) stays the same; after each use its policy is removed and its gradients dropped,
-    and a use that left anything else behind (a new attribute, a hook) discards it, so every pass starts from a copy
-    as a fresh ``deepcopy`` makes it."""
+    and storages, no data; the mode a :class:`~yolo_ckpt.memory.fake_rules.ShapeRuleFakeMode`) in training mode,
+    with no policy applied. The copy is kept per model and reused while the model's layout (:func:`_layout`) stays
+    the same; after each use its policy is removed and its gradients dropped, and a use that left anything else behind
+    (a new attribute, a hook) discards it, so every pass starts from a copy as a fresh ``deepcopy`` makes it."""
     layout = _layout(model)
     kept = _FAKE_COPIES.pop(model, None)
     if kept is not None and kept[0] == layout:
         _, fake_mode, fake, attributes = kept
     else:
-        fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+        fake_mode = ShapeRuleFakeMode(allow_non_fake_inputs=False)
         with FakeCopyMode(fake_mode):
             fake = copy.deepcopy(model).train()
         remove_checkpointing(fake)

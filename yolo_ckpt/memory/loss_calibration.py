@@ -25,6 +25,7 @@ points, the margin and the floor: ``docs/benchmarks/memory-model.md``, "The loss
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import inspect
@@ -164,6 +165,20 @@ def _fit(rows: np.ndarray, y: np.ndarray, upper: bool, lower=None) -> tuple[floa
     return tuple(float(c) for c in fit.x)
 
 
+@contextlib.contextmanager
+def _one_thread():
+    """torch's intra-op threads set to 1 inside, restored after: the calibration's tensors are small (imgsz <= 160), so
+    more threads only wait on each other, at 2-3x the CPU time on a busy host (yolo11n's two calibrations: 9.4 -> 4.5
+    CPU s at 2 threads against 1, measured), and the measurements do not depend on the machine's thread count (the
+    same fits with 1 and 2 threads, measured on yolo11n, yolo12n and yolo11n-seg)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def _loss_samples(model, shape: LossModel, points, amp: bool) -> tuple[np.ndarray, list[int], list[int], list[int], list[int], list[int]]:
     """CPU measurements of ``model``'s real loss at ``points`` (batch, imgsz, objects, and optionally the boxes' sides
     (lo, hi) as fractions of the image, else grid-laid: :func:`~yolo_ckpt.memory.synthetic_batch.training_batch`): the formula's
@@ -175,49 +190,50 @@ def _loss_samples(model, shape: LossModel, points, amp: bool) -> tuple[np.ndarra
     points = [(batch, max(imgsz // stride, 1) * stride, objects, *sides) for batch, imgsz, objects, *sides in points]
     specs = _prediction_specs(model, sorted({imgsz for _, imgsz, *_ in points}), amp)
     rows, forward, backward, pairs, assigned, kept = [], [], [], [], [], []
-    for batch, imgsz, objects, *sides in points:
-        # Random predictions of the model's shapes and dtypes: the loss's memory depends on shapes and targets, not
-        # on the values, so no real forward pass is needed, whatever the model's size.
-        preds = tree_map(
-            lambda s, batch=batch: torch.rand(batch, *s[0], generator=g).to(s[1]).requires_grad_(), specs[imgsz], is_leaf=_is_spec
-        )
-        data = training_batch(model, batch, imgsz, objects, sides=sides[0] if sides else None)
-        fg, calls, inside, live = [], [], [], {}
+    with _one_thread():  # small tensors: see _one_thread
+        for batch, imgsz, objects, *sides in points:
+            # Random predictions of the model's shapes and dtypes: the loss's memory depends on shapes and targets, not
+            # on the values, so no real forward pass is needed, whatever the model's size.
+            preds = tree_map(
+                lambda s, batch=batch: torch.rand(batch, *s[0], generator=g).to(s[1]).requires_grad_(), specs[imgsz], is_leaf=_is_spec
+            )
+            data = training_batch(model, batch, imgsz, objects, sides=sides[0] if sides else None)
+            fg, calls, inside, live = [], [], [], {}
 
-        def enter(module, args, kwargs, live=live, calls=calls):  # the assigner's own peak: above what is alive when it starts
-            live["tracker"].mark()
-            live["entry"] = live["tracker"].live_bytes
-            calls.append((module, *_targets(module, args, kwargs)))
+            def enter(module, args, kwargs, live=live, calls=calls):  # the assigner's own peak: above what is alive when it starts
+                live["tracker"].mark()
+                live["entry"] = live["tracker"].live_bytes
+                calls.append((module, *_targets(module, args, kwargs)))
 
-        def leave(module, args, out, live=live, fg=fg, inside=inside):
-            fg.append(out[3].sum(1))
-            inside.append(live["tracker"].mark() - live["entry"])
+            def leave(module, args, out, live=live, fg=fg, inside=inside):
+                fg.append(out[3].sum(1))
+                inside.append(live["tracker"].mark() - live["entry"])
 
-        hooks = [a.register_forward_pre_hook(enter, with_kwargs=True) for a in _assigners(model.criterion)]
-        hooks += [a.register_forward_hook(leave) for a in _assigners(model.criterion)]
-        try:
-            with LiveTensorTracker() as tracker, cuda_amp_emulated(amp) as autocast:  # the tracker sees its fp32 copies
-                live["tracker"] = tracker
-                tracker.track(preds, data)  # views of them are not new memory
-                before = tracker.start_phase()
-                with autocast():
-                    out = model.loss(data, preds)
-                    loss = out[0].sum()
-                forward.append(tracker.phase_peak_bytes - before)
-                kept.append(tensor_bytes(out))  # the loss items' storage: autograd holds it into the backward
-                del out
-                tracker.start_phase()
-                loss.backward()
-                backward.append(tracker.phase_peak_bytes - before)
-        finally:
-            for h in hooks:
-                h.remove()
-        del loss, preds
-        per_image = torch.stack(fg) if fg else torch.zeros(1, batch)  # (assigners, images)
-        rows.append(shape.terms(batch, imgsz, objects, (int(per_image.sum()), int(per_image.max()))))
-        pairs.append(max((candidate_pairs(*call, imgsz, model.stride.tolist()) for call in calls), default=0))
-        assigned.append(max(inside, default=0))
-        del calls
+            hooks = [a.register_forward_pre_hook(enter, with_kwargs=True) for a in _assigners(model.criterion)]
+            hooks += [a.register_forward_hook(leave) for a in _assigners(model.criterion)]
+            try:
+                with LiveTensorTracker() as tracker, cuda_amp_emulated(amp) as autocast:  # the tracker sees its fp32 copies
+                    live["tracker"] = tracker
+                    tracker.track(preds, data)  # views of them are not new memory
+                    before = tracker.start_phase()
+                    with autocast():
+                        out = model.loss(data, preds)
+                        loss = out[0].sum()
+                    forward.append(tracker.phase_peak_bytes - before)
+                    kept.append(tensor_bytes(out))  # the loss items' storage: autograd holds it into the backward
+                    del out
+                    tracker.start_phase()
+                    loss.backward()
+                    backward.append(tracker.phase_peak_bytes - before)
+            finally:
+                for h in hooks:
+                    h.remove()
+            del loss, preds
+            per_image = torch.stack(fg) if fg else torch.zeros(1, batch)  # (assigners, images)
+            rows.append(shape.terms(batch, imgsz, objects, (int(per_image.sum()), int(per_image.max()))))
+            pairs.append(max((candidate_pairs(*call, imgsz, model.stride.tolist()) for call in calls), default=0))
+            assigned.append(max(inside, default=0))
+            del calls
     return np.array(rows), forward, backward, pairs, assigned, kept
 
 

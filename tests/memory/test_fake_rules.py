@@ -1,0 +1,119 @@
+"""The fake pass's shape rules (yolo_ckpt.memory.fake_rules) give the outputs torch's own fake dispatch gives (its
+decompositions): the same shapes, strides and dtypes, odd sizes and size-1 dims included, and where a rule does not
+take the inputs (channels-last, half, eval) the decomposition runs; and a fake training step counts the same bytes
+with and without them."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+from torch._subclasses.fake_tensor import FakeCopyMode, FakeTensorMode
+
+from yolo_ckpt.memory.fake_rules import RULES, ShapeRuleFakeMode
+from yolo_ckpt.memory.tracker import LiveTensorTracker
+
+aten = torch.ops.aten
+SHAPES = [(2, 3, 5, 7), (2, 16, 1, 1), (3, 8, 33, 17), (4, 5)]
+
+
+def _meta(out) -> list:
+    outs = out if isinstance(out, (tuple, list)) else [out]
+    return [None if t is None else (tuple(t.shape), t.stride(), t.dtype, t.untyped_storage().nbytes()) for t in outs]
+
+
+def _both(call, *shapes, channels_last=False, dtype=torch.float32):
+    """``call(mode, tensors)``'s outputs under torch's FakeTensorMode and under ShapeRuleFakeMode, with fresh
+    caches (the cache is shared by every mode)."""
+    results = []
+    for mode_class in (FakeTensorMode, ShapeRuleFakeMode):
+        FakeTensorMode.cache_clear()
+        mode = mode_class()
+        with mode:
+            tensors = [torch.empty(s, dtype=dtype) for s in shapes]
+            if channels_last:
+                tensors = [t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t for t in tensors]
+            results.append(_meta(call(tensors)))
+    return results
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_batch_norm_and_its_backward_as_torch_gives_them(shape, channels_last):
+    """native_batch_norm in training (output, saved mean and inverse std) and its backward (every output_mask):
+    the rule's outputs equal the decomposition's in shape, strides, dtype and storage bytes."""
+    c = shape[1]
+
+    def forward(t):
+        x, w, b, rm, rv = t
+        return aten.native_batch_norm.default(x, w, b, rm, rv, True, 0.03, 1e-3)
+
+    plain, ruled = _both(forward, shape, (c,), (c,), (c,), (c,), channels_last=channels_last)
+    assert plain == ruled
+    for mask in ([True, True, True], [True, False, True], [False, True, False]):
+
+        def backward(t, mask=mask):
+            g, x, w, rm, rv, sm, si = t
+            return aten.native_batch_norm_backward.default(g, x, w, rm, rv, sm, si, True, 1e-3, mask)
+
+        plain, ruled = _both(backward, shape, shape, (c,), (c,), (c,), (c,), (c,), channels_last=channels_last)
+        assert plain == ruled
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_silu_backward_as_torch_gives_it(shape):
+    plain, ruled = _both(lambda t: aten.silu_backward.default(*t), shape, shape)
+    assert plain == ruled
+    plain, ruled = _both(lambda t: aten.silu_backward.default(*t), shape, shape, dtype=torch.float16)  # not a rule's
+    assert plain == ruled
+
+
+def test_rules_run_where_they_take_the_inputs(monkeypatch):
+    """The rules are what runs on the plain case (no decomposition), and not on others; one value per channel
+    raises as torch does."""
+    from yolo_ckpt.memory import fake_rules
+
+    taken = []
+    def recorded(op, rule):
+        def run(*args):
+            out = rule(*args)
+            if out is not NotImplemented:
+                taken.append(op)
+            return out
+
+        return run
+
+    for op, rule in list(RULES.items()):
+        monkeypatch.setitem(fake_rules.RULES, op, recorded(op, rule))
+    FakeTensorMode.cache_clear()
+    with ShapeRuleFakeMode():
+        x, w = torch.empty(2, 3, 5, 7), torch.empty(3)
+        aten.native_batch_norm.default(x, w, w, w, w, True, 0.03, 1e-3)
+        aten.native_batch_norm.default(x, w, w, w, w, False, 0.03, 1e-3)  # eval: the decomposition
+        aten.silu_backward.default(x, x)
+        with pytest.raises(ZeroDivisionError):  # the decomposition's; the real kernel raises a ValueError
+            aten.native_batch_norm.default(torch.empty(1, 3, 1, 1), w, w, w, w, True, 0.03, 1e-3)
+    assert taken == [aten.native_batch_norm.default, aten.silu_backward.default]  # made by a rule: training, float32, contiguous
+
+
+def _fake_step_peak(module, shape, mode_class) -> int:
+    FakeTensorMode.cache_clear()
+    mode = mode_class()
+    with FakeCopyMode(mode):
+        fake = copy.deepcopy(module)
+    with mode, LiveTensorTracker() as tracker:
+        x = torch.empty(shape).requires_grad_()
+        tracker.track(list(fake.parameters()), list(fake.buffers()), x)
+        fake(x).sum().backward()
+    return tracker.peak_bytes
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 31, 17), (1, 3, 64, 64)])
+def test_fake_step_counts_the_same_bytes_with_the_rules(shape):
+    """A training step of Conv, BatchNorm and SiLU blocks (Ultralytics' Conv), forward and backward on fake
+    tensors: the live-tensor tracker's peak is the same with and without the rules, to the byte."""
+    from ultralytics.nn.modules.conv import Conv
+
+    torch.manual_seed(0)
+    module = nn.Sequential(Conv(3, 8, 3, 2), Conv(8, 16, 3, 1), Conv(16, 5, 1, 1)).train()
+    assert _fake_step_peak(module, shape, FakeTensorMode) == _fake_step_peak(module, shape, ShapeRuleFakeMode) > 0
