@@ -63,14 +63,18 @@ def test_benchmark_results_page_is_current():
 
 def test_choosing_page_has_the_current_what_fits_table():
     """docs/guides/choosing-recompute.md's tables of what fits at 1536-4096 px are what docs/gen_benchmarks.py makes of
-    benchmarks/results/what-fits now (issue 45): every model and card of the study, none / all per imgsz."""
+    its what-fits results folder now (issue 45): every model and card of the study, none / all per imgsz."""
+    from benchmarks.high_resolution.what_fits import MODELS
+
     gen = _generator("gen_benchmarks")
     committed = gen.WHAT_FITS.read_text()
     assert committed == gen.render_what_fits(committed), "the choosing page is stale: run python docs/gen_benchmarks.py"
     block = committed.split(gen.WHAT_FITS_BEGIN)[1].split(gen.WHAT_FITS_END)[0]
     assert all(f"**{card}**" in block for card in ("8 GB", "12 GB", "16 GB", "24 GB", "80 GB"))
-    made = {row.split(",")[0].removesuffix(".yaml") for row in (gen.RESULTS / "what-fits" / "what_fits.csv").read_text().splitlines()[1:]}
-    assert {"yolo11n", "yolo12n", "yolo26n-seg"} <= made and all(f"| {m} |" in block for m in made)
+    rows = (gen.RESULTS / gen.WHAT_FITS_RESULT / "what_fits.csv").read_text().splitlines()[1:]
+    made = {row.split(",")[0].removesuffix(".yaml") for row in rows}
+    assert made == {m.removesuffix(".yaml") for m in MODELS}  # YOLO11, YOLO12 and YOLO26 n/s/m, detect and seg
+    assert all(f"| {m} |" in block for m in made)
 
 
 def test_benchmarks_readme_lists_every_study_under_its_question():

@@ -53,6 +53,7 @@ pickles as its stock class (:class:`yolo_ckpt.checkpointing.patching.PickledAsSt
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import torch
@@ -76,6 +77,19 @@ PREFIX = 16
 # fake passes run one step of the row-block loops (_fake_once) and a short walk of the chunk loops (_fake_walk);
 # tests turn it off
 FAKE_ONCE = True
+
+
+@contextlib.contextmanager
+def every_step():
+    """Inside, fake passes run every chunk and row block of the region's loops (:data:`FAKE_ONCE` off): a FLOP count
+    needs them all (``torch.utils.flop_counter`` counts the products that run; :func:`_fake_walk` runs 2-5 of N / chunk
+    chunks), a peak does not."""
+    global FAKE_ONCE
+    before, FAKE_ONCE = FAKE_ONCE, False
+    try:
+        yield
+    finally:
+        FAKE_ONCE = before
 
 
 def _fake_once(steps: list[slice], t: torch.Tensor) -> list[slice]:

@@ -13,6 +13,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
+from ..checkpointing.attention import every_step
 from ..checkpointing.engine import apply_checkpointing
 from .fake_copy import fake_copy
 from .synthetic_batch import training_batch
@@ -228,7 +229,7 @@ def step_flops(model, imgsz: int, batch: int, recompute="none", mode: str = "ful
     Returns:
         FLOPs (an int).
     """
-    with fake_copy(model) as (fake_mode, fake):
+    with fake_copy(model) as (fake_mode, fake), every_step():  # every chunk of the attention region runs: its products count
         apply_checkpointing(fake, recompute, mode=mode, attn_chunk=attn_chunk)
         with fake_mode:
             images = training_batch(model, batch, imgsz, 1)["img"]
