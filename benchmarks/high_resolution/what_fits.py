@@ -126,9 +126,11 @@ def largest_batch(memory, policy: str, imgsz: int, line: dict, card: int) -> tup
 
 
 def table(rows: list[dict], checks: list[dict]) -> list[str]:
-    """``result.md``'s lines: per card, a row per model and a column per imgsz, ``none / all`` largest batch (``-``:
-    not batch 1), then the composed-against-fake-pass checks."""
+    """``result.md``'s lines: per card, a row per model (in :data:`MODELS`' order) and a column per imgsz, ``none /
+    all`` largest batch (``-``: not batch 1), then the composed-against-fake-pass checks."""
     sizes = sorted({r["imgsz"] for r in rows})
+    order = {m: i for i, m in enumerate(MODELS)}  # by family, size and task, whatever order the runs made them in
+    models = sorted(dict.fromkeys(r["model"] for r in rows), key=lambda m: order.get(m, len(order)))
     largest = {(r["model"], r["imgsz"], r["card"], r["policy"]): r["largest_batch"] for r in rows}
     lines = [
         "Largest batch of `recompute=none` / `recompute=all` on CUDA with AMP, from the memory model (estimates: not yet "
@@ -137,7 +139,7 @@ def table(rows: list[dict], checks: list[dict]) -> list[str]:
     for card in dict.fromkeys(r["card"] for r in rows):
         lines += ["", f"**{card}** ({CARDS[card]} MiB as nvidia-smi reports it)", "",
                   "| model | " + " | ".join(f"{s} px" for s in sizes) + " |", "|---|" + "---|" * len(sizes)]
-        for model in dict.fromkeys(r["model"] for r in rows):
+        for model in models:
             cells = (" / ".join(str(largest[model, s, card, p] or "-") for p in POLICIES) for s in sizes)
             lines.append(f"| {Path(model).stem} | " + " | ".join(cells) + " |")
     lines += ["", "Per model, the cells whose fake pass did not fit the line's guess (the answer is the batch below that fits):", "",
