@@ -36,10 +36,11 @@ Chunks are spread evenly over N (lengths differ by at most one) and hold at leas
 :data:`~yolo_ckpt.checkpointing.chunks.MIN_ATTN_CHUNK` rows: MKL's ``sgemm`` rounds some small shapes differently (1
 and 7 rows measured). Each chunk's matrix products then give the whole product's bits: outputs, every gradient and
 hence the BatchNorm statistics around equal stock's, measured with ``torch.equal`` on AVX-512 and on ATen's AVX2
-kernels (``ATEN_CPU_CAPABILITY=avx2``), torch 2.14.1 (``benchmarks/mechanism/attention_exactness.py``,
-``tests/checkpointing/test_attention.py``). A CPU or torch build whose softmax kernels do not give what the region
-relies on is found once per process (:func:`kernel_reproduced`): the region then runs stock's product, exact without
-the memory bound, and says so. On CUDA (its own exponential and reductions) the values agree to float rounding, not bit for bit.
+kernels (``ATEN_CPU_CAPABILITY=avx2``), torch 2.14.1 and 2.15.0 (``benchmarks/mechanism/attention_exactness.py``,
+``tests/checkpointing/test_attention.py``: its 28 tests green on both, the training steps included). A CPU or
+torch build whose softmax kernels do not give what the region relies on is found once per process
+(:func:`kernel_reproduced`): the region then runs stock's product, exact without the memory bound, and says so.
+On CUDA (its own exponential and reductions) the values agree to float rounding, not bit for bit.
 Under autocast, or for inputs that are not float32, the region runs the stock expression on query chunks under
 ``torch.utils.checkpoint``: the same dtypes as stock, the same memory bound, gradients of k and v summed over chunks
 (not bit-equal; autocast is not bit-reproducible across kernels anyway). Layers with N <= ``attn_chunk`` run stock.
