@@ -71,9 +71,26 @@ def _status(status) -> str:
     (kind, value), = status.items()
     return {
         "stale": f"made before `{value}` changed the code it measures",
-        "superseded_by": f"superseded by [{value}](#{value})",
+        "superseded_by": f"superseded by [{value}](#{anchor(value)})",
         "holds": f"current: `{value}` shows it still holds",
     }[kind]
+
+
+def heading(folder: Path) -> str:
+    """The results page's heading of ``folder``'s section: its name, then its Markdown's own title if it has one."""
+    path = folder / "results.md" if (folder / "results.md").is_file() else folder / "result.md"
+    first = next((line for line in path.read_text().splitlines() if line.strip()), "")
+    title = first.lstrip("#").strip() if first.startswith("# ") else ""
+    return f"{folder.name}: {title}" if title and title != folder.name else folder.name
+
+
+def anchor(name: str) -> str:
+    """The id MkDocs gives the heading of result ``name`` (Python-Markdown's ``toc`` slug of its text, code marks
+    dropped as the rendered heading drops them): what a link to that section names; ``name`` itself where no results
+    folder has it."""
+    from markdown.extensions.toc import slugify
+
+    return slugify(heading(RESULTS / name).replace("`", ""), "-") if (RESULTS / name).is_dir() else name
 
 
 def render_result(folder: Path) -> str:

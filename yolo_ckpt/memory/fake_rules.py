@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-aten = torch.ops.aten
+_aten = torch.ops.aten
 
 
 def _contiguous_strides(shape) -> tuple[int, ...]:
@@ -69,9 +69,9 @@ def _silu_backward(grad_output, self):
 
 
 RULES = {
-    aten.native_batch_norm.default: _batch_norm,
-    aten.native_batch_norm_backward.default: _batch_norm_backward,
-    aten.silu_backward.default: _silu_backward,
+    _aten.native_batch_norm.default: _batch_norm,
+    _aten.native_batch_norm_backward.default: _batch_norm_backward,
+    _aten.silu_backward.default: _silu_backward,
 }
 
 
