@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from yolo_ckpt.bench.results_io import provenance, publish, read_record, with_earlier_runs
-from yolo_ckpt.cli.args import parse_keys
+from yolo_ckpt.cli.args import listed, parse_keys
 from yolo_ckpt.cli.main import run_command
 
 KEYS = ("models", "imgsz", "base", "out")
@@ -100,11 +100,6 @@ def save(rows: list[dict], checks: list[dict], argv: list[str], out: str | None,
             w.writerows(rows)
     publish(result, table(rows, result["checks"]), out)
     return result
-
-
-def listed(value) -> list:
-    """A ``key=a,b`` value as a list (the key=value parser gives a tuple for ``a,b`` and the value alone for ``a``)."""
-    return list(value) if isinstance(value, (list, tuple)) else str(value).split(",")
 
 
 def largest_batch(memory, policy: str, imgsz: int, line: dict, card: int) -> tuple[int, int]:

@@ -23,7 +23,7 @@ from ultralytics.cfg import get_cfg
 from ultralytics.nn.tasks import DetectionModel, SegmentationModel, guess_model_task
 
 from yolo_ckpt.bench.results_io import provenance, publish
-from yolo_ckpt.cli.args import parse_keys
+from yolo_ckpt.cli.args import listed, parse_keys
 from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.errors import ConfigError
 from yolo_ckpt.memory import estimate_step, profile_step, training_batch
@@ -45,7 +45,7 @@ def cases(value) -> dict[str, list[tuple[int, int, int]]]:
     if value is None:
         return {cfg: list(STEPS) for cfg in MODELS}
     steps = {}
-    for word in value if isinstance(value, (list, tuple)) else str(value).split(","):
+    for word in listed(value):
         cfg, *numbers = str(word).split(":")
         if len(numbers) != 3 or not all(n.isdigit() and int(n) > 0 for n in numbers) or guess_model_task(cfg) not in MODEL_CLASSES:
             raise ConfigError(f"cases={word!r}: each case is model:batch:imgsz:objects (a detect or segment YAML, three positive integers)")

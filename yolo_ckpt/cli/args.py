@@ -167,6 +167,12 @@ def key_value(word: str) -> tuple:
     return parse_key_value_pair(word)
 
 
+def listed(value) -> list:
+    """A ``key=a,b`` value of :func:`parse_keys` as a list (Ultralytics' parser gives a tuple for ``a,b`` and the value
+    alone for ``a``)."""
+    return list(value) if isinstance(value, (list, tuple)) else str(value).split(",")
+
+
 def parse_keys(args: list[str], valid: Iterable[str], command: str, valid_text: str | None = None, required: tuple[str, ...] = ()) -> dict:
     """The ``key=value`` words of a command or study with its own keys -> ``{key: value}`` (values as Ultralytics
     converts them: ``out=runs/x`` a str, ``epochs=30`` an int), only the keys given.
