@@ -36,7 +36,7 @@ from ultralytics.utils import DEFAULT_CFG
 from yolo_ckpt import apply_checkpointing, count_recomputations
 from yolo_ckpt.bench.results_io import provenance, publish
 from yolo_ckpt.checkpointing.assigner import chunk_assigners
-from yolo_ckpt.cli.args import parse_keys
+from yolo_ckpt.cli.args import listed, parse_keys
 from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.memory import MemoryModel, ObjectSizes, build_optimizer, model_task, profile_step, training_batch
 
@@ -125,7 +125,7 @@ KEYS = ("steps", "cases", "out")  # the key=value words main takes
 def main(argv: list[str]) -> dict:
     opts = parse_keys(argv, KEYS, "benchmarks.dense_scenes.dense")
     steps = int(opts.get("steps", 5))
-    names = opts["cases"].split(",") if "cases" in opts else list(CASES)
+    names = listed(opts["cases"]) if "cases" in opts else list(CASES)
     unknown = [n for n in names if n not in CASES]
     if unknown:
         raise SystemExit(f"cases={','.join(unknown)}: not a case; valid: {', '.join(CASES)}")

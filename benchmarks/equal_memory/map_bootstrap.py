@@ -40,7 +40,7 @@ from ultralytics.utils.metrics import ap_per_class
 from yolo_ckpt.bench.matrix import read_results
 from yolo_ckpt.bench.results_io import provenance, publish, repo_relative
 from yolo_ckpt.bench.tables import arm_label, tiles_setting
-from yolo_ckpt.cli.args import parse_keys
+from yolo_ckpt.cli.args import listed, parse_keys
 from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.errors import ConfigError
 
@@ -130,7 +130,7 @@ KEYS = ("results", "datasets", "baseline", "resamples", "seed", "out")  # the ke
 
 def main(argv: list[str]) -> dict:
     opts = parse_keys(argv, KEYS, "benchmarks.equal_memory.map_bootstrap", required=("results", "datasets"))
-    folders, datasets = [Path(f) for f in str(opts["results"]).split(",")], Path(opts["datasets"])
+    folders, datasets = [Path(f) for f in listed(opts["results"])], Path(opts["datasets"])
     where = ", ".join(map(str, folders))
     rows = [{**r, "folder": f.name, "folder_path": f} for f in folders for r in read_results(f).to_dict("records") if r["status"] == "ok"]
     named = [arm_label(r) if len(folders) == 1 else f"{r['folder']}: {arm_label(r)}" for r in rows]

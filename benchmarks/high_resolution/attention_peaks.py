@@ -24,7 +24,7 @@ import torch
 
 from yolo_ckpt.bench.results_io import provenance, publish, with_earlier_runs
 from yolo_ckpt.checkpointing.chunks import DEFAULT_ATTN_CHUNK, check_attn_chunk
-from yolo_ckpt.cli.args import parse_keys
+from yolo_ckpt.cli.args import listed, parse_keys
 from yolo_ckpt.cli.main import run_command
 
 KEYS = ("model", "imgsz", "batch", "attn_chunk", "policies", "out")  # the key=value words main takes
@@ -35,7 +35,7 @@ def main(argv: list[str]) -> dict:
     opts = parse_keys(argv, KEYS, "benchmarks.high_resolution.attention_peaks")
     model, imgsz, batch = str(opts.get("model", "yolo11n.yaml")), int(opts.get("imgsz", 3072)), int(opts.get("batch", 1))
     attn_chunk, out = check_attn_chunk(opts.get("attn_chunk", DEFAULT_ATTN_CHUNK)), opts.get("out")
-    chosen = str(opts["policies"]).split(",") if "policies" in opts else list(POLICIES)
+    chosen = listed(opts["policies"]) if "policies" in opts else list(POLICIES)
     if unknown := [p for p in chosen if p not in POLICIES]:
         raise SyntaxError(f"policies={opts['policies']}: {unknown} unknown; valid: {', '.join(POLICIES)}, joined by commas")
 

@@ -35,7 +35,7 @@ from ultralytics.utils import DEFAULT_CFG
 
 from yolo_ckpt import count_recomputations
 from yolo_ckpt.bench.results_io import provenance, publish
-from yolo_ckpt.cli.args import parse_keys
+from yolo_ckpt.cli.args import listed, parse_keys
 from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.memory import MemoryModel, ObjectSizes, PlanError, model_task, profile_step, training_batch
 
@@ -167,7 +167,7 @@ def main(argv: list[str]) -> dict:
         publish(result, report(result), opts.get("out"))
         return result
     imgsz, batch = int(opts.get("imgsz", 512)), int(opts.get("batch", 2))
-    names = opts["cases"].split(",") if "cases" in opts else [f"{m}-{lay}" for m in MODELS for lay in OBJECTS]
+    names = listed(opts["cases"]) if "cases" in opts else [f"{m}-{lay}" for m in MODELS for lay in OBJECTS]
     bad = [n for n in names if n.split("-", 1)[0] not in MODELS or n.split("-", 1)[-1] not in OBJECTS]
     if bad:
         raise SystemExit(f"cases={','.join(bad)}: not a case; valid: <{'|'.join(MODELS)}>-<{'|'.join(OBJECTS)}>")

@@ -26,7 +26,7 @@ from ultralytics.cfg import get_cfg
 from ultralytics.nn.tasks import SegmentationModel
 
 from yolo_ckpt.bench.results_io import provenance, publish
-from yolo_ckpt.cli.args import parse_keys
+from yolo_ckpt.cli.args import listed, parse_keys
 from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.memory import LossModel, ObjectSizes, estimate_step, loss_models, measured_foreground, profile_step, training_batch
 
@@ -55,7 +55,7 @@ def main(argv: list[str]) -> dict:
     cfg, imgsz, batch, objects = opts.get("model", "yolo11n-seg.yaml"), int(opts.get("imgsz", 640)), int(opts.get("batch", 2)), int(
         opts.get("objects", 400)
     )
-    sides = tuple(float(s) for s in str(opts.get("sides", "0.01,0.03")).split(","))
+    sides = tuple(float(s) for s in listed(opts.get("sides", "0.01,0.03")))
     recompute = opts.get("recompute", "none")
     torch.manual_seed(0)
     model = SegmentationModel(cfg, nc=1, verbose=False)

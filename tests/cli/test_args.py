@@ -14,6 +14,7 @@ from yolo_ckpt.cli.args import (
     TASKS,
     ULTRALYTICS_OLD_KEYS,
     check_words,
+    listed,
     merge_equals,
     parse_keys,
     train_keys,
@@ -128,6 +129,14 @@ def test_run_command_turns_bad_input_into_one_line(capsys):
 def test_parse_keys_converts_values_as_ultralytics():
     words = ["epochs=30", "out=runs/x", "cases=a,b", "rerun=True"]
     assert parse_keys(words, ("epochs", "out", "cases", "rerun"), "x") == {"epochs": 30, "out": "runs/x", "cases": "a,b", "rerun": True}
+
+
+def test_listed_reads_the_comma_lists_parse_keys_gives():
+    """Ultralytics' parser turns ``sides=0.01,0.03`` into a tuple of floats and keeps ``cases=a,b`` a str: the studies'
+    list keys (foreground_decomposition's sides=, breaker's cases=, ...) read both through listed()."""
+    opts = parse_keys(["sides=0.01,0.03", "cases=a,b", "one=x", "cells=4"], ("sides", "cases", "one", "cells"), "x")
+    assert [float(s) for s in listed(opts["sides"])] == [0.01, 0.03]
+    assert listed(opts["cases"]) == ["a", "b"] and listed(opts["one"]) == ["x"] and listed(opts["cells"]) == ["4"]
 
 
 # The Ultralytics rules the first pass mirrors (ultralytics/cfg/__init__.py), held equal to Ultralytics' own
