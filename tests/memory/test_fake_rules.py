@@ -22,15 +22,22 @@ def _meta(out) -> list:
     return [None if t is None else (tuple(t.shape), t.stride(), t.dtype, t.untyped_storage().nbytes()) for t in outs]
 
 
-def _both(call, *shapes, channels_last=False, dtype=torch.float32):
+def _sliced(shape, dtype, dim):
+    """A tensor of ``shape`` that is a slice along ``dim`` of a larger contiguous one (as a concatenation's gradient
+    is): not contiguous, its dims in memory in their order."""
+    return torch.empty(*shape[:dim], shape[dim] + 3, *shape[dim + 1:], dtype=dtype).narrow(dim, 1, shape[dim])
+
+
+def _both(call, *shapes, channels_last=False, dtype=torch.float32, sliced=None):
     """``call(mode, tensors)``'s outputs under torch's FakeTensorMode and under ShapeRuleFakeMode, with fresh
-    caches (the cache is shared by every mode)."""
+    caches (the cache is shared by every mode); ``sliced``: the indices of the tensors made slices along dim 1
+    (:func:`_sliced`)."""
     results = []
     for mode_class in (FakeTensorMode, ShapeRuleFakeMode):
         FakeTensorMode.cache_clear()
         mode = mode_class()
         with mode:
-            tensors = [torch.empty(s, dtype=dtype) for s in shapes]
+            tensors = [_sliced(s, dtype, 1) if i in (sliced or ()) else torch.empty(s, dtype=dtype) for i, s in enumerate(shapes)]
             if channels_last:
                 tensors = [t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t for t in tensors]
             results.append(_meta(call(tensors)))
@@ -61,8 +68,28 @@ def test_batch_norm_and_its_backward_as_torch_gives_them(shape, channels_last):
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_silu_backward_as_torch_gives_it(shape):
-    plain, ruled = _both(lambda t: aten.silu_backward.default(*t), shape, shape)
+@pytest.mark.parametrize("sliced", [(), (0,), (1,), (0, 1)])
+def test_batch_norm_backward_of_a_sliced_gradient_as_torch_gives_it(shape, sliced):
+    """A slice of a concatenation's gradient (or input) into BatchNorm's backward: the rule's grad input equals the
+    decomposition's (contiguous), and the forward on a sliced input too."""
+    c = shape[1]
+
+    def backward(t):
+        g, x, w, rm, rv, sm, si = t
+        return aten.native_batch_norm_backward.default(g, x, w, rm, rv, sm, si, True, 1e-3, [True, True, True])
+
+    plain, ruled = _both(backward, shape, shape, (c,), (c,), (c,), (c,), (c,), sliced=sliced)
+    assert plain == ruled
+    forward = lambda t: aten.native_batch_norm.default(*t, True, 0.03, 1e-3)  # noqa: E731
+    plain, ruled = _both(forward, shape, (c,), (c,), (c,), (c,), sliced=(0,) if 0 in sliced else ())
+    assert plain == ruled
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("sliced", [(), (0,), (1,), (0, 1)])
+def test_silu_backward_as_torch_gives_it(shape, sliced):
+    """SiLU's backward: contiguous inputs, and a slice of a concatenation's gradient (the C2f/C3k2 blocks' case)."""
+    plain, ruled = _both(lambda t: aten.silu_backward.default(*t), shape, shape, sliced=sliced)
     assert plain == ruled
     plain, ruled = _both(lambda t: aten.silu_backward.default(*t), shape, shape, dtype=torch.float16)  # not a rule's
     assert plain == ruled
@@ -91,9 +118,12 @@ def test_rules_run_where_they_take_the_inputs(monkeypatch):
         aten.native_batch_norm.default(x, w, w, w, w, True, 0.03, 1e-3)
         aten.native_batch_norm.default(x, w, w, w, w, False, 0.03, 1e-3)  # eval: the decomposition
         aten.silu_backward.default(x, x)
+        aten.silu_backward.default(x.narrow(1, 1, 2), x.narrow(1, 0, 2))  # slices of a contiguous tensor: the rule's
+        aten.silu_backward.default(x.transpose(2, 3), x.transpose(2, 3))  # dims out of order in memory: the decomposition
         with pytest.raises(ZeroDivisionError):  # the decomposition's; the real kernel raises a ValueError
             aten.native_batch_norm.default(torch.empty(1, 3, 1, 1), w, w, w, w, True, 0.03, 1e-3)
-    assert taken == [aten.native_batch_norm.default, aten.silu_backward.default]  # made by a rule: training, float32, contiguous
+    # made by a rule: training, float32, row-major (contiguous or sliced)
+    assert taken == [aten.native_batch_norm.default, aten.silu_backward.default, aten.silu_backward.default]
 
 
 def _fake_step_peak(module, shape, mode_class) -> int:

@@ -23,7 +23,7 @@ size_text`` loads only the module that defines it.
   :func:`build_optimizer`, :func:`frozen_layers`, :func:`autobatch_fraction`, :func:`label_caches_in_memory`.
 
 Inside the wing: the counters (:mod:`.tracker`), the fake copy (:mod:`.fake_copy`) and its
-shape rules (:mod:`.fake_rules`), CUDA AMP emulated (:mod:`.amp`),
+shape rules (:mod:`.fake_rules`), one torch thread for real tensor work (:mod:`.threads`), CUDA AMP emulated (:mod:`.amp`),
 the per-unit composition (:mod:`.composed`), the disk cache (:mod:`.estimate_cache`), the run assumed
 (:mod:`.runspec`) and the box layout bound (:mod:`.box_layout`).
 """

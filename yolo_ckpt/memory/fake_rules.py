@@ -6,8 +6,9 @@ search for the largest imgsz or batch) it runs the operator's meta function or, 
 and SiLU's backward, torch's Python decomposition (``torch/_decomp/decompositions.py``: ``native_batch_norm_helper``,
 ``native_batch_norm_backward``, ``silu_backward``), a dozen operators each dispatched on fake tensors: ~20% of a
 yolo11x pass at new shapes, measured. :class:`ShapeRuleFakeMode` makes those outputs directly where the inputs are
-the plain case (float32, contiguous), with the shapes, strides and dtypes the decomposition gives (tested against it:
-``tests/memory/test_fake_rules.py``), and leaves every other case, and every other operator, to ``FakeTensorMode``.
+the plain case (float32, row-major: contiguous, or a slice of a contiguous tensor such as a concatenation's gradient),
+with the shapes, strides and dtypes the decomposition gives (tested against it: ``tests/memory/test_fake_rules.py``),
+and leaves every other case, and every other operator, to ``FakeTensorMode``.
 Its outputs are cached as the decomposition's would be. Fake tensors hold no values, so the rules compute none (nor
 BatchNorm's running statistics, which the real kernel updates in place: no new storage).
 
@@ -23,18 +24,22 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 _aten = torch.ops.aten
 
 
-def _contiguous_strides(shape) -> tuple[int, ...]:
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
+def _row_major(t) -> bool:
+    """Each dim of size > 1 strides at least the span of the dims after it: a contiguous tensor, or a slice of one
+    (``narrow``, ``chunk``: a concatenation's gradient), its dims in memory in their order, none overlapping."""
+    span = 1
+    for n, stride in zip(reversed(t.shape), reversed(t.stride())):
+        if n != 1:
+            if stride < span:
+                return False
+            span = stride * n
+    return True
 
 
 def _plain(*tensors) -> bool:
-    """Every tensor float32 with the strides of a contiguous tensor of its shape (the decomposition's elementwise
-    outputs are then contiguous too)."""
-    return all(t.dtype == torch.float32 and t.stride() == _contiguous_strides(t.shape) for t in tensors)
+    """Every tensor float32 and row-major (:func:`_row_major`): the decomposition's elementwise outputs are then
+    contiguous (torch's elementwise output strides follow the inputs' dims' order in memory)."""
+    return all(t.dtype == torch.float32 and _row_major(t) for t in tensors)
 
 
 def _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):

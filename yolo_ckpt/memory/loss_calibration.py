@@ -25,7 +25,6 @@ points, the margin and the floor: ``docs/benchmarks/memory-model.md``, "The loss
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import inspect
@@ -45,6 +44,7 @@ from .fake_copy import fake_copy
 from .foreground import candidate_pairs
 from .loss_model import LossModel
 from .synthetic_batch import training_batch
+from .threads import one_thread
 from .tracker import LiveTensorTracker, tensor_bytes
 from .ultralytics_rules import OBJECTLESS_TASKS, input_channels, mask_ratio, model_task
 
@@ -165,20 +165,6 @@ def _fit(rows: np.ndarray, y: np.ndarray, upper: bool, lower=None) -> tuple[floa
     return tuple(float(c) for c in fit.x)
 
 
-@contextlib.contextmanager
-def _one_thread():
-    """torch's intra-op threads set to 1 inside, restored after: the calibration's tensors are small (imgsz <= 160), so
-    more threads only wait on each other, at 2-3x the CPU time on a busy host (yolo11n's two calibrations: 9.4 -> 4.5
-    CPU s at 2 threads against 1, measured), and the measurements do not depend on the machine's thread count (the
-    same fits with 1 and 2 threads, measured on yolo11n, yolo12n and yolo11n-seg)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def _loss_samples(model, shape: LossModel, points, amp: bool) -> tuple[np.ndarray, list[int], list[int], list[int], list[int], list[int]]:
     """CPU measurements of ``model``'s real loss at ``points`` (batch, imgsz, objects, and optionally the boxes' sides
     (lo, hi) as fractions of the image, else grid-laid: :func:`~yolo_ckpt.memory.synthetic_batch.training_batch`): the formula's
@@ -190,7 +176,7 @@ def _loss_samples(model, shape: LossModel, points, amp: bool) -> tuple[np.ndarra
     points = [(batch, max(imgsz // stride, 1) * stride, objects, *sides) for batch, imgsz, objects, *sides in points]
     specs = _prediction_specs(model, sorted({imgsz for _, imgsz, *_ in points}), amp)
     rows, forward, backward, pairs, assigned, kept = [], [], [], [], [], []
-    with _one_thread():  # small tensors: see _one_thread
+    with one_thread():  # small tensors: yolo_ckpt.memory.threads
         for batch, imgsz, objects, *sides in points:
             # Random predictions of the model's shapes and dtypes: the loss's memory depends on shapes and targets, not
             # on the values, so no real forward pass is needed, whatever the model's size.
@@ -328,7 +314,8 @@ def loss_models(
         variant = model
         applied = (getattr(model, "loss_chunk", None), getattr(model, "assign_chunk", None))
         if applied != (region or (None, None)):  # the loss region is on, or off, where it must not be
-            variant = copy.deepcopy(model)
+            with one_thread():  # a copy is memory-bound: yolo_ckpt.memory.threads
+                variant = copy.deepcopy(model)
             remove_loss_region(variant)
             if on:
                 apply_loss_region(variant, *region)

@@ -22,6 +22,7 @@ from ..checkpointing.policy import is_auto, resolve
 from ..config import DEFAULT_MODELS, ESTIMATE_DEFAULTS, CkptConfig, EstimateOptions
 from ..errors import ConfigError, user_input
 from .runspec import RunSpec, count_data, layout_rule, objects_rule, optimizer_rule
+from .threads import one_thread
 from .ultralytics_rules import amp_enabled, autobatch_imgsz, device_type, grid_size, label_caches_in_memory, trainable_as_trained
 
 ESTIMATE_BASE_BATCH = 2  # batch=-1: the batch of the memory model's base pass (the others are rescaled from it)
@@ -133,7 +134,7 @@ class PlannedRun:
             check_task(opts["data"], keys.get("task"))
         if Path(str(opts["model"])).suffix.lower() in {".yaml", ".yml"}:
             layout_of(opts["model"])  # a missing YAML named as given (Ultralytics names 'yolo11n.yaml' for yolo11nn.yaml)
-        with user_input(checkpoint=opts["model"]):
+        with user_input(checkpoint=opts["model"]), one_thread():  # Ultralytics' stride probe: yolo_ckpt.memory.threads
             yolo = YOLO(opts["model"], task=keys.get("task"))
         if check_task is not None:
             check_task(opts["data"], yolo.task)
@@ -151,9 +152,10 @@ class PlannedRun:
         model, data = yolo.model, None
         if opts["data"]:
             data = dataset_on_disk(opts["data"], yolo.task)
-            model = yolo.task_map[yolo.task]["model"](yolo.model.yaml, nc=data["nc"], ch=data["channels"], verbose=False)
-            if yolo.ckpt:  # a trained .pt: its weights, as the trainer's get_model loads them into the data's model
-                model.load(yolo.model)
+            with one_thread():
+                model = yolo.task_map[yolo.task]["model"](yolo.model.yaml, nc=data["nc"], ch=data["channels"], verbose=False)
+                if yolo.ckpt:  # a trained .pt: its weights, as the trainer's get_model loads them into the data's model
+                    model.load(yolo.model)
         checked = check_labels is not None and data is not None
         with label_caches_in_memory():  # plan and profile leave the dataset's folder as they found it
             try:
@@ -194,7 +196,8 @@ def planned_run(args, model, config: CkptConfig, device: str, data: dict | None 
     Raises:
         ConfigError: for an optimizer Ultralytics does not build.
     """
-    model = copy.deepcopy(model).cpu().train()
+    with one_thread():  # a copy is memory-bound: yolo_ckpt.memory.threads
+        model = copy.deepcopy(model).cpu().train()
     trainable_as_trained(model, args.freeze)
     model.args = args  # the loss's hyperparameters
     stride = grid_size(model.stride)  # BaseTrainer._setup_train's gs
