@@ -75,10 +75,11 @@ def _batch_norm_backward(grad_out, input, weight, running_mean, running_var, sav
 
 def _silu_backward(grad_output, self):
     """``silu_backward``: the input's gradient, shaped like ``self``, in the two inputs' promoted dtype (the
-    decomposition's ``pw_cast_for_opmath``: computed in float32, cast back)."""
+    decomposition's ``pw_cast_for_opmath``: computed in float32, cast back); of two float dtypes that differ, float32
+    (``torch.promote_types``, which under the mode is one more dispatched operator)."""
     if grad_output.shape != self.shape or not _plain(grad_output, self):
         return NotImplemented
-    return self.new_empty(self.shape, dtype=torch.promote_types(grad_output.dtype, self.dtype))
+    return self.new_empty(self.shape, dtype=self.dtype if grad_output.dtype == self.dtype else torch.float32)
 
 
 RULES = {
