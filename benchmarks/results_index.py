@@ -138,8 +138,16 @@ def changes_since(commit: str, paths: list[str]) -> list[str]:
 
 def history_status(folder: str, entry: dict) -> str | dict:
     """The status git history gives ``folder``: ``current`` where the code it measures is the same at HEAD as at its
-    record's commit, else ``{"stale": <first later commit that changed it>}`` (``superseded_by`` and ``holds`` are a
-    person's to give)."""
+    record's commit, else ``{"stale": <first later commit that changed it>}``; an entry that ``holds`` keeps its status
+    until that code changes after the commit (or re-measured folder's commit) it cites, then turns stale from there
+    (``superseded_by`` and ``holds`` are a person's to give)."""
+    status = entry.get("status")
+    if isinstance(status, dict) and "holds" in status:
+        cited = str(status["holds"])
+        record = RESULTS / cited / "record.json"
+        commit = json.loads(record.read_text())["commit"] if record.is_file() else git("rev-parse", cited)
+        changes = changes_since(commit, entry["measures"]) if code_changed(commit, "HEAD", entry["measures"]) else []
+        return {"stale": changes[0][:12]} if changes else status
     commit = json.loads((RESULTS / folder / "record.json").read_text())["commit"]
     if not code_changed(commit, "HEAD", entry["measures"]):
         return "current"
@@ -147,13 +155,14 @@ def history_status(folder: str, entry: dict) -> str | dict:
 
 
 def refresh(write: bool = False) -> list[str]:
-    """The entries whose ``status`` (current or stale) or ``cited_in`` disagree with git history and a grep, as lines
+    """The entries whose ``status`` (current, stale, or holds where the code changed after what it cites) or
+    ``cited_in`` disagree with git history and a grep, as lines
     ``name: field: old -> new``; with ``write``, ``index.yaml`` rewritten with the new values (its header kept)."""
     text = INDEX.read_text()
     index, cited, lines = yaml.safe_load(text), citations(), []
     for name, entry in index["results"].items():
         status = entry["status"]
-        if (isinstance(status, str) or "stale" in status) and (given := history_status(name, entry)) != status:
+        if (isinstance(status, str) or "stale" in status or "holds" in status) and (given := history_status(name, entry)) != status:
             lines.append(f"{name}: status: {status} -> {given}")
             entry["status"] = given
         if entry.get("cited_in") != cited.get(name, []):

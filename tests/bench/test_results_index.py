@@ -133,6 +133,19 @@ def test_status_agrees_with_history(folder):
         assert not results_index.code_changed(commit, "HEAD", measures), f"{folder}: the code changed after {cited} too"
 
 
+def test_a_result_that_holds_turns_stale_when_its_code_changes_later():
+    """``holds: <commit>`` stays while the code it measures is unchanged after that commit, and the history gives
+    ``stale`` from the first later commit that changed it: fake_rules.py changed at c6b87a8 (16-bit shape rules) after
+    b116a71, and never after HEAD."""
+    if reason := _history_available():
+        pytest.skip(reason)
+    measures = ["yolo_ckpt/memory/fake_rules.py"]
+    folder = "estimate-accuracy-high-resolution-all"
+    kept = {"holds": results_index.git("rev-parse", "HEAD")[:12]}
+    assert results_index.history_status(folder, {"measures": measures, "status": kept}) == kept
+    assert results_index.history_status(folder, {"measures": measures, "status": {"holds": "b116a71f4eb4"}}) == {"stale": "c6b87a8195b7"}
+
+
 def test_history_follows_a_moved_module():
     """A module moved since a record keeps its history: the pilot study, benchmarks/pilot_curve.py at its record's
     commit, is benchmarks/equal_memory/pilot_curve.py now (issue 47), and the history check reads its code there under
