@@ -142,16 +142,14 @@ def history_status(folder: str, entry: dict) -> str | dict:
     until that code changes after the commit (or re-measured folder's commit) it cites, then turns stale from there
     (``superseded_by`` and ``holds`` are a person's to give)."""
     status = entry.get("status")
-    if isinstance(status, dict) and "holds" in status:
-        cited = str(status["holds"])
-        record = RESULTS / cited / "record.json"
-        commit = json.loads(record.read_text())["commit"] if record.is_file() else git("rev-parse", cited)
-        changes = changes_since(commit, entry["measures"]) if code_changed(commit, "HEAD", entry["measures"]) else []
-        return {"stale": changes[0][:12]} if changes else status
-    commit = json.loads((RESULTS / folder / "record.json").read_text())["commit"]
+    holds = isinstance(status, dict) and "holds" in status
+    since = str(status["holds"]) if holds else folder  # a results folder (its record's commit) or a commit
+    record = RESULTS / since / "record.json"
+    commit = json.loads(record.read_text())["commit"] if record.is_file() else git("rev-parse", since)
     if not code_changed(commit, "HEAD", entry["measures"]):
-        return "current"
-    return {"stale": changes_since(commit, entry["measures"])[0][:12]}
+        return status if holds else "current"
+    changes = changes_since(commit, entry["measures"])
+    return {"stale": changes[0][:12]} if changes or not holds else status
 
 
 def refresh(write: bool = False) -> list[str]:
