@@ -104,6 +104,80 @@ def test_fake_walk_keeps_the_first_and_last_length_and_each_pair_of_lengths():
     assert len(_fake_walk(chunks(3841, 256), torch.empty(1))) == 16
 
 
+@pytest.mark.parametrize("odd", [False, True])
+def test_fake_pass_runs_a_few_autocast_chunks_at_the_same_peaks(monkeypatch, odd):
+    """Under CUDA AMP (emulated: :func:`yolo_ckpt.memory.amp.cuda_amp_emulated`) the region runs stock's product on
+    checkpointed query chunks, whose outputs are held until their concatenation; the fake pass runs 4 or 5 of the 16
+    (``_fake_run``) and holds the others' outputs as empty tensors of their shape: the forward's and the backward's
+    peaks equal those of every chunk run, to the byte. ``odd``: 31 x 33 tokens, chunks of 63 and 64."""
+    from yolo_ckpt.checkpointing import attention as region
+    from yolo_ckpt.memory.amp import cuda_amp_emulated
+
+    torch.manual_seed(0)
+    module = Attention(64, 2, 0.5).train()  # few channels: the forward's peak is in the chunk loop
+    module.__class__ = chunked_class(Attention, 64)
+    shape = (1, 64, 31, 33) if odd else (1, 64, 32, 32)
+    parts = region.chunks(shape[2] * shape[3], 64)
+    lengths = [p.stop - p.start for p in parts]
+    calls = []
+    core = region._stock_core
+    monkeypatch.setattr(region, "_stock_core", lambda q, *a: calls.append(q.shape[-1]) or core(q, *a))
+    fake_mode = FakeTensorMode()
+    with FakeCopyMode(fake_mode):
+        fake = copy.deepcopy(module)
+    peaks = {}
+    for once in (False, True):
+        monkeypatch.setattr(region, "FAKE_ONCE", once)
+        calls.clear()
+        with fake_mode, LiveTensorTracker() as tracker, cuda_amp_emulated(True) as autocast:
+            x = torch.zeros(shape, requires_grad=True)
+            tracker.track(list(fake.parameters()), x)
+            with autocast():
+                out = fake(x)
+            forward = tracker.peak_bytes
+            tracker.start_phase()
+            out.float().sum().backward()
+            peaks[once] = forward, tracker.phase_peak_bytes
+        ran = [lengths[i] for i in sorted(region._fake_run(parts, x))]
+        assert calls == ran + ran[::-1]  # forward, then each chunk's recomputation in backward, last chunk first
+    assert len(lengths) == 16 and len(calls) == 2 * (5 if odd else 4)
+    assert peaks[True] == peaks[False]
+
+
+def test_fake_pass_runs_a_few_autocast_chunks_at_the_same_estimate(monkeypatch):
+    """Under AMP the region runs stock's product on checkpointed query chunks; the fake pass runs the first two and
+    last two chunks of each length (``_fake_run``) and holds the others' outputs as empty tensors: the whole CUDA AMP
+    estimate (every phase's peak, every layer's and module's row) equals the one that runs every chunk, to the byte.
+    yolo11n's C2PSA at imgsz 480: 15 x 15 = 225 tokens, attn_chunk 32: 8 chunks (seven of 28 tokens, one of 29), 5 of them run."""
+    from ultralytics.nn.tasks import DetectionModel
+    from ultralytics.utils import DEFAULT_CFG
+
+    from yolo_ckpt.checkpointing import attention as region
+    from yolo_ckpt.memory.estimate import estimate_step
+    from yolo_ckpt.memory.loss_model import LossModel
+
+    torch.manual_seed(0)
+    model = DetectionModel("yolo11n.yaml", verbose=False)
+    model.args = DEFAULT_CFG
+    lengths = [p.stop - p.start for p in region.chunks(225, 32)]
+    assert lengths == [28] * 7 + [29]
+    calls = []
+    core = region._stock_core
+    monkeypatch.setattr(region, "_stock_core", lambda q, *a: calls.append(q.shape[-1]) or core(q, *a))
+    loss = LossModel("detect", (8.0,), 4, (), (0.0,) * 4, (0.0,) * 4)  # the network's pass alone
+    steps = {}
+    for once in (False, True):
+        monkeypatch.setattr(region, "FAKE_ONCE", once)
+        calls.clear()
+        steps[once] = estimate_step(model, 480, 2, 5, "attention", amp=True, loss_model=loss, flops=False, attn_chunk=32)
+        # each chunk run once in forward and once more by its backward's recomputation, last chunk first (C2PSA has
+        # one attention module); the fake pass's walk: positions 0, 1, 5 and 6 of the 28s and the one 29
+        ran = [28] * 7 + [29] if once is False else [28] * 4 + [29]
+        assert calls == ran + ran[::-1]
+    assert steps[True] == steps[False]
+    assert steps[True].peak_bytes > 0
+
+
 @pytest.mark.slow  # ~6 s: fake copies of three models
 def test_attention_tokens_name_each_module_and_its_chunking():
     """What profile and the run report show of the attention region (issue 43): each attention module's layer and its

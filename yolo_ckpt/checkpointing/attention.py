@@ -75,8 +75,8 @@ ROW_BLOCK = 1 << 18
 # columns put before a row whose softmax backward gives its row sum: one float vector of AVX-512 (two of AVX2), so the
 # row's own vectors keep their places in the kernel's accumulator
 PREFIX = 16
-# fake passes run one step of the row-block loops (_fake_once) and a short walk of the chunk loops (_fake_walk);
-# tests turn it off
+# fake passes run one step of the row-block loops (_fake_once), a short walk of the chunk loops (_fake_walk) and a few
+# of the autocast path's checkpointed chunks (_fake_run); tests turn it off
 FAKE_ONCE = True
 
 
@@ -84,7 +84,7 @@ FAKE_ONCE = True
 def every_step():
     """Inside, fake passes run every chunk and row block of the region's loops (:data:`FAKE_ONCE` off): a FLOP count
     needs them all (``torch.utils.flop_counter`` counts the products that run; :func:`_fake_walk` runs 2-5 of N / chunk
-    chunks), a peak does not."""
+    chunks, :func:`_fake_run` 4-8), a peak does not."""
     global FAKE_ONCE
     before, FAKE_ONCE = FAKE_ONCE, False
     try:
@@ -127,6 +127,27 @@ def _fake_walk(parts: list[slice], t: torch.Tensor) -> list[slice]:
         if walk[-1] == lengths[-1] and set(zip(walk, walk[1:])) == pairs:
             return [chunk_of[n] for n in walk]
         walks += [(*walk, b) for a, b in sorted(pairs) if a == walk[-1]]
+
+
+def _fake_run(parts: list[slice], t: torch.Tensor) -> range | set[int]:
+    """The positions in ``parts`` of the checkpointed query chunks that the autocast path runs: all of them, or where
+    ``t`` is a fake tensor (the memory model's pass), the first two and last two of each run of one length, the other
+    chunks' outputs held as empty tensors of their shape (in order, until the concatenation, as the outputs are).
+
+    Exact, to the byte: a forward step holds the outputs before it and its own temporaries, so the last step of each
+    length holds the most; a backward step (last chunk first) holds the gradients accumulated so far (full-size for
+    q, k and v from the second step on) and its own recomputation, so each step after the first is alike but for its
+    length and the previous step's; the kept positions give the first and last length, every pair of consecutive
+    lengths and the last of each length (``tests/memory/test_attention_memory.py`` compares a whole AMP estimate
+    both ways). 4 to 8 chunks of the 16 at 2048 px (36 at 3072) per module and pass."""
+    if not (FAKE_ONCE and is_fake(t)):
+        return range(len(parts))
+    lengths = [p.stop - p.start for p in parts]
+    starts = [i for i in range(len(parts)) if i == 0 or lengths[i] != lengths[i - 1]]
+    run = set()
+    for start, stop in zip(starts, [*starts[1:], len(parts)]):
+        run |= {start, start + 1, stop - 2, stop - 1} & set(range(start, stop))
+    return run
 
 
 def softmax_columns_(scores: torch.Tensor, row_max: torch.Tensor, row_inv: torch.Tensor) -> torch.Tensor:
@@ -311,7 +332,13 @@ def attention(q, k, v, scale: float, chunk: int = DEFAULT_ATTN_CHUNK) -> torch.T
         return ChunkedAttention.apply(q, k, v, scale, chunk)
     parts = chunks(n, chunk)
     _count(len(parts), q)
-    outs = [checkpoint(_stock_core, q[..., c], k, v, scale, use_reentrant=False) for c in parts]
+    run = _fake_run(parts, q)
+    outs = []
+    for i, c in enumerate(parts):
+        if i in run:
+            outs.append(checkpoint(_stock_core, q[..., c], k, v, scale, use_reentrant=False))
+        else:  # a chunk the fake pass skips: its output's bytes, held until the concatenation as the output's are
+            outs.append(outs[-1].new_empty(*outs[-1].shape[:-1], c.stop - c.start))
     return torch.cat(outs, dim=-1)
 
 
