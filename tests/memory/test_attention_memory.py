@@ -104,20 +104,29 @@ def test_fake_walk_keeps_the_first_and_last_length_and_each_pair_of_lengths():
     assert len(_fake_walk(chunks(3841, 256), torch.empty(1))) == 16
 
 
-@pytest.mark.parametrize("odd", [False, True])
-def test_fake_pass_runs_a_few_autocast_chunks_at_the_same_peaks(monkeypatch, odd):
+@pytest.mark.parametrize(
+    "case, shape, chunk, runs",
+    [("Attention", (1, 64, 32, 32), 64, 4), ("Attention", (1, 64, 31, 33), 64, 5), ("AAttn", (1, 64, 64, 64), 64, 4)],
+    ids=["attention", "attention-odd", "area-attention"],
+)
+def test_fake_pass_runs_a_few_autocast_chunks_at_the_same_peaks(monkeypatch, case, shape, chunk, runs):
     """Under CUDA AMP (emulated: :func:`yolo_ckpt.memory.amp.cuda_amp_emulated`) the region runs stock's product on
-    checkpointed query chunks, whose outputs are held until their concatenation; the fake pass runs 4 or 5 of the 16
-    (``_fake_run``) and holds the others' outputs as empty tensors of their shape: the forward's and the backward's
-    peaks equal those of every chunk run, to the byte. ``odd``: 31 x 33 tokens, chunks of 63 and 64."""
+    checkpointed query chunks, whose outputs are held until their concatenation; the fake pass runs the first two and
+    last two of each length (``_fake_run``) and holds the others' outputs as empty tensors of their shape: the
+    forward's and the backward's peaks equal those of every chunk run, to the byte. ``attention-odd``: 31 x 33 tokens,
+    chunks of 63 and 64 (5 of 16 run); ``area-attention``: YOLO12's ``AAttn`` over 4 areas of 1024 tokens, 16 chunks of
+    64 each."""
+    from ultralytics.nn.modules.block import AAttn
+
     from yolo_ckpt.checkpointing import attention as region
     from yolo_ckpt.memory.amp import cuda_amp_emulated
 
     torch.manual_seed(0)
-    module = Attention(64, 2, 0.5).train()  # few channels: the forward's peak is in the chunk loop
-    module.__class__ = chunked_class(Attention, 64)
-    shape = (1, 64, 31, 33) if odd else (1, 64, 32, 32)
-    parts = region.chunks(shape[2] * shape[3], 64)
+    stock = Attention if case == "Attention" else AAttn
+    # few channels: the forward's peak is in the chunk loop
+    module = (Attention(64, 2, 0.5) if case == "Attention" else AAttn(64, 2, area=4)).train()
+    module.__class__ = chunked_class(stock, chunk)
+    parts = region.chunks(shape[2] * shape[3] // (1 if case == "Attention" else 4), chunk)
     lengths = [p.stop - p.start for p in parts]
     calls = []
     core = region._stock_core
@@ -140,7 +149,7 @@ def test_fake_pass_runs_a_few_autocast_chunks_at_the_same_peaks(monkeypatch, odd
             peaks[once] = forward, tracker.phase_peak_bytes
         ran = [lengths[i] for i in sorted(region._fake_run(parts, x))]
         assert calls == ran + ran[::-1]  # forward, then each chunk's recomputation in backward, last chunk first
-    assert len(lengths) == 16 and len(calls) == 2 * (5 if odd else 4)
+    assert len(calls) == 2 * runs and runs < len(lengths)
     assert peaks[True] == peaks[False]
 
 
