@@ -362,12 +362,13 @@ def test_plan_batch_minus_1_answers_trains_batch_and_policy(synthetic, tmp_path,
     the CPU, by the same function), and plans every policy at it. Issue 43, items 3 and 4: its table holds the policy
     train runs (detect's default backbone,loss, a row of its own) marked as train's, and auto as train makes it under
     batch=-1 (all); every stderr line names the policy; on a machine's first use (a fresh config folder) stdout is the
-    JSON alone, Ultralytics' settings banner on stderr."""
+    JSON alone, Ultralytics' settings banner on stderr. The run's report plans the batch it picked with that batch's fake
+    pass, plan's row (it was the composition scaled from the base pass's batch 2: 1.15-1.23x above, a negative margin)."""
     keys = [f"data={synthetic()}", "imgsz=160", "batch=-1", "memory_budget=60MB"]
-    assert main(["train", *keys, "epochs=1", "val=False", "estimate=False", "probe=False", "plots=False", f"project={tmp_path}",
-                 "name=b"]) == 0
+    assert main(["train", *keys, "epochs=1", "val=False", "probe=False", "plots=False", f"project={tmp_path}", "name=b"]) == 0
     trained = yaml.safe_load((tmp_path / "b" / "args.yaml").read_text())["batch"]  # -1 as given; the report has the pick
-    picked = json.loads((tmp_path / "b" / REPORT_NAME).read_text())["batch"]
+    report = json.loads((tmp_path / "b" / REPORT_NAME).read_text())
+    picked = report["batch"]
     capsys.readouterr()
     child = _cli(["plan", *keys, "format=json"], tmp_path)
     assert child.returncode == 0, child.stderr
@@ -377,6 +378,8 @@ def test_plan_batch_minus_1_answers_trains_batch_and_policy(synthetic, tmp_path,
     assert f"batch=-1 -> batch={picked} for recompute=backbone,loss: the estimate's largest batch that fits" in child.stderr
     rows = {row["recompute"]: row for row in result["policies"]}
     assert [name for name, row in rows.items() if row["train"]] == ["backbone,loss"] and rows["backbone,loss"]["fits"]
+    assert report["plan"]["estimated_peak_bytes"] / 2**20 == pytest.approx(rows["backbone,loss"]["estimated_peak_MiB"], abs=1e-9)
+    assert report["plan"]["margin_bytes"] >= 0
     assert "auto (all)" in rows and all(row["max_imgsz"] > 0 for row in rows.values())
     # yolo11n's C2PSA at 160 px: 5 x 5 tokens, below attn_chunk, so the region would run it stock (issue 45: plan names it)
     assert result["attention"] == {"attn_chunk": 256, "modules": [{"layer": 10, "module": "Attention", "tokens": 25, "chunked": False}]}
@@ -411,6 +414,55 @@ def test_plan_refuses_as_train_where_nothing_fits(synthetic, tmp_path, capsys):
     assert "; it fits imgsz=" in refusal and refusal.endswith(". Raise the budget, or lower batch or imgsz")
     assert main(["train", *keys, "epochs=1", f"project={tmp_path}", "name=t"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == refusal and not (tmp_path / "t").exists()
+
+
+def test_plan_refuses_in_one_line_where_one_image_cannot_train(capsys):
+    """A budget below every trainable size, at batch 1: the search of the largest imgsz stops at the smallest one that
+    can train (one image at 32 px has a 1 x 1 coarsest map, where BatchNorm refuses a training step) and plan refuses
+    in one line, exit 2; before, it ran that pass and ended in torch's traceback. Asked at that size, plan says so."""
+    keys = ["plan", "model=yolo11n.yaml", "batch=1", "device=cpu"]
+    assert main([*keys, "imgsz=320", "memory_budget=10MB"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("yolo-ckpt: error: memory_budget=9.5 MiB is below the smallest plan's need at batch=1 imgsz=320")
+    assert "it fits no imgsz at batch=1 nor any batch at imgsz=320" in err[-1] and "Traceback" not in "\n".join(err)
+    assert main([*keys, "imgsz=32", "memory_budget=1GB"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "yolo-ckpt: error: batch=1 at imgsz=32 cannot train: the coarsest feature map (stride 32) is 1 x 1, and BatchNorm needs "
+        "more than one value per channel in training; give batch>=2 or imgsz>=64"
+    )
+
+
+@pytest.mark.parametrize("command", ["plan", "profile"])
+def test_plan_and_profile_refuse_data_without_labels_as_train(synthetic, tmp_path, capsys, command):
+    """A dataset whose training labels are all missing: plan and profile refuse with train's one line (exit 2), where
+    Ultralytics' dataset build raised its ValueError ("No labels found") as a traceback."""
+    from helpers import tiny_yaml
+
+    data = _one_class_data(synthetic, tmp_path / "data")
+    for label in (tmp_path / "data" / "labels" / "train").iterdir():
+        label.unlink()
+    keys = [command, f"data={data}", f"model={tiny_yaml(tmp_path)}", "imgsz=64", "batch=2", "device=cpu"]
+    assert main([*keys, *(["memory_budget=1GB"] if command == "plan" else [])]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"yolo-ckpt: error: data={data}: no labels at all for the 3 training images (label files are looked for in "
+        f"{tmp_path / 'data' / 'labels' / 'train'}: one <image name>.txt per image)"
+    )
+
+
+def test_a_budget_that_chose_nothing_and_is_exceeded_is_said(synthetic, tmp_path):
+    """memory_budget= picks recompute=auto's policy and batch=-1's batch; given with a named policy and a batch it chose
+    nothing, and the run trained past it without a word. Now one warning line says the estimate is above it."""
+    from helpers import logged_messages, tiny_yaml
+
+    data = _one_class_data(synthetic, tmp_path / "data")
+    keys = [f"data={data}", f"model={tiny_yaml(tmp_path)}", "imgsz=64", "batch=2", "device=cpu", "recompute=backbone", "epochs=1"]
+    with logged_messages() as messages:
+        assert main(["train", *keys, "memory_budget=1MB", "val=False", "probe=False", "plots=False", f"project={tmp_path}", "name=r"]) == 0
+    lines = [line for line in messages if "memory_budget=1.0 MiB is below this run's estimated need of" in line]
+    assert len(lines) == 1 and lines[0].endswith(
+        "(recompute=backbone, batch=2): the budget picks recompute=auto's policy and batch=-1's batch, and this run asked for "
+        "neither; give recompute=auto or batch=-1 to plan within it"
+    )
 
 
 def test_a_classify_model_refuses_a_data_yaml_before_its_trainer(synthetic, tmp_path, monkeypatch, capfd):

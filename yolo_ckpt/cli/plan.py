@@ -102,7 +102,7 @@ def plan(args: list[str]) -> list[dict]:
     with diagnostics_to_stderr():  # before Ultralytics is imported: its first import on a machine prints a banner
         from ultralytics.utils import TQDM
 
-        from ..memory import attention_tokens, decide, size_text
+        from ..memory import IMGSZ_LIMIT, attention_tokens, decide, grid_size, size_text
         from ..report.record import attention_text
 
         memory, budget, opts, spec = plan_setup(args)
@@ -114,6 +114,8 @@ def plan(args: list[str]) -> list[dict]:
         trains = "auto" if is_auto(opts["recompute"]) else opts["recompute"]
         names += [trains] * (trains not in names)  # a row of its own (backbone,loss), where no other row is it
         rows = []
+        limit = max(IMGSZ_LIMIT, imgsz)  # the search's top, never below the size asked: an answer there means that or more
+        top = limit // grid_size(memory.composed.strides) * grid_size(memory.composed.strides)
         for name in TQDM(names, desc="yolo-ckpt plan: checking each policy's peak, largest imgsz and batch"):
             units = memory.units(auto.recompute if name == "auto" else name)
             # each row's peak from its fake pass, the check that decides (the composition is close, not exact)
@@ -127,7 +129,7 @@ def plan(args: list[str]) -> list[dict]:
                 "headroom_MiB": cost.headroom_bytes / 2**20,
                 "margin_MiB": cost.margin_bytes / 2**20,
                 "fits": cost.fits,
-                "max_imgsz": memory.largest_imgsz(units, budget, batch),  # at the batch planned (the result's batch)
+                "max_imgsz": memory.largest_imgsz(units, budget, batch, limit=limit),  # at the batch planned (the result's batch)
                 "max_batch": memory.largest_batch(units, budget, imgsz, opts["images"]),  # at the result's imgsz
                 "recompute_GFLOPs": cost.recompute_flops / 1e9,
                 "recompute_pct_of_step": 100 * cost.recompute_cost,
@@ -142,6 +144,8 @@ def plan(args: list[str]) -> list[dict]:
         "imgsz_given": opts["imgsz_given"],
         "batch": batch,
         "recompute": opts["recompute"],
+        "recompute_mode": memory.composed.mode,
+        "max_imgsz_limit": top,
         "assumed": spec.to_dict(),
         "policies": rows,
         "attention": attention,
@@ -152,9 +156,12 @@ def plan(args: list[str]) -> list[dict]:
         print(
             f"{opts['model']} at imgsz={imgsz}{trained_at(opts)} batch={batch}, memory_budget={size_text(budget)}, "
             f"memory_headroom={headroom}"
+            # selective keeps the convolutions' outputs: each peak is its own pass's, the FLOPs full recomputation's
+            + ", recompute_mode=selective (recompute_GFLOPs: full recomputation's, an upper bound)" * (memory.composed.mode == "selective")
         )
         print(spec.describe())
         table = pd.DataFrame(rows).assign(train=lambda t: t["train"].map({True: "yes", False: ""}))
+        table["max_imgsz"] = [f"{v}+" if v == top else v for v in table["max_imgsz"]]  # the search's top: that or more
         table = table.rename(columns={"max_imgsz": f"max_imgsz_at_batch_{batch}", "max_batch": f"max_batch_at_imgsz_{imgsz}"})
         print(table.to_string(index=False, float_format=lambda v: f"{v:.1f}"))
         if attention:

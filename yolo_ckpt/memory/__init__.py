@@ -34,7 +34,7 @@ import lazy_loader
 
 # the module of this wing that defines them -> public names
 __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
-    "memory_model": ["MemoryModel", "Plan", "PlanError", "size_text"],
+    "memory_model": ["IMGSZ_LIMIT", "MemoryModel", "Plan", "PlanError", "size_text"],
     "planning": ["ESTIMATE_BASE_BATCH", "PlannedRun", "decide", "planned_run"],
     "estimate": ["estimate_step"],
     "loss_model": ["LossModel"],
@@ -46,7 +46,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
     "attention_shapes": ["attention_tokens"],
     "ultralytics_rules": [
         "TASKS", "amp_enabled", "autobatch_fraction", "autocast_for", "build_optimizer", "device_type",
-        "frozen_layers", "label_caches_in_memory", "model_task", "optimizer_for",
+        "frozen_layers", "grid_size", "label_caches_in_memory", "model_task", "optimizer_for",
     ],
 })
 

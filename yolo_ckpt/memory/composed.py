@@ -42,7 +42,7 @@ import dataclasses
 
 from ..checkpointing.chunks import DEFAULT_ATTN_CHUNK, check_attn_chunk
 from ..checkpointing.engine import folded_layers, layer_inputs, sub_regions
-from ..checkpointing.policy import REGIONS, ModelLayout, RecomputePolicy, resolve, spec_string
+from ..checkpointing.policy import REGIONS, ModelLayout, RecomputePolicy, check_mode, resolve, spec_string
 from . import estimate_cache
 from .attention_shapes import attention_modules
 from .estimate import estimate_step, with_loss_phases
@@ -106,6 +106,11 @@ class ComposedEstimate:
         sizes: the training set's :class:`~yolo_ckpt.memory.foreground.ObjectSizes` (the loss's foreground anchors
             bounded by its boxes' sizes); None: the worst size, ``objects * topk`` anchors per image.
         attn_chunk: queries (and keys) per chunk of the attention region (``attn_chunk=``); None: its default.
+        mode: ``recompute_mode=`` of every fake pass of a policy (:meth:`estimate`), ``"full"`` or ``"selective"``
+            (which keeps the convolutions' outputs: it frees less). The per-unit figures are of full recomputation,
+            so under ``"selective"`` the composed peaks are a lower bound that only guides the planner's search;
+            every answer it gives is a fake pass's of the mode, and the recompute FLOPs are full recomputation's
+            (an upper bound).
 
     Raises:
         ValueError: for a bad ``loss_chunk`` or ``assign_chunk`` (:class:`yolo_ckpt.errors.ConfigError` for a bad
@@ -116,8 +121,11 @@ class ComposedEstimate:
     def __init__(
         self, model, imgsz, batch: int, objects: int = 20, optimizer: str = "AdamW", amp: bool = False,
         loss_chunk: int | None = None, assign_chunk: int | None = None, sizes=None, attn_chunk: int | None = None,
+        mode: str = "full",
     ):
         self.attn_chunk = check_attn_chunk(DEFAULT_ATTN_CHUNK if attn_chunk is None else attn_chunk)
+        check_mode(mode)
+        self.mode = mode
         self.model, self.objects, self.optimizer, self.amp = model, objects, optimizer, amp
         self.sizes = sizes
         self.layout = ModelLayout.from_model(model)
@@ -212,12 +220,12 @@ class ComposedEstimate:
         self._rebuilt_quad = {(ph, a): max(rebuilt[ph, a] - composed[ph, a], 0.0) / (r2 * r2) for ph in "fb" for a in layers}
 
     def _pass(self, units: tuple, batch: int, imgsz: int) -> StepProfile:
-        """The fake pass of ``units`` (not ``"loss"``) at this batch and trained imgsz, without the loss's share, kept
-        per units, batch and imgsz (:meth:`estimate`)."""
+        """The fake pass of ``units`` (not ``"loss"``) at this batch and trained imgsz, in this estimate's ``mode``,
+        without the loss's share, kept per units, batch and imgsz (:meth:`estimate`)."""
         key = (units, batch, imgsz)
         if key not in self._passes:
-            self._passes[key] = _cached_step((*self._key, *key, repr(self._no_loss), self.attn_chunk), lambda: estimate_step(
-                self.model, imgsz, batch, self.objects, self.spec(units), optimizer=self.optimizer, amp=self.amp,
+            self._passes[key] = _cached_step((*self._key, *key, repr(self._no_loss), self.attn_chunk, self.mode), lambda: estimate_step(
+                self.model, imgsz, batch, self.objects, self.spec(units), self.mode, optimizer=self.optimizer, amp=self.amp,
                 loss_model=self._no_loss, flops=False, optimizer_from=self.base, attn_chunk=self.attn_chunk,
             ))
         return self._passes[key]

@@ -123,6 +123,9 @@ def _largest(fits, limit: int) -> int:
     return lo
 
 
+IMGSZ_LIMIT = 8192  # the largest imgsz searched by default (pixels): a search answering it means that size or more
+
+
 class MemoryModel:
     """The planner: the composed figures of the :class:`~yolo_ckpt.memory.composed.ComposedEstimate` it holds
     (:attr:`composed`) searched for the cheapest units that fit a budget (:meth:`plan`), and the largest batch
@@ -136,7 +139,8 @@ class MemoryModel:
             them.
         headroom: kept on top of every estimate when it is held against a budget
             (:meth:`yolo_ckpt.config.CkptConfig.headroom_on`).
-        loss_chunk, assign_chunk, sizes, attn_chunk: as :class:`~yolo_ckpt.memory.composed.ComposedEstimate` takes them.
+        loss_chunk, assign_chunk, sizes, attn_chunk, mode: as :class:`~yolo_ckpt.memory.composed.ComposedEstimate`
+            takes them (``mode``: ``recompute_mode=``, every fake pass's).
 
     Attributes:
         composed: the :class:`~yolo_ckpt.memory.composed.ComposedEstimate` of the model at the base ``imgsz`` and
@@ -158,9 +162,9 @@ class MemoryModel:
     def __init__(
         self, model, imgsz, batch: int, objects: int = 20, optimizer: str = "AdamW", amp: bool = False,
         headroom: Headroom = NO_HEADROOM, loss_chunk: int | None = None, assign_chunk: int | None = None, sizes=None,
-        attn_chunk: int | None = None,
+        attn_chunk: int | None = None, mode: str = "full",
     ):
-        self.composed = ComposedEstimate(model, imgsz, batch, objects, optimizer, amp, loss_chunk, assign_chunk, sizes, attn_chunk)
+        self.composed = ComposedEstimate(model, imgsz, batch, objects, optimizer, amp, loss_chunk, assign_chunk, sizes, attn_chunk, mode)
         self.headroom = headroom
         self.always = tuple(u for u in self.candidates if u == "loss")  # in every plan (module docstring)
 
@@ -340,21 +344,32 @@ class MemoryModel:
         ``plan``'s ``max_batch``."""
         limit = min(limit, images) if images else limit
         imgsz = train_imgsz(imgsz, self.model.stride)
-        return self._largest_by_fake_pass(units, budget, lambda b: (b, imgsz), step=1, limit=limit)
+        least = 1 if self._coarsest_cells(imgsz) > 1 else 2  # BatchNorm in training: more than one value per channel
+        return self._largest_by_fake_pass(units, budget, lambda b: (b, imgsz), step=1, limit=limit, least=least)
 
-    def largest_imgsz(self, units, budget: int, batch: int, stride: int | None = None, limit: int = 8192) -> int:
+    def largest_imgsz(self, units, budget: int, batch: int, stride: int | None = None, limit: int = IMGSZ_LIMIT) -> int:
         """The largest imgsz (a multiple of ``stride``, by default the training size's grid:
         :func:`~yolo_ckpt.memory.ultralytics_rules.grid_size`; at most ``limit``, 0 if none) whose fake pass with
         ``units`` and the headroom fits ``budget`` at ``batch``, the next multiple shown not to fit
         (:meth:`_largest_by_fake_pass`): the same answer whatever imgsz the memory model's base pass was estimated at."""
         stride = stride or grid_size(self.composed.strides)
-        return self._largest_by_fake_pass(units, budget, lambda s: (batch, s), step=stride, limit=limit)
+        least = next(s for s in range(stride, limit + stride + 1, stride) if batch * self._coarsest_cells(s) > 1)
+        return self._largest_by_fake_pass(units, budget, lambda s: (batch, s), step=stride, limit=limit, least=least)
 
-    def _largest_by_fake_pass(self, units, budget: int, step_at, step: int, limit: int) -> int:
+    def _coarsest_cells(self, imgsz: int) -> int:
+        """Cells of the coarsest feature map (the largest stride's) at the trained ``imgsz``: a training step needs
+        batch x cells > 1 there, where BatchNorm takes each channel's statistics (torch raises "Expected more than 1
+        value per channel when training" otherwise; Ultralytics' smallest imgsz, one grid, gives 1 x 1 cells)."""
+        side = train_imgsz(imgsz, self.model.stride) // int(max(self.composed.strides))
+        return side * side
+
+    def _largest_by_fake_pass(self, units, budget: int, step_at, step: int, limit: int, least: int = 1) -> int:
         """The largest multiple of ``step`` in [0, ``limit``] whose fake pass of ``units`` at ``step_at(value)`` (batch,
         imgsz) fits ``budget`` with the headroom, the next multiple up shown not to fit by its own fake pass (unless
         the answer is ``limit``'s multiple); 0 where even ``step`` does not fit. Assumes the peak grows with the value
-        (monotone), as it does with batch and imgsz.
+        (monotone), as it does with batch and imgsz. A value below ``least``, the smallest that can train (one image
+        at the smallest imgsz cannot: :meth:`_coarsest_cells`), is checked by ``least``'s pass, and the answer is 0
+        where ``least`` does not fit.
 
         The passes the estimate already holds for these units along this line (another row's peak, another search's
         passes: :meth:`~yolo_ckpt.memory.composed.ComposedEstimate.passed`) bound the answer before any new pass.
@@ -372,7 +387,7 @@ class MemoryModel:
             if value == 0:
                 return True
             if value not in peaks:
-                peaks[value] = self.estimate(spec, *step_at(value)).peak_bytes
+                peaks[value] = self.estimate(spec, *step_at(max(value, least))).peak_bytes
             return self.fits(peaks[value], budget)
 
         for held in self.composed.passed(spec):

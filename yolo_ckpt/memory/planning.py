@@ -71,7 +71,7 @@ class PlannedRun:
             spec = self.spec
             self._memory = MemoryModel(
                 self.model, self.imgsz, self.batch, spec.objects, spec.optimizer, spec.amp, self.headroom, self.config.loss_chunk,
-                self.config.assign_chunk, self.sizes, self.config.attn_chunk,
+                self.config.assign_chunk, self.sizes, self.config.attn_chunk, self.config.recompute_mode,
             )
         return self._memory
 
@@ -163,7 +163,8 @@ class PlannedRun:
                     args, model, config, device_type(opts["device"]), data, batch=ESTIMATE_BASE_BATCH if autobatch else opts["batch"],
                     objects=keys.get("objects"), object_size=opts["object_size"],
                 )
-            except RuntimeError:  # Ultralytics' dataset build ("No valid images found"): the caller's check says why, in one line
+            except (RuntimeError, ValueError):  # Ultralytics' dataset build ("No valid images found", "No labels found"):
+                # the caller's check says why, in one line
                 if checked:
                     check_labels(data, yolo.task, args)
                 raise
@@ -194,7 +195,9 @@ def planned_run(args, model, config: CkptConfig, device: str, data: dict | None 
             without them every box the whole image.
 
     Raises:
-        ConfigError: for an optimizer Ultralytics does not build.
+        ConfigError: for an optimizer Ultralytics does not build, and for a batch that cannot train at the imgsz: one
+            image whose coarsest feature map is 1 x 1 (torch's BatchNorm refuses a training step with one value per
+            channel).
     """
     with one_thread():  # a copy is memory-bound: yolo_ckpt.memory.threads
         model = copy.deepcopy(model).cpu().train()
@@ -202,13 +205,20 @@ def planned_run(args, model, config: CkptConfig, device: str, data: dict | None 
     model.args = args  # the loss's hyperparameters
     stride = grid_size(model.stride)  # BaseTrainer._setup_train's gs
     batch = args.batch if batch is None else batch
+    imgsz = autobatch_imgsz(args.imgsz, args.multi_scale, stride)
+    coarsest = int(max(model.stride))  # the largest stride's feature map: BatchNorm's fewest values per channel there
+    if batch == 1 and imgsz // coarsest <= 1:
+        raise ConfigError(
+            f"batch=1 at imgsz={imgsz} cannot train: the coarsest feature map (stride {coarsest}) is 1 x 1, and BatchNorm needs more "
+            f"than one value per channel in training; give batch>=2 or imgsz>={-(-2 * coarsest // stride) * stride}"
+        )
     if counts is None and data is not None:
         counts = count_data(args, data, stride)
     n, objects_text = objects_rule(counts if objects is None else None, objects or ESTIMATE_DEFAULTS["objects"], args.task)
     optimizer, optimizer_text = optimizer_rule(args.optimizer, counts.images if counts else None, batch, args.nbs, args.epochs)
     sizes, sizes_text = layout_rule(counts, args.task, n, object_size, objects_given=objects is not None)
     spec = RunSpec(device, amp_enabled(args.amp, device), optimizer, optimizer_text, n, objects_text, int(model.yaml["nc"]), sizes_text)
-    return PlannedRun(model, spec, autobatch_imgsz(args.imgsz, args.multi_scale, stride), batch, config, counts, sizes)
+    return PlannedRun(model, spec, imgsz, batch, config, counts, sizes)
 
 
 def dataset_on_disk(data: str, task: str) -> dict:

@@ -178,7 +178,8 @@ def planned_batch(trainer) -> int:
     LOGGER.info(f"{PREFIX}batch={batch} for memory_budget={size_text(budget)} at imgsz={imgsz} ({policy.spec})")
     state = trainer.ckpt_state
     with estimate_needed("batch=-1"):
-        state.plan = state.plan or memory.as_plan(units, memory.peak(units, batch, imgsz), budget, batch, imgsz)
+        # the batch's own fake pass (the search's, cached), as plan's rows: the composition scaled from batch 2 is not exact
+        state.plan = state.plan or memory.as_plan(units, memory.estimate(memory.spec(units), batch, imgsz).peak_bytes, budget, batch, imgsz)
     return batch
 
 
@@ -197,10 +198,13 @@ def estimate_step_peaks(trainer, task: str) -> None:
     """What recompute buys this run: the memory model's peaks for ``none``, ``all`` and the policy that trains, at
     the batch (no more than the training set's images) and largest imgsz this run trains, for its spec (the planned
     run's memory model reused), into ``trainer.ckpt_state``'s ``estimated_peaks`` (bytes) and ``estimated_step``, and the
-    composed steps of ``none`` and the policy (for the run's picture) into its ``estimated_steps``; from one fake pass
-    (:meth:`yolo_ckpt.memory.memory_model.MemoryModel.step`). Skipped, with the reason in its ``estimate_skipped``, for
-    ``estimate=False`` and for models the memory model does not cover. An estimate that fails is a report, not a
-    gate: one warning line naming the failure, and the run trains on without it."""
+    steps of ``none`` and the policy (for the run's picture) into its ``estimated_steps``; each a fake pass at that
+    step (:meth:`yolo_ckpt.memory.memory_model.MemoryModel.estimate`, cached: plan's rows are the same passes), not the
+    composition, which under ``batch=-1`` is scaled from the base pass's batch 2 and was 1.15-1.23x above them.
+    Skipped, with the reason in its ``estimate_skipped``, for ``estimate=False`` and for models the memory model does
+    not cover. An estimate that fails is a report, not a gate: one warning line naming the failure, and the run
+    trains on without it. A ``memory_budget=`` that chose
+    nothing (a named policy at a given batch) and that the estimate is above is said in one warning line."""
     from ultralytics.nn.tasks import BaseModel
 
     state = trainer.ckpt_state
@@ -229,11 +233,13 @@ def _estimate_step_peaks(trainer) -> None:
     loader = getattr(trainer, "train_loader", None)
     batch = min(trainer.batch_size, len(loader.dataset)) if loader is not None else trainer.batch_size
     memory, policy = run.memory_model(), trainer.policy
-    steps = state.estimated_steps = {
-        name: memory.step(memory.units(units), batch, run.imgsz) for name, units in (("none", "none"), ("policy", policy))
-    }
+
+    def estimate(recompute):  # a fake pass: the composition is close, not exact, and under batch=-1 it is scaled from batch 2
+        return memory.estimate(memory.spec(memory.units(recompute)), batch, run.imgsz)
+
+    steps = state.estimated_steps = {"none": estimate("none"), "policy": estimate(policy)}
     peaks = state.estimated_peaks = {
-        "none": steps["none"].peak_bytes, "all": memory.peak(memory.units("all"), batch, run.imgsz), "policy": steps["policy"].peak_bytes
+        "none": steps["none"].peak_bytes, "all": estimate("all").peak_bytes, "policy": steps["policy"].peak_bytes
     }
     state.estimated_step = {
         "batch": batch,
@@ -248,3 +254,11 @@ def _estimate_step_peaks(trainer) -> None:
         f"{PREFIX}estimated at batch {batch}, imgsz {run.imgsz}: " + ", ".join(f"{name} {size(n)}" for name, n in named.items())
         + f" ({time.process_time() - start:.1f} CPU s; estimate=False skips it)"
     )
+    if trainer.ckpt_config.memory_budget is not None and state.plan is None:  # a named policy at a given batch: the budget chose nothing
+        budget, need = budget_bytes(trainer), memory.headroom.need(peaks["policy"])
+        if need > budget:
+            LOGGER.warning(
+                f"{PREFIX}memory_budget={size_text(budget)} is below this run's estimated need of {size_text(need)} "
+                f"(recompute={policy.spec}, batch={batch}): the budget picks recompute=auto's policy and batch=-1's batch, "
+                "and this run asked for neither; give recompute=auto or batch=-1 to plan within it"
+            )

@@ -33,7 +33,7 @@ class RunState:
         plan: recompute=auto's plan, or batch=-1's (:mod:`yolo_ckpt.train.planning`); None without one.
         estimated_peaks: the set-up estimate's peaks in bytes, ``{"none", "all", "policy"}``
             (:func:`~yolo_ckpt.train.planning.estimate_step_peaks`); empty when skipped.
-        estimated_steps: the estimate's composed steps of ``none`` and the ``policy``, for the run's picture.
+        estimated_steps: the estimate's steps (fake passes) of ``none`` and the ``policy``, for the run's picture.
         estimated_step: what the estimate assumed: ``{"batch", "imgsz", "objects", "device", "amp"}``.
         estimate_skipped: why there is no estimate (``"estimate=False"``, a model it does not cover, or
             ``"the estimate failed: ..."``), or None.
