@@ -283,8 +283,8 @@ def test_model_and_data_faults_are_one_line(case, command, message, tmp_path, ca
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["profile", "imgsz=576", "batch=-1"], "batch=-1: profile estimates a given batch (an int >= 1); plan takes one, or batch=-1"),
-        (["plan", "imgsz=576", "batch=0.7", "memory_budget=600MB"], "batch=0.7: profile estimates a given batch"),
+        (["profile", "imgsz=576", "batch=-1"], "batch=-1 is not valid here; give an int >= 1 (profile estimates a given batch; plan"),
+        (["plan", "imgsz=576", "batch=0.7", "memory_budget=600MB"], "batch=0.7 is not valid here; give an int >= 1, or batch=-1 for the"),
         (["plan", "imgsz=576", "batch=-1"], "plan needs memory_budget="),
         (["plan", "memory_budget=12GBB"], "memory_budget='12GBB': unknown unit 'GBB'"),
         (["train", "memory_budget=12GBB"], "memory_budget='12GBB': unknown unit 'GBB'"),
@@ -430,6 +430,16 @@ def test_plan_refuses_in_one_line_where_one_image_cannot_train(capsys):
         "yolo-ckpt: error: batch=1 at imgsz=32 cannot train: the coarsest feature map (stride 32) is 1 x 1, and BatchNorm needs "
         "more than one value per channel in training; give batch>=2 or imgsz>=64"
     )
+
+
+def test_plan_says_when_trains_policy_does_not_fit(capsys):
+    """The policy the keys would train (detect's default backbone,loss) does not fit where all does: plan's table says
+    fits False in its row, and a line below it says so, with the rows that fit (it said so in the fits column alone).
+    yolo11n at 320 px, batch 2, 90 MB: backbone,loss ~100 MiB, all 73."""
+    assert main(["plan", "model=yolo11n.yaml", "imgsz=320", "batch=2", "device=cpu", "memory_budget=90MB"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("train's recompute=backbone,loss does not fit memory_budget=85.8 MiB at batch=2 imgsz=320; these rows do: ")
+    assert "all" in last.split("these rows do: ")[1].split(", ") and last.endswith("(give recompute=auto, or recompute= one of them)")
 
 
 @pytest.mark.parametrize("command", ["plan", "profile"])

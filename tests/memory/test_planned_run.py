@@ -177,7 +177,7 @@ def test_from_keys_loads_the_model_the_keys_name(tmp_path):
     run = PlannedRun.from_keys({"model": tiny_yaml(tmp_path), "imgsz": 64, "batch": 1, "device": "cpu", "objects": 3})
     assert run.keys["model"] == tiny_yaml(tmp_path) and run.keys["epochs"] == 100 and run.keys["format"] == "text"
     assert (run.imgsz, run.batch, run.spec.device, run.spec.objects, run.counts) == (64, 1, "cpu", 3, None)
-    with pytest.raises(ConfigError, match="profile estimates a given batch"):
+    with pytest.raises(ConfigError, match="profile estimates a given batch; plan takes batch=-1"):
         PlannedRun.from_keys({"model": tiny_yaml(tmp_path), "batch": -1})  # plans_batch=False: batch=-1 is plan's
 
 

@@ -166,6 +166,13 @@ def plan(args: list[str]) -> list[dict]:
         print(table.to_string(index=False, float_format=lambda v: f"{v:.1f}"))
         if attention:
             print(attention_text(attention) + " (in all; auto may take it)")
+        trains_row = next(r for r in rows if r["train"])
+        if not trains_row["fits"]:  # the run these keys start would not fit: say so, not only in the fits column
+            fitting = [r["recompute"] for r in rows if r["fits"]]
+            print(
+                f"train's recompute={trains} does not fit memory_budget={size_text(budget)} at batch={batch} imgsz={imgsz}"
+                + (f"; these rows do: {', '.join(fitting)} (give recompute=auto, or recompute= one of them)" if fitting else "")
+            )
         if spec.device == "cuda":
             print(
                 f"headroom: memory_headroom={headroom} on top of each estimate, for what a CUDA process holds beside its live tensors "

@@ -126,8 +126,9 @@ class PlannedRun:
         autobatch = plans_batch and opts["batch"] == -1  # the batch train picks, answered once the model is built
         if not autobatch and (not isinstance(opts["batch"], int) or opts["batch"] < 1):
             raise ConfigError(
-                f"batch={opts['batch']!r}: profile estimates a given batch (an int >= 1); plan takes one, or batch=-1 for the batch "
-                "train would pick"
+                f"batch={opts['batch']!r} is not valid here; give an int >= 1"
+                + (", or batch=-1 for the batch train would pick" if plans_batch else
+                   " (profile estimates a given batch; plan takes batch=-1)")
             )
         opts["model"] = opts["model"] or DEFAULT_MODELS.get(opts["task"] or "detect", "yolo11n.yaml")
         if check_task is not None:
