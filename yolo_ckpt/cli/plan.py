@@ -114,8 +114,9 @@ def plan(args: list[str]) -> list[dict]:
         trains = "auto" if is_auto(opts["recompute"]) else opts["recompute"]
         names += [trains] * (trains not in names)  # a row of its own (backbone,loss), where no other row is it
         rows = []
-        limit = max(IMGSZ_LIMIT, imgsz)  # the search's top, never below the size asked: an answer there means that or more
-        top = limit // grid_size(memory.composed.strides) * grid_size(memory.composed.strides)
+        grid = grid_size(memory.composed.strides)
+        # the search's top, never below the size asked: an answer there means that size or more
+        top = max(IMGSZ_LIMIT, imgsz) // grid * grid
         for name in TQDM(names, desc="yolo-ckpt plan: checking each policy's peak, largest imgsz and batch"):
             units = memory.units(auto.recompute if name == "auto" else name)
             # each row's peak from its fake pass, the check that decides (the composition is close, not exact)
@@ -129,7 +130,7 @@ def plan(args: list[str]) -> list[dict]:
                 "headroom_MiB": cost.headroom_bytes / 2**20,
                 "margin_MiB": cost.margin_bytes / 2**20,
                 "fits": cost.fits,
-                "max_imgsz": memory.largest_imgsz(units, budget, batch, limit=limit),  # at the batch planned (the result's batch)
+                "max_imgsz": memory.largest_imgsz(units, budget, batch, limit=top),  # at the batch planned (the result's batch)
                 "max_batch": memory.largest_batch(units, budget, imgsz, opts["images"]),  # at the result's imgsz
                 "recompute_GFLOPs": cost.recompute_flops / 1e9,
                 "recompute_pct_of_step": 100 * cost.recompute_cost,

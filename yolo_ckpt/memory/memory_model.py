@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from ..config import NO_HEADROOM, Headroom
 from ..errors import ConfigError
 from .composed import ComposedEstimate
-from .ultralytics_rules import grid_size, train_imgsz
+from .ultralytics_rules import grid_size, least_batch, train_imgsz
 
 
 def size_text(n: int) -> str:
@@ -344,7 +344,7 @@ class MemoryModel:
         ``plan``'s ``max_batch``."""
         limit = min(limit, images) if images else limit
         imgsz = train_imgsz(imgsz, self.model.stride)
-        least = 1 if self._coarsest_cells(imgsz) > 1 else 2  # BatchNorm in training: more than one value per channel
+        least = least_batch(imgsz, self.composed.strides)
         return self._largest_by_fake_pass(units, budget, lambda b: (b, imgsz), step=1, limit=limit, least=least)
 
     def largest_imgsz(self, units, budget: int, batch: int, stride: int | None = None, limit: int = IMGSZ_LIMIT) -> int:
@@ -353,23 +353,16 @@ class MemoryModel:
         ``units`` and the headroom fits ``budget`` at ``batch``, the next multiple shown not to fit
         (:meth:`_largest_by_fake_pass`): the same answer whatever imgsz the memory model's base pass was estimated at."""
         stride = stride or grid_size(self.composed.strides)
-        least = next(s for s in range(stride, limit + stride + 1, stride) if batch * self._coarsest_cells(s) > 1)
+        least = next(s for s in range(stride, limit + stride + 1, stride) if batch >= least_batch(s, self.composed.strides))
         return self._largest_by_fake_pass(units, budget, lambda s: (batch, s), step=stride, limit=limit, least=least)
-
-    def _coarsest_cells(self, imgsz: int) -> int:
-        """Cells of the coarsest feature map (the largest stride's) at the trained ``imgsz``: a training step needs
-        batch x cells > 1 there, where BatchNorm takes each channel's statistics (torch raises "Expected more than 1
-        value per channel when training" otherwise; Ultralytics' smallest imgsz, one grid, gives 1 x 1 cells)."""
-        side = train_imgsz(imgsz, self.model.stride) // int(max(self.composed.strides))
-        return side * side
 
     def _largest_by_fake_pass(self, units, budget: int, step_at, step: int, limit: int, least: int = 1) -> int:
         """The largest multiple of ``step`` in [0, ``limit``] whose fake pass of ``units`` at ``step_at(value)`` (batch,
         imgsz) fits ``budget`` with the headroom, the next multiple up shown not to fit by its own fake pass (unless
         the answer is ``limit``'s multiple); 0 where even ``step`` does not fit. Assumes the peak grows with the value
         (monotone), as it does with batch and imgsz. A value below ``least``, the smallest that can train (one image
-        at the smallest imgsz cannot: :meth:`_coarsest_cells`), is checked by ``least``'s pass, and the answer is 0
-        where ``least`` does not fit.
+        at the smallest imgsz cannot: :func:`~yolo_ckpt.memory.ultralytics_rules.least_batch`), is checked by
+        ``least``'s pass, and the answer is 0 where ``least`` does not fit.
 
         The passes the estimate already holds for these units along this line (another row's peak, another search's
         passes: :meth:`~yolo_ckpt.memory.composed.ComposedEstimate.passed`) bound the answer before any new pass.

@@ -23,7 +23,15 @@ from ..config import DEFAULT_MODELS, ESTIMATE_DEFAULTS, CkptConfig, EstimateOpti
 from ..errors import ConfigError, user_input
 from .runspec import RunSpec, count_data, layout_rule, objects_rule, optimizer_rule
 from .threads import one_thread
-from .ultralytics_rules import amp_enabled, autobatch_imgsz, device_type, grid_size, label_caches_in_memory, trainable_as_trained
+from .ultralytics_rules import (
+    amp_enabled,
+    autobatch_imgsz,
+    device_type,
+    grid_size,
+    label_caches_in_memory,
+    least_batch,
+    trainable_as_trained,
+)
 
 ESTIMATE_BASE_BATCH = 2  # batch=-1: the batch of the memory model's base pass (the others are rescaled from it)
 
@@ -207,8 +215,8 @@ def planned_run(args, model, config: CkptConfig, device: str, data: dict | None 
     stride = grid_size(model.stride)  # BaseTrainer._setup_train's gs
     batch = args.batch if batch is None else batch
     imgsz = autobatch_imgsz(args.imgsz, args.multi_scale, stride)
-    coarsest = int(max(model.stride))  # the largest stride's feature map: BatchNorm's fewest values per channel there
-    if batch == 1 and imgsz // coarsest <= 1:
+    if batch == 1 and least_batch(imgsz, model.stride) > 1:
+        coarsest = int(max(model.stride))
         raise ConfigError(
             f"batch=1 at imgsz={imgsz} cannot train: the coarsest feature map (stride {coarsest}) is 1 x 1, and BatchNorm needs more "
             f"than one value per channel in training; give batch>=2 or imgsz>={-(-2 * coarsest // stride) * stride}"

@@ -172,6 +172,25 @@ def grid_size(stride) -> int:
     return max(int(stride), 32)
 
 
+def least_batch(imgsz: int, stride) -> int:
+    """The smallest batch one training step can take at the trained ``imgsz``: 2 where the coarsest feature map (the
+    model's largest stride's) is 1 x 1, else 1. BatchNorm in training needs more than one value per channel (torch's
+    ``F.batch_norm``: "Expected more than 1 value per channel when training"), and Ultralytics' smallest imgsz, one
+    grid, gives one image a 1 x 1 map. The one copy of the rule: the planned run's check
+    (:func:`yolo_ckpt.memory.planning.planned_run`) and the largest-batch and -imgsz searches'
+    (:class:`yolo_ckpt.memory.memory_model.MemoryModel`).
+
+    Args:
+        imgsz: the trained size (pixels, :func:`train_imgsz`).
+        stride: the model's strides (a tensor or a sequence: their maximum) or the largest stride.
+    """
+    if isinstance(stride, torch.Tensor):
+        stride = stride.max()
+    elif isinstance(stride, (list, tuple)):
+        stride = max(stride)
+    return 2 if imgsz // int(stride) <= 1 else 1
+
+
 def train_imgsz(imgsz, stride=32) -> int:
     """The square image side (pixels) a run trains at for ``imgsz=``: Ultralytics' own rule, ``check_imgsz(imgsz,
     stride=gs, floor=gs, max_dim=1)`` with ``gs`` the :func:`grid_size` (called as ``BaseTrainer._setup_train`` calls

@@ -203,8 +203,8 @@ def estimate_step_peaks(trainer, task: str) -> None:
     composition, which under ``batch=-1`` is scaled from the base pass's batch 2 and was 1.15-1.23x above them.
     Skipped, with the reason in its ``estimate_skipped``, for ``estimate=False`` and for models the memory model does
     not cover. An estimate that fails is a report, not a gate: one warning line naming the failure, and the run
-    trains on without it. A ``memory_budget=`` that chose
-    nothing (a named policy at a given batch) and that the estimate is above is said in one warning line."""
+    trains on without it. A ``memory_budget=`` that chose nothing (a named policy at a given batch) and that the
+    estimate is above is said in one warning line."""
     from ultralytics.nn.tasks import BaseModel
 
     state = trainer.ckpt_state
@@ -235,7 +235,7 @@ def _estimate_step_peaks(trainer) -> None:
     memory, policy = run.memory_model(), trainer.policy
 
     def estimate(recompute):  # a fake pass: the composition is close, not exact, and under batch=-1 it is scaled from batch 2
-        return memory.estimate(memory.spec(memory.units(recompute)), batch, run.imgsz)
+        return memory.estimate(recompute, batch, run.imgsz)
 
     steps = state.estimated_steps = {"none": estimate("none"), "policy": estimate(policy)}
     peaks = state.estimated_peaks = {
