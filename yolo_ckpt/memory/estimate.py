@@ -7,7 +7,8 @@ gradients, the optimizer state Ultralytics' own builder gives
 (:func:`~yolo_ckpt.memory.ultralytics_rules.build_optimizer`), the task's training batch
 (:func:`~yolo_ckpt.memory.synthetic_batch.training_batch`) and activations, per phase and per layer
 (:class:`~yolo_ckpt.memory.layer_accounting.LayerAccounting`). Fake tensors cannot run the loss: the fake pass
-backpropagates a stand-in loss with dense gradients of the predictions' shapes, and the loss's own peaks are a formula
+backpropagates a stand-in loss (:func:`~yolo_ckpt.memory.layer_accounting.stand_in_loss`: dense gradients of the
+predictions' shapes, nothing saved), and the loss's own peaks are a formula
 (:class:`~yolo_ckpt.memory.loss_model.LossModel`, calibrated by
 :func:`~yolo_ckpt.memory.loss_calibration.calibrate_loss`) put on top (:func:`with_loss_phases`).
 
@@ -24,13 +25,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 
-import torch
-from torch.utils._pytree import tree_leaves
-
 from ..checkpointing.engine import apply_checkpointing
 from .amp import cuda_amp_emulated
 from .fake_copy import fake_copy
-from .layer_accounting import LayerAccounting, module_flops
+from .layer_accounting import LayerAccounting, module_flops, stand_in_loss
 from .loss_calibration import calibrate_loss
 from .loss_model import LossModel
 from .step import StepProfile, run_step
@@ -106,12 +104,12 @@ def estimate_step(
                 static = tracker.live_bytes
                 accounting.tracker = tracker  # each layer's backward peak (LayerRow.backward_peak_bytes)
 
-                def stand_in_loss(preds):  # dense gradients of the predictions' shapes, as the real loss gives
+                def loss_fn(preds):
                     fwd_end[0] = tracker.live_bytes
-                    return sum((t.float() * t.float()).sum() for t in tree_leaves(preds) if isinstance(t, torch.Tensor))
+                    return stand_in_loss(preds)
 
                 fwd_end = [0]
-                peaks, _, state = run_step(fake, data, opt, stand_in_loss, tracker, autocast)
+                peaks, _, state = run_step(fake, data, opt, loss_fn, tracker, autocast)
             accounting.remove()
         inputs = tensor_bytes(data)
         if optimizer_from is not None:  # its state: its static bytes less its parameters, buffers and batch (as ours)

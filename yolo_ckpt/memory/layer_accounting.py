@@ -205,6 +205,15 @@ def module_flops(model, images: torch.Tensor) -> dict[str, int]:
     return {k[len(prefix):]: int(sum(v.values())) for k, v in counter.get_flop_counts().items() if k.startswith(prefix)}
 
 
+def stand_in_loss(preds) -> torch.Tensor:
+    """A scalar whose backward gives each tensor of ``preds`` (a model's predictions: a tensor or a nest of them) a
+    dense gradient of its shape and dtype, as the real loss does, and that saves nothing of them for the backward (a
+    scalar factor), so they are freed as soon as the caller drops them, as Ultralytics' ``model.loss`` drops them;
+    what the real loss saves is the loss model's (:mod:`yolo_ckpt.memory.loss_model`). The fake passes'
+    (:func:`~yolo_ckpt.memory.estimate.estimate_step`) and :func:`step_flops`' loss."""
+    return sum((t.float() * 2.0).sum() for t in tree_leaves(preds) if isinstance(t, torch.Tensor))
+
+
 def layer_flops(model, images: torch.Tensor) -> list[int]:
     """Forward FLOPs of each layer of ``model.model`` on ``images`` (works on fake tensors too)."""
     counts = module_flops(model, images)
@@ -215,8 +224,7 @@ def step_flops(model, imgsz: int, batch: int, recompute="none", mode: str = "ful
     """FLOPs of one training step's forward and backward with ``recompute`` applied, as it runs: the recomputed
     forwards and the attention region's rebuilt products included. Counted by ``torch.utils.flop_counter`` (matrix
     products and convolutions, not elementwise work) on a fake copy (:func:`~yolo_ckpt.memory.fake_copy.fake_copy`:
-    nothing computed, ``model`` untouched), with a stand-in loss (dense gradients of the predictions' shapes, as
-    :func:`~yolo_ckpt.memory.estimate.estimate_step`'s): the real loss's few products are not counted. A separate
+    nothing computed, ``model`` untouched), with :func:`stand_in_loss`: the real loss's few products are not counted. A separate
     pass: the flop counter's module hooks keep recomputed tensors alive, so a measured step counted at once would hold
     more than it does.
 
@@ -234,6 +242,5 @@ def step_flops(model, imgsz: int, batch: int, recompute="none", mode: str = "ful
         with fake_mode:
             images = training_batch(model, batch, imgsz, 1)["img"]
             with FlopCounterMode(display=False) as counter:
-                preds = fake(images)
-                sum((t.float() * t.float()).sum() for t in tree_leaves(preds) if isinstance(t, torch.Tensor)).backward()
+                stand_in_loss(fake(images)).backward()
     return counter.get_total_flops()

@@ -101,7 +101,8 @@ def run_step(model, batch, optimizer, loss_fn, tracker, autocast=None, after_bac
     """Forward, loss, backward, optimizer step; returns the per-phase peaks, the bytes alive before the loss and the
     optimizer state's bytes. ``autocast`` (a context manager) covers the forward and the loss, as in Ultralytics'
     training step; ``after_backward`` (no arguments) is called between the backward and the optimizer step, while the
-    gradients are there.
+    gradients are there. The predictions are dropped once ``loss_fn`` has them, as Ultralytics' ``model.loss`` drops
+    its own: the backward keeps only what the loss saved of them.
 
     An optimizer without state creates it in this step's optimizer phase (whose peak is then a later step's: the
     state plus the update's temporaries); every later step carries it all along, so its bytes are added to the
@@ -117,10 +118,11 @@ def run_step(model, batch, optimizer, loss_fn, tracker, autocast=None, after_bac
     before_loss = tracker.start_phase()
     with autocast():
         loss = loss_fn(preds)
+    del preds
     peaks["loss"] = tracker.phase_peak_bytes
     tracker.start_phase()
     loss.backward()
-    del loss, preds
+    del loss
     peaks["backward"] = tracker.phase_peak_bytes
     if after_backward is not None:
         after_backward()
