@@ -176,7 +176,7 @@ def test_record_writer_ties_a_run_to_its_commit(tmp_path):
     assert RECORD_KEYS <= set(rec) and rec["seeds"] == [7] and rec["commit"] == state["commit"]
 
 
-REPRODUCED = "chunked-assigner-estimate-fold"  # the cheapest committed result: ~20 CPU s on one thread (130 s wall on a loaded host)
+REPRODUCED = "chunked-assigner-estimate-preds"  # the cheapest committed result: ~20 CPU s on one thread (130 s wall on a loaded host)
 
 
 @pytest.mark.slow
