@@ -291,8 +291,9 @@ def report(runs: dict, folder: Path | None, run: dict) -> list[str]:
     lines = [
         "What is alive at the peak of one training step, CPU float32, live tensors tagged at creation, a grid of 20 boxes.",
         "Groups: `held from the forward` are the outputs a layer's forward left alive (a recomputed layer keeps only its",
-        "inputs, so these are the region boundaries; the head's are the predictions the step holds until its backward",
-        "ends), `recomputation` what the recomputed forward of the layer being backpropagated saved, `backward`",
+        "inputs, so these are the region boundaries; the head's are what the loss saved of the predictions, which the",
+        "step drops once the loss has them), `recomputation` what the recomputed forward of the layer being",
+        "backpropagated saved, `backward`",
         "gradients of activations and temporaries, `attention region` its chunks.",
         "Per layer: its output, what its forward left alive at the step's peak, its forward and backward peaks and what",
         "was alive at its backward peak by group (`held (parameter-free layers)`: the Upsample and Concat outputs kept",
