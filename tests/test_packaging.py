@@ -99,7 +99,7 @@ def test_wheel_ships_the_bench_and_its_yaml(tmp_path):
     }
     assert real == {
         "accuracy", "equal-memory-bccd", "equal-memory-bccd-steps", "equal-memory-deeppcb", "equal-memory-deeppcb-steps",
-        "real-data", "regime-monuseg", "small-objects-aerial",
+        "real-data", "regime-monuseg", "regime-monuseg-steps", "small-objects-aerial",
     }
     script = textwrap.dedent(f"""
         import contextlib, io, json
