@@ -11,9 +11,11 @@ recompute policy that one arm alone has (``auto``).
 Reads the bench's ``results.csv`` (each ok row's run folder, dataset, ``val_imgsz``, recompute) and validates each
 run's ``weights/best.pt`` on the dataset's val split as its mAP was measured: at ``val_imgsz``, batch ``2 x batch_used``
 as the trainer's final validation (a tiles cell's full-image validation: ``batch``). Ultralytics' own
-``DetectionValidator`` matches the predictions; :class:`PerImage` keeps each image's matches (true positives at the 10
-IoU thresholds, confidences, classes), and mAP over any multiset of images is Ultralytics' ``ap_per_class`` on their
-concatenation, so the whole val set gives the run's own figure (checked: ``mAP50 as recorded``).
+``DetectionValidator`` (``SegmentationValidator`` for a segmentation run; the run's ``max_det``) matches the predictions; :class:`PerImage`
+(:class:`SegmentPerImage`) keeps each image's matches (true positives at the 10 IoU thresholds, of the boxes and, for
+segmentation, of the masks; confidences, classes), and mAP over any multiset of images is Ultralytics' ``ap_per_class``
+on their concatenation, so the whole val set gives the run's own figure (checked: ``mAP50 as recorded``). A
+segmentation run's table is of its masks (the bench's mAP columns), with its boxes' below it.
 
 The interval: B resamples of the val images with replacement, and the 95% bias-corrected and accelerated (BCa)
 interval of mAP over them (Efron and Tibshirani, *An Introduction to the Bootstrap*, 1993, ch. 14; SciPy's
@@ -35,6 +37,8 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import DegenerateDataWarning, bootstrap as scipy_bootstrap
 from ultralytics.models.yolo.detect import DetectionValidator
+from ultralytics.models.yolo.segment import SegmentationValidator
+from ultralytics.utils import YAML
 from ultralytics.utils.metrics import ap_per_class
 
 from yolo_ckpt.bench.matrix import read_results
@@ -45,36 +49,44 @@ from yolo_ckpt.cli.main import run_command
 from yolo_ckpt.errors import ConfigError
 
 STATS = ("tp", "conf", "pred_cls", "target_cls")  # what ap_per_class reads of each image's matches
+TASKS = ("detect", "segment")  # the tasks whose validators keep their images here
 
 
 class PerImage(DetectionValidator):
     """Ultralytics' detection validator, keeping each image's matches as it hands them to its metrics:
-    ``images[name]`` = {tp (n, 10) bool, conf (n,), pred_cls (n,), target_cls (m,)}, n predictions, m labels."""
+    ``images[name]`` = {tp (n, 10) bool, conf (n,), pred_cls (n,), target_cls (m,)}, n predictions, m labels; with
+    ``tp_m`` (n, 10), the masks' true positives, where the validator matches masks too (:class:`SegmentPerImage`)."""
 
     def init_metrics(self, model):
         super().init_metrics(model)
         self.images, update = {}, self.metrics.update_stats
 
         def keep(stat, update=update):
-            self.images[stat["im_name"]] = {k: np.asarray(stat[k]) for k in STATS}
+            self.images[stat["im_name"]] = {k: np.asarray(stat[k]) for k in (*STATS, "tp_m") if k in stat}
             update(stat)
 
         self.metrics.update_stats = keep
 
 
-def mean_ap(images: list[dict]) -> tuple[float, float]:
+class SegmentPerImage(PerImage, SegmentationValidator):
+    """:class:`PerImage` on Ultralytics' segmentation validator: each image's box and mask matches."""
+
+
+def mean_ap(images: list[dict], tp: str = "tp") -> tuple[float, float]:
     """mAP50 and mAP50-95 of a multiset of images' matches (:class:`PerImage`), as Ultralytics computes them over a
-    val set (``ap_per_class``: each class's AP at 10 IoU thresholds, averaged over the classes with labels)."""
-    stats = {k: np.concatenate([im[k] for im in images]) for k in STATS}
+    val set (``ap_per_class``: each class's AP at 10 IoU thresholds, averaged over the classes with labels), of the
+    boxes (``tp="tp"``) or the masks (``"tp_m"``)."""
+    stats = {k: np.concatenate([im[k] for im in images]) for k in (tp, *STATS[1:])}
     if not len(stats["target_cls"]):
         return 0.0, 0.0
-    ap = ap_per_class(stats["tp"], stats["conf"], stats["pred_cls"], stats["target_cls"])[5]  # (classes, 10)
+    ap = ap_per_class(stats[tp], stats["conf"], stats["pred_cls"], stats["target_cls"])[5]  # (classes, 10)
     return (float(ap[:, 0].mean()), float(ap.mean())) if len(ap) else (0.0, 0.0)
 
 
-def bootstrap(arms: dict[str, dict], names: list[str], baseline: str, resamples: int, seed: int) -> dict[str, np.ndarray]:
-    """Each arm's mAP50 and mAP50-95 over the images ``names`` and over ``resamples`` resamples of them with
-    replacement (the same resample for every arm), and its difference to arm ``baseline`` on each.
+def bootstrap(arms: dict[str, dict], names: list[str], baseline: str, resamples: int, seed: int, tp: str = "tp") -> dict[str, np.ndarray]:
+    """Each arm's mAP50 and mAP50-95 (of the boxes, or of the masks with ``tp="tp_m"``: :func:`mean_ap`) over the
+    images ``names`` and over ``resamples`` resamples of them with replacement (the same resample for every arm), and
+    its difference to arm ``baseline`` on each.
 
     Returns ``mAP`` and ``delta`` (arms, 2), the whole set's figures (mAP50, mAP50-95); ``interval`` and
     ``delta_interval`` (arms, 2, 2), their 95% BCa intervals (low, high), an interval of a figure that no resample
@@ -87,7 +99,7 @@ def bootstrap(arms: dict[str, dict], names: list[str], baseline: str, resamples:
     base = list(arms).index(baseline)
 
     def statistic(pick):  # pick: indices into names -> (2 [mAP, mAP - baseline's], arms, 2)
-        m = np.array([mean_ap([arm[names[i]] for i in pick]) for arm in images])
+        m = np.array([mean_ap([arm[names[i]] for i in pick], tp) for arm in images])
         return np.stack([m, m - m[base]])
 
     whole = statistic(np.arange(len(names)))
@@ -106,7 +118,8 @@ def bootstrap(arms: dict[str, dict], names: list[str], baseline: str, resamples:
 
 
 def validate(row: dict, datasets: Path) -> dict:
-    """Each val image's matches for the run of a bench ``row``, validated as the bench measured its mAP."""
+    """Each val image's matches for the run of a bench ``row`` (its ``task`` one of :data:`TASKS`), validated as the
+    bench measured its mAP."""
     from ultralytics import YOLO
 
     data = datasets / row["dataset"] / "data.yaml"
@@ -114,13 +127,16 @@ def validate(row: dict, datasets: Path) -> dict:
     batch = trained if tiles_setting(row) else 2 * trained
     validator = {}
 
-    class Kept(PerImage):  # the instance Ultralytics builds, to read its images after
+    class Kept(SegmentPerImage if row["task"] == "segment" else PerImage):  # the instance Ultralytics builds, to read its images after
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             validator["it"] = self
 
-    YOLO(Path(row["folder_path"]) / str(row["run_dir"]) / "weights" / "best.pt").val(
-        validator=Kept, data=str(data), imgsz=int(row["val_imgsz"]), batch=batch, plots=False, verbose=False, workers=0
+    run = Path(row["folder_path"]) / str(row["run_dir"])
+    trained_args = YAML.load(run / "args.yaml") if (run / "args.yaml").is_file() else {}
+    YOLO(run / "weights" / "best.pt").val(  # a checkpoint keeps none of the run's val keys: max_det from its args
+        validator=Kept, data=str(data), imgsz=int(row["val_imgsz"]), batch=batch, plots=False, verbose=False, workers=0,
+        max_det=trained_args.get("max_det", 300),
     )
     return validator["it"].images
 
@@ -143,23 +159,32 @@ def main(argv: list[str]) -> dict:
     if base is None:
         unique = [p for p, k in Counter(r["recompute"] for r in rows).items() if k == 1]
         raise ConfigError(f"baseline={baseline} names no one arm of {where}; valid: {sorted(set(named) | set(unique))}")
+    tasks = {r.get("task", "detect") for r in rows}
+    if len(tasks) > 1 or not tasks <= set(TASKS):
+        raise ConfigError(f"{where}: arms of task {sorted(tasks)}; valid: one task of {list(TASKS)}")
     resamples, seed = int(opts.get("resamples", 2000)), int(opts.get("seed", 0))
     arms = dict(zip(named, (validate(r, datasets) for r in rows)))
     names = sorted(arms[named[0]])
     if short := {n: len(set(names) ^ set(images)) for n, images in arms.items() if set(images) != set(names)}:
         raise ValueError(f"the arms were validated on different val images (images not shared, per arm: {short}); valid: one val set")
-    boot = bootstrap(arms, names, named[base], resamples, seed)
-    table = [
-        {
-            "arm": name, "recorded": [rows[a]["mAP50"], rows[a]["mAP50-95"]], "mAP": boot["mAP"][a].tolist(),
-            "interval": boot["interval"][a].tolist(), "delta": boot["delta"][a].tolist(),
-            "delta_interval": boot["delta_interval"][a].tolist(),
-        }
-        for a, name in enumerate(arms)
-    ]
+    # the bench's mAP columns are the masks' for segmentation (tp_m), its box_ columns the boxes'
+    kinds = [("tp_m", "", "masks"), ("tp", "box_", "boxes")] if tasks == {"segment"} else [("tp", "", "boxes")]
+    tables = {}
+    for tp, column, _ in kinds:
+        boot = bootstrap(arms, names, named[base], resamples, seed, tp)
+        tables[tp] = [
+            {
+                "arm": name, "recorded": [rows[a][f"{column}mAP50"], rows[a][f"{column}mAP50-95"]], "mAP": boot["mAP"][a].tolist(),
+                "interval": boot["interval"][a].tolist(), "delta": boot["delta"][a].tolist(),
+                "delta_interval": boot["delta_interval"][a].tolist(),
+            }
+            for a, name in enumerate(arms)
+        ]
     command = shlex.join(["python", "-m", "benchmarks.equal_memory.map_bootstrap", *argv])  # quoted: an arm name has a space
     result = {**provenance(command, seeds=[seed]), "results": [repo_relative(f) for f in folders], "images": len(names),
-              "resamples": resamples, "seed": seed, "baseline": named[base], "arms": table}
+              "resamples": resamples, "seed": seed, "baseline": named[base], "arms": tables[kinds[0][0]]}
+    if len(kinds) > 1:
+        result["box_arms"] = tables["tp"]
     fmt = lambda lo_hi: f"[{lo_hi[0]:+.3f}, {lo_hi[1]:+.3f}]"  # noqa: E731
 
     def verdict(lo_hi):  # same weights give the same figure on every resample
@@ -169,18 +194,22 @@ def main(argv: list[str]) -> dict:
         f"Bootstrap over the {len(names)} val images of {', '.join(f'`{f.name}`' for f in folders)} ({resamples} resamples,"
         f" seed {seed}): each arm's best.pt validated once; differences to `{named[base]}` on the same resampled images. 95% BCa"
         " intervals; a difference whose interval holds 0 is inside the val set's noise.",
-        "",
-        "| arm | mAP50 (as recorded) | 95% interval | mAP50-95 (as recorded) | 95% interval | mAP50 - baseline | 95% interval |"
-        " mAP50-95 - baseline | 95% interval |",
-        "|---|---|---|---|---|---|---|---|---|",
-        *(
-            f"| {t['arm']} | {t['mAP'][0]:.3f} ({t['recorded'][0]:.3f}) | {fmt(t['interval'][0]).replace('+', '')} |"
-            f" {t['mAP'][1]:.3f} ({t['recorded'][1]:.3f}) | {fmt(t['interval'][1]).replace('+', '')} |"
-            + ("".join(f" {t['delta'][k]:+.3f} | {fmt(t['delta_interval'][k])}{verdict(t['delta_interval'][k])} |" for k in (0, 1))
-               if a != base else " baseline | | | |")
-            for a, t in enumerate(table)
-        ),
     ]
+    for tp, _, what in kinds:
+        lines += [
+            "",
+            *([f"**{what.capitalize()}**", ""] if len(kinds) > 1 else []),
+            "| arm | mAP50 (as recorded) | 95% interval | mAP50-95 (as recorded) | 95% interval | mAP50 - baseline | 95% interval |"
+            " mAP50-95 - baseline | 95% interval |",
+            "|---|---|---|---|---|---|---|---|---|",
+            *(
+                f"| {t['arm']} | {t['mAP'][0]:.3f} ({t['recorded'][0]:.3f}) | {fmt(t['interval'][0]).replace('+', '')} |"
+                f" {t['mAP'][1]:.3f} ({t['recorded'][1]:.3f}) | {fmt(t['interval'][1]).replace('+', '')} |"
+                + ("".join(f" {t['delta'][k]:+.3f} | {fmt(t['delta_interval'][k])}{verdict(t['delta_interval'][k])} |" for k in (0, 1))
+                   if a != base else " baseline | | | |")
+                for a, t in enumerate(tables[tp])
+            ),
+        ]
     publish(result, lines, opts.get("out"))
     return result
 

@@ -8,7 +8,7 @@ import torch
 from helpers import tiny_yaml, write_dataset
 from ultralytics import YOLO
 
-from benchmarks.equal_memory.map_bootstrap import PerImage, bootstrap, mean_ap
+from benchmarks.equal_memory.map_bootstrap import PerImage, SegmentPerImage, bootstrap, mean_ap
 
 
 def _validated(tmp_path) -> tuple[dict, object]:
@@ -67,6 +67,43 @@ def test_kept_images_give_ultralytics_map_and_a_paired_bootstrap(tmp_path):
     low, high = boot["delta_interval"][1, 1]
     assert low < boot["delta"][1, 1] <= high <= 1e-12
     assert high - low < min(np.ptp(boot["interval"][a, 1]) for a in (0, 1))
+
+
+@pytest.mark.slow
+def test_segmentation_keeps_mask_and_box_matches(tmp_path):
+    """A segmentation validator's kept images give Ultralytics' own mask and box mAP (:func:`mean_ap` of ``tp_m`` and
+    of ``tp``): predictions are the labels, every other box moved by a pixel (its box matches at some IoU thresholds,
+    its mask at all) and on two images every mask emptied (its boxes match, its masks never), so the two differ."""
+    rows = [[f"0 {0.1 + 0.4 * k} 0.2 {0.4 + 0.4 * k} 0.2 {0.4 + 0.4 * k} 0.7 {0.1 + 0.4 * k} 0.7" for k in range(2)] for _ in range(6)]
+    data = write_dataset(tmp_path / "data", {"train": rows, "val": rows})
+    kept, g = {}, torch.Generator().manual_seed(0)
+
+    class LabelsAsPredictions(SegmentPerImage):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            kept["validator"] = self
+
+        def update_metrics(self, preds, batch):
+            preds = []
+            for si in range(len(batch["img"])):
+                truth = self._prepare_batch(si, batch)
+                boxes, masks = truth["bboxes"].clone(), truth["masks"].clone()
+                boxes[::2] += 1.0
+                if (self.seen + si) in (1, 4):
+                    masks.zero_()
+                conf = torch.rand(len(boxes), generator=g) * 0.5 + 0.5
+                preds.append({"bboxes": boxes, "conf": conf, "cls": truth["cls"], "masks": masks})
+            super().update_metrics(preds, batch)
+
+    torch.manual_seed(0)
+    metrics = YOLO(tiny_yaml(tmp_path, "segment")).val(
+        validator=LabelsAsPredictions, data=data, imgsz=64, batch=3, plots=False, verbose=False, workers=0
+    )
+    images = list(kept["validator"].images.values())
+    assert len(images) == 6 and all(im["tp_m"].shape == im["tp"].shape == (2, 10) for im in images)
+    masks, boxes = mean_ap(images, "tp_m"), mean_ap(images)
+    assert masks == pytest.approx((metrics.seg.map50, metrics.seg.map)) and boxes == pytest.approx((metrics.box.map50, metrics.box.map))
+    assert masks != boxes and 0 < masks[1] < 1 and 0 < boxes[1] < 1
 
 
 def test_baseline_names_one_arm_before_any_validation(tmp_path, monkeypatch):
