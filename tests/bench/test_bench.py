@@ -279,13 +279,22 @@ def test_interrupted_autobatch_cell_resumes(tmp_path, asked):
 
 
 @pytest.mark.slow
-def test_tiles_cell_trains_on_tiles_and_validates_on_full_images(tmp_path, one_thread):
+def test_tiles_cell_trains_on_tiles_and_validates_on_full_images(tmp_path, one_thread, monkeypatch):
+    from ultralytics.engine.model import Model
+
     from yolo_ckpt.data.small_objects import small_object_dataset
 
+    validations, stock_val = [], Model.val
+
+    def val(self, validator=None, **kwargs):  # the full-image validations validate as the run did: its max_det
+        validations.append(kwargs.get("max_det"))
+        return stock_val(self, validator=validator, **kwargs)
+
+    monkeypatch.setattr(Model, "val", val)
     data = small_object_dataset(64, 1, 1, root=tmp_path / "cache")
     spec = {
         "kind": "train",
-        "settings": {"epochs": 1, "nbs": 2, "seed": 0, "workers": 0, "device": "cpu", "plots": False, "estimate": False},
+        "settings": {"epochs": 1, "nbs": 2, "seed": 0, "workers": 0, "device": "cpu", "plots": False, "estimate": False, "max_det": 7},
         "grid": [
             {
                 "model": "yolo26n.yaml",
@@ -302,7 +311,7 @@ def test_tiles_cell_trains_on_tiles_and_validates_on_full_images(tmp_path, one_t
     row = pd.read_csv(out / "results.csv").iloc[0]
     assert row["status"] == "ok" and row["imgsz_used"] == 32 and row["val_imgsz"] == 64
     assert row["train_images"] == 4 and row["wall_s"] > 0  # 1 image of 64 px in 2 x 2 tiles of 32 px
-    assert (out / row["run_dir"] / "val-full").is_dir()  # the full-image validation ran
+    assert (out / row["run_dir"] / "val-full").is_dir() and validations == [7, 7]  # best and last, at the run's max_det
     assert "tiles={'overlap': 0, 'size': 32}" in row["cell"] and (out / "curves.csv").is_file() and (out / "curves.png").is_file()
     assert "| 32 px, overlap 0 | 4 | 64 |" in (out / "results.md").read_text()  # tiles trained, their count, val imgsz
     tiles = next((out / "data").glob("tiles-*"))

@@ -126,7 +126,8 @@ def run(cell: dict, settings: dict, data: str, project: Path) -> dict:
         device = {"device": settings["device"]} if settings["device"] is not None else {}
         full, full_last = (
             YOLO(w, task=cell["task"]).val(
-                data=data, imgsz=cell["imgsz"], batch=cell["batch"], plots=False, project=str(trainer.save_dir), name=name, **device
+                data=data, imgsz=cell["imgsz"], batch=cell["batch"], plots=False, project=str(trainer.save_dir), name=name,
+                max_det=trainer.args.max_det, **device,  # a checkpoint keeps no val keys: the run's, as its own validation
             )
             for w, name in ((trainer.best, "val-full"), (trainer.last, "val-full-last"))
         )
