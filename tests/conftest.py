@@ -5,6 +5,7 @@ import os
 import tempfile
 
 os.environ["YOLO_OFFLINE"] = "1"  # nothing downloads: no weights, fonts, AMP-check models or datasets
+MADE_CACHES = []  # the caches this process made: the session that made them removes them, never another's
 if not os.environ.get("PYTEST_XDIST_WORKER"):
     # One estimate cache for the session, made on the controller and inherited by the xdist workers: the loss
     # calibrations and fake passes of the same model and step are computed once (the trainers' set-up estimates
@@ -14,6 +15,7 @@ if not os.environ.get("PYTEST_XDIST_WORKER"):
     # One cache of the built-in synthetic datasets, the same way: each is generated once per session, not once per
     # worker (a few seconds each; two workers that need one at once both write it, and the first rename wins).
     os.environ["YOLO_CKPT_CACHE"] = tempfile.mkdtemp(prefix="yolo-ckpt-test-cache-")
+    MADE_CACHES += [os.environ["YOLO_CKPT_ESTIMATE_CACHE"], os.environ["YOLO_CKPT_CACHE"]]
 
 from pathlib import Path  # noqa: E402
 
@@ -45,12 +47,12 @@ def pytest_sessionstart(session):
 
 def pytest_sessionfinish(session, exitstatus):
     """Fail the session when ../shared changed during it, naming what changed (a label cache, an added file...); the
-    controller removes the session's estimate cache."""
+    controller removes the caches it made (a pytest run by a test inherits its worker's caches and leaves them)."""
     if not hasattr(session.config, "workerinput"):
         import shutil
 
-        for cache in ("YOLO_CKPT_ESTIMATE_CACHE", "YOLO_CKPT_CACHE"):
-            shutil.rmtree(os.environ[cache], ignore_errors=True)
+        for cache in MADE_CACHES:
+            shutil.rmtree(cache, ignore_errors=True)
     before = session.config.stash.get(SHARED_BEFORE, None)
     if before is None:
         return

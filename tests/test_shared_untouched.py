@@ -43,10 +43,12 @@ def test_a_suite_that_writes_into_shared_fails(tmp_path):
         "from conftest import SHARED\n\ndef test_writes():\n    (SHARED / 'datasets' / 'train.cache').write_text('x')\n\ndef "
         "test_other():\n    pass\n"
     )
+    caches = [Path(os.environ[k]) for k in ("YOLO_CKPT_ESTIMATE_CACHE", "YOLO_CKPT_CACHE")]
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q", str(checkout)],
         capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S, cwd=tmp_path / "checkout",
     )
+    assert all(c.is_dir() for c in caches)  # this session's caches, which the child inherited, are still there
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
     assert (
         "2 passed" in run.stdout and f"the suite wrote into {tmp_path / 'shared'} (1 paths): added: datasets/train.cache" in run.stdout
