@@ -38,7 +38,7 @@ import numpy as np
 from scipy.stats import DegenerateDataWarning, bootstrap as scipy_bootstrap
 from ultralytics.models.yolo.detect import DetectionValidator
 from ultralytics.models.yolo.segment import SegmentationValidator
-from ultralytics.utils import YAML
+from ultralytics.utils import DEFAULT_CFG, YAML
 from ultralytics.utils.metrics import ap_per_class
 
 from yolo_ckpt.bench.matrix import read_results
@@ -136,7 +136,7 @@ def validate(row: dict, datasets: Path) -> dict:
     trained_args = YAML.load(run / "args.yaml") if (run / "args.yaml").is_file() else {}
     YOLO(run / "weights" / "best.pt").val(  # a checkpoint keeps none of the run's val keys: max_det from its args
         validator=Kept, data=str(data), imgsz=int(row["val_imgsz"]), batch=batch, plots=False, verbose=False, workers=0,
-        max_det=trained_args.get("max_det", 300),
+        max_det=trained_args.get("max_det", DEFAULT_CFG.max_det),
     )
     return validator["it"].images
 

@@ -11,16 +11,16 @@ from ultralytics import YOLO
 from benchmarks.equal_memory.map_bootstrap import PerImage, SegmentPerImage, bootstrap, mean_ap
 
 
-def _validated(tmp_path) -> tuple[dict, object]:
-    """A val set of 8 images (2-3 boxes, 2 classes) whose predictions are its labels, every other box moved by a
-    pixel (true positives at some IoU thresholds only) and one image's boxes given the wrong class: Ultralytics'
-    validator run on them with :class:`PerImage`. Returns its kept images and its metrics."""
+def _labels_as_predictions(tmp_path, task: str, rows: list, alter, batch: int, **dataset) -> tuple[dict, object]:
+    """Ultralytics' ``task`` validator with :class:`PerImage` (:class:`SegmentPerImage` for ``"segment"``) run on a val
+    set of the label ``rows`` whose predictions are its labels, every other box moved by a pixel (true positives at
+    some IoU thresholds only), with random confidences, each image's then changed by ``alter(prediction, truth, image
+    index)``. Returns the kept images and the metrics."""
     g = torch.Generator().manual_seed(0)
-    rows = [[f"{(i + k) % 2} {0.25 + 0.25 * k} 0.5 0.2 {0.3 + 0.1 * k}" for k in range(2 + i % 2)] for i in range(8)]
-    data = write_dataset(tmp_path / "data", {"train": rows, "val": rows}, names=("a", "b"))
+    data = write_dataset(tmp_path / "data", {"train": rows, "val": rows}, **dataset)
     kept = {}
 
-    class LabelsAsPredictions(PerImage):
+    class LabelsAsPredictions(SegmentPerImage if task == "segment" else PerImage):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             kept["validator"] = self
@@ -31,16 +31,27 @@ def _validated(tmp_path) -> tuple[dict, object]:
                 truth = self._prepare_batch(si, batch)
                 boxes = truth["bboxes"].clone()
                 boxes[::2] += 1.0  # every other box moved 1 px right and down: IoU about 0.78
-                wrong = self.seen + si == 5  # one image's classes swapped: false positives and missed labels
-                cls = (1 - truth["cls"]) if wrong else truth["cls"]
-                preds.append({"bboxes": boxes, "conf": torch.rand(len(boxes), generator=g) * 0.5 + 0.5, "cls": cls})
+                conf = torch.rand(len(boxes), generator=g) * 0.5 + 0.5
+                preds.append(alter({"bboxes": boxes, "conf": conf, "cls": truth["cls"]}, truth, self.seen + si))
             super().update_metrics(preds, batch)
 
     torch.manual_seed(0)
-    metrics = YOLO(tiny_yaml(tmp_path)).val(
-        validator=LabelsAsPredictions, data=data, imgsz=64, batch=4, plots=False, verbose=False, workers=0
+    metrics = YOLO(tiny_yaml(tmp_path, task)).val(
+        validator=LabelsAsPredictions, data=data, imgsz=64, batch=batch, plots=False, verbose=False, workers=0
     )
     return kept["validator"].images, metrics
+
+
+def _validated(tmp_path) -> tuple[dict, object]:
+    """A val set of 8 images (2-3 boxes, 2 classes) whose predictions are its labels, every other box moved by a
+    pixel and one image's boxes given the wrong class (false positives and missed labels)
+    (:func:`_labels_as_predictions`). Returns its kept images and its metrics."""
+    rows = [[f"{(i + k) % 2} {0.25 + 0.25 * k} 0.5 0.2 {0.3 + 0.1 * k}" for k in range(2 + i % 2)] for i in range(8)]
+
+    def swap_classes_of_image_5(pred, truth, image):
+        return {**pred, "cls": 1 - truth["cls"]} if image == 5 else pred
+
+    return _labels_as_predictions(tmp_path, "detect", rows, swap_classes_of_image_5, 4, names=("a", "b"))
 
 
 @pytest.mark.slow
@@ -75,31 +86,12 @@ def test_segmentation_keeps_mask_and_box_matches(tmp_path):
     of ``tp``): predictions are the labels, every other box moved by a pixel (its box matches at some IoU thresholds,
     its mask at all) and on two images every mask emptied (its boxes match, its masks never), so the two differ."""
     rows = [[f"0 {0.1 + 0.4 * k} 0.2 {0.4 + 0.4 * k} 0.2 {0.4 + 0.4 * k} 0.7 {0.1 + 0.4 * k} 0.7" for k in range(2)] for _ in range(6)]
-    data = write_dataset(tmp_path / "data", {"train": rows, "val": rows})
-    kept, g = {}, torch.Generator().manual_seed(0)
 
-    class LabelsAsPredictions(SegmentPerImage):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            kept["validator"] = self
+    def with_masks(pred, truth, image):  # the labels' masks, emptied on images 1 and 4
+        return {**pred, "masks": truth["masks"].clone().zero_() if image in (1, 4) else truth["masks"].clone()}
 
-        def update_metrics(self, preds, batch):
-            preds = []
-            for si in range(len(batch["img"])):
-                truth = self._prepare_batch(si, batch)
-                boxes, masks = truth["bboxes"].clone(), truth["masks"].clone()
-                boxes[::2] += 1.0
-                if (self.seen + si) in (1, 4):
-                    masks.zero_()
-                conf = torch.rand(len(boxes), generator=g) * 0.5 + 0.5
-                preds.append({"bboxes": boxes, "conf": conf, "cls": truth["cls"], "masks": masks})
-            super().update_metrics(preds, batch)
-
-    torch.manual_seed(0)
-    metrics = YOLO(tiny_yaml(tmp_path, "segment")).val(
-        validator=LabelsAsPredictions, data=data, imgsz=64, batch=3, plots=False, verbose=False, workers=0
-    )
-    images = list(kept["validator"].images.values())
+    kept, metrics = _labels_as_predictions(tmp_path, "segment", rows, with_masks, 3)
+    images = list(kept.values())
     assert len(images) == 6 and all(im["tp_m"].shape == im["tp"].shape == (2, 10) for im in images)
     masks, boxes = mean_ap(images, "tp_m"), mean_ap(images)
     assert masks == pytest.approx((metrics.seg.map50, metrics.seg.map)) and boxes == pytest.approx((metrics.box.map50, metrics.box.map))
